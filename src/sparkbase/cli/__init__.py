@@ -1,0 +1,1 @@
+"""The sparkbase command line: a thin layer over the importable API."""

@@ -1,0 +1,87 @@
+"""Entry point of the `sparkbase` command.
+
+Each sub-command lives in its own module under `sparkbase.cli` and exposes
+`add_arguments(parser)` (argparse only, no heavy imports) and `run(args) -> int`.
+Modules are imported when argparse is being built, so they must stay import-light;
+the work they do imports what it needs inside `run`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from sparkbase import __version__
+
+#: sub-command name -> (module under sparkbase.cli, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "validate": ("validate", "load and validate the site; print every problem"),
+    "render": ("render", "write the files each node must carry"),
+    "lock": ("lock", "record (or --check) each baseline's version and render hash"),
+    "compare": ("compare", "two baselines side by side, where they differ"),
+    "schema": ("schema", "JSON Schema of baseline files, for editors"),
+    "plan": ("plan", "dry run: what apply would change on each node"),
+    "apply": ("apply", "converge nodes to their baselines"),
+    "audit": ("audit", "drift audit: every check on every node and across the fleet"),
+    "preflight": ("preflight", "the lane launch gate: refuse unless every node matches"),
+    "triggers": ("triggers", "evaluate the re-open triggers with evidence"),
+    "lab": ("lab", "the emulated fleet: four DGX Sparks on this machine"),
+}
+
+EXIT_CODES = """\
+exit status:
+  0  success / clean / nothing would change
+  1  drift, refusal, a change pending, or a trigger fired
+  2  bad configuration or usage (file:line:col: field: message)
+  3  a node was unreachable (the others were still handled)
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Build the full argument parser, one sub-parser per available command."""
+    parser = argparse.ArgumentParser(
+        prog="sparkbase",
+        description="Keep a DGX Spark fleet on one declared, typed host baseline.",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"sparkbase {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module_name, help_text) in COMMANDS.items():
+        try:
+            module = importlib.import_module(f"sparkbase.cli.{module_name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"sparkbase.cli.{module_name}":
+                raise
+            continue
+        command = sub.add_parser(
+            name,
+            help=help_text,
+            description=(module.__doc__ or help_text).strip(),
+            epilog=EXIT_CODES,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        module.add_arguments(command)
+        command.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the process exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "_run", None):
+        parser.print_help()
+        return 2
+    try:
+        status: int = args._run(args)
+    except KeyboardInterrupt:
+        print("sparkbase: interrupted", file=sys.stderr)
+        return 130
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
