@@ -1,0 +1,1 @@
+"""Typed site model: baselines, site contract and triggers, inventory, lanes; and loading them."""

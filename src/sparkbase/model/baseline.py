@@ -1,0 +1,379 @@
+"""The typed host baseline: everything one DGX Spark host profile pins.
+
+A baseline file in `baselines/NAME.yaml` validates into `Baseline`. Baselines may
+`extends:` another; the merge happens on the raw data before validation (see `site.py`).
+Rules that relate fields to each other live in `rules.py`, so that each can point at the
+exact field to change.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BeforeValidator, Field, StringConstraints
+
+from sparkbase.model.types import (
+    AbsPath,
+    KernelArg,
+    KernelRelease,
+    Name,
+    Netdev,
+    PackageName,
+    PackageVersion,
+    PageSize,
+    SemVer,
+    Sha1Fingerprint,
+    Sha256,
+    StrictModel,
+    SystemdUnit,
+)
+
+ShapeName = Literal["ring4", "triangle3"]
+Transport = Literal["nccl-ring", "oneshot-ring4"]
+
+#: how many nodes each shape spans
+SHAPE_NODES: dict[str, int] = {"ring4": 4, "triangle3": 3}
+
+NcclKey = Annotated[str, StringConstraints(pattern=r"^NCCL_[A-Z0-9_]{1,60}$")]
+NcclValue = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.,:=^/+-]{0,200}$")]
+SysctlKey = Annotated[str, StringConstraints(pattern=r"^(vm|kernel|net|fs)(\.[a-z0-9_]+){1,4}$")]
+SysctlValue = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_. -]{1,64}$")]
+
+
+def _cpu_list(value: object) -> object:
+    """Accept `[5, 6, 7]` or the kernel's cpulist text `5-9,15-19`."""
+    if not isinstance(value, str):
+        return value
+    cpus: list[int] = []
+    for chunk in value.split(","):
+        chunk = chunk.strip()
+        if not chunk:
+            continue
+        low, _, high = chunk.partition("-")
+        if not low.isdigit() or (high and not high.isdigit()):
+            raise ValueError(f"not a CPU list: {value!r} (write e.g. 5-9,15-19)")
+        cpus.extend(range(int(low), int(high or low) + 1))
+    return cpus
+
+
+def _text_value(value: object) -> object:
+    """YAML gives ints and bools for values like 0 or yes; sysctl/NCCL files want text."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int):
+        return str(value)
+    return value
+
+
+class PackagePin(StrictModel):
+    """A Debian package held at one exact version."""
+
+    name: PackageName = Field(description="Debian package name")
+    version: PackageVersion = Field(description="exact Debian version to install and hold")
+
+
+class OsSpec(StrictModel):
+    """The operating system image the baseline was qualified on."""
+
+    release: str = Field(
+        description="DGX OS release, as /etc/dgx-release names it (informational, audited as a warning)",
+        max_length=64,
+        pattern=r"^[A-Za-z0-9 ._-]+$",
+    )
+
+
+class KernelSpec(StrictModel):
+    """The kernel the node must run and how it boots."""
+
+    release: KernelRelease = Field(description="kernel release, as `uname -r` prints it")
+    package_version: PackageVersion = Field(
+        description="Debian version of the linux-image/headers/modules packages for the release"
+    )
+    page_size: PageSize = Field(description="base page size in bytes (`getconf PAGESIZE`)")
+    cmdline_add: list[KernelArg] = Field(
+        default_factory=list, description="arguments the kernel command line must carry"
+    )
+    cmdline_forbid: list[KernelArg] = Field(
+        default_factory=list,
+        description="arguments (by name, or name=value) the command line must not carry",
+    )
+    pin_grub_default: bool = Field(
+        default=True, description="make this release GRUB's default entry (not just the newest)"
+    )
+
+    @property
+    def flavour(self) -> str:
+        """`nvidia` or `nvidia-64k`: the part of the release after the ABI number."""
+        return self.release.split("-", 2)[2]
+
+    @property
+    def grub_entry(self) -> str:
+        """GRUB's menu path of this release, as `GRUB_DEFAULT` names it."""
+        return f"Advanced options for Ubuntu>Ubuntu, with Linux {self.release}"
+
+    def packages(self) -> list[PackagePin]:
+        """The kernel packages this release needs, at the pinned version."""
+        return [
+            PackagePin(name=f"{stem}-{self.release}", version=self.package_version)
+            for stem in ("linux-image", "linux-headers", "linux-modules")
+        ]
+
+
+class DriverSpec(StrictModel):
+    """The NVIDIA driver: one version for the user space and the kernel module."""
+
+    version: PackageVersion = Field(description="driver version, as `nvidia-smi` reports it")
+    branch: Literal["580-open"] = Field(default="580-open", description="driver branch")
+    confirmed: bool = Field(
+        default=False,
+        description="false while the version is a placeholder the site has yet to confirm",
+    )
+
+    def packages(self, kernel: KernelSpec) -> list[PackagePin]:
+        """User-space utilities and the kernel module package built for `kernel`."""
+        major = self.branch.split("-")[0]
+        return [
+            PackagePin(name=f"nvidia-utils-{major}", version=self.version),
+            PackagePin(
+                name=f"linux-modules-nvidia-{self.branch}-{kernel.release}",
+                version=f"{self.version}-0ubuntu1+{kernel.package_version}",
+            ),
+        ]
+
+
+class NcclLibrary(StrictModel):
+    """The one NCCL library every lane on the node loads, identified by path and hash."""
+
+    package: PackageName = Field(description="Debian package that ships the library")
+    version: PackageVersion = Field(description="exact package version")
+    path: AbsPath = Field(description="path of the shared object on the node")
+    sha256: Sha256 = Field(description="sha256 of the shared object file")
+
+
+class NcclSettings(StrictModel):
+    """Settings written to /etc/nccl.conf (KEY=value lines NCCL reads at init)."""
+
+    ib_merge_nics: Literal[0, 1] = Field(
+        description="NCCL_IB_MERGE_NICS; NCCL defaults to 1, so the site's 0 must be explicit"
+    )
+    ib_hca: list[Name] = Field(
+        min_length=1, description="NCCL_IB_HCA: the RDMA devices NCCL may use (name or name:port)"
+    )
+    socket_ifname: Name = Field(description="NCCL_SOCKET_IFNAME: interface for bootstrap")
+    ib_gid_index: int = Field(ge=0, le=255, description="NCCL_IB_GID_INDEX: RoCE v2 IPv4 GID")
+    min_nchannels: int | None = Field(default=None, ge=1, le=64, description="NCCL_MIN_NCHANNELS")
+    max_nchannels: int | None = Field(default=None, ge=1, le=64, description="NCCL_MAX_NCHANNELS")
+    extra: dict[NcclKey, Annotated[NcclValue, BeforeValidator(_text_value)]] = Field(
+        default_factory=dict, description="further NCCL_* settings, written as given"
+    )
+
+    def as_env(self) -> dict[str, str]:
+        """Every setting as NCCL's KEY -> value text, typed fields first, then extras."""
+        env = {
+            "NCCL_IB_MERGE_NICS": str(self.ib_merge_nics),
+            "NCCL_IB_HCA": ",".join(self.ib_hca),
+            "NCCL_SOCKET_IFNAME": self.socket_ifname,
+            "NCCL_IB_GID_INDEX": str(self.ib_gid_index),
+        }
+        if self.min_nchannels is not None:
+            env["NCCL_MIN_NCHANNELS"] = str(self.min_nchannels)
+        if self.max_nchannels is not None:
+            env["NCCL_MAX_NCHANNELS"] = str(self.max_nchannels)
+        for key in sorted(self.extra):
+            env[key] = self.extra[key]
+        return env
+
+
+class NcclSpec(StrictModel):
+    """NCCL: the shared library and its settings."""
+
+    library: NcclLibrary = Field(description="the NCCL shared library every lane loads")
+    settings: NcclSettings = Field(description="settings written to /etc/nccl.conf")
+
+
+class FabricPort(StrictModel):
+    """One PCIe view of a ConnectX-7 port: a netdev and its RDMA device."""
+
+    netdev: Netdev = Field(description="network device name, e.g. enp1s0f0np0")
+    hca: Name = Field(description="RDMA device name, e.g. rocep1s0f0")
+    port: Literal[0, 1] = Field(description="physical 200 GbE port (cable) this view belongs to")
+
+
+class FabricSpec(StrictModel):
+    """The ring fabric: ConnectX-7 views, MTU and the RoCE GID NCCL must use."""
+
+    mtu: int = Field(ge=1280, le=9216, description="MTU of every fabric netdev")
+    ports: list[FabricPort] = Field(
+        min_length=1, description="every PCIe view of the ConnectX-7 ports (four on a Spark)"
+    )
+    gid_index: int = Field(ge=0, le=255, description="GID index that must hold the IPv4 RoCE v2 address")
+
+    def hca_names(self) -> list[str]:
+        """RDMA device names of every port view."""
+        return [port.hca for port in self.ports]
+
+
+class Shape(StrictModel):
+    """A serving shape the baseline is qualified for, and the transport it uses."""
+
+    name: ShapeName = Field(description="ring4 (four nodes) or triangle3 (three nodes)")
+    transport: Transport = Field(description="collective transport serving uses on this shape")
+
+
+class SwapSpec(StrictModel):
+    """A swap file."""
+
+    path: AbsPath = Field(description="swap file path")
+    size_gib: int = Field(ge=1, le=512, description="size in GiB")
+    header_page_size: PageSize = Field(description="page size written in the swap header")
+
+
+class MemorySaverSpec(StrictModel):
+    """The nvidia-uvm memory-saver DKMS module (spark-ds41f)."""
+
+    required: bool = Field(description="the module must be built, signed and loaded")
+    package: PackageName = Field(description="DKMS source package")
+    package_version: PackageVersion = Field(description="exact version of the DKMS package")
+    dkms_name: Name = Field(description="DKMS module name (dkms status)")
+    dkms_version: Name = Field(description="DKMS module version")
+    module: Name = Field(description="kernel module name as loaded (/proc/modules)")
+    packing_parameter: Name = Field(description="module parameter that turns packing on")
+    packing: bool = Field(description="packing on (1) or off (0)")
+
+
+class MemorySpec(StrictModel):
+    """Memory policy: swap, THP, sysctls, memory-saver, display carve-out."""
+
+    swap: SwapSpec | None = Field(default=None, description="swap file, or none")
+    transparent_hugepages: Literal["always", "madvise", "never"] = Field(
+        description="/sys/kernel/mm/transparent_hugepage/enabled"
+    )
+    sysctls: dict[SysctlKey, Annotated[SysctlValue, BeforeValidator(_text_value)]] = Field(
+        default_factory=dict, description="kernel settings written to sysctl.d and applied live"
+    )
+    memory_saver: MemorySaverSpec | None = Field(
+        default=None, description="the memory-saver DKMS module, or none"
+    )
+    display_carveout: bool = Field(
+        default=False, description="GB10 display carve-out returned to serving (needs nvidia-drm modeset)"
+    )
+
+
+class SecureBootSpec(StrictModel):
+    """Secure Boot and the machine owner key used to sign DKMS modules."""
+
+    enabled: bool = Field(description="Secure Boot must be on (true) or off (false)")
+    mok_fingerprint: Sha1Fingerprint | None = Field(
+        default=None, description="SHA-1 fingerprint of the enrolled MOK certificate (never the key)"
+    )
+    mok_certificate: AbsPath = Field(
+        default="/var/lib/shim-signed/mok/MOK.der",
+        description="where the MOK certificate lives on the node (DKMS signs with it)",
+    )
+    mok_private_key: AbsPath = Field(
+        default="/var/lib/shim-signed/mok/MOK.priv",
+        description="where the MOK private key lives on the node; secret, never read or printed",
+    )
+
+
+class NvidiaDrmSpec(StrictModel):
+    """nvidia-drm module parameters (modprobe.d)."""
+
+    modeset: bool = Field(description="nvidia-drm modeset=1")
+    fbdev: bool = Field(description="nvidia-drm fbdev=1")
+
+
+class NvmeSpec(StrictModel):
+    """NVMe power and interrupt settings."""
+
+    apst: Literal["default", "disabled"] = Field(
+        description="Autonomous Power State Transition: 'disabled' pins the drive awake"
+    )
+    interrupt_coalescing: bool = Field(default=True, description="NVMe interrupt coalescing on")
+
+
+class FanControlSpec(StrictModel):
+    """The fan-control package and its daemon."""
+
+    package: PackageName = Field(description="fan-control Debian package")
+    version: PackageVersion = Field(description="exact package version")
+    service: SystemdUnit = Field(description="unit that must be enabled and active")
+
+
+class HostSpec(StrictModel):
+    """Host-level settings: boot target, display, NVMe, fans, services, extra packages."""
+
+    boot_target: Literal["multi-user.target", "graphical.target"] = Field(
+        description="systemd default target"
+    )
+    display_manager: bool = Field(description="a display manager may run (false: headless)")
+    nvidia_drm: NvidiaDrmSpec = Field(description="nvidia-drm module parameters")
+    nvme: NvmeSpec = Field(description="NVMe power settings")
+    fan_control: FanControlSpec | None = Field(default=None, description="fan control, or none")
+    disable_services: list[SystemdUnit] = Field(
+        default_factory=list, description="units that must be disabled and stopped"
+    )
+    packages: list[PackagePin] = Field(
+        default_factory=list, description="further packages held at exact versions"
+    )
+
+
+class CpusetSpec(StrictModel):
+    """The systemd slice that serving runs in and the CPUs it may use."""
+
+    slice: SystemdUnit = Field(default="sparkbase-serving.slice", description="slice unit name")
+    cpus: Annotated[list[int], BeforeValidator(_cpu_list)] = Field(
+        min_length=1, description="AllowedCPUs of the slice (list or cpulist text like 5-9,15-19)"
+    )
+
+    def cpulist(self) -> str:
+        """The CPUs as the kernel's compact cpulist text (`5-9,15-19`)."""
+        cpus = sorted(set(self.cpus))
+        ranges: list[str] = []
+        start = prev = cpus[0]
+        for cpu in [*cpus[1:], None]:
+            if cpu is not None and cpu == prev + 1:
+                prev = cpu
+                continue
+            ranges.append(f"{start}-{prev}" if prev != start else str(start))
+            if cpu is not None:
+                start = prev = cpu
+        return ",".join(ranges)
+
+
+class Baseline(StrictModel):
+    """One host profile. Its name is its file name (`baselines/NAME.yaml`)."""
+
+    version: SemVer = Field(description="version of this baseline; bump on any change it renders")
+    description: str = Field(default="", max_length=500, description="what this profile is for")
+    extends: Name | None = Field(default=None, description="baseline this one starts from")
+    abstract: bool = Field(
+        default=False, description="a partial profile other baselines extend; never assigned"
+    )
+    os: OsSpec = Field(description="operating system image")
+    kernel: KernelSpec = Field(description="kernel, page size and command line")
+    driver: DriverSpec = Field(description="NVIDIA driver")
+    nccl: NcclSpec = Field(description="NCCL library and settings")
+    fabric: FabricSpec = Field(description="ConnectX-7 ring fabric")
+    memory: MemorySpec = Field(description="memory policy")
+    secure_boot: SecureBootSpec = Field(description="Secure Boot and MOK")
+    host: HostSpec = Field(description="host settings")
+    cpuset: CpusetSpec = Field(description="serving cpuset")
+    shapes: list[Shape] = Field(min_length=1, description="shapes this baseline is qualified for")
+
+    def shape(self, name: str) -> Shape | None:
+        """The qualified shape called `name`, if any."""
+        return next((shape for shape in self.shapes if shape.name == name), None)
+
+    def packages(self) -> list[PackagePin]:
+        """Every package the baseline pins, in install order."""
+        pins = [*self.kernel.packages(), *self.driver.packages(self.kernel)]
+        pins.append(PackagePin(name=self.nccl.library.package, version=self.nccl.library.version))
+        if self.host.fan_control is not None:
+            fan = self.host.fan_control
+            pins.append(PackagePin(name=fan.package, version=fan.version))
+        saver = self.memory.memory_saver
+        if saver is not None and saver.required:
+            pins.append(PackagePin(name=saver.package, version=saver.package_version))
+        pins.extend(self.host.packages)
+        return pins

@@ -1,0 +1,403 @@
+"""Rules across fields and files, each pointing at the field a person should change.
+
+Every rule is a function over typed models that yields `Finding`s; `site.py` turns them
+into located `Problem`s. `contract_breaches` is also used by `compare`, `apply` and the
+gate, so the site contract is judged in exactly one place.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sparkbase.errors import Severity
+from sparkbase.model.baseline import SHAPE_NODES, Baseline
+from sparkbase.model.types import GB10_FAST_CPUS
+from sparkbase.model.yamlio import PathKey
+
+if TYPE_CHECKING:
+    from sparkbase.model.inventory import Inventory
+    from sparkbase.model.lanes import Lane
+    from sparkbase.model.site_rules import SiteContract
+
+#: which document a finding is about: ("baseline", name), ("inventory", ""), ("lane", name),
+#: ("site", "")
+DocRef = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A rule's verdict on one field of one document."""
+
+    doc: DocRef
+    path: PathKey
+    message: str
+    severity: Severity = Severity.ERROR
+
+
+@dataclass(frozen=True)
+class Breach:
+    """One way a baseline breaks the site contract."""
+
+    path: PathKey
+    what: str
+    expected: str
+    actual: str
+
+    def message(self) -> str:
+        """`kernel 7.0.0-… is not on the 6.17 line` style text."""
+        return f"{self.what}: the site contract says {self.expected}, this baseline has {self.actual}"
+
+
+def baseline_findings(name: str, baseline: Baseline) -> Iterator[Finding]:
+    """Rules inside one baseline."""
+    doc: DocRef = ("baseline", name)
+    kernel = baseline.kernel
+    is_64k_flavour = kernel.release.endswith("-64k")
+    if (kernel.page_size == 65536) != is_64k_flavour:
+        yield Finding(
+            doc,
+            ("kernel", "page_size"),
+            f"page size {kernel.page_size} does not match kernel {kernel.release}: 64 KiB pages "
+            "come only with a '-64k' kernel flavour, and a '-64k' kernel always runs them",
+        )
+    swap = baseline.memory.swap
+    if swap is not None and swap.header_page_size != kernel.page_size:
+        yield Finding(
+            doc,
+            ("memory", "swap", "header_page_size"),
+            f"swap header page size {swap.header_page_size} differs from the kernel's page size "
+            f"{kernel.page_size}: the kernel would refuse to swap on it",
+        )
+    saver = baseline.memory.memory_saver
+    unsigned = not baseline.secure_boot.enabled or baseline.secure_boot.mok_fingerprint is None
+    if saver is not None and saver.required and unsigned:
+        yield Finding(
+            doc,
+            ("memory", "memory_saver", "required"),
+            "a required memory-saver module needs Secure Boot on with an enrolled MOK key "
+            "(set secure_boot.enabled: true and secure_boot.mok_fingerprint) to be signed",
+        )
+    if baseline.memory.display_carveout and not baseline.host.nvidia_drm.modeset:
+        yield Finding(
+            doc,
+            ("memory", "display_carveout"),
+            "the display carve-out needs nvidia-drm modeset (set host.nvidia_drm.modeset: true)",
+        )
+    for index, cpu in enumerate(baseline.cpuset.cpus):
+        if cpu not in GB10_FAST_CPUS:
+            yield Finding(
+                doc,
+                ("cpuset", "cpus", index),
+                f"CPU {cpu} is not a GB10 fast core (Cortex-X925 are 5-9 and 15-19)",
+            )
+    hcas = set(baseline.fabric.hca_names())
+    for index, entry in enumerate(baseline.nccl.settings.ib_hca):
+        device = entry.lstrip("=^").split(":")[0]
+        if device not in hcas:
+            yield Finding(
+                doc,
+                ("nccl", "settings", "ib_hca", index),
+                f"'{device}' is not one of the fabric's RDMA devices ({', '.join(sorted(hcas))})",
+            )
+    if baseline.nccl.settings.ib_gid_index != baseline.fabric.gid_index:
+        yield Finding(
+            doc,
+            ("nccl", "settings", "ib_gid_index"),
+            f"NCCL_IB_GID_INDEX {baseline.nccl.settings.ib_gid_index} differs from the fabric's "
+            f"RoCE v2 GID index {baseline.fabric.gid_index}",
+        )
+    netdevs = [port.netdev for port in baseline.fabric.ports]
+    if len(set(netdevs)) != len(netdevs):
+        yield Finding(doc, ("fabric", "ports"), "a netdev is listed twice")
+    added = {arg.split("=")[0]: arg for arg in kernel.cmdline_add}
+    for index, arg in enumerate(kernel.cmdline_forbid):
+        if arg in kernel.cmdline_add or ("=" not in arg and arg in added):
+            yield Finding(
+                doc,
+                ("kernel", "cmdline_forbid", index),
+                f"'{arg}' is both required (cmdline_add) and forbidden",
+            )
+    for index, shape in enumerate(baseline.shapes):
+        if shape.transport == "oneshot-ring4" and SHAPE_NODES[shape.name] != 4:
+            yield Finding(
+                doc,
+                ("shapes", index, "transport"),
+                f"transport oneshot-ring4 needs four nodes; shape {shape.name} has "
+                f"{SHAPE_NODES[shape.name]}",
+            )
+    if not baseline.driver.confirmed:
+        yield Finding(
+            doc,
+            ("driver", "version"),
+            f"driver {baseline.driver.version} is a placeholder the site has yet to confirm "
+            "(set driver.confirmed: true once it is)",
+            Severity.WARNING,
+        )
+
+
+def contract_breaches(contract: SiteContract, baseline: Baseline) -> list[Breach]:
+    """Every way `baseline` breaks the site contract (empty when it satisfies it)."""
+    breaches: list[Breach] = []
+    release = baseline.kernel.release
+    if not release.startswith(contract.kernel_line + "."):
+        breaches.append(
+            Breach(("kernel", "release"), "kernel line", contract.kernel_line, release)
+        )
+    if baseline.kernel.page_size != contract.page_size:
+        breaches.append(
+            Breach(
+                ("kernel", "page_size"),
+                "page size",
+                str(contract.page_size),
+                str(baseline.kernel.page_size),
+            )
+        )
+    merge = baseline.nccl.settings.ib_merge_nics
+    if merge != contract.nccl_ib_merge_nics:
+        breaches.append(
+            Breach(
+                ("nccl", "settings", "ib_merge_nics"),
+                "NCCL_IB_MERGE_NICS",
+                str(contract.nccl_ib_merge_nics),
+                str(merge),
+            )
+        )
+    saver = baseline.memory.memory_saver
+    if saver is not None and saver.required and not contract.memory_saver_allowed:
+        breaches.append(
+            Breach(
+                ("memory", "memory_saver", "required"),
+                "memory-saver DKMS module",
+                "not allowed",
+                "required",
+            )
+        )
+    if baseline.memory.display_carveout and not contract.display_carveout_allowed:
+        breaches.append(
+            Breach(("memory", "display_carveout"), "display carve-out", "not allowed", "used")
+        )
+    for index, shape in enumerate(baseline.shapes):
+        if shape.transport not in contract.transports:
+            breaches.append(
+                Breach(
+                    ("shapes", index, "transport"),
+                    f"transport of shape {shape.name}",
+                    " or ".join(contract.transports),
+                    shape.transport,
+                )
+            )
+    return breaches
+
+
+def contract_notice(name: str, baseline: Baseline, breaches: list[Breach]) -> str:
+    """One plain sentence: this baseline cannot be assigned while the contract stands."""
+    reasons = "; ".join(breach.message() for breach in breaches)
+    return (
+        f"baseline '{name}' breaks the site contract and cannot be assigned to a node while "
+        f"the contract stands: {reasons}"
+    )
+
+
+def inventory_findings(
+    inventory: Inventory,
+    baselines: dict[str, Baseline],
+    abstract: set[str],
+    contract: SiteContract,
+) -> Iterator[Finding]:
+    """Rules across the inventory, the baselines it names and the site contract."""
+    doc: DocRef = ("inventory", "")
+    nodes = inventory.nodes
+    ranks: dict[int, str] = {}
+    for name, node in nodes.items():
+        base = ("nodes", name)
+        if node.rank in ranks:
+            yield Finding(doc, (*base, "rank"), f"rank {node.rank} is also {ranks[node.rank]}'s")
+        ranks[node.rank] = name
+        if node.baseline in abstract:
+            yield Finding(
+                doc,
+                (*base, "baseline"),
+                f"'{node.baseline}' is abstract (a base for other baselines); assign a concrete one",
+            )
+            continue
+        baseline = baselines.get(node.baseline)
+        if baseline is None:
+            yield Finding(
+                doc,
+                (*base, "baseline"),
+                f"no baseline '{node.baseline}' in baselines/ (have: {', '.join(sorted(baselines))})",
+            )
+            continue
+        breaches = contract_breaches(contract, baseline)
+        if breaches:
+            yield Finding(
+                doc,
+                (*base, "baseline"),
+                contract_notice(node.baseline, baseline, breaches)
+                + " (an override is recorded by `sparkbase apply --override-policy`)",
+            )
+        yield from _link_findings(name, inventory, baseline)
+    yield from _shared_findings(inventory, baselines, contract)
+
+
+def _link_findings(name: str, inventory: Inventory, baseline: Baseline) -> Iterator[Finding]:
+    doc: DocRef = ("inventory", "")
+    node = inventory.nodes[name]
+    views: dict[int, set[str]] = {}
+    for port in baseline.fabric.ports:
+        views.setdefault(port.port, set()).add(port.netdev)
+    used_ports: set[int] = set()
+    for index, link in enumerate(node.links):
+        path: PathKey = ("nodes", name, "links", index)
+        if link.port in used_ports:
+            yield Finding(doc, (*path, "port"), f"port {link.port} is cabled twice")
+        used_ports.add(link.port)
+        peer = inventory.nodes.get(link.peer)
+        if peer is None or link.peer == name:
+            yield Finding(doc, (*path, "peer"), f"'{link.peer}' is not another node of the inventory")
+            continue
+        back = [
+            other
+            for other in peer.links
+            if other.peer == name and other.port == link.peer_port and other.peer_port == link.port
+        ]
+        if not back:
+            yield Finding(
+                doc,
+                (*path, "peer"),
+                f"cabling is not reciprocal: {link.peer} has no link on port {link.peer_port} "
+                f"back to {name} port {link.port}",
+            )
+        elif back[0].subnet != link.subnet:
+            yield Finding(
+                doc,
+                (*path, "subnet"),
+                f"the two ends of this cable must share one subnet: {name} says {link.subnet}, "
+                f"{link.peer} says {back[0].subnet}",
+            )
+        subnet = ipaddress.IPv4Network(link.subnet)
+        expected_views = views.get(link.port, set())
+        for netdev, address in link.addresses.items():
+            if netdev not in expected_views:
+                yield Finding(
+                    doc,
+                    (*path, "addresses", netdev),
+                    f"{netdev} is not a view of port {link.port} "
+                    f"(views: {', '.join(sorted(expected_views)) or 'none'})",
+                )
+            if ipaddress.IPv4Interface(address).ip not in subnet:
+                yield Finding(
+                    doc,
+                    (*path, "addresses", netdev),
+                    f"{address} is not in the cable's subnet {link.subnet}",
+                )
+        missing = expected_views - set(link.addresses)
+        if missing:
+            yield Finding(
+                doc,
+                (*path, "addresses"),
+                f"no address for {', '.join(sorted(missing))} (every view of the port needs one)",
+            )
+
+
+def _shared_findings(
+    inventory: Inventory, baselines: dict[str, Baseline], contract: SiteContract
+) -> Iterator[Finding]:
+    doc: DocRef = ("inventory", "")
+    assigned = [
+        (name, baselines[node.baseline])
+        for name, node in inventory.nodes.items()
+        if node.baseline in baselines
+    ]
+    if not assigned:
+        return
+    first_name, first = assigned[0]
+    for name, baseline in assigned[1:]:
+        if contract.shared_nccl_library and baseline.nccl.library != first.nccl.library:
+            yield Finding(
+                doc,
+                ("nodes", name, "baseline"),
+                f"{name} would load a different NCCL library than {first_name}; the site "
+                "contract wants one library (path and sha256) on every node",
+            )
+        same_shape = (baseline.fabric.ports, baseline.fabric.mtu) == (
+            first.fabric.ports,
+            first.fabric.mtu,
+        )
+        if contract.shared_netplan_shape and not same_shape:
+            yield Finding(
+                doc,
+                ("nodes", name, "baseline"),
+                f"{name}'s fabric netplan differs in shape from {first_name}'s; the site "
+                "contract wants one netplan shape on every node",
+            )
+    seen_addresses: dict[str, str] = {}
+    for name, node in inventory.nodes.items():
+        for index, link in enumerate(node.links):
+            for netdev, address in link.addresses.items():
+                ip = str(ipaddress.IPv4Interface(address).ip)
+                if ip in seen_addresses:
+                    yield Finding(
+                        doc,
+                        ("nodes", name, "links", index, "addresses", netdev),
+                        f"address {ip} is also used by {seen_addresses[ip]}",
+                    )
+                seen_addresses[ip] = f"{name} {netdev}"
+
+
+def lane_findings(
+    name: str,
+    lane: Lane,
+    baselines: dict[str, Baseline],
+    inventory: Inventory,
+) -> Iterator[Finding]:
+    """Rules for one lane: its baseline, version, shape and nodes.
+
+    A disabled lane (one the site rejected) is still checked for references that do not
+    exist, but not for being launchable: preflight refuses it anyway.
+    """
+    doc: DocRef = ("lane", name)
+    baseline = baselines.get(lane.baseline)
+    if baseline is None:
+        yield Finding(doc, ("baseline",), f"no baseline '{lane.baseline}' in baselines/")
+        return
+    if lane.baseline_version != baseline.version:
+        severity = Severity.ERROR if lane.enabled else Severity.WARNING
+        yield Finding(
+            doc,
+            ("baseline_version",),
+            f"lane was qualified on {lane.baseline} {lane.baseline_version}, but the baseline is "
+            f"now {baseline.version}: requalify the lane, then update baseline_version",
+            severity,
+        )
+    shape = baseline.shape(lane.shape)
+    if shape is None:
+        yield Finding(
+            doc,
+            ("shape",),
+            f"baseline {lane.baseline} is not qualified for shape {lane.shape} "
+            f"(qualified: {', '.join(s.name for s in baseline.shapes)})",
+        )
+    if len(lane.nodes) != SHAPE_NODES[lane.shape]:
+        yield Finding(
+            doc,
+            ("nodes",),
+            f"shape {lane.shape} needs {SHAPE_NODES[lane.shape]} nodes, the lane names "
+            f"{len(lane.nodes)}",
+        )
+    if len(set(lane.nodes)) != len(lane.nodes):
+        yield Finding(doc, ("nodes",), "a node is named twice")
+    for index, node_name in enumerate(lane.nodes):
+        node = inventory.nodes.get(node_name)
+        if node is None:
+            yield Finding(doc, ("nodes", index), f"no node '{node_name}' in the inventory")
+        elif lane.enabled and node.baseline != lane.baseline:
+            yield Finding(
+                doc,
+                ("nodes", index),
+                f"{node_name} carries baseline {node.baseline}, but the lane needs "
+                f"{lane.baseline}: a lane's nodes all carry its baseline",
+            )

@@ -1,0 +1,361 @@
+"""Load a whole site (rules, baselines, inventory, lanes) into one validated `Site`.
+
+This is where data enters sparkbase: every file is read once, validated once, and every
+problem in every file is reported at once as `FILE:LINE:COL: field.path: message`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from sparkbase.errors import ConfigError, Problem, Severity
+from sparkbase.model.baseline import Baseline
+from sparkbase.model.inventory import Inventory
+from sparkbase.model.lanes import Lane
+from sparkbase.model.rules import (
+    DocRef,
+    Finding,
+    baseline_findings,
+    contract_breaches,
+    contract_notice,
+    inventory_findings,
+    lane_findings,
+)
+from sparkbase.model.site_rules import SiteRules
+from sparkbase.model.yamlio import Location, PathKey, YamlDocument, dotted, load_yaml
+
+SITE_RULES_FILE = "site.yaml"
+DEFAULT_INVENTORY = Path("inventory") / "site.yaml"
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
+
+M = TypeVar("M", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class Site:
+    """A validated site: everything sparkbase knows about the fleet it manages."""
+
+    root: Path
+    rules: SiteRules
+    baselines: dict[str, Baseline]
+    abstract_baselines: frozenset[str]
+    inventory: Inventory
+    inventory_file: Path
+    lanes: dict[str, Lane]
+    warnings: list[Problem] = field(default_factory=list)
+
+    def baseline_of(self, node: str) -> Baseline:
+        """The baseline assigned to `node`."""
+        return self.baselines[self.inventory.nodes[node].baseline]
+
+    def path(self, relative: str) -> Path:
+        """A path named in a site file, resolved against the site root."""
+        candidate = Path(relative).expanduser()
+        return candidate if candidate.is_absolute() else self.root / candidate
+
+
+def find_site_root(start: Path) -> Path:
+    """The site directory: `start`, or the nearest parent holding baselines/site.yaml."""
+    start = start.resolve()
+    for candidate in (start, *start.parents):
+        if (candidate / "baselines" / SITE_RULES_FILE).is_file():
+            return candidate
+    raise ConfigError(
+        [
+            Problem(
+                start / "baselines" / SITE_RULES_FILE,
+                1,
+                1,
+                "",
+                "no site here: expected baselines/site.yaml in this directory or a parent "
+                "(pass --site DIR)",
+            )
+        ]
+    )
+
+
+class _Loader:
+    """Collects documents and problems while a site loads."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.problems: list[Problem] = []
+        self.docs: dict[DocRef, YamlDocument] = {}
+
+    def read(self, ref: DocRef, file: Path) -> YamlDocument | None:
+        try:
+            doc = load_yaml(file)
+        except ConfigError as exc:
+            self.problems.extend(exc.problems)
+            return None
+        if not isinstance(doc.data, dict):
+            kind = "empty" if doc.data is None else type(doc.data).__name__
+            self.problems.append(Problem(file, 1, 1, "", f"expected a mapping, the file is {kind}"))
+            return None
+        self.docs[ref] = doc
+        return doc
+
+    def validate(self, ref: DocRef, model: type[M], data: Any) -> M | None:
+        try:
+            return model.model_validate(data)
+        except ValidationError as exc:
+            doc = self.docs[ref]
+            for error in exc.errors():
+                self.problems.append(_problem_from_error(doc, model, error))
+            return None
+
+    def add(self, finding: Finding) -> None:
+        doc = self.docs[finding.doc]
+        location = doc.locate(finding.path)
+        self.problems.append(
+            Problem(
+                location.file,
+                location.line,
+                location.column,
+                dotted(finding.path),
+                finding.message,
+                finding.severity,
+            )
+        )
+
+
+def load_site(root: Path, inventory: Path | None = None) -> Site:
+    """Load and validate the site at `root`; raise ConfigError listing every problem."""
+    root = root.resolve()
+    loader = _Loader(root)
+    rules_doc = loader.read(("site", ""), root / "baselines" / SITE_RULES_FILE)
+    rules = loader.validate(("site", ""), SiteRules, rules_doc.data) if rules_doc else None
+
+    raw_baselines: dict[str, YamlDocument] = {}
+    for file in sorted((root / "baselines").glob("*.yaml")):
+        if file.name == SITE_RULES_FILE:
+            continue
+        name = file.stem
+        ref: DocRef = ("baseline", name)
+        doc = loader.read(ref, file)
+        if doc is not None:
+            if not _valid_name(name):
+                loader.problems.append(Problem(file, 1, 1, "", f"'{name}' is not a valid name"))
+                continue
+            raw_baselines[name] = doc
+    merged = _resolve_extends(raw_baselines, loader)
+    baselines: dict[str, Baseline] = {}
+    abstract: set[str] = set()
+    for name, doc in merged.items():
+        if doc.data.get("abstract") is True:
+            abstract.add(name)
+            continue
+        loader.docs[("baseline", name)] = doc
+        baseline = loader.validate(("baseline", name), Baseline, doc.data)
+        if baseline is not None:
+            baselines[name] = baseline
+
+    inventory_file = (root / (inventory or DEFAULT_INVENTORY)).resolve()
+    inv_doc = loader.read(("inventory", ""), inventory_file)
+    inv = loader.validate(("inventory", ""), Inventory, inv_doc.data) if inv_doc else None
+
+    lanes: dict[str, Lane] = {}
+    for file in sorted((root / "lanes").glob("*.yaml")):
+        lane_ref: DocRef = ("lane", file.stem)
+        lane_doc = loader.read(lane_ref, file)
+        if lane_doc is None:
+            continue
+        if not _valid_name(file.stem):
+            loader.problems.append(Problem(file, 1, 1, "", f"'{file.stem}' is not a valid name"))
+            continue
+        lane = loader.validate(lane_ref, Lane, lane_doc.data)
+        if lane is not None:
+            lanes[file.stem] = lane
+
+    for name, baseline in baselines.items():
+        for finding in baseline_findings(name, baseline):
+            loader.add(finding)
+    if rules is not None and inv is not None:
+        for finding in inventory_findings(inv, baselines, abstract, rules.contract):
+            loader.add(finding)
+        assigned = {node.baseline for node in inv.nodes.values()}
+        for name, baseline in baselines.items():
+            breaches = contract_breaches(rules.contract, baseline)
+            if breaches and name not in assigned:
+                loader.add(
+                    Finding(
+                        ("baseline", name),
+                        breaches[0].path,
+                        contract_notice(name, baseline, breaches),
+                        Severity.WARNING,
+                    )
+                )
+    if inv is not None:
+        for name, lane in lanes.items():
+            for finding in lane_findings(name, lane, baselines, inv):
+                loader.add(finding)
+
+    errors = [p for p in loader.problems if p.severity is Severity.ERROR]
+    if errors or rules is None or inv is None:
+        raise ConfigError(loader.problems)
+    return Site(
+        root=root,
+        rules=rules,
+        baselines=baselines,
+        abstract_baselines=frozenset(abstract),
+        inventory=inv,
+        inventory_file=inventory_file,
+        lanes=lanes,
+        warnings=loader.problems,
+    )
+
+
+def _valid_name(name: str) -> bool:
+    import re
+
+    return re.fullmatch(NAME_PATTERN, name) is not None
+
+
+def _resolve_extends(
+    raw: dict[str, YamlDocument], loader: _Loader
+) -> dict[str, YamlDocument]:
+    """Merge each baseline over the one it extends (mappings deep, lists replaced)."""
+    resolved: dict[str, YamlDocument] = {}
+
+    def resolve(name: str, chain: tuple[str, ...]) -> YamlDocument | None:
+        if name in resolved:
+            return resolved[name]
+        doc = raw[name]
+        parent_name = doc.data.get("extends")
+        if parent_name is None:
+            resolved[name] = doc
+            return doc
+        where = doc.locate(("extends",))
+        if not isinstance(parent_name, str) or parent_name not in raw:
+            loader.problems.append(
+                Problem(
+                    where.file,
+                    where.line,
+                    where.column,
+                    "extends",
+                    f"no baseline '{parent_name}' to extend (have: {', '.join(sorted(raw))})",
+                )
+            )
+            return None
+        if parent_name in chain:
+            cycle = " -> ".join([*chain, name, parent_name])
+            loader.problems.append(
+                Problem(where.file, where.line, where.column, "extends", f"extends cycle: {cycle}")
+            )
+            return None
+        parent = resolve(parent_name, (*chain, name))
+        if parent is None:
+            return None
+        data = _merge(parent.data, doc.data)
+        data.pop("extends", None)
+        if "abstract" not in doc.data:
+            data.pop("abstract", None)
+        locations = {**parent.locations, **doc.locations}
+        merged = YamlDocument(file=doc.file, data=data, locations=locations)
+        resolved[name] = merged
+        return merged
+
+    for name in raw:
+        resolve(name, ())
+    return {name: doc for name, doc in resolved.items()}
+
+
+def _merge(base: Any, over: Any) -> Any:
+    if isinstance(base, dict) and isinstance(over, dict):
+        out = dict(base)
+        for key, value in over.items():
+            out[key] = _merge(base[key], value) if key in base else value
+        return out
+    return over
+
+
+def _problem_from_error(doc: YamlDocument, model: type[BaseModel], error: Any) -> Problem:
+    """Turn one pydantic error into a located, readable problem."""
+    path = _data_path(doc.data, tuple(error["loc"]))
+    location: Location = doc.locate(path)
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        key = str(path[-1]) if path else "?"
+        known = _field_names(model, path[:-1])
+        message = f"unknown key '{key}'"
+        close = difflib.get_close_matches(key, known, n=1)
+        if close:
+            message += f"; did you mean '{close[0]}'?"
+        elif known:
+            message += f" (allowed: {', '.join(sorted(known))})"
+    elif kind == "missing":
+        message = "required field is missing"
+    else:
+        message = str(error["msg"])
+        if message.startswith("Value error, "):
+            message = message[len("Value error, ") :]
+        if "input" in error and not isinstance(error["input"], dict | list):
+            message += f" (got {error['input']!r})"
+    return Problem(location.file, location.line, location.column, dotted(path), message)
+
+
+def _data_path(data: Any, loc: tuple[Any, ...]) -> PathKey:
+    """Map pydantic's error location onto the data's key path (dropping union tags)."""
+    path: list[str | int] = []
+    current = data
+    for part in loc:
+        if part == "[key]":
+            continue
+        if isinstance(current, dict):
+            if part in current:
+                path.append(part)
+                current = current[part]
+            elif current.get("kind") == part:
+                continue
+            else:
+                path.append(part)
+                current = None
+        elif isinstance(current, list) and isinstance(part, int) and 0 <= part < len(current):
+            path.append(part)
+            current = current[part]
+        elif isinstance(part, str | int):
+            path.append(part)
+            current = None
+    return tuple(path)
+
+
+def _field_names(model: type[BaseModel], path: PathKey) -> list[str]:
+    """Field names of the model found at `path` inside `model` (for "did you mean")."""
+    current: Any = model
+    for part in path:
+        current = _unwrap(current)
+        if isinstance(current, type) and issubclass(current, BaseModel):
+            if not isinstance(part, str) or part not in current.model_fields:
+                return []
+            current = current.model_fields[part].annotation
+        else:
+            args = typing.get_args(current)
+            if not args:
+                return []
+            current = args[-1]
+    current = _unwrap(current)
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return list(current.model_fields)
+    return []
+
+
+def _unwrap(annotation: Any) -> Any:
+    """Strip Annotated and Optional wrappers."""
+    while True:
+        origin = typing.get_origin(annotation)
+        if origin is typing.Annotated:
+            annotation = typing.get_args(annotation)[0]
+        elif origin in (typing.Union, types.UnionType):
+            options = [a for a in typing.get_args(annotation) if a is not type(None)]
+            if len(options) != 1:
+                return annotation
+            annotation = options[0]
+        else:
+            return annotation

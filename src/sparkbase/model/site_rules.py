@@ -1,0 +1,88 @@
+"""The site contract every assigned baseline must satisfy, and the re-open triggers.
+
+Both come from `baselines/site.yaml`. The contract is what makes lane switching cheap
+(one kernel line, one page size, one NCCL library and merge setting, one netplan shape);
+the triggers are the written conditions under which a rejected baseline is looked at again.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from sparkbase.model.baseline import Transport
+from sparkbase.model.types import Name, PageSize, StrictModel
+
+
+def _default_transports() -> list[Transport]:
+    return ["nccl-ring"]
+
+
+class SiteContract(StrictModel):
+    """Invariants of the site: a node's baseline that breaks one is refused."""
+
+    kernel_line: str = Field(
+        pattern=r"^[0-9]+\.[0-9]+$", description="kernel release line every node runs, e.g. 6.17"
+    )
+    page_size: PageSize = Field(description="page size every node runs")
+    nccl_ib_merge_nics: Literal[0, 1] = Field(description="NCCL_IB_MERGE_NICS every node sets")
+    shared_nccl_library: bool = Field(
+        default=True, description="every node loads the same NCCL library (path and sha256)"
+    )
+    shared_netplan_shape: bool = Field(
+        default=True, description="every node has the same fabric netplan shape (ports, MTU)"
+    )
+    memory_saver_allowed: bool = Field(
+        default=False, description="a memory-saver DKMS module may be required"
+    )
+    display_carveout_allowed: bool = Field(
+        default=False, description="the GB10 display carve-out may be used"
+    )
+    transports: list[Transport] = Field(
+        default_factory=_default_transports,
+        description="collective transports serving may use",
+    )
+
+
+class KernelPinTrigger(StrictModel):
+    """Fires when the site's kernel pin (contract and live fleet) moves to a given line."""
+
+    id: Name = Field(description="short identifier")
+    kind: Literal["kernel-pin"] = Field(description="trigger kind")
+    description: str = Field(max_length=500, description="the condition, in the site's words")
+    reopens: str = Field(max_length=500, description="the decision it re-opens")
+    kernel_line_prefix: str = Field(
+        pattern=r"^[0-9]+\.$|^[0-9]+\.[0-9]+$", description="e.g. '7.' for the 7.x line"
+    )
+    page_size: PageSize = Field(description="page size of the new pin")
+
+
+class SessionLoadTrigger(StrictModel):
+    """Fires when long-context sessions run concurrently above a threshold, sustained."""
+
+    id: Name = Field(description="short identifier")
+    kind: Literal["session-load"] = Field(description="trigger kind")
+    description: str = Field(max_length=500, description="the condition, in the site's words")
+    reopens: str = Field(max_length=500, description="the decision it re-opens")
+    metric: str = Field(
+        pattern=r"^[a-zA-Z_:][a-zA-Z0-9_:]*$",
+        description="Prometheus gauge: context length in tokens of each running request",
+    )
+    min_context_tokens: int = Field(ge=1, description="a session counts from this many tokens")
+    more_than: int = Field(ge=0, description="fires when more than this many run at once")
+    window_minutes: int = Field(ge=1, description="window the load is judged over")
+    sustained_fraction: float = Field(
+        gt=0, le=1, description="fraction of samples in the window that must exceed the threshold"
+    )
+
+
+Trigger = Annotated[KernelPinTrigger | SessionLoadTrigger, Field(discriminator="kind")]
+
+
+class SiteRules(StrictModel):
+    """`baselines/site.yaml`: the site contract and the re-open triggers."""
+
+    site: Name = Field(description="site name")
+    contract: SiteContract = Field(description="what every node's baseline must satisfy")
+    triggers: list[Trigger] = Field(default_factory=list, description="re-open triggers")

@@ -1,0 +1,81 @@
+"""Constrained scalar types shared by the models: each refuses text that could escape
+where it lands (a shell line, a config file, a kernel command line)."""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, StringConstraints
+
+
+class StrictModel(BaseModel):
+    """Base of every sparkbase model: unknown keys are errors, values are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+#: a name used for files, units and inventory keys: no spaces, quotes or shell characters
+Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")]
+#: a Debian package name / version
+PackageName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9+.-]{1,100}$")]
+PackageVersion = Annotated[str, StringConstraints(pattern=r"^[0-9][A-Za-z0-9.+~:-]{0,100}$")]
+#: a kernel release such as 6.17.0-1032-nvidia or 7.0.0-1019-nvidia-64k
+KernelRelease = Annotated[
+    str, StringConstraints(pattern=r"^[0-9]+\.[0-9]+\.[0-9]+-[0-9]+-[a-z0-9]+(-[a-z0-9]+)*$")
+]
+#: a kernel command-line argument (`kho=off`, `quiet`): no spaces, quotes or separators
+KernelArg = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.-]+(=[A-Za-z0-9_.,:/-]+)?$")]
+Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+#: an OpenSSL-style SHA-1 fingerprint as mokutil prints it (aa:bb:…, 20 bytes)
+Sha1Fingerprint = Annotated[str, StringConstraints(pattern=r"^([0-9a-f]{2}:){19}[0-9a-f]{2}$")]
+SemVer = Annotated[str, StringConstraints(pattern=r"^[0-9]+\.[0-9]+\.[0-9]+$")]
+PageSize = Literal[4096, 65536]
+Netdev = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9]{1,15}$")]
+SystemdUnit = Annotated[
+    str, StringConstraints(pattern=r"^[A-Za-z0-9@_.-]+\.(service|target|slice|socket|timer)$")
+]
+
+
+def _absolute_clean_path(value: str) -> str:
+    if not value.startswith("/"):
+        raise ValueError("must be an absolute path (start with /)")
+    parts = value.split("/")
+    if any(part in {"..", "."} for part in parts):
+        raise ValueError("must not contain '.' or '..' components")
+    if "//" in value or value.endswith("/"):
+        raise ValueError("must be a normalised path (no '//' and no trailing '/')")
+    return value
+
+
+AbsPath = Annotated[
+    str,
+    StringConstraints(pattern=r"^[A-Za-z0-9/_.+-]{1,255}$"),
+    AfterValidator(_absolute_clean_path),
+]
+
+
+def _ipv4_interface(value: str) -> str:
+    try:
+        iface = ipaddress.IPv4Interface(value)
+    except ValueError as exc:
+        raise ValueError(f"not an IPv4 address with prefix: {exc}") from None
+    if "/" not in value:
+        raise ValueError("give the prefix length too, e.g. 192.168.101.1/24")
+    return str(iface)
+
+
+def _ipv4_network(value: str) -> str:
+    try:
+        return str(ipaddress.IPv4Network(value, strict=True))
+    except ValueError as exc:
+        raise ValueError(f"not an IPv4 network: {exc}") from None
+
+
+IPv4Interface = Annotated[str, AfterValidator(_ipv4_interface)]
+IPv4Network = Annotated[str, AfterValidator(_ipv4_network)]
+
+#: GB10 fast cores (Cortex-X925): CPUs 5-9 and 15-19
+GB10_FAST_CPUS: frozenset[int] = frozenset([*range(5, 10), *range(15, 20)])
+GB10_CPU_COUNT = 20
+

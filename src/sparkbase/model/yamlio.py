@@ -1,0 +1,172 @@
+"""Read YAML into plain Python data plus the source location of every key.
+
+ruamel.yaml keeps line and column for every mapping key and sequence item; we walk the
+loaded document once, convert it to plain dicts/lists/scalars (what pydantic validates)
+and record `path -> Location` so that any later error can point at the line that caused
+it. Limits guard against hostile files: size, nesting depth and node count (alias bombs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sparkbase.errors import ConfigError, Problem
+
+MAX_FILE_BYTES = 1024 * 1024
+MAX_DEPTH = 40
+MAX_NODES = 50_000
+
+PathKey = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a value came from: file and 1-based line/column."""
+
+    file: Path
+    line: int
+    column: int
+
+
+@dataclass
+class YamlDocument:
+    """Plain data loaded from one file and the location of each key path in it."""
+
+    file: Path
+    data: Any
+    locations: dict[PathKey, Location] = field(default_factory=dict)
+
+    def locate(self, path: PathKey) -> Location:
+        """The location of `path`, or of its nearest located ancestor (the file start)."""
+        probe = tuple(path)
+        while probe:
+            if probe in self.locations:
+                return self.locations[probe]
+            probe = probe[:-1]
+        return self.locations.get((), Location(self.file, 1, 1))
+
+
+def dotted(path: PathKey) -> str:
+    """`('nodes', 'spark1', 'links', 0)` -> `nodes.spark1.links[0]`."""
+    text = ""
+    for part in path:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += f".{part}" if text else str(part)
+    return text
+
+
+class _Walker:
+    """Converts ruamel's round-trip objects into plain data, recording locations."""
+
+    def __init__(self, file: Path) -> None:
+        self.file = file
+        self.locations: dict[PathKey, Location] = {(): Location(file, 1, 1)}
+        self.count = 0
+
+    def walk(self, node: Any, path: PathKey, depth: int) -> Any:
+        from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+        self.count += 1
+        if self.count > MAX_NODES:
+            raise _LimitError(path, f"more than {MAX_NODES} values (alias bomb?)")
+        if depth > MAX_DEPTH:
+            raise _LimitError(path, f"nested deeper than {MAX_DEPTH} levels")
+        if isinstance(node, CommentedMap):
+            out: dict[str, Any] = {}
+            for key in node:
+                if not isinstance(key, str | int | float | bool) or key is None:
+                    raise _LimitError(path, f"mapping key {key!r} is not a plain scalar")
+                name = str(key)
+                line, col = node.lc.key(key)
+                self.locations[(*path, name)] = Location(self.file, line + 1, col + 1)
+                out[name] = self.walk(node[key], (*path, name), depth + 1)
+            return out
+        if isinstance(node, CommentedSeq):
+            items: list[Any] = []
+            for index, item in enumerate(node):
+                line, col = node.lc.item(index)
+                self.locations[(*path, index)] = Location(self.file, line + 1, col + 1)
+                items.append(self.walk(item, (*path, index), depth + 1))
+            return items
+        if isinstance(node, dict | list):  # pragma: no cover - ruamel always gives Commented*
+            raise _LimitError(path, "unexpected container type")
+        return _plain_scalar(node)
+
+
+class _LimitError(Exception):
+    def __init__(self, path: PathKey, message: str) -> None:
+        super().__init__(message)
+        self.path = path
+        self.message = message
+
+
+def _plain_scalar(value: Any) -> Any:
+    """ruamel wraps scalars (ScalarFloat, TaggedScalar…); hand pydantic plain types."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, str):
+        return str(value)
+    # dates, binary, tagged scalars: keep their text so pydantic reports a type error
+    return str(value)
+
+
+def load_yaml(file: Path) -> YamlDocument:
+    """Load one YAML file; raise ConfigError with a located problem on any failure."""
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import MarkedYAMLError, YAMLError
+
+    def fail(line: int, column: int, message: str, path: str = "") -> ConfigError:
+        return ConfigError([Problem(file, line, column, path, message)])
+
+    try:
+        raw = file.read_bytes()
+    except OSError as exc:
+        raise fail(1, 1, f"cannot read file: {exc.strerror or exc}") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise fail(1, 1, f"file is {len(raw)} bytes; the limit is {MAX_FILE_BYTES}")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise fail(line, column, f"not valid UTF-8 (byte 0x{raw[exc.start]:02x})") from None
+    yaml = YAML(typ="rt")
+    yaml.allow_duplicate_keys = False
+    try:
+        loaded = yaml.load(text)
+    except MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark is not None else 1
+        column = mark.column + 1 if mark is not None else 1
+        message = " ".join(part for part in (exc.context, exc.problem) if part)
+        if "found duplicate key" in str(exc):
+            message = _duplicate_key_message(str(exc))
+        raise fail(line, column, f"YAML: {message.strip() or 'syntax error'}") from None
+    except YAMLError as exc:
+        raise fail(1, 1, f"YAML: {exc}") from None
+    except RecursionError:
+        raise fail(1, 1, f"YAML: nested deeper than {MAX_DEPTH} levels") from None
+    walker = _Walker(file)
+    try:
+        data = walker.walk(loaded, (), 0)
+    except _LimitError as exc:
+        location = walker.locations.get(exc.path, Location(file, 1, 1))
+        raise fail(location.line, location.column, exc.message, dotted(exc.path)) from None
+    except RecursionError:
+        raise fail(1, 1, f"nested deeper than {MAX_DEPTH} levels") from None
+    return YamlDocument(file=file, data=data, locations=walker.locations)
+
+
+def _duplicate_key_message(text: str) -> str:
+    for line in text.splitlines():
+        if "found duplicate key" in line:
+            return line.strip().split(" with value")[0] + " (each key may appear once)"
+    return "duplicate key (each key may appear once)"
