@@ -1,0 +1,85 @@
+"""Options and helpers shared by the sub-commands (import-light)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sparkbase.model.site import Site
+
+
+def add_site_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--site DIR` and `--inventory FILE`: which site to load."""
+    parser.add_argument(
+        "--site",
+        type=Path,
+        default=Path("."),
+        help="site directory holding baselines/, inventory/, lanes/ (default: here or a parent)",
+    )
+    parser.add_argument(
+        "--inventory",
+        type=Path,
+        default=None,
+        help="inventory file relative to the site (default: inventory/site.yaml)",
+    )
+
+
+def add_target_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--lab [DIR]` and `--limit NODE…`: which nodes, reached how."""
+    parser.add_argument(
+        "--lab",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="DIR",
+        help="reach the nodes of the emulated fleet (its ssh_config and known_hosts) instead "
+        "of the inventory's; DIR defaults to $SPARKBASE_LAB_DIR or /var/lib/sparkbase/lab",
+    )
+    parser.add_argument(
+        "--limit", nargs="+", metavar="NODE", default=None, help="only these nodes"
+    )
+
+
+def load_site_or_exit(args: argparse.Namespace) -> Site:
+    """Load the site named by the arguments; on problems print them all and exit 2."""
+    from sparkbase.errors import ConfigError
+    from sparkbase.model.site import find_site_root, load_site
+
+    try:
+        root = find_site_root(args.site)
+        site = load_site(root, args.inventory)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(problem.format(Path.cwd()), file=sys.stderr)
+        errors = sum(1 for p in exc.problems if p.severity == "error")
+        print(f"sparkbase: {errors} error(s) in the site; nothing was done", file=sys.stderr)
+        raise SystemExit(2) from None
+    return site
+
+
+def lab_path(args: argparse.Namespace) -> Path | None:
+    """The lab directory when `--lab` was given, else None."""
+    from sparkbase.transport import lab_dir
+
+    if getattr(args, "lab", None) is None:
+        return None
+    return lab_dir(args.lab or None)
+
+
+def selected_nodes(site: Site, args: argparse.Namespace) -> list[str]:
+    """Nodes named by `--limit` (checked against the inventory), else all, in rank order."""
+    nodes = sorted(site.inventory.nodes, key=lambda name: site.inventory.nodes[name].rank)
+    limit = getattr(args, "limit", None)
+    if not limit:
+        return nodes
+    unknown = [name for name in limit if name not in site.inventory.nodes]
+    if unknown:
+        print(
+            f"sparkbase: no node {', '.join(unknown)} in the inventory (have: {', '.join(nodes)})",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+    return [name for name in nodes if name in limit]

@@ -1,0 +1,62 @@
+"""How to reach each node: SSH alias, ssh_config, known_hosts, user.
+
+One source of truth for sparkbase's own SSH (paramiko), pyinfra and testinfra: the
+inventory's `ssh:` settings, or the emulated fleet's files when `--lab` is given.
+Host keys are always checked strictly against the known_hosts file.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from sparkbase.model.site import Site
+
+DEFAULT_LAB_DIR = Path("/var/lib/sparkbase/lab")
+
+
+def lab_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
+    """The emulated fleet's state directory: `explicit`, $SPARKBASE_LAB_DIR, or the default."""
+    if explicit:
+        return Path(explicit)
+    env = os.environ.get("SPARKBASE_LAB_DIR")
+    return Path(env) if env else DEFAULT_LAB_DIR
+
+
+@dataclass(frozen=True)
+class SshTarget:
+    """Everything needed to open an SSH connection to one node."""
+
+    node: str
+    alias: str
+    config_file: Path | None
+    known_hosts: Path
+    user: str
+    sudo: bool
+    connect_timeout: float
+
+
+def ssh_targets(site: Site, lab: Path | None = None) -> dict[str, SshTarget]:
+    """The SSH target of every node in the inventory (the lab's files when `lab` is set)."""
+    settings = site.inventory.ssh
+    if lab is not None:
+        config: Path | None = lab / "ssh_config"
+        known_hosts = lab / "known_hosts"
+        user = "root"
+    else:
+        config = site.path(settings.config) if settings.config else None
+        known_hosts = site.path(settings.known_hosts)
+        user = settings.user
+    return {
+        name: SshTarget(
+            node=name,
+            alias=node.ssh_host,
+            config_file=config,
+            known_hosts=known_hosts,
+            user=user,
+            sudo=settings.sudo and lab is None,
+            connect_timeout=settings.connect_timeout,
+        )
+        for name, node in site.inventory.nodes.items()
+    }
