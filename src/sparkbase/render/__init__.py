@@ -1,0 +1,204 @@
+"""Render a baseline into the exact files a node must carry.
+
+`render_baseline` gives the files that depend only on the baseline; `render_node` adds the
+node's own (the fabric netplan with its addresses) and the stamp that audits read.
+Rendering is deterministic: the same input gives byte-identical files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from functools import cache
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import jinja2
+
+    from sparkbase.model.baseline import Baseline
+    from sparkbase.model.site import Site
+
+#: bump when templates change in a way that changes rendered output
+RENDER_FORMAT = 1
+STAMP_PATH = "/etc/sparkbase/stamp.json"
+STAMP_FORMAT = 1
+
+NETPLAN_PATH = "/etc/netplan/60-sparkbase-fabric.yaml"
+NCCL_CONF_PATH = "/etc/nccl.conf"
+GRUB_DROPIN_PATH = "/etc/default/grub.d/60-sparkbase.cfg"
+SYSCTL_PATH = "/etc/sysctl.d/90-sparkbase.conf"
+MODPROBE_PATH = "/etc/modprobe.d/sparkbase.conf"
+FSTAB_PATH = "/etc/fstab"
+
+
+@dataclass(frozen=True)
+class RenderedFile:
+    """One file a node must carry, byte for byte."""
+
+    path: str
+    content: str
+    mode: int = 0o644
+    needs_reboot: bool = False
+    purpose: str = ""
+
+    @property
+    def sha256(self) -> str:
+        """sha256 of the content (what audits compare)."""
+        return hashlib.sha256(self.content.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class ManagedLine:
+    """One line sparkbase owns inside a file it shares with others (e.g. /etc/fstab)."""
+
+    path: str
+    line: str
+    match: str
+    purpose: str = ""
+
+
+@cache
+def _environment() -> jinja2.Environment:
+    import jinja2
+
+    return jinja2.Environment(
+        loader=jinja2.PackageLoader("sparkbase.render", "templates"),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,  # noqa: S701 - config files, not HTML; inputs are pattern-checked
+    )
+
+
+def _render(template: str, **context: object) -> str:
+    return _environment().get_template(template).render(**context)
+
+
+def kernel_cmdline(baseline: Baseline) -> list[str]:
+    """Arguments sparkbase puts on the kernel command line (GRUB_CMDLINE_LINUX_DEFAULT)."""
+    args = ["quiet"]
+    args.append(f"transparent_hugepage={baseline.memory.transparent_hugepages}")
+    if baseline.host.nvme.apst == "disabled":
+        args.append("nvme_core.default_ps_max_latency_us=0")
+    for arg in baseline.kernel.cmdline_add:
+        if arg not in args:
+            args.append(arg)
+    forbidden = set(baseline.kernel.cmdline_forbid)
+    return [arg for arg in args if arg not in forbidden and arg.split("=")[0] not in forbidden]
+
+
+def sysctls(baseline: Baseline) -> dict[str, str]:
+    """The sysctls the baseline sets, sorted by key."""
+    return dict(sorted(baseline.memory.sysctls.items()))
+
+
+def render_baseline(name: str, baseline: Baseline) -> list[RenderedFile]:
+    """Files that depend only on the baseline, sorted by path."""
+    context = {"baseline_name": name, "baseline": baseline}
+    saver = baseline.memory.memory_saver
+    files = [
+        RenderedFile(
+            NCCL_CONF_PATH,
+            _render("nccl.conf.j2", nccl_env=baseline.nccl.settings.as_env(), **context),
+            purpose="NCCL settings every lane reads",
+        ),
+        RenderedFile(
+            GRUB_DROPIN_PATH,
+            _render("grub.cfg.j2", cmdline=kernel_cmdline(baseline), **context),
+            needs_reboot=True,
+            purpose="kernel command line and GRUB default entry",
+        ),
+        RenderedFile(
+            SYSCTL_PATH,
+            _render("sysctl.conf.j2", sysctls=sysctls(baseline), **context),
+            purpose="kernel settings (applied live too)",
+        ),
+        RenderedFile(
+            MODPROBE_PATH,
+            _render("modprobe.conf.j2", saver=saver if saver and saver.required else None, **context),
+            needs_reboot=True,
+            purpose="nvidia-drm and memory-saver module parameters",
+        ),
+        RenderedFile(
+            f"/etc/systemd/system/{baseline.cpuset.slice}",
+            _render("slice.j2", **context),
+            purpose="serving cpuset slice",
+        ),
+    ]
+    return sorted(files, key=lambda f: f.path)
+
+
+def render_netplan(name: str, baseline: Baseline, addresses: dict[str, str]) -> RenderedFile:
+    """The fabric netplan with this node's addresses (mode 0600, as netplan wants)."""
+    content = _render(
+        "netplan.yaml.j2", baseline_name=name, baseline=baseline, addresses=addresses
+    )
+    return RenderedFile(NETPLAN_PATH, content, mode=0o600, purpose="four-PF fabric netplan")
+
+
+def managed_lines(baseline: Baseline) -> list[ManagedLine]:
+    """Lines sparkbase owns in shared files: the swap entry in /etc/fstab."""
+    swap = baseline.memory.swap
+    if swap is None:
+        return []
+    return [
+        ManagedLine(
+            FSTAB_PATH,
+            f"{swap.path} none swap sw 0 0",
+            match=rf"^{re.escape(swap.path)}\s",
+            purpose="swap file",
+        )
+    ]
+
+
+def node_addresses(site: Site, node: str) -> dict[str, str]:
+    """Netdev -> address/prefix of `node`, from its ring cabling."""
+    addresses: dict[str, str] = {}
+    for link in site.inventory.nodes[node].links:
+        addresses.update(link.addresses)
+    return addresses
+
+
+def baseline_digest(name: str, baseline: Baseline) -> str:
+    """sha256 of everything a baseline renders and pins, independent of any node.
+
+    The lock file records it: a change here without a version bump is a silent change to
+    a qualified baseline.
+    """
+    digest = hashlib.sha256(f"render-format={RENDER_FORMAT}\n".encode())
+    model = json.dumps(baseline.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    digest.update(model.encode())
+    for file in render_baseline(name, baseline):
+        digest.update(f"\0{file.path}\0{file.mode:o}\0".encode())
+        digest.update(file.content.encode())
+    for line in managed_lines(baseline):
+        digest.update(f"\0{line.path}\0{line.line}".encode())
+    return digest.hexdigest()
+
+
+def stamp_content(name: str, baseline: Baseline, files: list[RenderedFile]) -> str:
+    """The stamp JSON: which baseline and version a node was converged to, and hashes."""
+    files_digest = hashlib.sha256()
+    for file in files:
+        files_digest.update(f"{file.path}\0{file.sha256}\n".encode())
+    stamp = {
+        "format": STAMP_FORMAT,
+        "baseline": name,
+        "version": baseline.version,
+        "baseline_sha256": baseline_digest(name, baseline),
+        "files_sha256": files_digest.hexdigest(),
+    }
+    return json.dumps(stamp, indent=2, sort_keys=True) + "\n"
+
+
+def render_node(site: Site, node: str) -> list[RenderedFile]:
+    """Every file `node` must carry, the stamp last."""
+    name = site.inventory.nodes[node].baseline
+    baseline = site.baselines[name]
+    files = [*render_baseline(name, baseline), render_netplan(name, baseline, node_addresses(site, node))]
+    files.sort(key=lambda f: f.path)
+    stamp = RenderedFile(STAMP_PATH, stamp_content(name, baseline, files), purpose="sparkbase stamp")
+    return [*files, stamp]
