@@ -28,8 +28,8 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from functools import partial
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
