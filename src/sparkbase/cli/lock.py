@@ -1,0 +1,74 @@
+"""Record (or, with --check, verify) each baseline's version and render digest.
+
+The lock is `baselines/sparkbase.lock` (JSON with a format version, written atomically).
+`--check` exits 1 naming every baseline whose rendered output changed while its version
+did not ("bump version in baselines/X.yaml"), every baseline missing from the lock and
+every stale entry. Without --check, the lock is rewritten, except that a changed baseline
+whose version was not bumped is refused (exit 1) unless --force is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from sparkbase.cli.common import add_site_arguments
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`lock [--check] [--force] [--site DIR]`."""
+    parser.add_argument("--check", action="store_true", help="verify the lock; change nothing")
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="record changed baselines even when their version was not bumped",
+    )
+    add_site_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Check or write the lock; exit 0 (lock holds / written), 1 (refused) or 2 (bad input)."""
+    from sparkbase.cli.common import load_site_or_exit
+    from sparkbase.release import (
+        LOCK_PATH,
+        IssueKind,
+        LockFileError,
+        check_lock,
+        current_entries,
+        lock_text,
+        read_lock,
+        write_atomic,
+    )
+
+    site = load_site_or_exit(args)
+    path = site.root / LOCK_PATH
+    try:
+        recorded = read_lock(path)
+    except LockFileError as exc:
+        print(f"sparkbase: {exc}", file=sys.stderr)
+        if args.check or not args.force:
+            return 2
+        recorded = None
+    current = current_entries(site)
+    issues = check_lock(recorded, current)
+    if args.check:
+        if recorded is None:
+            print(f"sparkbase: no lock at {path}; run `sparkbase lock`", file=sys.stderr)
+        for issue in issues:
+            print(f"sparkbase: {issue.message}", file=sys.stderr)
+        if issues:
+            print(f"sparkbase: the lock does not hold ({len(issues)} baseline(s))", file=sys.stderr)
+            return 1
+        print(f"sparkbase: the lock holds for {len(current)} baseline(s)")
+        return 0
+    unbumped = [issue for issue in issues if issue.kind is IssueKind.UNBUMPED]
+    if unbumped and not args.force:
+        for issue in unbumped:
+            print(f"sparkbase: {issue.message}", file=sys.stderr)
+        print("sparkbase: lock not written (--force records the change anyway)", file=sys.stderr)
+        return 1
+    write_atomic(path, lock_text(current).encode())
+    for name, entry in current.items():
+        print(f"{name} {entry.version} {entry.digest[:16]}")
+    print(f"sparkbase: wrote {path}")
+    return 0

@@ -1,0 +1,51 @@
+"""Write the files each node must carry, under OUT/<node>/<absolute path>.
+
+Files keep the mode they are rendered with; lines sparkbase owns inside a shared file
+(the swap entry of /etc/fstab) are written as a fragment, e.g. OUT/<node>/etc/fstab.sparkbase-managed.
+Rendering is deterministic (byte-identical on re-run) and each node's tree is replaced
+atomically. Nothing is written when the site is invalid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from sparkbase.cli.common import add_site_arguments
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`render [NODE…] --out DIR [--site DIR]`."""
+    parser.add_argument("nodes", nargs="*", metavar="NODE", help="nodes to render (default: all)")
+    parser.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
+    add_site_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Render; exit 0, or 2 for an invalid site, an unknown node or an unwritable output."""
+    from sparkbase.cli.common import load_site_or_exit
+    from sparkbase.release import export_node
+
+    site = load_site_or_exit(args)
+    known = sorted(site.inventory.nodes, key=lambda name: site.inventory.nodes[name].rank)
+    unknown = [name for name in args.nodes if name not in site.inventory.nodes]
+    if unknown:
+        print(
+            f"sparkbase: no node {', '.join(map(repr, unknown))} in the inventory "
+            f"(have: {', '.join(known)}); nothing was rendered",
+            file=sys.stderr,
+        )
+        return 2
+    chosen = [name for name in known if not args.nodes or name in args.nodes]
+    for node in chosen:
+        try:
+            written = export_node(site, node, args.out)
+        except (OSError, ValueError) as exc:
+            print(f"sparkbase: {node}: {exc}", file=sys.stderr)
+            return 2
+        print(
+            f"{node}: {len(written)} file(s) under {args.out / node} ({site.baseline_of(node).version} "
+            f"of {site.inventory.nodes[node].baseline})"
+        )
+    return 0

@@ -1,0 +1,61 @@
+"""JSON Schema of baseline files (baselines/NAME.yaml), for editors.
+
+Fields a file inherits through `extends:` need not appear in it, so the schema requires
+no field; unknown keys are still refused. To use it in VS Code (Red Hat YAML extension),
+write it once and map it in .vscode/settings.json:
+
+  sparkbase schema --output baselines/baseline.schema.json
+  "yaml.schemas": {"./baselines/baseline.schema.json": ["baselines/*.yaml", "!baselines/site.yaml"]}
+
+or put `# yaml-language-server: $schema=./baseline.schema.json` at the top of a baseline.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`schema [--output F]`."""
+    parser.add_argument(
+        "--output", "-o", type=Path, default=None, metavar="F", help="write here (default: stdout)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print or write the schema; exit 0."""
+    import json
+    import sys
+
+    from sparkbase.model.baseline import Baseline
+    from sparkbase.release import write_atomic
+
+    schema = _without_required(Baseline.model_json_schema())
+    schema = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://sparkbase.invalid/schema/baseline.json",
+        **schema,
+    }
+    text = json.dumps(schema, indent=2, sort_keys=True) + "\n"
+    if args.output is None:
+        sys.stdout.write(text)
+    else:
+        write_atomic(args.output, text.encode())
+        print(f"sparkbase: wrote {args.output}", file=sys.stderr)
+    return 0
+
+
+def _without_required(node: object) -> dict[str, object]:
+    """The schema with every `required` list dropped (extends supplies inherited fields)."""
+
+    def strip(value: object) -> object:
+        if isinstance(value, dict):
+            return {key: strip(item) for key, item in value.items() if key != "required"}
+        if isinstance(value, list):
+            return [strip(item) for item in value]
+        return value
+
+    result = strip(node)
+    assert isinstance(result, dict)
+    return result

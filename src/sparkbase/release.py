@@ -1,0 +1,240 @@
+"""What a release records and ships: the baseline lock and the rendered file tree.
+
+The lock (`baselines/sparkbase.lock`) pins, per concrete baseline, its version and the
+digest of everything it renders. A digest that moves while the version stays is a silent
+change to a qualified baseline: `check_lock` names it so CI can refuse it.
+
+`export_node` writes what `render_node` gives for one node under `OUT/<node>/<path>`,
+atomically per node (a fresh tree is built beside the old one, then swapped in).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sparkbase.model.site import Site
+
+#: bump when the lock file's layout changes
+LOCK_FORMAT = 1
+LOCK_PATH = Path("baselines") / "sparkbase.lock"
+#: suffix of the fragment file holding the lines sparkbase owns in a shared file
+MANAGED_SUFFIX = ".sparkbase-managed"
+#: a rendered tree is recognised (and may be replaced) by the stamp it carries
+_STAMP_RELATIVE = Path("etc") / "sparkbase" / "stamp.json"
+
+
+class LockFileError(ValueError):
+    """The lock file exists but cannot be read as a sparkbase lock."""
+
+
+@dataclass(frozen=True)
+class LockEntry:
+    """What the lock records for one baseline."""
+
+    version: str
+    digest: str
+
+
+class IssueKind(StrEnum):
+    """Why a baseline fails the lock check."""
+
+    UNBUMPED = "unbumped"  # rendered output changed, version did not
+    MISSING = "missing"  # baseline not in the lock
+    STALE = "stale"  # version bumped, lock not re-generated
+    REMOVED = "removed"  # lock names a baseline that no longer exists
+
+
+@dataclass(frozen=True)
+class LockIssue:
+    """One baseline the lock check refuses, with the action that fixes it."""
+
+    baseline: str
+    kind: IssueKind
+    message: str
+
+
+def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
+    """Write `data` to `path` via a temporary file in the same directory, then replace."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temp, mode)
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
+def current_entries(site: Site) -> dict[str, LockEntry]:
+    """Version and digest of every concrete baseline of `site`, by name."""
+    from sparkbase.render import baseline_digest
+
+    return {
+        name: LockEntry(baseline.version, baseline_digest(name, baseline))
+        for name, baseline in sorted(site.baselines.items())
+    }
+
+
+def lock_text(entries: dict[str, LockEntry]) -> str:
+    """The lock file's content: stable JSON with a format version."""
+    from sparkbase.render import RENDER_FORMAT
+
+    document = {
+        "format": LOCK_FORMAT,
+        "render_format": RENDER_FORMAT,
+        "baselines": {
+            name: {"version": entry.version, "digest": entry.digest}
+            for name, entry in sorted(entries.items())
+        },
+    }
+    return json.dumps(document, indent=2, sort_keys=True) + "\n"
+
+
+def read_lock(path: Path) -> dict[str, LockEntry] | None:
+    """The entries recorded in the lock at `path`; None when there is no lock yet."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LockFileError(f"{path}: cannot read: {exc}") from None
+    try:
+        document: Any = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise LockFileError(f"{path}:{exc.lineno}:{exc.colno}: not JSON: {exc.msg}") from None
+    if not isinstance(document, dict) or document.get("format") != LOCK_FORMAT:
+        found = document.get("format") if isinstance(document, dict) else None
+        raise LockFileError(
+            f"{path}: lock format {found!r} is not {LOCK_FORMAT}; regenerate it with `sparkbase lock`"
+        )
+    recorded = document.get("baselines")
+    if not isinstance(recorded, dict):
+        raise LockFileError(f"{path}: 'baselines' must be a mapping")
+    entries: dict[str, LockEntry] = {}
+    for name, entry in recorded.items():
+        if (
+            not isinstance(entry, dict)
+            or not isinstance(entry.get("version"), str)
+            or not isinstance(entry.get("digest"), str)
+        ):
+            raise LockFileError(f"{path}: baselines.{name} needs string 'version' and 'digest'")
+        entries[str(name)] = LockEntry(entry["version"], entry["digest"])
+    return entries
+
+
+def check_lock(recorded: dict[str, LockEntry] | None, current: dict[str, LockEntry]) -> list[LockIssue]:
+    """Every baseline whose lock entry is wrong, sorted by name; empty when the lock holds."""
+    issues: list[LockIssue] = []
+    known = recorded or {}
+    for name, entry in sorted(current.items()):
+        old = known.get(name)
+        if old is None:
+            issues.append(
+                LockIssue(name, IssueKind.MISSING, f"{name}: not in the lock; run `sparkbase lock`")
+            )
+        elif old.digest != entry.digest and old.version == entry.version:
+            issues.append(
+                LockIssue(
+                    name,
+                    IssueKind.UNBUMPED,
+                    f"{name}: what it renders changed but its version is still {entry.version}: "
+                    f"bump version in baselines/{name}.yaml, then run `sparkbase lock`",
+                )
+            )
+        elif old.digest != entry.digest or old.version != entry.version:
+            issues.append(
+                LockIssue(
+                    name,
+                    IssueKind.STALE,
+                    f"{name}: version {entry.version}, the lock records {old.version}: run `sparkbase lock`",
+                )
+            )
+    for name in sorted(set(known) - set(current)):
+        issues.append(
+            LockIssue(
+                name,
+                IssueKind.REMOVED,
+                f"{name}: in the lock but no longer a concrete baseline; run `sparkbase lock`",
+            )
+        )
+    return issues
+
+
+def export_node(site: Site, node: str, out: Path) -> list[Path]:
+    """Write every file `node` must carry under `out/<node>/`; return the written paths.
+
+    The node's tree is built in a temporary directory next to it and swapped in, so a
+    reader never sees half a render and no file from an older render is left behind.
+    A directory that is not a previous sparkbase render is never replaced.
+    """
+    from sparkbase.render import managed_lines, render_node
+
+    out.mkdir(parents=True, exist_ok=True)
+    target = out / node
+    if target.exists() and not _is_render(target):
+        raise FileExistsError(f"{target} exists and is not a sparkbase render; not replacing it")
+    staging = Path(tempfile.mkdtemp(dir=out, prefix=f".{node}.", suffix=".new"))
+    try:
+        written: list[Path] = []
+        files = [(f.path, f.content, f.mode) for f in render_node(site, node)]
+        by_path: dict[str, list[str]] = {}
+        for line in managed_lines(site.baseline_of(node)):
+            by_path.setdefault(line.path, []).append(line.line)
+        for path, lines in by_path.items():
+            files.append((path + MANAGED_SUFFIX, "".join(f"{line}\n" for line in lines), 0o644))
+        for path, content, mode in sorted(files):
+            relative = _relative(path)
+            destination = staging / relative
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            destination.write_bytes(content.encode("utf-8"))
+            os.chmod(destination, mode)
+            written.append(target / relative)
+        _fix_dir_modes(staging)
+        _swap_in(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return written
+
+
+def _relative(path: str) -> Path:
+    """A rendered absolute path as a relative one that cannot leave the node's tree."""
+    parts = Path(path).parts
+    if not path.startswith("/") or any(part in {"..", "."} for part in parts[1:]):
+        raise ValueError(f"refusing to write rendered path {path!r}")
+    return Path(*parts[1:])
+
+
+def _is_render(directory: Path) -> bool:
+    return directory.is_dir() and (directory / _STAMP_RELATIVE).is_file()
+
+
+def _fix_dir_modes(root: Path) -> None:
+    """mkdtemp makes 0700; the tree's directories are 0755 like the node's."""
+    os.chmod(root, 0o755)  # noqa: S103 - directories of a rendered tree, like /etc
+    for directory in root.rglob("*"):
+        if directory.is_dir():
+            os.chmod(directory, 0o755)  # noqa: S103 - as above
+
+
+def _swap_in(staging: Path, target: Path) -> None:
+    if not target.exists():
+        os.replace(staging, target)
+        return
+    retired = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".old"))
+    retired.rmdir()
+    os.replace(target, retired)
+    os.replace(staging, target)
+    shutil.rmtree(retired, ignore_errors=True)
