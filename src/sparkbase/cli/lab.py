@@ -1,0 +1,118 @@
+"""The emulated fleet: N DGX Sparks on this machine, reachable over SSH on 127.0.0.1.
+
+  sparkbase lab up [--nodes N] [--port-base P] [--fresh]   start (idempotent)
+  sparkbase lab status [--json]                            what runs
+  sparkbase lab ssh NODE [COMMAND...]                      shell or one command
+  sparkbase lab reboot NODE                                reboot one node
+  sparkbase lab fault NODE KIND [ARG] [--clear]            inject or clear a fault
+  sparkbase lab down [--purge]                             stop everything
+
+The lab dir is --dir, else $SPARKBASE_LAB_DIR, else /var/lib/sparkbase/lab. `down` keeps
+the node disks so the next `up` resumes the same nodes; `down --purge` or `up --fresh`
+makes them factory-fresh. Everything listens on 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+FAULT_KINDS = ("gpu-latch", "gid-moved", "link-down", "unreachable", "hang", "kernel-panic",
+               "governor")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declare `sparkbase lab` and its sub-commands."""
+    parser.add_argument("--dir", help="lab directory (default: $SPARKBASE_LAB_DIR or "
+                        "/var/lib/sparkbase/lab)")
+    sub = parser.add_subparsers(dest="lab_command", metavar="ACTION", required=True)
+    up = sub.add_parser("up", help="start the nodes (idempotent)")
+    up.add_argument("--nodes", "-n", type=int, default=4, help="how many nodes (default 4)")
+    up.add_argument("--port-base", type=int, default=None,
+                    help="port of spark1; sparkN uses base+N-1 (default 2201)")
+    up.add_argument("--fresh", action="store_true", help="wipe node disks first (factory-fresh)")
+    up.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for sshd")
+    down = sub.add_parser("down", help="stop every node and process of the lab")
+    down.add_argument("--purge", action="store_true", help="also wipe the node disks")
+    status = sub.add_parser("status", help="nodes, ports, PIDs, kernel, memory")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    reboot = sub.add_parser("reboot", help="reboot one node and wait until it is back")
+    reboot.add_argument("node")
+    reboot.add_argument("--no-wait", action="store_true")
+    ssh = sub.add_parser("ssh", help="interactive shell, or run COMMAND and return its status")
+    ssh.add_argument("node")
+    ssh.add_argument("command", nargs=argparse.REMAINDER)
+    fault = sub.add_parser("fault", help="inject (or --clear) an emulated hardware fault")
+    fault.add_argument("node")
+    fault.add_argument("kind", choices=FAULT_KINDS)
+    fault.add_argument("arg", nargs="?", help="HCA/netdev for link-down, RELEASE for kernel-panic")
+    fault.add_argument("--clear", action="store_true")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run one `sparkbase lab` action."""
+    from sparkbase.lab import faults
+    from sparkbase.lab.fleet import Lab, LabError
+
+    try:
+        lab = Lab(args.dir, getattr(args, "port_base", None))
+        action = args.lab_command
+        if action == "up":
+            import time
+
+            started = time.monotonic()
+            if lab.up(args.nodes, fresh=args.fresh, timeout=args.timeout):
+                print(f"lab up: {args.nodes} nodes in {time.monotonic() - started:.1f}s "
+                      f"({lab.dir})")
+            else:
+                print(f"lab already up with {args.nodes} nodes ({lab.dir})")
+            print(f"  ssh -F {lab.ssh_config_path} spark1")
+            return 0
+        if action == "down":
+            was_up = lab.down(purge=args.purge)
+            print("lab down" if was_up else "lab was not running",
+                  "(node disks wiped)" if args.purge else "(node disks kept)")
+            return 0
+        if action == "status":
+            nodes = lab.status()
+            if args.json:
+                print(json.dumps({"dir": str(lab.dir), "up": lab.is_up(),
+                                  "ssh_config": str(lab.ssh_config_path),
+                                  "nodes": [n.to_json() for n in nodes]}, indent=2))
+                return 0
+            print(f"lab {lab.dir}: {'up' if lab.is_up() else 'down'}")
+            print(f"{'NODE':<8} {'STATE':<12} {'PORT':>5} {'PID':>7} {'KERNEL':<24} "
+                  f"{'PAGE':>6} {'RSS':>8}  FAULTS")
+            for n in nodes:
+                print(f"{n.name:<8} {n.state:<12} {n.port:>5} {n.pid or '-':>7} "
+                      f"{n.release or '-':<24} {n.page_size or '-':>6} "
+                      f"{str(n.rss_kb // 1024) + 'M' if n.pid else '-':>8}  "
+                      f"{','.join(sorted(n.faults)) or '-'}")
+            return 0
+        if action == "reboot":
+            lab.reboot(args.node, wait=not args.no_wait)
+            print(f"{args.node} rebooted")
+            return 0
+        if action == "ssh":
+            command = list(args.command)
+            if command and command[0] == "--":
+                command = command[1:]
+            if args.node not in lab.node_names:
+                raise LabError(f"unknown node {args.node!r} (nodes: {', '.join(lab.node_names)})")
+            argv = lab.ssh_argv(args.node, command, tty=not command and sys.stdin.isatty())
+            sys.stdout.flush()
+            os.execvp(argv[0], argv)
+        if action == "fault":
+            if args.clear:
+                faults.clear(lab, args.node, args.kind, args.arg)
+                print(f"{args.node}: fault {args.kind} cleared")
+            else:
+                faults.inject(lab, args.node, args.kind, args.arg)
+                print(f"{args.node}: fault {args.kind} injected")
+            return 0
+    except (LabError, ValueError) as exc:
+        print(f"sparkbase lab: {exc}", file=sys.stderr)
+        return 1
+    return 2

@@ -1,0 +1,112 @@
+"""Emulated hardware faults: inject into / clear from one node.
+
+A fault is a key in the node's `firmware/faults.json` (outside the node's disk, visible in
+the node at `/run/sparkbase-lab/firmware/faults.json`). Injecting or clearing one rewrites
+that file and sends SIGUSR1 to the node's PID 1, which re-applies it at once (sshd stopped,
+frozen or restarted; sysfs refreshed). Faults persist across reboots and `down`/`up` until
+cleared (a real GB10 clock latch also survives a reboot). Nothing on the machine changes.
+
+| kind | ARG | effect |
+| --- | --- | --- |
+| gpu-latch | - | nvidia-smi: SM clock 611 MHz, ~10 W |
+| gid-moved | - | the IPv4 GIDs move from index 2/3 to 4/5 |
+| link-down | HCA or netdev (default rocep1s0f0) | port DOWN, netdev without carrier |
+| unreachable | - | every process of the node ends, no sshd: connections refused |
+| hang | - | sshd frozen (SIGSTOP): connections time out |
+| kernel-panic | RELEASE | that kernel does not boot; the node falls back |
+| governor | - | scaling_governor `powersave` on every CPU |
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+from sparkbase.lab import boot, procs
+from sparkbase.lab.fleet import Lab, LabError
+
+KINDS = ("gpu-latch", "gid-moved", "link-down", "unreachable", "hang", "kernel-panic", "governor")
+LIST_KINDS = ("link-down", "kernel-panic")
+
+
+def _path(lab: Lab, node: str) -> Path:
+    if node not in lab.node_names:
+        raise LabError(f"unknown node {node!r} (nodes: {', '.join(lab.node_names)})")
+    return lab.node_dir(node) / "firmware" / "faults.json"
+
+
+def read(lab: Lab, node: str) -> dict[str, Any]:
+    """The node's active faults."""
+    try:
+        data: dict[str, Any] = json.loads(_path(lab, node).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data
+
+
+def _write(lab: Lab, node: str, data: dict[str, Any]) -> None:
+    path = _path(lab, node)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(".faults.json.tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+    try:
+        init = lab.init_proc(node)
+    except LabError:
+        return  # not running: applies at the next boot
+    procs.kill(init, signal.SIGUSR1)
+
+
+def _check_arg(kind: str, arg: str | None) -> str | None:
+    if kind not in KINDS:
+        raise LabError(f"unknown fault {kind!r} (one of {', '.join(KINDS)})")
+    if kind == "link-down":
+        arg = arg or "rocep1s0f0"
+        if arg not in boot.FABRIC and arg not in boot.FABRIC.values():
+            names = ", ".join([*boot.FABRIC, *boot.FABRIC.values()])
+            raise LabError(f"link-down: unknown HCA or netdev {arg!r} (one of {names})")
+        return arg
+    if kind == "kernel-panic":
+        if not arg:
+            raise LabError("kernel-panic needs a kernel RELEASE")
+        return arg
+    if arg:
+        raise LabError(f"fault {kind} takes no argument")
+    return None
+
+
+def inject(lab: Lab, node: str, kind: str, arg: str | None = None) -> None:
+    """Inject fault `kind` (with `arg` for link-down/kernel-panic) into `node`."""
+    value = _check_arg(kind, arg)
+    data = read(lab, node)
+    if kind in LIST_KINDS:
+        items = list(data.get(kind, []))
+        if value not in items:
+            items.append(value)
+        data[kind] = items
+    else:
+        data[kind] = True
+    _write(lab, node, data)
+
+
+def clear(lab: Lab, node: str, kind: str, arg: str | None = None) -> None:
+    """Clear fault `kind` on `node` (for list faults without `arg`: every entry)."""
+    if kind not in KINDS:
+        raise LabError(f"unknown fault {kind!r} (one of {', '.join(KINDS)})")
+    data = read(lab, node)
+    if kind in LIST_KINDS and arg:
+        value = _check_arg(kind, arg)
+        data[kind] = [v for v in data.get(kind, []) if v != value]
+        if not data[kind]:
+            data.pop(kind)
+    else:
+        data.pop(kind, None)
+    _write(lab, node, data)
+
+
+def clear_all(lab: Lab, node: str) -> None:
+    """Remove every fault from `node`."""
+    _write(lab, node, {})

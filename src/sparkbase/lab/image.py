@@ -1,0 +1,218 @@
+"""A node's disk: the factory image and the files refreshed at every `lab up`.
+
+Everything here writes into the node's overlay upper dir from outside the node (the node
+is not running). Directories the machine has but a Spark would not show through are made
+opaque (`trusted.overlay.opaque`), so the machine's content stays invisible in the node.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from sparkbase.lab import boot, packages
+
+FACTORY_FORMAT = 1
+SHIM_LIB = "usr/local/lib/sparkbase-lab"
+SHIM_SOURCE = Path(__file__).parent / "shims" / "node_commands.py"
+
+#: machine directories hidden in every node (the node starts with them empty)
+OPAQUE_DIRS = (
+    "root", "boot", "usr/src", "usr/lib/modules", "etc/apt/sources.list.d", "etc/systemd/system",
+    "etc/sysctl.d", "etc/modprobe.d", "etc/netplan", "etc/default/grub.d", "var/lib/dkms",
+    "var/lib/shim-signed", "var/lib/apt/lists", "var/cache/apt", "etc/ssh/sshd_config.d",
+    "var/lib/sparkbase-lab", "etc/sparkbase-lab", "opt/nccl-site",
+)
+
+APT_CONF = """\
+// sparkbase lab: the node's only package source is the lab repository
+Acquire::Languages "none";
+Acquire::GzipIndexes "false";
+APT::Install-Recommends "false";
+APT::Install-Suggests "false";
+APT::Get::Assume-Yes "false";
+Dpkg::Use-Pty "0";
+Dpkg::Options { "--force-confdef"; "--force-confold"; };
+DPkg::Post-Invoke { };
+APT::Update::Post-Invoke-Success { };
+Binary::apt::APT::Keep-Downloaded-Packages "false";
+"""
+
+DEFAULT_GRUB = """\
+# If you change this file, run 'update-grub' afterwards to update
+# /boot/grub/grub.cfg.
+GRUB_DEFAULT=0
+GRUB_TIMEOUT_STYLE=hidden
+GRUB_TIMEOUT=0
+GRUB_DISTRIBUTOR=`( . /etc/os-release; echo ${NAME:-Ubuntu} ) 2>/dev/null || echo Ubuntu`
+GRUB_CMDLINE_LINUX_DEFAULT="quiet splash"
+GRUB_CMDLINE_LINUX=""
+"""
+
+OS_RELEASE = """\
+PRETTY_NAME="Ubuntu 24.04.3 LTS"
+NAME="Ubuntu"
+VERSION_ID="24.04"
+VERSION="24.04.3 LTS (Noble Numbat)"
+VERSION_CODENAME=noble
+ID=ubuntu
+ID_LIKE=debian
+HOME_URL="https://www.ubuntu.com/"
+UBUNTU_CODENAME=noble
+"""
+
+DGX_RELEASE = """\
+DGX_NAME="DGX Spark"
+DGX_PRETTY_NAME="NVIDIA DGX Spark"
+DGX_SWBUILD_VERSION="7.2.3"
+DGX_OTA_VERSION="7.2.3"
+DGX_PLATFORM="DGX Server for KVM"
+"""
+
+SSHD_CONFIG = """\
+# sparkbase lab node sshd (loopback only)
+Port {port}
+ListenAddress 127.0.0.1
+AddressFamily inet
+HostKey /etc/ssh/ssh_host_ed25519_key
+PermitRootLogin prohibit-password
+PubkeyAuthentication yes
+AuthorizedKeysFile .ssh/authorized_keys
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+UseDNS no
+PrintMotd no
+PrintLastLog no
+X11Forwarding no
+AllowTcpForwarding no
+AcceptEnv LANG LC_*
+Subsystem sftp internal-sftp
+MaxStartups 50:30:100
+MaxSessions 50
+LoginGraceTime 30
+"""
+
+CANONICAL_KEY_SUBJECT = "C=GB, ST=Isle of Man, L=Douglas, O=Canonical Ltd., CN=Canonical Ltd. Master Certificate Authority"  # noqa: E501
+CANONICAL_KEY_DER = b"0\x82\x04\x10" + b"sparkbase-lab stand-in: Canonical Ltd. Master CA" * 8
+
+
+def _opaque(path: Path) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    os.setxattr(path, "trusted.overlay.opaque", b"y")
+
+
+def _write(upper: Path, rel: str, text: str, mode: int = 0o644) -> Path:
+    target = upper / rel.lstrip("/")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp")
+    tmp.write_text(text)
+    tmp.chmod(mode)
+    os.replace(tmp, target)
+    return target
+
+
+def _symlink(upper: Path, rel: str, dest: str) -> None:
+    link = upper / rel.lstrip("/")
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    link.symlink_to(dest)
+
+
+def factory_firmware() -> dict[str, object]:
+    """Firmware of a new node: Secure Boot on, one pre-enrolled (Canonical) key."""
+    import base64
+
+    return {
+        "format": 1,
+        "secure_boot": True,
+        "enrolled": [
+            {
+                "fingerprint": boot.sha1_fingerprint(CANONICAL_KEY_DER),
+                "subject": CANONICAL_KEY_SUBJECT,
+                "der": base64.b64encode(CANONICAL_KEY_DER).decode(),
+            }
+        ],
+        "pending": [],
+    }
+
+
+def build_factory(upper: Path, firmware_dir: Path) -> None:
+    """Lay a factory-fresh DGX OS node into an empty upper dir."""
+    for rel in OPAQUE_DIRS:
+        _opaque(upper / rel)
+    root = upper / "root"
+    root.chmod(0o700)
+    for skel in Path("/etc/skel").iterdir():
+        if skel.is_file():
+            shutil.copy2(skel, root / skel.name)
+    for sub in ("var/lib/apt/lists/partial", "var/cache/apt/archives/partial"):
+        (upper / sub).mkdir(parents=True, exist_ok=True)
+    _write(upper, "etc/apt/sources.list", "deb [trusted=yes] file:/srv/sparkbase-lab/apt ./\n")
+    _write(upper, "etc/apt/apt.conf.d/99sparkbase-lab", APT_CONF)
+    _write(upper, "etc/os-release", OS_RELEASE)
+    _write(upper, "etc/dgx-release", DGX_RELEASE)
+    _write(upper, "etc/default/grub", DEFAULT_GRUB)
+    packages.install_offline(packages.factory_packages(), upper, Path("/var/lib/dpkg/status"))
+    settings = boot.grub_settings(DEFAULT_GRUB, [])
+    _write(upper, "boot/grub/grub.cfg", boot.render_grub_cfg([packages.FACTORY_KERNEL], settings))
+    _write(upper, "boot/grub/grubenv", boot.render_grubenv({}))
+    lib = "/lib/systemd/system"
+    _symlink(upper, "etc/systemd/system/default.target", f"{lib}/graphical.target")
+    _symlink(upper, "etc/systemd/system/display-manager.service", f"{lib}/gdm3.service")
+    _symlink(
+        upper,
+        "etc/systemd/system/graphical.target.wants/gnome-remote-desktop.service",
+        f"{lib}/gnome-remote-desktop.service",
+    )
+    _symlink(upper, "etc/systemd/system/multi-user.target.wants/cups.service", f"{lib}/cups.service")
+    if Path(lib, "ssh.service").exists():
+        _symlink(upper, "etc/systemd/system/multi-user.target.wants/ssh.service", f"{lib}/ssh.service")
+    _write(upper, "etc/fstab", "# <file system> <mount point> <type> <options> <dump> <pass>\n"
+           "/dev/nvme0n1p2 / ext4 errors=remount-ro 0 1\n/dev/nvme0n1p1 /boot/efi vfat umask=0077 0 1\n")
+    _write(upper, "etc/modprobe.d/nvidia-graphics-drivers-kms.conf",
+           "# This file was generated by nvidia-kernel-common\noptions nvidia-drm modeset=0\n")
+    _write(upper, "etc/sysctl.conf", "# /etc/sysctl.conf - see sysctl.conf(5)\n")
+    _write(upper, "etc/sparkbase-lab/factory", f"format={FACTORY_FORMAT}\n")
+    firmware_dir.mkdir(parents=True, exist_ok=True)
+    (firmware_dir / "firmware.json").write_text(json.dumps(factory_firmware(), indent=1) + "\n")
+    (firmware_dir / "faults.json").write_text("{}\n")
+
+
+def is_factory_built(upper: Path) -> bool:
+    """Whether `upper` already holds a node disk."""
+    return (upper / "etc/sparkbase-lab/factory").exists()
+
+
+def refresh(upper: Path, name: str, index: int, port: int, host_key: Path, client_pub: str) -> None:
+    """Files written at every `lab up`: identity, sshd, keys, shims."""
+    _write(upper, "etc/hostname", f"{name}\n")
+    _write(upper, "etc/hosts", f"127.0.0.1\tlocalhost\n127.0.1.1\t{name}\n"
+           "::1\tlocalhost ip6-localhost ip6-loopback\n")
+    _write(upper, "etc/sparkbase-lab/node.json", json.dumps({"name": name, "index": index}) + "\n")
+    _write(upper, "etc/ssh/sshd_config", SSHD_CONFIG.format(port=port))
+    _write(upper, "etc/ssh/ssh_host_ed25519_key", host_key.read_text(), 0o600)
+    _write(upper, "etc/ssh/ssh_host_ed25519_key.pub", host_key.with_suffix(".pub").read_text())
+    ssh_dir = upper / "root/.ssh"
+    ssh_dir.mkdir(parents=True, exist_ok=True)
+    ssh_dir.chmod(0o700)
+    _write(upper, "root/.ssh/authorized_keys", client_pub, 0o600)
+    _write(upper, f"{SHIM_LIB}/node_commands.py", SHIM_SOURCE.read_text())
+    _write(upper, f"{SHIM_LIB}/sparkbase_lab_boot.py", Path(boot.__file__).read_text())
+    from sparkbase.lab.shims import node_commands
+
+    for command in node_commands.COMMANDS:
+        _write(
+            upper,
+            f"usr/local/bin/{command}",
+            "#!/usr/bin/python3\nimport sys\n"
+            f"sys.path.insert(0, '/{SHIM_LIB}')\nimport node_commands\n"
+            f"sys.exit(node_commands.main({command!r}, sys.argv[1:]))\n",
+            0o755,
+        )
+    for command in node_commands.SBIN_SHADOWS:
+        _symlink(upper, f"usr/sbin/{command}", f"/usr/local/bin/{command}")
+    (upper / "var/lib/sparkbase-lab").mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,522 @@
+"""Stand-in Debian packages for the lab: the catalogue (as data) and the repository builder.
+
+Every package is `Architecture: all`, has no dependencies and no slow maintainer scripts
+(kernel images run the `update-grub` shim from `postinst`, as Ubuntu's do, which takes a
+few milliseconds). `build_repo` writes a flat apt repository (`Packages`, `Release`, one
+`.deb` per package version) and reuses it when the catalogue hash is unchanged.
+`install_offline` lays packages into a node's overlay upper dir and registers them in the
+node's dpkg database, so the factory image is built without running dpkg in the node.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+#: kernel release -> Debian package version
+KERNELS: dict[str, str] = {
+    "6.17.0-1008-nvidia": "6.17.0-1008.8",
+    "6.17.0-1032-nvidia": "6.17.0-1032.32",
+    "7.0.0-1019-nvidia-64k": "7.0.0-1019.19",
+}
+#: NVIDIA driver versions the repository carries
+DRIVERS: tuple[str, ...] = ("580.95.05", "580.126.09", "580.178.04")
+FACTORY_KERNEL = "6.17.0-1008-nvidia"
+FACTORY_DRIVER = "580.95.05"
+SITE_DRIVER = "580.126.09"
+VARIANT_DRIVER = "580.178.04"
+
+NCCL_SITE_PACKAGE = "nccl-site-ring4"
+NCCL_SITE_VERSION = "2.27.7-1+site.ring4.p3"
+NCCL_SITE_PATH = "/opt/nccl-site/lib/libnccl.so.2.27.7"
+NCCL_STOCK_PACKAGE = "libnccl2"
+NCCL_STOCK_VERSION = "2.28.9-1+cuda13.0"
+NCCL_STOCK_PATH = "/usr/lib/aarch64-linux-gnu/libnccl.so.2.28.9"
+NVIDIA_UTILS_VERSION_FILE = "/usr/share/sparkbase-lab/nvidia-utils.version"
+MEMORY_SAVER_PACKAGE = "uvm-memory-saver-dkms"
+MEMORY_SAVER_VERSION = "0.4.2-1"
+
+#: bumped whenever the way packages are built changes (forces a repository rebuild)
+REPO_FORMAT = 3
+
+
+@dataclass(frozen=True)
+class PackageFile:
+    """One file a package installs: absolute path, content, mode."""
+
+    path: str
+    content: bytes
+    mode: int = 0o644
+
+
+@dataclass(frozen=True)
+class Package:
+    """One stand-in package version."""
+
+    name: str
+    version: str
+    description: str
+    section: str = "misc"
+    files: tuple[PackageFile, ...] = ()
+    #: (link path, target) pairs
+    symlinks: tuple[tuple[str, str], ...] = ()
+    postinst: str = ""
+    extra_fields: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+
+    @property
+    def deb_name(self) -> str:
+        """File name of the package's .deb in the repository."""
+        return f"{self.name}_{self.version}_all.deb"
+
+    def control(self) -> str:
+        """The DEBIAN/control text."""
+        lines = [
+            f"Package: {self.name}",
+            f"Version: {self.version}",
+            "Architecture: all",
+            "Maintainer: sparkbase lab <lab@sparkbase.invalid>",
+            f"Section: {self.section}",
+            "Priority: optional",
+            *(f"{key}: {value}" for key, value in self.extra_fields),
+            f"Description: {self.description}",
+            " Stand-in package of the sparkbase emulated fleet.",
+        ]
+        return "\n".join(lines) + "\n"
+
+
+def _deterministic_bytes(seed: str, size: int) -> bytes:
+    """`size` bytes derived from `seed` by chained SHA-256 (stable across runs)."""
+    out = bytearray()
+    block = hashlib.sha256(seed.encode()).digest()
+    header = b"\x7fELF\x02\x01\x01\x00" + f"sparkbase-lab {seed}\n".encode()
+    out += header
+    while len(out) < size:
+        block = hashlib.sha256(block).digest()
+        out += block
+    return bytes(out[:size])
+
+
+NCCL_SITE_BYTES = _deterministic_bytes("libnccl.so.2.27.7 site ring4 p3", 384 * 1024)
+NCCL_STOCK_BYTES = _deterministic_bytes("libnccl.so.2.28.9 cuda13.0", 320 * 1024)
+#: sha256 of the site's patched NCCL library file (put this in baselines)
+NCCL_SITE_SHA256 = hashlib.sha256(NCCL_SITE_BYTES).hexdigest()
+#: sha256 of the stock NCCL library file the variant uses
+NCCL_STOCK_SHA256 = hashlib.sha256(NCCL_STOCK_BYTES).hexdigest()
+
+
+def library_sha256(path: str) -> str:
+    """sha256 of the stand-in library installed at `path` (KeyError if not one)."""
+    return {NCCL_SITE_PATH: NCCL_SITE_SHA256, NCCL_STOCK_PATH: NCCL_STOCK_SHA256}[path]
+
+
+def nvidia_module_version(package_version: str) -> str:
+    """Driver version from a `linux-modules-nvidia-580-open-*` package version."""
+    return package_version.split("-", 1)[0]
+
+
+def _text(path: str, text: str, mode: int = 0o644) -> PackageFile:
+    return PackageFile(path, text.encode(), mode)
+
+
+_UPDATE_GRUB_POSTINST = """#!/bin/sh
+set -e
+if [ "$1" = configure ] && command -v update-grub >/dev/null 2>&1; then
+    update-grub >/dev/null 2>&1 || true
+fi
+exit 0
+"""
+
+
+def _kernel_packages(release: str, kver: str) -> list[Package]:
+    abi = release.split("-")[1]
+    image = Package(
+        f"linux-image-{release}",
+        kver,
+        f"Linux kernel image for version {release} (lab stand-in)",
+        section="kernel",
+        files=(
+            _text(f"/boot/vmlinuz-{release}", f"sparkbase-lab kernel image\nrelease={release}\n"),
+            _text(f"/boot/config-{release}", f"CONFIG_LOCALVERSION=\"-{abi}\"\n"),
+            _text(f"/boot/System.map-{release}", f"{release}\n"),
+        ),
+        postinst=_UPDATE_GRUB_POSTINST,
+    )
+    headers = Package(
+        f"linux-headers-{release}",
+        kver,
+        f"Linux kernel headers for version {release} (lab stand-in)",
+        section="kernel",
+        files=(
+            _text(
+                f"/usr/src/linux-headers-{release}/Makefile",
+                f"# sparkbase-lab stand-in headers\nKERNELRELEASE = {release}\n",
+            ),
+        ),
+    )
+    modules = Package(
+        f"linux-modules-{release}",
+        kver,
+        f"Linux kernel modules for version {release} (lab stand-in)",
+        section="kernel",
+        files=(
+            _text(f"/lib/modules/{release}/modules.dep", ""),
+            _text(f"/lib/modules/{release}/modules.order", ""),
+            _text(
+                f"/lib/modules/{release}/kernel/drivers/net/ethernet/mellanox/mlx5/core/mlx5_core.ko",
+                f"sparkbase-lab module\nname=mlx5_core\nvermagic={release} SMP mod_unload aarch64\n",
+            ),
+        ),
+    )
+    out = [image, headers, modules]
+    for driver in DRIVERS:
+        out.append(
+            Package(
+                f"linux-modules-nvidia-580-open-{release}",
+                f"{driver}-0ubuntu1+{kver}",
+                f"NVIDIA 580 open kernel modules for {release} (lab stand-in)",
+                section="kernel",
+                files=(
+                    _text(
+                        f"/lib/modules/{release}/kernel/nvidia-580-open/nvidia.ko",
+                        "sparkbase-lab module\nname=nvidia\n"
+                        f"version={driver}\nvermagic={release} SMP mod_unload aarch64\n",
+                    ),
+                ),
+            )
+        )
+    return out
+
+
+def _desktop_packages() -> list[Package]:
+    def unit(name: str, body: str) -> PackageFile:
+        return _text(f"/lib/systemd/system/{name}", body)
+
+    return [
+        Package(
+            "gdm3",
+            "46.2-1ubuntu1",
+            "GNOME Display Manager (lab stand-in)",
+            files=(
+                unit(
+                    "gdm3.service",
+                    "[Unit]\nDescription=GNOME Display Manager\n\n[Service]\n"
+                    "ExecStart=/usr/sbin/gdm3\n\n[Install]\nAlias=display-manager.service\n",
+                ),
+            ),
+        ),
+        Package(
+            "gnome-remote-desktop",
+            "46.3-0ubuntu1",
+            "GNOME remote desktop server (lab stand-in)",
+            files=(
+                unit(
+                    "gnome-remote-desktop.service",
+                    "[Unit]\nDescription=GNOME Remote Desktop\n\n[Service]\n"
+                    "ExecStart=/usr/libexec/gnome-remote-desktop-daemon --system\n\n"
+                    "[Install]\nWantedBy=graphical.target\n",
+                ),
+            ),
+        ),
+        Package(
+            "cups",
+            "2.4.7-1.2ubuntu7",
+            "Common UNIX Printing System (lab stand-in)",
+            files=(
+                unit(
+                    "cups.service",
+                    "[Unit]\nDescription=CUPS Scheduler\n\n[Service]\n"
+                    "ExecStart=/usr/sbin/cupsd -l\n\n[Install]\nWantedBy=multi-user.target\n",
+                ),
+            ),
+        ),
+    ]
+
+
+def _site_packages() -> list[Package]:
+    out: list[Package] = []
+    for driver in DRIVERS:
+        out.append(
+            Package(
+                "nvidia-utils-580",
+                driver,
+                "NVIDIA driver support binaries (lab stand-in)",
+                files=(_text(NVIDIA_UTILS_VERSION_FILE, f"{driver}\n"),),
+            )
+        )
+    out.append(
+        Package(
+            NCCL_SITE_PACKAGE,
+            NCCL_SITE_VERSION,
+            "NCCL 2.27.7 with the site's ring4 patch set p3 (lab stand-in)",
+            files=(PackageFile(NCCL_SITE_PATH, NCCL_SITE_BYTES),),
+            symlinks=(("/opt/nccl-site/lib/libnccl.so.2", "libnccl.so.2.27.7"),),
+        )
+    )
+    out.append(
+        Package(
+            NCCL_STOCK_PACKAGE,
+            NCCL_STOCK_VERSION,
+            "NVIDIA Collective Communication Library runtime (lab stand-in)",
+            files=(PackageFile(NCCL_STOCK_PATH, NCCL_STOCK_BYTES),),
+            symlinks=(("/usr/lib/aarch64-linux-gnu/libnccl.so.2", "libnccl.so.2.28.9"),),
+        )
+    )
+    src = "/usr/src/uvm-memory-saver-0.4.2"
+    out.append(
+        Package(
+            MEMORY_SAVER_PACKAGE,
+            MEMORY_SAVER_VERSION,
+            "nvidia-uvm memory-saver module, DKMS source (lab stand-in)",
+            section="kernel",
+            files=(
+                _text(
+                    f"{src}/dkms.conf",
+                    'PACKAGE_NAME="uvm-memory-saver"\nPACKAGE_VERSION="0.4.2"\n'
+                    'BUILT_MODULE_NAME[0]="uvm_memory_saver"\n'
+                    'DEST_MODULE_LOCATION[0]="/updates/dkms"\nAUTOINSTALL="yes"\n',
+                ),
+                _text(
+                    f"{src}/uvm_memory_saver.c",
+                    "/* sparkbase-lab stand-in source */\n"
+                    "static int leaf_packing = 0;\n"
+                    'module_param(leaf_packing, int, 0444);\nMODULE_VERSION("0.4.2");\n',
+                ),
+                _text(f"{src}/Makefile", "obj-m += uvm_memory_saver.o\n"),
+            ),
+        )
+    )
+    out.append(
+        Package(
+            "dgx-spark-fan-control",
+            "1.3.0-1",
+            "DGX Spark fan control daemon (lab stand-in)",
+            files=(
+                _text(
+                    "/usr/sbin/spark-fanctl",
+                    "#!/bin/sh\necho 'spark-fanctl 1.3.0 (sparkbase lab stand-in)'\n",
+                    0o755,
+                ),
+                _text(
+                    "/lib/systemd/system/spark-fan-control.service",
+                    "[Unit]\nDescription=DGX Spark fan control\n\n[Service]\n"
+                    "ExecStart=/usr/sbin/spark-fanctl --daemon\n\n"
+                    "[Install]\nWantedBy=multi-user.target\n",
+                ),
+            ),
+        )
+    )
+    out.append(
+        Package(
+            "grub-kho-off",
+            "1.0-1",
+            "Adds kho=off to the kernel command line (lab stand-in)",
+            files=(
+                _text(
+                    "/etc/default/grub.d/40-kho-off.cfg",
+                    'GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT kho=off"\n',
+                ),
+            ),
+        )
+    )
+    return out
+
+
+def _build_catalogue() -> tuple[Package, ...]:
+    out: list[Package] = []
+    for release, kver in KERNELS.items():
+        out.extend(_kernel_packages(release, kver))
+    out.extend(_site_packages())
+    out.extend(_desktop_packages())
+    return tuple(out)
+
+
+#: every package version the lab repository carries
+CATALOGUE: tuple[Package, ...] = _build_catalogue()
+
+
+def find(name: str, version: str) -> Package:
+    """The catalogue entry for `name` at `version` (KeyError if absent)."""
+    for pkg in CATALOGUE:
+        if pkg.name == name and pkg.version == version:
+            return pkg
+    raise KeyError(f"{name}={version}")
+
+
+def factory_packages() -> list[Package]:
+    """What a factory-fresh node has installed."""
+    kver = KERNELS[FACTORY_KERNEL]
+    names = [
+        (f"linux-image-{FACTORY_KERNEL}", kver),
+        (f"linux-headers-{FACTORY_KERNEL}", kver),
+        (f"linux-modules-{FACTORY_KERNEL}", kver),
+        (f"linux-modules-nvidia-580-open-{FACTORY_KERNEL}", f"{FACTORY_DRIVER}-0ubuntu1+{kver}"),
+        ("nvidia-utils-580", FACTORY_DRIVER),
+        ("gdm3", "46.2-1ubuntu1"),
+        ("gnome-remote-desktop", "46.3-0ubuntu1"),
+        ("cups", "2.4.7-1.2ubuntu7"),
+    ]
+    return [find(name, version) for name, version in names]
+
+
+def catalogue_hash() -> str:
+    """Hash of everything that goes into the repository (controls, files, scripts)."""
+    digest = hashlib.sha256(f"format={REPO_FORMAT}\n".encode())
+    for pkg in CATALOGUE:
+        digest.update(pkg.control().encode())
+        digest.update(pkg.postinst.encode())
+        for f in pkg.files:
+            digest.update(f"{f.path}\0{f.mode}\0".encode())
+            digest.update(hashlib.sha256(f.content).digest())
+        for link, target in pkg.symlinks:
+            digest.update(f"{link}\0{target}\0".encode())
+    return digest.hexdigest()
+
+
+def _under(root: Path, path: str, resolve: bool) -> Path:
+    """`path` under `root`; with `resolve`, directories follow the machine's symlinks
+    (`/lib` is `usr/lib` on merged-/usr systems: a real `lib` dir in an overlay upper dir
+    would hide the machine's libraries)."""
+    if resolve:
+        path = os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
+    return root / path.lstrip("/")
+
+
+def _lay_files(pkg: Package, root: Path, resolve: bool = False) -> list[str]:
+    """Write `pkg`'s files under `root`; return every path (dirs included) as dpkg lists."""
+    paths: set[str] = set()
+    for f in pkg.files:
+        target = _under(root, f.path, resolve)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(f.content)
+        target.chmod(f.mode)
+        paths.add(f.path)
+    for link, dest in pkg.symlinks:
+        target = _under(root, link, resolve)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.is_symlink() or target.exists():
+            target.unlink()
+        target.symlink_to(dest)
+        paths.add(link)
+    for p in list(paths):
+        parent = os.path.dirname(p)
+        while parent not in ("/", ""):
+            paths.add(parent)
+            parent = os.path.dirname(parent)
+    return sorted(paths)
+
+
+def _build_deb(pkg: Package, out_dir: Path) -> Path:
+    with tempfile.TemporaryDirectory(prefix="sparkbase-deb-") as tmp:
+        root = Path(tmp)
+        _lay_files(pkg, root)
+        debian = root / "DEBIAN"
+        debian.mkdir()
+        (debian / "control").write_text(pkg.control())
+        sums = "".join(
+            f"{hashlib.md5(f.content).hexdigest()}  {f.path.lstrip('/')}\n"  # noqa: S324 (dpkg's format)
+            for f in pkg.files
+        )
+        (debian / "md5sums").write_text(sums)
+        if pkg.postinst:
+            (debian / "postinst").write_text(pkg.postinst)
+            (debian / "postinst").chmod(0o755)
+        deb = out_dir / pkg.deb_name
+        subprocess.run(
+            ["dpkg-deb", "--root-owner-group", "-Zgzip", "-z1", "--build", str(root), str(deb)],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+    return deb
+
+
+def _packages_stanza(pkg: Package, deb: Path) -> str:
+    data = deb.read_bytes()
+    control = pkg.control().rstrip("\n").split("\n")
+    desc_at = next(i for i, line in enumerate(control) if line.startswith("Description:"))
+    size_kb = max(1, sum(len(f.content) for f in pkg.files) // 1024)
+    fields = [
+        *control[:desc_at],
+        f"Installed-Size: {size_kb}",
+        f"Filename: ./{deb.name}",
+        f"Size: {len(data)}",
+        f"MD5sum: {hashlib.md5(data).hexdigest()}",  # noqa: S324 (apt's index format)
+        f"SHA256: {hashlib.sha256(data).hexdigest()}",
+        *control[desc_at:],
+    ]
+    return "\n".join(fields) + "\n"
+
+
+def build_repo(repo: Path) -> bool:
+    """Build the flat apt repository in `repo`; return False when it was already current."""
+    stamp = repo / "catalogue.json"
+    want = catalogue_hash()
+    if stamp.exists():
+        try:
+            if json.loads(stamp.read_text()).get("hash") == want:
+                return False
+        except (ValueError, OSError):
+            pass
+    tmp = repo.with_name(repo.name + ".building")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    stanzas = [_packages_stanza(pkg, _build_deb(pkg, tmp)) for pkg in CATALOGUE]
+    packages = "\n".join(stanzas)
+    (tmp / "Packages").write_text(packages)
+    sha = hashlib.sha256(packages.encode()).hexdigest()
+    (tmp / "Release").write_text(
+        "Origin: sparkbase-lab\nLabel: sparkbase-lab\nSuite: lab\nCodename: lab\n"
+        "Date: Thu, 01 Jan 2026 00:00:00 UTC\n"
+        "Architectures: all amd64 arm64\nComponents: ./\n"
+        f"SHA256:\n {sha} {len(packages.encode())} Packages\n"
+    )
+    (tmp / "catalogue.json").write_text(json.dumps({"format": 1, "hash": want}) + "\n")
+    # The repository is bind-mounted into running nodes: swap contents in place rather than
+    # replacing the directory, so a mount of `repo` keeps seeing the current files.
+    repo.mkdir(parents=True, exist_ok=True)
+    for old in repo.iterdir():
+        if old.is_dir() and not old.is_symlink():
+            shutil.rmtree(old)
+        else:
+            old.unlink()
+    for new in tmp.iterdir():
+        os.replace(new, repo / new.name)
+    tmp.rmdir()
+    return True
+
+
+def _status_stanza(pkg: Package) -> str:
+    lines = pkg.control().rstrip("\n").split("\n")
+    lines.insert(1, "Status: install ok installed")
+    return "\n".join(lines) + "\n"
+
+
+def install_offline(packages: list[Package], upper: Path, base_status: Path) -> None:
+    """Install `packages` into an overlay upper dir without running dpkg.
+
+    Files are laid under `upper`; the dpkg database in `upper` becomes `base_status` (the
+    machine's, which the node sees through the lower layer) plus one stanza per package,
+    with `info/<name>.list` and `.md5sums` as dpkg writes them.
+    """
+    info = upper / "var/lib/dpkg/info"
+    info.mkdir(parents=True, exist_ok=True)
+    status_path = upper / "var/lib/dpkg/status"
+    status = status_path.read_text() if status_path.exists() else base_status.read_text()
+    if not status.endswith("\n\n") and status:
+        status = status.rstrip("\n") + "\n\n"
+    for pkg in packages:
+        listed = _lay_files(pkg, upper, resolve=True)
+        (info / f"{pkg.name}.list").write_text("/.\n" + "".join(f"{p}\n" for p in listed))
+        (info / f"{pkg.name}.md5sums").write_text(
+            "".join(
+                f"{hashlib.md5(f.content).hexdigest()}  {f.path.lstrip('/')}\n"  # noqa: S324
+                for f in pkg.files
+            )
+        )
+        status += _status_stanza(pkg) + "\n"
+    status_path.write_text(status)

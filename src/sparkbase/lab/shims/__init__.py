@@ -1,0 +1,1 @@
+"""Node-side commands of the emulated fleet (copied into each node)."""
