@@ -1,0 +1,597 @@
+"""Every check sparkbase runs, each a pure function of (expected, facts, item).
+
+Ids read as the drift they name. Areas follow the prior `doctor`: kernel, memory, driver,
+nccl, fabric, secure_boot, host, cpuset, files, packages, gpu, fleet.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from sparkbase.audit.expected import Expected
+from sparkbase.audit.registry import Outcome, fail, fleet_check, node_check, ok, skip
+from sparkbase.facts.model import NodeFacts
+from sparkbase.facts.parsers import parse_kv_conf
+from sparkbase.render import NCCL_CONF_PATH, NETPLAN_PATH, kernel_cmdline
+
+#: below this SM clock (MHz) a GB10 is latched
+LATCH_CLOCK_MHZ = 1000
+LATCH_FIX = "full AC disconnect (unplug power), then re-run"
+APPLY_FIX = "sparkbase apply --limit {node}"
+REBOOT_FIX = "sparkbase apply --limit {node} --allow-reboot"
+
+
+def _apply(expected: Expected, reboot: bool = False) -> str:
+    return (REBOOT_FIX if reboot else APPLY_FIX).format(node=expected.node)
+
+
+def _unknown(facts: NodeFacts, section: str, what: object) -> Outcome:
+    """A fact the node could not report: fail, saying why."""
+    reason = facts.errors.get(section, "not reported")
+    return fail(what, f"unknown ({reason})", "check the node by hand; the fact could not be read")
+
+
+# --- kernel -------------------------------------------------------------------------
+
+
+@node_check("kernel.release", "kernel", "the running kernel is the baseline's")
+def kernel_release(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
+    want = expected.baseline.kernel.release
+    if facts.kernel_release is None:
+        return _unknown(facts, "uname", want)
+    if facts.kernel_release != want:
+        return fail(want, facts.kernel_release, f"install and boot it: {_apply(expected, reboot=True)}")
+    return ok(want, facts.kernel_release)
+
+
+@node_check("kernel.page_size", "kernel", "the running page size is the baseline's")
+def kernel_page_size(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
+    want = expected.baseline.kernel.page_size
+    if facts.page_size is None:
+        return _unknown(facts, "pagesize", want)
+    if facts.page_size != want:
+        return fail(want, facts.page_size, f"boot the baseline's kernel flavour: {_apply(expected, True)}")
+    return ok(want, facts.page_size)
+
+
+@node_check("kernel.cmdline", "kernel", "required kernel arguments present, forbidden ones absent")
+def kernel_cmdline_check(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
+    required = kernel_cmdline(expected.baseline)
+    forbidden = expected.baseline.kernel.cmdline_forbid
+    if not facts.cmdline:
+        return _unknown(facts, "cmdline", " ".join(required))
+    missing = [arg for arg in required if arg not in facts.cmdline]
+    present = [arg for arg in facts.cmdline if _forbidden(arg, forbidden)]
+    want = " ".join(required) + (f" (never: {' '.join(forbidden)})" if forbidden else "")
+    if missing or present:
+        problems = [*(f"missing {arg}" for arg in missing), *(f"forbidden {arg}" for arg in present)]
+        return fail(
+            want, "; ".join(problems), f"rewrite the GRUB drop-in and reboot: {_apply(expected, True)}"
+        )
+    return ok(want, " ".join(facts.cmdline))
+
+
+def _forbidden(arg: str, forbidden: list[str]) -> bool:
+    """`arg` is forbidden by name (`splash`) or exactly (`kho=off`)."""
+    return arg in forbidden or any("=" not in rule and arg.split("=")[0] == rule for rule in forbidden)
+
+
+# --- driver and GPU -----------------------------------------------------------------
+
+
+@node_check("driver.version", "driver", "nvidia-smi reports the baseline's driver")
+def driver_version(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
+    want = expected.baseline.driver.version
+    if facts.gpu.error is not None:
+        return fail(
+            want, facts.gpu.error, f"install the driver for the running kernel: {_apply(expected, True)}"
+        )
+    if facts.gpu.driver_version != want:
+        return fail(want, facts.gpu.driver_version, f"install driver {want}: {_apply(expected, True)}")
+    return ok(want, facts.gpu.driver_version)
+
+
+@node_check("gpu.clock", "gpu", "the GPU is not clock-latched (SM clock at least 1000 MHz)")
+def gpu_clock(_expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
+    want = f">= {LATCH_CLOCK_MHZ} MHz"
+    if facts.gpu.sm_clock_mhz is None:
+        return skip(f"no SM clock reading ({facts.gpu.error or 'not reported'})")
+    observed = f"{facts.gpu.sm_clock_mhz} MHz"
+    if facts.gpu.power_w is not None:
+        observed += f", {facts.gpu.power_w:g} W"
+    if facts.gpu.sm_clock_mhz < LATCH_CLOCK_MHZ:
+        return fail(want, observed + " (clock latch)", LATCH_FIX)
+    return ok(want, observed)
+
+
+# --- NCCL ---------------------------------------------------------------------------
+
+
+@node_check("nccl.library", "nccl", "the NCCL library every lane loads has the pinned sha256")
+def nccl_library(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
+    library = expected.baseline.nccl.library
+    seen = facts.file_sha256.get(library.path)
+    if seen != library.sha256:
+        observed = f"sha256 {seen}" if seen else f"{library.path} missing"
+        return fail(
+            f"{library.path} sha256 {library.sha256}",
+            observed,
+            f"install {library.package}={library.version}: {_apply(expected)}",
+        )
+    return ok(library.sha256, seen)
+
+
+@node_check("nccl.conf", "nccl", "/etc/nccl.conf is exactly the rendered settings")
+def nccl_conf(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
+    rendered = expected.file(NCCL_CONF_PATH)
+    if rendered is None:
+        return skip("the baseline renders no nccl.conf")
+    seen = facts.file_sha256.get(NCCL_CONF_PATH)
+    if seen == rendered.sha256:
+        return ok(rendered.sha256, seen)
+    want = parse_kv_conf(rendered.content)
+    if facts.nccl_conf is None:
+        return fail(_env_text(want), f"{NCCL_CONF_PATH} missing", _apply(expected))
+    have = parse_kv_conf(facts.nccl_conf)
+    keys = [key for key in sorted(set(want) | set(have)) if want.get(key) != have.get(key)]
+    if not keys:
+        return fail(
+            _env_text(want),
+            "same settings, different file (comments or layout)",
+            f"rewrite it: {_apply(expected)}",
+        )
+    return fail(
+        "; ".join(f"{key}={want.get(key, '(unset)')}" for key in keys),
+        "; ".join(f"{key}={have.get(key, '(unset)')}" for key in keys),
+        f"rewrite it: {_apply(expected)}",
+    )
+
+
+def _env_text(env: dict[str, str]) -> str:
+    return "; ".join(f"{key}={value}" for key, value in env.items())
+
+
+# --- fabric -------------------------------------------------------------------------
+
+
+@node_check("fabric.netplan", "fabric", "the four-PF fabric netplan is the rendered one")
+def fabric_netplan(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
+    rendered = expected.file(NETPLAN_PATH)
+    if rendered is None:
+        return skip("no fabric netplan rendered")
+    seen = facts.file_sha256.get(NETPLAN_PATH)
+    if seen != rendered.sha256:
+        return fail(
+            f"{NETPLAN_PATH} sha256 {rendered.sha256}",
+            f"sha256 {seen}" if seen else "missing",
+            f"rewrite and netplan apply: {_apply(expected)}",
+        )
+    return ok(rendered.sha256, seen)
+
+
+def _netdevs(expected: Expected) -> list[str]:
+    return [port.netdev for port in expected.baseline.fabric.ports]
+
+
+def _hcas(expected: Expected) -> list[str]:
+    return expected.baseline.fabric.hca_names()
+
+
+@node_check("fabric.link", "fabric", "each fabric netdev is up, at the MTU, with its address", items=_netdevs)
+def fabric_link(expected: Expected, facts: NodeFacts, item: str | None) -> Outcome:
+    netdev = str(item)
+    mtu = expected.baseline.fabric.mtu
+    cable = expected.cables.get(netdev)
+    want = f"UP, mtu {mtu}" + (f", {cable.address}" if cable else "")
+    if not facts.interfaces:
+        return _unknown(facts, "ip-addr", want)
+    iface = facts.interfaces.get(netdev)
+    if iface is None:
+        return fail(want, "no such netdev", "check the ConnectX-7 (lspci, rdma link)")
+    observed = f"{iface.operstate}, mtu {iface.mtu}, {', '.join(iface.addresses) or 'no address'}"
+    problems = []
+    if iface.operstate != "UP":
+        problems.append("link down")
+    if iface.mtu != mtu:
+        problems.append("MTU")
+    if cable is not None and cable.address not in iface.addresses:
+        problems.append("address")
+    if problems:
+        fix = (
+            "check the cable and the peer port; then re-run"
+            if problems == ["link down"]
+            else f"netplan apply the fabric file: {_apply(expected)}"
+        )
+        return fail(want, observed, fix)
+    return ok(want, observed)
+
+
+@node_check("fabric.rdma", "fabric", "every RDMA device exists", items=_hcas)
+def fabric_rdma(_expected: Expected, facts: NodeFacts, item: str | None) -> Outcome:
+    if item in facts.rdma_devices:
+        return ok("present", "present")
+    return fail(
+        "present",
+        f"missing (have: {', '.join(facts.rdma_devices) or 'none'})",
+        "check the ConnectX-7 and mlx5_ib (rdma link show)",
+    )
+
+
+@node_check(
+    "fabric.gid", "fabric", "the GID index holds the IPv4 RoCE v2 address in the cable's subnet", items=_hcas
+)
+def fabric_gid(expected: Expected, facts: NodeFacts, item: str | None) -> Outcome:
+    hca = str(item)
+    index = expected.baseline.fabric.gid_index
+    netdev = next(port.netdev for port in expected.baseline.fabric.ports if port.hca == hca)
+    cable = expected.cables.get(netdev)
+    want_ip = cable.address.split("/")[0] if cable else None
+    want = f"index {index}: RoCE v2 {want_ip or 'IPv4'}" + (f" in {cable.subnet}" if cable else "")
+    gid = facts.gids.get(hca)
+    if gid is None or gid.gid is None:
+        return fail(want, f"no GID at index {index}", "check the link (rdma link show), then re-run")
+    address = gid.ipv4
+    observed = f"{gid.type or 'no type'} {address or gid.gid}"
+    fix = (
+        f"the RoCE v2 IPv4 GID moved off index {index} (link flap?): bounce the link "
+        f"(ip link set {netdev} down; ip link set {netdev} up) or re-apply the netplan, then re-run"
+    )
+    if gid.type != "RoCE v2" or address is None:
+        return fail(want, observed, fix)
+    if cable is not None and ipaddress.IPv4Address(address) not in ipaddress.IPv4Network(cable.subnet):
+        return fail(
+            want, observed + f" (outside {cable.subnet})", f"fix the address on {netdev}: {_apply(expected)}"
+        )
+    if want_ip is not None and address != want_ip:
+        return fail(want, observed, f"fix the address on {netdev}: {_apply(expected)}")
+    return ok(want, observed)
+
+
+# --- memory -------------------------------------------------------------------------
+
+
+@node_check("memory.thp", "memory", "transparent huge pages in the baseline's mode")
+def memory_thp(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
+    want = expected.baseline.memory.transparent_hugepages
+    if facts.thp is None:
+        return _unknown(facts, "thp", want)
+    if facts.thp != want:
+        return fail(
+            want,
+            facts.thp,
+            f"set transparent_hugepage={want} on the kernel command line: {_apply(expected, True)}",
+        )
+    return ok(want, facts.thp)
+
+
+def _sysctl_keys(expected: Expected) -> list[str]:
+    return sorted(expected.baseline.memory.sysctls)
+
+
+@node_check("sysctl", "memory", "each sysctl the baseline sets has its value", items=_sysctl_keys)
+def sysctl(expected: Expected, facts: NodeFacts, item: str | None) -> Outcome:
+    key = str(item)
+    want = expected.baseline.memory.sysctls[key]
+    seen = facts.sysctls.get(key)
+    if seen is None:
+        return _unknown(facts, f"sysctl:{key}", want)
+    if " ".join(seen.split()) != " ".join(want.split()):
+        return fail(want, seen, f"sysctl -w {key}={want} and keep it in sysctl.d: {_apply(expected)}")
+    return ok(want, seen)
+
+
+@node_check("memory.swap", "memory", "the swap file is active at its size with the right header")
+def memory_swap(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
+    swap = expected.baseline.memory.swap
+    if swap is None:
+        return skip("the baseline has no swap file")
+    size = swap.size_gib * 1024**3
+    want = f"{swap.path} active, {swap.size_gib} GiB, header page size {swap.header_page_size}"
+    entry = next((s for s in facts.swaps if s.name == swap.path), None)
+    header = facts.swap_header_page_size.get(swap.path)
+    problems = []
+    if entry is None:
+        problems.append("not active")
+    elif entry.size_bytes != size:
+        problems.append(f"size {entry.size_bytes} bytes")
+    if header != swap.header_page_size:
+        problems.append(f"header page size {header or 'none (no swap signature)'}")
+    if problems:
+        return fail(
+            want, "; ".join(problems), f"recreate it (mkswap -p {swap.header_page_size}): {_apply(expected)}"
+        )
+    return ok(want, f"{swap.path} active, {size} bytes, header {header}")
+
+
+# --- memory-saver -------------------------------------------------------------------
+
+
+def _saver_items(expected: Expected) -> list[str]:
+    saver = expected.baseline.memory.memory_saver
+    if saver is None:
+        return []
+    return ["dkms", "signature", "loaded"] if saver.required else ["loaded"]
+
+
+@node_check(
+    "memory_saver",
+    "memory",
+    "the memory-saver module is built, signed and loaded (if required)",
+    items=_saver_items,
+)
+def memory_saver(expected: Expected, facts: NodeFacts, item: str | None) -> Outcome:
+    saver = expected.baseline.memory.memory_saver
+    if saver is None:
+        return skip("no memory-saver module in the baseline")
+    release = facts.kernel_release
+    if not saver.required:
+        if saver.module in facts.modules:
+            return fail("not loaded", "loaded", f"dkms remove {saver.dkms_name}/{saver.dkms_version} --all")
+        return ok("not loaded", "not loaded")
+    if item == "dkms":
+        want = f"{saver.dkms_name}/{saver.dkms_version} installed for {release}"
+        entry = next(
+            (
+                e
+                for e in facts.dkms
+                if e.name == saver.dkms_name
+                and e.version == saver.dkms_version
+                and e.kernel == release
+                and e.status == "installed"
+            ),
+            None,
+        )
+        if entry is None:
+            seen = ", ".join(f"{e.name}/{e.version} {e.kernel or ''} {e.status}" for e in facts.dkms)
+            return fail(
+                want,
+                seen or "not installed",
+                f"dkms install {saver.dkms_name}/{saver.dkms_version} -k {release}: {_apply(expected)}",
+            )
+        return ok(want, "installed")
+    if item == "signature":
+        key = expected.baseline.secure_boot.mok_fingerprint
+        info = facts.memory_saver
+        want = f"signed with {key}"
+        if info is None or info.error:
+            return fail(want, info.error if info else "no modinfo", _apply(expected))
+        if not info.sig_key:
+            return fail(want, "unsigned", "rebuild with the MOK key present: " + _apply(expected))
+        enrolled = info.sig_key in facts.mok_fingerprints
+        if info.sig_key != key or not enrolled:
+            observed = f"signed with {info.sig_key}" + ("" if enrolled else " (not enrolled)")
+            return fail(want, observed, "re-sign with the enrolled MOK key: " + _apply(expected))
+        return ok(want, f"signed with {info.sig_key} ({info.signer or 'no signer'})")
+    param = f"{saver.module}.{saver.packing_parameter}"
+    want = f"{saver.module} loaded, {saver.packing_parameter}={'on' if saver.packing else 'off'}"
+    if saver.module not in facts.modules:
+        return fail(
+            want, "not loaded", "check boot.log / dmesg for a signature refusal; " + _apply(expected, True)
+        )
+    value = facts.module_params.get(param)
+    if _flag(value) != saver.packing:
+        return fail(want, f"{saver.packing_parameter}={value}", _apply(expected, True))
+    return ok(want, f"loaded, {saver.packing_parameter}={value}")
+
+
+def _flag(value: str | None) -> bool | None:
+    """A module parameter as the kernel prints it (`Y`/`N`/`1`/`0`)."""
+    if value is None:
+        return None
+    return value.strip().upper() in {"Y", "1", "ON", "TRUE"}
+
+
+# --- Secure Boot --------------------------------------------------------------------
+
+
+@node_check("secure_boot.state", "secure_boot", "Secure Boot is in the baseline's state")
+def secure_boot_state(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
+    want = "enabled" if expected.baseline.secure_boot.enabled else "disabled"
+    if facts.secure_boot is None:
+        return _unknown(facts, "sb-state", want)
+    seen = "enabled" if facts.secure_boot else "disabled"
+    if seen != want:
+        return fail(want, seen, "change it in the firmware setup (a person at the console)")
+    return ok(want, seen)
+
+
+def _mok_items(expected: Expected) -> list[str]:
+    return ["mok"] if expected.baseline.secure_boot.mok_fingerprint else []
+
+
+@node_check("secure_boot", "secure_boot", "the MOK key the baseline signs with is enrolled", items=_mok_items)
+def secure_boot_mok(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
+    key = expected.baseline.secure_boot.mok_fingerprint
+    if key in facts.mok_fingerprints:
+        return ok(key, key)
+    return fail(
+        key,
+        ", ".join(facts.mok_fingerprints) or "no key enrolled",
+        "mokutil --import the MOK certificate, then reboot and accept it: " + _apply(expected, True),
+    )
+
+
+# --- host ---------------------------------------------------------------------------
+
+
+@node_check("host.nvidia_drm", "host", "nvidia-drm modeset and fbdev as the baseline says")
+def host_nvidia_drm(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
+    drm = expected.baseline.host.nvidia_drm
+    want = f"modeset={'Y' if drm.modeset else 'N'} fbdev={'Y' if drm.fbdev else 'N'}"
+    modeset, fbdev = (
+        facts.module_params.get("nvidia_drm.modeset"),
+        facts.module_params.get("nvidia_drm.fbdev"),
+    )
+    seen = f"modeset={modeset or '?'} fbdev={fbdev or '?'}"
+    if _flag(modeset) != drm.modeset or _flag(fbdev) != drm.fbdev:
+        return fail(want, seen, "write modprobe.d and reboot: " + _apply(expected, True))
+    return ok(want, seen)
+
+
+@node_check("host.boot_target", "host", "the default systemd target is the baseline's")
+def host_boot_target(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
+    want = expected.baseline.host.boot_target
+    if facts.default_target is None:
+        return _unknown(facts, "default-target", want)
+    if facts.default_target != want:
+        return fail(want, facts.default_target, f"systemctl set-default {want}: {_apply(expected)}")
+    return ok(want, facts.default_target)
+
+
+@node_check("host.display_manager", "host", "no display manager runs on a headless node")
+def host_display_manager(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
+    if expected.baseline.host.display_manager:
+        return skip("the baseline allows a display manager")
+    state = facts.units.get("display-manager.service")
+    if state is None:
+        return _unknown(facts, "units", "inactive")
+    if state.active:
+        return fail("inactive", state.active_state, "disable the display manager: " + _apply(expected))
+    return ok("inactive", state.active_state or "inactive")
+
+
+def _disabled_units(expected: Expected) -> list[str]:
+    return list(expected.baseline.host.disable_services)
+
+
+@node_check(
+    "service", "host", "each unit the baseline disables is disabled and stopped", items=_disabled_units
+)
+def service_disabled(expected: Expected, facts: NodeFacts, item: str | None) -> Outcome:
+    state = facts.units.get(str(item))
+    if state is None:
+        return _unknown(facts, "units", "disabled, inactive")
+    seen = f"{state.unit_file_state or 'not installed'}, {state.active_state or 'inactive'}"
+    if state.unit_file_state == "enabled" or state.active:
+        return fail("disabled, inactive", seen, f"systemctl disable --now {item}: {_apply(expected)}")
+    return ok("disabled, inactive", seen)
+
+
+@node_check("host.fan_control", "host", "the fan-control daemon is enabled and running")
+def host_fan_control(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
+    fan = expected.baseline.host.fan_control
+    if fan is None:
+        return skip("the baseline has no fan control")
+    state = facts.units.get(fan.service)
+    want = f"{fan.service} enabled, active"
+    if state is None:
+        return _unknown(facts, "units", want)
+    seen = f"{state.unit_file_state or 'not installed'}, {state.active_state or 'inactive'}"
+    if not (state.enabled and state.active):
+        return fail(want, seen, f"install {fan.package} and enable {fan.service}: {_apply(expected)}")
+    return ok(want, seen)
+
+
+# --- cpuset -------------------------------------------------------------------------
+
+
+@node_check("cpuset.slice", "cpuset", "the serving slice is pinned to the fast cores")
+def cpuset_slice(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
+    cpuset = expected.baseline.cpuset
+    want = f"{cpuset.slice} AllowedCPUs={cpuset.cpulist()}"
+    seen = facts.slice_allowed_cpus
+    if seen != cpuset.cpulist():
+        return fail(want, f"AllowedCPUs={seen or '(unset)'}", f"write the slice: {_apply(expected)}")
+    if facts.fast_cpus and not set(cpuset.cpus) <= set(facts.fast_cpus):
+        slow = sorted(set(cpuset.cpus) - set(facts.fast_cpus))
+        return fail(want, f"CPUs {slow} are not Cortex-X925 (CPU part 0xd85) here", "fix cpuset.cpus")
+    return ok(want, f"AllowedCPUs={seen}")
+
+
+# --- rendered files and stamp -------------------------------------------------------
+
+
+_OWN_CHECKS = {NCCL_CONF_PATH, NETPLAN_PATH}
+
+
+def _other_files(expected: Expected) -> list[str]:
+    return [f.path for f in expected.files if f.path not in _OWN_CHECKS and f.path != expected.stamp_path]
+
+
+@node_check(
+    "file", "files", "every other rendered file is byte for byte the rendered one", items=_other_files
+)
+def rendered_file(expected: Expected, facts: NodeFacts, item: str | None) -> Outcome:
+    rendered = expected.file(str(item))
+    assert rendered is not None
+    seen = facts.file_sha256.get(rendered.path)
+    if seen != rendered.sha256:
+        return fail(
+            f"sha256 {rendered.sha256}",
+            f"sha256 {seen}" if seen else "missing",
+            f"rewrite it ({rendered.purpose}): {_apply(expected, rendered.needs_reboot)}",
+        )
+    return ok(rendered.sha256, seen)
+
+
+@node_check("stamp", "files", "the stamp names the baseline, version and hash the node must carry")
+def stamp(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
+    want_version = expected.baseline.version
+    want = f"{expected.baseline_name} {want_version}"
+    rendered = expected.file(expected.stamp_path)
+    if facts.stamp is None:
+        return fail(want, "no stamp (never converged by sparkbase)", _apply(expected, True))
+    import json
+
+    want_stamp = json.loads(rendered.content) if rendered else {}
+    seen = f"{facts.stamp.get('baseline')} {facts.stamp.get('version')}"
+    mismatched = [
+        key
+        for key in ("baseline", "version", "baseline_sha256", "files_sha256")
+        if facts.stamp.get(key) != want_stamp.get(key)
+    ]
+    if mismatched:
+        detail = seen
+        if not set(mismatched) & {"baseline", "version"}:
+            detail += (
+                f" but {', '.join(mismatched)} differ (the baseline changed without a version "
+                "bump, or the node was converged from another checkout)"
+            )
+        return fail(want, detail, _apply(expected, True))
+    return ok(want, seen)
+
+
+# --- packages (warn) ----------------------------------------------------------------
+
+
+def _package_names(expected: Expected) -> list[str]:
+    return list(dict.fromkeys(pin.name for pin in expected.baseline.packages()))
+
+
+@node_check(
+    "package",
+    "packages",
+    "each pinned package is installed at its version",
+    severity="warn",
+    items=_package_names,
+)
+def package(expected: Expected, facts: NodeFacts, item: str | None) -> Outcome:
+    pin = next(pin for pin in expected.baseline.packages() if pin.name == item)
+    seen = facts.packages.get(pin.name)
+    if seen != pin.version:
+        return fail(pin.version, seen or "not installed", f"apt-get install {pin.name}={pin.version}")
+    return ok(pin.version, seen)
+
+
+# --- fleet agreement ----------------------------------------------------------------
+
+
+def _governor(facts: NodeFacts) -> object:
+    values = sorted(set(facts.governors.values()))
+    return ",".join(values) if values else None
+
+
+fleet_check("fleet.kernel", "fleet", "every node runs the same kernel", lambda f: f.kernel_release)
+fleet_check("fleet.page_size", "fleet", "every node runs the same page size", lambda f: f.page_size)
+fleet_check("fleet.driver", "fleet", "every node runs the same driver", lambda f: f.gpu.driver_version)
+fleet_check(
+    "fleet.nccl_library",
+    "fleet",
+    "every node loads the same NCCL library",
+    lambda f: f.nccl_library_sha256,
+)
+fleet_check("fleet.thp", "fleet", "every node has the same THP mode", lambda f: f.thp)
+fleet_check(
+    "fleet.secure_boot", "fleet", "every node has the same Secure Boot state", lambda f: f.secure_boot
+)
+fleet_check("fleet.governor", "fleet", "every node runs the same CPU governor", _governor)

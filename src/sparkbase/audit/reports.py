@@ -1,0 +1,224 @@
+"""Audit reports: a table for people, JSON (a versioned contract), JUnit XML, Prometheus text.
+
+The JSON shape is pinned by `tests/unit/test_audit_json_contract.py`; bump `JSON_FORMAT`
+on any change a consumer could notice.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from sparkbase.audit.registry import CheckResult
+from sparkbase.audit.run import AuditReport
+
+JSON_FORMAT = 1
+FORMATS = ("table", "json", "junit", "prometheus")
+
+
+def _check_json(result: CheckResult) -> dict[str, Any]:
+    return {
+        "id": result.id,
+        "area": result.area,
+        "severity": result.severity,
+        "status": result.status,
+        "expected": result.expected,
+        "observed": result.observed,
+        "fix": result.fix,
+    }
+
+
+def to_json_data(report: AuditReport) -> dict[str, Any]:
+    """The report as the JSON contract's data."""
+    results = report.all_results()
+    return {
+        "format": JSON_FORMAT,
+        "kind": "sparkbase-audit",
+        "site": report.site,
+        "generated_at": dt.datetime.fromtimestamp(report.started_at, dt.UTC).isoformat(),
+        "elapsed_seconds": round(report.elapsed_seconds, 3),
+        "status": report.status,
+        "exit_code": report.exit_code,
+        "summary": {
+            "nodes": len(report.nodes),
+            "unreachable": len(report.unreachable),
+            "checks": len(results),
+            "passed": sum(r.status == "pass" for r in results),
+            "failed_error": sum(r.status == "fail" and r.severity == "error" for r in results),
+            "failed_warn": sum(r.status == "fail" and r.severity == "warn" for r in results),
+            "skipped": sum(r.status == "skip" for r in results),
+        },
+        "nodes": [
+            {
+                "node": node.node,
+                "baseline": node.baseline,
+                "baseline_version": node.baseline_version,
+                "reachable": node.reachable,
+                "reason": node.reason,
+                "elapsed_seconds": round(node.elapsed_seconds, 3),
+                "checks": [_check_json(r) for r in node.results],
+            }
+            for node in report.nodes
+        ],
+        "fleet": [_check_json(r) for r in report.fleet],
+    }
+
+
+def to_json(report: AuditReport) -> str:
+    """The JSON report text."""
+    return json.dumps(to_json_data(report), indent=2) + "\n"
+
+
+def to_table(report: AuditReport, verbose: bool = False) -> str:
+    """A human table: failures (and with `verbose` every check), then a summary line."""
+    lines: list[str] = []
+    rows: list[tuple[str, str, str, str, str, str]] = []
+    for node in report.nodes:
+        if not node.reachable:
+            rows.append((node.node, "UNREACHABLE", "reachable", "", "", node.reason or ""))
+            continue
+        for r in node.results:
+            if verbose or r.status == "fail":
+                rows.append((node.node, _mark(r), r.id, r.expected or "", r.observed or "", r.fix or ""))
+    for r in report.fleet:
+        if verbose or r.status == "fail":
+            rows.append(("fleet", _mark(r), r.id, r.expected or "", r.observed or "", r.fix or ""))
+    header = ("NODE", "STATUS", "CHECK", "EXPECTED", "OBSERVED", "FIX")
+    if rows:
+        widths = [
+            min(max(len(row[i]) for row in [header, *rows]), cap)
+            for i, cap in enumerate((10, 11, 36, 48, 48, 200))
+        ]
+        for row in [header, *rows]:
+            cells = [_clip(cell, widths[i]).ljust(widths[i]) for i, cell in enumerate(row)]
+            lines.append("  ".join(cells).rstrip())
+    results = report.all_results()
+    failed = sum(r.blocking for r in results)
+    warned = sum(r.status == "fail" and r.severity == "warn" for r in results)
+    lines.append(
+        f"{report.status}: {len(report.nodes)} node(s), {len(report.unreachable)} unreachable, "
+        f"{len(results)} checks, {failed} failed, {warned} warning(s) "
+        f"({report.elapsed_seconds:.2f}s)"
+    )
+    return "\n".join(lines) + "\n"
+
+
+def _mark(result: CheckResult) -> str:
+    if result.status == "fail":
+        return "FAIL" if result.severity == "error" else "WARN"
+    return result.status.upper()
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def to_junit(report: AuditReport) -> str:
+    """JUnit XML: one testsuite per node (and one for the fleet), one testcase per check."""
+    import xml.etree.ElementTree as ET
+
+    suites = ET.Element("testsuites", name="sparkbase-audit")
+    groups: list[tuple[str, list[CheckResult], str | None]] = [
+        (node.node, list(node.results), None if node.reachable else node.reason) for node in report.nodes
+    ]
+    groups.append(("fleet", list(report.fleet), None))
+    for name, results, unreachable in groups:
+        suite = ET.SubElement(suites, "testsuite", name=name)
+        failures = errors = skipped = 0
+        if unreachable is not None:
+            case = ET.SubElement(suite, "testcase", classname=f"sparkbase.{name}", name="reachable")
+            ET.SubElement(case, "error", message=unreachable).text = unreachable
+            errors += 1
+        for r in results:
+            case = ET.SubElement(suite, "testcase", classname=f"sparkbase.{name}.{r.area}", name=r.id)
+            text = f"expected: {r.expected}\nobserved: {r.observed}\nfix: {r.fix}"
+            if r.status == "fail":
+                tag = "failure"
+                failures += 1
+                element = ET.SubElement(case, tag, message=f"{r.id}: {r.observed}", type=r.severity)
+                element.text = text
+            elif r.status == "skip":
+                skipped += 1
+                ET.SubElement(case, "skipped", message=r.observed or "")
+        suite.set("tests", str(len(results) + (unreachable is not None)))
+        suite.set("failures", str(failures))
+        suite.set("errors", str(errors))
+        suite.set("skipped", str(skipped))
+    ET.indent(suites)
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def to_prometheus(report: AuditReport) -> str:
+    """node_exporter textfile-collector format."""
+    lines = [
+        "# HELP sparkbase_check_ok 1 when a sparkbase check passes on a node (node=fleet: agreement)",
+        "# TYPE sparkbase_check_ok gauge",
+    ]
+    for r in report.all_results():
+        if r.status == "skip":
+            continue
+        node = r.node or "fleet"
+        lines.append(
+            f'sparkbase_check_ok{{node="{_label(node)}",check="{_label(r.id)}",'
+            f'severity="{r.severity}"}} {1 if r.status == "pass" else 0}'
+        )
+    lines += [
+        "# HELP sparkbase_node_reachable 1 when the node answered the audit",
+        "# TYPE sparkbase_node_reachable gauge",
+    ]
+    for reached in report.nodes:
+        lines.append(f'sparkbase_node_reachable{{node="{_label(reached.node)}"}} {int(reached.reachable)}')
+    lines += [
+        "# HELP sparkbase_node_drift_checks failed error-severity checks per node",
+        "# TYPE sparkbase_node_drift_checks gauge",
+    ]
+    for drifted in report.nodes:
+        lines.append(f'sparkbase_node_drift_checks{{node="{_label(drifted.node)}"}} {len(drifted.blocking)}')
+    lines += [
+        "# HELP sparkbase_audit_timestamp_seconds when the audit ran (Unix time)",
+        "# TYPE sparkbase_audit_timestamp_seconds gauge",
+        f"sparkbase_audit_timestamp_seconds {report.started_at:.3f}",
+        "# HELP sparkbase_audit_duration_seconds how long the audit took",
+        "# TYPE sparkbase_audit_duration_seconds gauge",
+        f"sparkbase_audit_duration_seconds {report.elapsed_seconds:.3f}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def render(report: AuditReport, fmt: str, verbose: bool = False) -> str:
+    """The report in one of `FORMATS`."""
+    if fmt == "json":
+        return to_json(report)
+    if fmt == "junit":
+        return to_junit(report)
+    if fmt == "prometheus":
+        return to_prometheus(report)
+    return to_table(report, verbose)
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write `text` to `path` via a temp file and rename; devices (/dev/null) are written directly."""
+    if path.exists() and not path.is_file():
+        with path.open("w", encoding="utf-8") as handle:
+            handle.write(text)
+        return
+    directory = path.parent if str(path.parent) else Path(".")
+    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temp, 0o644)
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,55 @@
+"""Drift audit: every check on every node and across the fleet, one SSH round trip per node.
+
+Exit 0 clean, 1 drift (a failed error-severity check), 2 bad configuration, 3 a node was
+unreachable (the others are still audited and reported).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from sparkbase.cli.common import add_site_arguments, add_target_arguments
+
+FORMATS = ("table", "json", "junit", "prometheus")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of `sparkbase audit`."""
+    add_site_arguments(parser)
+    add_target_arguments(parser)
+    parser.add_argument("--format", choices=FORMATS, default="table", help="report format (default: table)")
+    parser.add_argument("--output", type=Path, default=None, help="write the report here (atomically)")
+    parser.add_argument(
+        "--parallel", type=int, default=16, metavar="N", help="nodes audited at once (default: 16)"
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="table: show passing checks too")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the audit and print or write the report."""
+    from sparkbase.audit.expected import expected_for
+    from sparkbase.audit.reports import render, write_atomically
+    from sparkbase.audit.run import run_audit
+    from sparkbase.cli.common import lab_path, load_site_or_exit, selected_nodes
+    from sparkbase.transport import ssh_targets
+
+    if args.parallel < 1:
+        print("sparkbase: --parallel must be at least 1", file=sys.stderr)
+        return 2
+    site = load_site_or_exit(args)
+    nodes = selected_nodes(site, args)
+    expectations = {node: expected_for(site, node) for node in nodes}
+    targets = ssh_targets(site, lab_path(args))
+    report = run_audit(site.rules.site, expectations, targets, args.parallel)
+    text = render(report, args.format, args.verbose)
+    if args.output is not None:
+        write_atomically(args.output, text)
+        if args.format != "table":
+            print(render(report, "table").splitlines()[-1], file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    for node in report.unreachable:
+        print(f"sparkbase: {node.node} unreachable: {node.reason}", file=sys.stderr)
+    return report.exit_code

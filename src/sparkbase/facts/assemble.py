@@ -1,0 +1,121 @@
+"""Sections of one answer → `NodeFacts` (pure: the parsers applied, failures recorded)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+from sparkbase.facts import parsers as p
+from sparkbase.facts.model import Gid, GpuFacts, NodeFacts
+from sparkbase.facts.script import FactPlan, Sections
+
+T = TypeVar("T")
+
+
+class _Reader:
+    """Applies parsers to sections, collecting what failed instead of raising."""
+
+    def __init__(self, sections: Sections) -> None:
+        self.sections = sections
+        self.errors: dict[str, str] = {}
+
+    def text(self, name: str, *, quiet: bool = False) -> str | None:
+        """The output of a section that exited 0, else None (and an error unless quiet)."""
+        section = self.sections.get(name)
+        if section is None:
+            self.errors[name] = "no answer (the script stopped before this section)"
+            return None
+        if section.status != 0:
+            if not quiet:
+                detail = " ".join(section.output.split())[:200] or "no output"
+                self.errors[name] = f"exit {section.status}: {detail}"
+            return None
+        return section.output
+
+    def parse(self, name: str, parser: Callable[[str], T], *, quiet: bool = False) -> T | None:
+        """`parser(output)`, or None with the reason recorded."""
+        text = self.text(name, quiet=quiet)
+        if text is None:
+            return None
+        try:
+            return parser(text)
+        except (ValueError, KeyError, TypeError) as exc:
+            self.errors[name] = f"unreadable output: {exc}"
+            return None
+
+
+def assemble(node: str, plan: FactPlan, sections: Sections, elapsed: float = 0.0) -> NodeFacts:
+    """Typed facts of `node` from the sections its fact script printed."""
+    r = _Reader(sections)
+    uname = r.parse("uname", p.parse_uname_rm)
+    gpu_section = sections.get("nvidia-smi")
+    gpu = (
+        p.parse_nvidia_smi_query(gpu_section.output, gpu_section.status)
+        if gpu_section is not None
+        else GpuFacts(error="no answer")
+    )
+    units_all = [*plan.units, *([plan.slice_unit] if plan.slice_unit else [])]
+    shown = r.parse("units", lambda text: p.parse_systemctl_show(text, units_all)) or {}
+    units = {unit: p.unit_state(props) for unit, props in shown.items() if unit in plan.units}
+    slice_cpus = shown.get(plan.slice_unit or "", {}).get("AllowedCPUs") if plan.slice_unit else None
+    saver = None
+    if plan.memory_saver_module:
+        modinfo = sections.get("modinfo")
+        saver = p.parse_modinfo(modinfo.output, modinfo.status) if modinfo else None
+    gids: dict[str, Gid] = {}
+    for hca in plan.hcas:
+        gid = r.parse(f"gid:{hca}", p.parse_single_line, quiet=True)
+        gid_type = r.parse(f"gidtype:{hca}", p.parse_single_line, quiet=True)
+        gids[hca] = Gid(gid=gid, type=gid_type)
+    headers: dict[str, int | None] = {}
+    for path in plan.swap_paths:
+        at_4k = r.text(f"swaphdr4k:{path}", quiet=True) or ""
+        at_64k = r.text(f"swaphdr64k:{path}", quiet=True) or ""
+        headers[path] = p.parse_swap_header(at_4k, at_64k)
+    stamp_section = sections.get("stamp")
+    stamp = r.parse("stamp", p.parse_stamp, quiet=True) if stamp_section else None
+    dpkg = sections.get("dpkg")
+    hashes = _hashes(sections, plan)
+    return NodeFacts(
+        node=node,
+        kernel_release=uname[0] if uname else None,
+        machine=uname[1] if uname else None,
+        page_size=r.parse("pagesize", p.parse_page_size),
+        cmdline=r.parse("cmdline", p.parse_cmdline) or (),
+        fast_cpus=r.parse("cpuinfo", p.parse_fast_cpus) or (),
+        thp=r.parse("thp", p.parse_thp),
+        sysctls={key: r.parse(f"sysctl:{key}", p.parse_single_line) for key in plan.sysctls},
+        gpu=gpu,
+        modules=r.parse("modules", p.parse_proc_modules) or frozenset(),
+        module_params={
+            f"{module}.{param}": r.parse(f"param:{module}.{param}", p.parse_single_line, quiet=True)
+            for module, param in plan.module_params
+        },
+        dkms=(r.parse("dkms", p.parse_dkms_status) or ()) if plan.memory_saver_module else (),
+        memory_saver=saver,
+        secure_boot=r.parse("sb-state", p.parse_sb_state),
+        mok_fingerprints=r.parse("mok-enrolled", p.parse_mok_enrolled, quiet=True) or (),
+        swaps=(r.parse("swapon", p.parse_swapon_show) or ()) if plan.swap_paths else (),
+        swap_header_page_size=headers,
+        default_target=r.parse("default-target", p.parse_single_line),
+        units=units,
+        slice_allowed_cpus=slice_cpus or None,
+        file_sha256=hashes,
+        nccl_library_sha256=hashes.get(plan.nccl_library_path or ""),
+        nccl_conf=r.text("nccl-conf", quiet=True),
+        stamp=stamp,
+        interfaces=r.parse("ip-addr", p.parse_ip_addr_json) or {},
+        rdma_devices=r.parse("rdma", p.parse_ls, quiet=True) or (),
+        gids=gids,
+        governors=r.parse("governors", p.parse_governors, quiet=True) or {},
+        packages=p.parse_dpkg_query(dpkg.output) if dpkg is not None else {},
+        errors=r.errors,
+        elapsed_seconds=elapsed,
+    )
+
+
+def _hashes(sections: Sections, plan: FactPlan) -> dict[str, str | None]:
+    """Every hashed path → sha256, None when the node could not read it."""
+    section = sections.get("sha256")
+    found = p.parse_sha256sum(section.output) if section is not None else {}
+    return {path: found.get(path) for path in plan.hashed_paths}

@@ -1,0 +1,150 @@
+"""What a node is: typed facts gathered in one SSH round trip.
+
+Every field is what the node said, parsed; `None` means the node could not tell (the
+command failed or the file was missing) and `errors` says why. Facts never hold what the
+node *should* be: that is the baseline's job, and comparing the two is the audit's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class GpuFacts:
+    """`nvidia-smi --query-gpu=driver_version,clocks.sm,power.draw`, or why it failed."""
+
+    driver_version: str | None = None
+    sm_clock_mhz: int | None = None
+    power_w: float | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class ModuleInfo:
+    """`modinfo NAME` fields of one kernel module file (for the running kernel)."""
+
+    filename: str | None = None
+    version: str | None = None
+    vermagic: str | None = None
+    signer: str | None = None
+    sig_key: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class DkmsEntry:
+    """One `dkms status` line: `name/version, kernel, arch: status`."""
+
+    name: str
+    version: str
+    kernel: str | None
+    arch: str | None
+    status: str
+
+
+@dataclass(frozen=True)
+class SwapEntry:
+    """One active swap area (`swapon --show=NAME,SIZE --bytes`)."""
+
+    name: str
+    size_bytes: int
+
+
+@dataclass(frozen=True)
+class UnitState:
+    """systemd state of one unit (`systemctl show -p UnitFileState -p ActiveState`)."""
+
+    unit_file_state: str
+    active_state: str
+
+    @property
+    def enabled(self) -> bool:
+        """Enabled the way `systemctl is-enabled` counts it (exit 0)."""
+        return self.unit_file_state in {"enabled", "enabled-runtime", "alias", "static"}
+
+    @property
+    def active(self) -> bool:
+        """Running (or starting) the way `systemctl is-active` counts it."""
+        return self.active_state in {"active", "activating", "reloading"}
+
+
+@dataclass(frozen=True)
+class Interface:
+    """One netdev from `ip -j addr show`."""
+
+    name: str
+    mtu: int
+    operstate: str
+    addresses: tuple[str, ...]  # IPv4 "a.b.c.d/prefix"
+
+
+@dataclass(frozen=True)
+class Gid:
+    """One GID table entry of an RDMA port: GID text and its type (`RoCE v2`, ...)."""
+
+    gid: str | None
+    type: str | None
+
+    @property
+    def ipv4(self) -> str | None:
+        """The IPv4 address an IPv4-mapped GID (`...:ffff:c0a8:0101`) carries, else None."""
+        if self.gid is None:
+            return None
+        groups = self.gid.lower().split(":")
+        if len(groups) != 8 or groups[:5] != ["0000"] * 5 or groups[5] != "ffff":
+            return None
+        try:
+            high, low = int(groups[6], 16), int(groups[7], 16)
+        except ValueError:
+            return None
+        return f"{high >> 8}.{high & 0xFF}.{low >> 8}.{low & 0xFF}"
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """Everything the audit compares, for one node, from one round trip."""
+
+    node: str
+    kernel_release: str | None = None
+    machine: str | None = None
+    page_size: int | None = None
+    cmdline: tuple[str, ...] = ()
+    fast_cpus: tuple[int, ...] = ()
+    thp: str | None = None
+    sysctls: dict[str, str | None] = field(default_factory=dict)
+    gpu: GpuFacts = field(default_factory=GpuFacts)
+    modules: frozenset[str] = frozenset()
+    module_params: dict[str, str | None] = field(default_factory=dict)  # "module.param" -> value
+    dkms: tuple[DkmsEntry, ...] = ()
+    memory_saver: ModuleInfo | None = None
+    secure_boot: bool | None = None
+    mok_fingerprints: tuple[str, ...] = ()
+    swaps: tuple[SwapEntry, ...] = ()
+    swap_header_page_size: dict[str, int | None] = field(default_factory=dict)
+    default_target: str | None = None
+    units: dict[str, UnitState] = field(default_factory=dict)
+    slice_allowed_cpus: str | None = None
+    file_sha256: dict[str, str | None] = field(default_factory=dict)
+    nccl_library_sha256: str | None = None
+    nccl_conf: str | None = None
+    stamp: dict[str, object] | None = None
+    interfaces: dict[str, Interface] = field(default_factory=dict)
+    rdma_devices: tuple[str, ...] = ()
+    gids: dict[str, Gid] = field(default_factory=dict)  # hca -> entry at the baseline's index
+    governors: dict[int, str] = field(default_factory=dict)
+    packages: dict[str, str] = field(default_factory=dict)  # installed name -> version
+    errors: dict[str, str] = field(default_factory=dict)  # section -> what went wrong
+    elapsed_seconds: float = 0.0
+    round_trips: int = 1
+
+
+@dataclass(frozen=True)
+class Unreachable:
+    """A node that could not be asked: refused, timed out, or the wrong host key."""
+
+    node: str
+    reason: str
+
+
+FactsResult = NodeFacts | Unreachable
