@@ -74,8 +74,7 @@ def find_site_root(start: Path) -> Path:
                 1,
                 1,
                 "",
-                "no site here: expected baselines/site.yaml in this directory or a parent "
-                "(pass --site DIR)",
+                "no site here: expected baselines/site.yaml in this directory or a parent (pass --site DIR)",
             )
         ]
     )
@@ -197,6 +196,8 @@ def load_site(root: Path, inventory: Path | None = None) -> Site:
             for finding in lane_findings(name, lane, baselines, inv):
                 loader.add(finding)
 
+    # a mistake in a base file is seen once per baseline extending it: report it once
+    loader.problems = list(dict.fromkeys(loader.problems))
     errors = [p for p in loader.problems if p.severity is Severity.ERROR]
     if errors or rules is None or inv is None:
         raise ConfigError(loader.problems)
@@ -218,9 +219,7 @@ def _valid_name(name: str) -> bool:
     return re.fullmatch(NAME_PATTERN, name) is not None
 
 
-def _resolve_extends(
-    raw: dict[str, YamlDocument], loader: _Loader
-) -> dict[str, YamlDocument]:
+def _resolve_extends(raw: dict[str, YamlDocument], loader: _Loader) -> dict[str, YamlDocument]:
     """Merge each baseline over the one it extends (mappings deep, lists replaced)."""
     resolved: dict[str, YamlDocument] = {}
 
@@ -279,8 +278,14 @@ def _merge(base: Any, over: Any) -> Any:
 def _problem_from_error(doc: YamlDocument, model: type[BaseModel], error: Any) -> Problem:
     """Turn one pydantic error into a located, readable problem."""
     path = _data_path(doc.data, tuple(error["loc"]))
-    location: Location = doc.locate(path)
     kind = error["type"]
+    if kind in {"union_tag_invalid", "union_tag_not_found"}:
+        # point at the discriminator key (`kind:`), not at the list item holding it
+        tag = str(error.get("ctx", {}).get("discriminator", "")).strip("'")
+        holder = _value_at(doc.data, path)
+        if isinstance(holder, dict) and tag in holder:
+            path = (*path, tag)
+    location: Location = doc.locate(path)
     if kind == "extra_forbidden":
         key = str(path[-1]) if path else "?"
         known = _field_names(model, path[:-1])
@@ -299,6 +304,17 @@ def _problem_from_error(doc: YamlDocument, model: type[BaseModel], error: Any) -
         if "input" in error and not isinstance(error["input"], dict | list):
             message += f" (got {error['input']!r})"
     return Problem(location.file, location.line, location.column, dotted(path), message)
+
+
+def _value_at(data: Any, path: PathKey) -> Any:
+    """The value found at `path` inside `data`, or None."""
+    for part in path:
+        in_map = isinstance(data, dict) and part in data
+        in_list = isinstance(data, list) and isinstance(part, int) and 0 <= part < len(data)
+        if not (in_map or in_list):
+            return None
+        data = data[part]
+    return data
 
 
 def _data_path(data: Any, loc: tuple[Any, ...]) -> PathKey:

@@ -8,6 +8,8 @@ it. Limits guard against hostile files: size, nesting depth and node count (alia
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,7 @@ MAX_DEPTH = 40
 MAX_NODES = 50_000
 
 PathKey = tuple[str | int, ...]
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_.:@+-]+")
 
 
 @dataclass(frozen=True)
@@ -49,11 +52,17 @@ class YamlDocument:
 
 
 def dotted(path: PathKey) -> str:
-    """`('nodes', 'spark1', 'links', 0)` -> `nodes.spark1.links[0]`."""
+    """`('nodes', 'spark1', 'links', 0)` -> `nodes.spark1.links[0]`.
+
+    A key with characters outside `[A-Za-z0-9_.:@+-]` (spaces, quotes, newlines: text a
+    hostile file chose) is shown quoted, `extra["A=1\\nB"]`, so a path is always one line.
+    """
     text = ""
     for part in path:
         if isinstance(part, int):
             text += f"[{part}]"
+        elif not _PLAIN_KEY.fullmatch(part):
+            text += f"[{json.dumps(part)}]"
         else:
             text += f".{part}" if text else str(part)
     return text
@@ -75,26 +84,33 @@ class _Walker:
             raise _LimitError(path, f"more than {MAX_NODES} values (alias bomb?)")
         if depth > MAX_DEPTH:
             raise _LimitError(path, f"nested deeper than {MAX_DEPTH} levels")
+        tag = getattr(getattr(node, "tag", None), "value", None)
+        if isinstance(node, CommentedMap | CommentedSeq) and tag is not None:
+            raise _LimitError(path, f"YAML tag {tag!r} is not allowed (plain mappings and lists only)")
         if isinstance(node, CommentedMap):
             out: dict[str, Any] = {}
             for key in node:
                 if not isinstance(key, str | int | float | bool) or key is None:
                     raise _LimitError(path, f"mapping key {key!r} is not a plain scalar")
                 name = str(key)
-                line, col = node.lc.key(key)
-                self.locations[(*path, name)] = Location(self.file, line + 1, col + 1)
+                self.locations[(*path, name)] = self._at(node.lc.key(key), path)
                 out[name] = self.walk(node[key], (*path, name), depth + 1)
             return out
         if isinstance(node, CommentedSeq):
             items: list[Any] = []
             for index, item in enumerate(node):
-                line, col = node.lc.item(index)
-                self.locations[(*path, index)] = Location(self.file, line + 1, col + 1)
+                self.locations[(*path, index)] = self._at(node.lc.item(index), path)
                 items.append(self.walk(item, (*path, index), depth + 1))
             return items
         if isinstance(node, dict | list):  # pragma: no cover - ruamel always gives Commented*
             raise _LimitError(path, "unexpected container type")
         return _plain_scalar(node)
+
+    def _at(self, position: Any, parent: PathKey) -> Location:
+        """ruamel's 0-based (line, column), or the parent's location when it has none."""
+        if isinstance(position, tuple) and len(position) >= 2:
+            return Location(self.file, int(position[0]) + 1, int(position[1]) + 1)
+        return self.locations.get(parent, Location(self.file, 1, 1))
 
 
 class _LimitError(Exception):
