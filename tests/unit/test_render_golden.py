@@ -1,0 +1,128 @@
+"""Rendered files for the shipped site, byte for byte, and rendering's determinism.
+
+The golden tree `tests/golden/<node>/...` is what `sparkbase render --out tests/golden`
+writes for the shipped site. After an intended change, regenerate it with
+
+    .venv/bin/pytest tests/unit/test_render_golden.py --update-golden
+
+and review the diff like any other change.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+from pathlib import Path
+
+import pytest
+
+from sparkbase.cli.main import main
+from sparkbase.model.site import load_site
+from sparkbase.render import render_node
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    """Every file under `root` (relative path -> bytes)."""
+    return {
+        str(path.relative_to(root)): path.read_bytes() for path in sorted(root.rglob("*")) if path.is_file()
+    }
+
+
+def render_to(site: Path, out: Path) -> None:
+    assert main(["render", "--site", str(site), "--out", str(out)]) == 0
+
+
+def test_golden(shipped_site: Path, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    out = tmp_path / "out"
+    render_to(shipped_site, out)
+    if request.config.getoption("--update-golden"):
+        shutil.rmtree(GOLDEN, ignore_errors=True)
+        shutil.copytree(out, GOLDEN)
+    rendered, golden = tree(out), tree(GOLDEN)
+    assert sorted(rendered) == sorted(golden)
+    for relative, content in rendered.items():
+        assert content == golden[relative], f"{relative} differs from tests/golden/{relative}"
+
+
+def test_golden_covers_every_node_and_file(shipped_site: Path) -> None:
+    site = load_site(shipped_site)
+    golden = tree(GOLDEN)
+    for node in site.inventory.nodes:
+        for file in render_node(site, node):
+            assert f"{node}{file.path}" in golden
+
+
+def test_modes_are_as_rendered(shipped_site: Path, tmp_path: Path) -> None:
+    render_to(shipped_site, tmp_path)
+    site = load_site(shipped_site)
+    for file in render_node(site, "spark1"):
+        written = tmp_path / "spark1" / file.path.lstrip("/")
+        assert stat.S_IMODE(written.stat().st_mode) == file.mode
+    assert stat.S_IMODE((tmp_path / "spark1/etc/netplan/60-sparkbase-fabric.yaml").stat().st_mode) == 0o600
+
+
+def test_render_twice_and_elsewhere_is_identical(
+    shipped_site: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    render_to(shipped_site, tmp_path / "a")
+    first = tree(tmp_path / "a")
+    render_to(shipped_site, tmp_path / "a")  # over the previous render
+    assert tree(tmp_path / "a") == first
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    render_to(shipped_site, Path("b"))  # relative --out, another working directory
+    assert tree(elsewhere / "b") == first
+
+
+def test_rerender_drops_files_no_longer_rendered(shipped_site: Path, tmp_path: Path) -> None:
+    render_to(shipped_site, tmp_path)
+    stale = tmp_path / "spark1" / "etc" / "left-over.conf"
+    stale.write_text("old\n")
+    render_to(shipped_site, tmp_path)
+    assert not stale.exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging left
+
+
+def test_refuses_to_replace_a_directory_that_is_not_a_render(shipped_site: Path, tmp_path: Path) -> None:
+    precious = tmp_path / "spark1" / "notes.txt"
+    precious.parent.mkdir()
+    precious.write_text("mine\n")
+    assert main(["render", "spark1", "--site", str(shipped_site), "--out", str(tmp_path)]) == 2
+    assert precious.read_text() == "mine\n"
+
+
+def test_unknown_node_is_refused_and_nothing_written(shipped_site: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert main(["render", "spark1", "spark9", "--site", str(shipped_site), "--out", str(out)]) == 2
+    assert not out.exists()
+
+
+def test_selected_nodes_only(shipped_site: Path, tmp_path: Path) -> None:
+    assert main(["render", "spark3", "--site", str(shipped_site), "--out", str(tmp_path)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spark3"]
+
+
+def test_fstab_line_is_written_as_a_fragment(site_copy: Path, tmp_path: Path) -> None:
+    baseline = site_copy / "baselines" / "site-stock-6.17-4k.yaml"
+    text = baseline.read_text().replace(
+        "  transparent_hugepages: madvise\n",
+        "  transparent_hugepages: madvise\n  swap: {path: /swapfile, size_gib: 16, header_page_size: 4096}\n",
+    )
+    baseline.write_text(text)
+    out = tmp_path / "out"
+    assert main(["render", "spark2", "--site", str(site_copy), "--out", str(out)]) == 0
+    fragment = out / "spark2" / "etc" / "fstab.sparkbase-managed"
+    assert fragment.read_text() == "/swapfile none swap sw 0 0\n"
+    assert not (out / "spark2" / "etc" / "fstab").exists()  # never the whole shared file
+
+
+def test_netplan_carries_this_nodes_addresses(shipped_site: Path, tmp_path: Path) -> None:
+    render_to(shipped_site, tmp_path)
+    netplan = (tmp_path / "spark3/etc/netplan/60-sparkbase-fabric.yaml").read_text()
+    assert "addresses: [192.168.103.1/24]" in netplan
+    assert "192.168.101." not in netplan
+    assert os.path.getsize(tmp_path / "spark3/etc/nccl.conf") > 0
