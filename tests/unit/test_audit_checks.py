@@ -1,0 +1,275 @@
+"""Every check on a converged node passes; each drift fails exactly the check named for it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+import pytest
+from test_audit_support import converged_node, shipped
+
+from sparkbase.audit.expected import expected_for
+from sparkbase.audit.registry import node_checks, planned_checks
+from sparkbase.audit.run import build_report, judge_fleet, judge_node
+from sparkbase.facts.model import Gid, GpuFacts, Interface, NodeFacts, UnitState, Unreachable
+from sparkbase.model.site import Site
+from sparkbase.render import render_node
+
+SITE = shipped()
+SITE_BASELINE = "site-stock-6.17-4k"
+VARIANT = "ds41f-7x-64k"
+
+
+@pytest.fixture(scope="module")
+def site() -> Site:
+    return SITE
+
+
+@pytest.mark.parametrize("baseline", [SITE_BASELINE, VARIANT])
+def test_converged_node_passes_every_check(site: Site, baseline: str) -> None:
+    expected, facts = converged_node(site, "spark2", baseline)
+    results = judge_node(expected, facts)
+    failed = [(r.id, r.observed) for r in results if r.status == "fail"]
+    assert failed == []
+    assert len(results) > 30
+
+
+def test_expected_files_are_what_render_node_gives(site: Site) -> None:
+    expected = expected_for(site, "spark3")
+    assert [(f.path, f.sha256) for f in expected.files] == [
+        (f.path, f.sha256) for f in render_node(site, "spark3")
+    ]
+
+
+def test_every_registered_check_applies_to_a_shipped_baseline(site: Site) -> None:
+    covered = set()
+    for baseline in (SITE_BASELINE, VARIANT):
+        expected = expected_for(site, "spark1", baseline)
+        covered |= {check.id for _, check, _ in planned_checks(expected)}
+    assert covered == set(node_checks())
+
+
+def _gpu(clock: int) -> Callable[[NodeFacts], NodeFacts]:
+    return lambda f: replace(f, gpu=GpuFacts(f.gpu.driver_version, clock, 10.1))
+
+
+def _set(**changes: object) -> Callable[[NodeFacts], NodeFacts]:
+    return lambda f: replace(f, **changes)  # type: ignore[arg-type]
+
+
+def _with_file(path: str, digest: str | None) -> Callable[[NodeFacts], NodeFacts]:
+    return lambda f: replace(f, file_sha256={**f.file_sha256, path: digest})
+
+
+def _sysctl(key: str, value: str) -> Callable[[NodeFacts], NodeFacts]:
+    return lambda f: replace(f, sysctls={**f.sysctls, key: value})
+
+
+def _unit(unit: str, state: UnitState) -> Callable[[NodeFacts], NodeFacts]:
+    return lambda f: replace(f, units={**f.units, unit: state})
+
+
+def _gid(hca: str, gid: Gid) -> Callable[[NodeFacts], NodeFacts]:
+    return lambda f: replace(f, gids={**f.gids, hca: gid})
+
+
+def _iface(name: str, **changes: object) -> Callable[[NodeFacts], NodeFacts]:
+    return lambda f: replace(f, interfaces={**f.interfaces, name: replace(f.interfaces[name], **changes)})  # type: ignore[arg-type]
+
+
+NCCL_CONF = "/etc/nccl.conf"
+SITE_DRIFTS: list[tuple[str, Callable[[NodeFacts], NodeFacts], set[str]]] = [
+    ("old kernel", _set(kernel_release="6.17.0-1008-nvidia"), {"kernel.release"}),
+    ("64k pages", _set(page_size=65536), {"kernel.page_size"}),
+    ("splash on cmdline", lambda f: replace(f, cmdline=(*f.cmdline, "splash")), {"kernel.cmdline"}),
+    ("kho=off on cmdline", lambda f: replace(f, cmdline=(*f.cmdline, "kho=off")), {"kernel.cmdline"}),
+    (
+        "thp arg missing",
+        lambda f: replace(f, cmdline=tuple(a for a in f.cmdline if "hugepage" not in a)),
+        {"kernel.cmdline"},
+    ),
+    ("driver", lambda f: replace(f, gpu=GpuFacts("580.95.05", 2418, 35.0)), {"driver.version"}),
+    ("nvidia-smi fails", _set(gpu=GpuFacts(error="nvidia-smi exit 18: mismatch")), {"driver.version"}),
+    ("latched GPU", _gpu(611), {"gpu.clock"}),
+    ("other NCCL", _set(file_sha256=None), set()),  # placeholder replaced below
+    (
+        "nccl.conf edited",
+        lambda f: replace(
+            f,
+            file_sha256={**f.file_sha256, NCCL_CONF: "0" * 64},
+            nccl_conf=(f.nccl_conf or "").replace("NCCL_IB_MERGE_NICS=0", "NCCL_IB_MERGE_NICS=1"),
+        ),
+        {"nccl.conf"},
+    ),
+    ("netplan edited", _with_file("/etc/netplan/60-sparkbase-fabric.yaml", "1" * 64), {"fabric.netplan"}),
+    ("MTU 1500", _iface("enp1s0f0np0", mtu=1500), {"fabric.link.enp1s0f0np0"}),
+    ("link down", _iface("enP2p1s0f1np1", operstate="DOWN"), {"fabric.link.enP2p1s0f1np1"}),
+    (
+        "HCA missing",
+        lambda f: replace(f, rdma_devices=tuple(d for d in f.rdma_devices if d != "rocep1s0f1")),
+        {"fabric.rdma.rocep1s0f1"},
+    ),
+    (
+        "GID moved",
+        _gid("rocep1s0f0", Gid("fe80:0000:0000:0000:0000:0000:0000:0001", "RoCE v2")),
+        {"fabric.gid.rocep1s0f0"},
+    ),
+    (
+        "GID v1",
+        _gid("roceP2p1s0f0", Gid("0000:0000:0000:0000:0000:ffff:c0a8:6502", "IB/RoCE v1")),
+        {"fabric.gid.roceP2p1s0f0"},
+    ),
+    (
+        "GID wrong subnet",
+        _gid("rocep1s0f0", Gid("0000:0000:0000:0000:0000:ffff:c0a8:6601", "RoCE v2")),
+        {"fabric.gid.rocep1s0f0"},
+    ),
+    ("THP never", _set(thp="never"), {"memory.thp"}),
+    ("sysctl", _sysctl("vm.min_free_kbytes", "67584"), {"sysctl.vm.min_free_kbytes"}),
+    ("Secure Boot off", _set(secure_boot=False), {"secure_boot.state"}),
+    (
+        "modeset on",
+        lambda f: replace(f, module_params={**f.module_params, "nvidia_drm.modeset": "Y"}),
+        {"host.nvidia_drm"},
+    ),
+    ("graphical", _set(default_target="graphical.target"), {"host.boot_target"}),
+    (
+        "display manager",
+        _unit("display-manager.service", UnitState("alias", "active")),
+        {"host.display_manager"},
+    ),
+    ("cups enabled", _unit("cups.service", UnitState("enabled", "active")), {"service.cups.service"}),
+    ("slice", _set(slice_allowed_cpus="0-19"), {"cpuset.slice"}),
+    (
+        "sysctl.d edited",
+        _with_file("/etc/sysctl.d/90-sparkbase.conf", None),
+        {"file./etc/sysctl.d/90-sparkbase.conf"},
+    ),
+    ("no stamp", _set(stamp=None), {"stamp"}),
+    (
+        "other baseline stamp",
+        lambda f: replace(f, stamp={**(f.stamp or {}), "baseline": "ds41f-7x-64k"}),
+        {"stamp"},
+    ),
+    (
+        "same version, other hash",
+        lambda f: replace(f, stamp={**(f.stamp or {}), "baseline_sha256": "f" * 64}),
+        {"stamp"},
+    ),
+    (
+        "package",
+        lambda f: replace(f, packages={**f.packages, "nvidia-utils-580": "580.95.05"}),
+        {"package.nvidia-utils-580"},
+    ),
+]
+SITE_DRIFTS[8] = (
+    "other NCCL library",
+    lambda f: replace(f, file_sha256={**f.file_sha256, "/opt/nccl-site/lib/libnccl.so.2.27.7": "2" * 64}),
+    {"nccl.library"},
+)
+
+
+@pytest.mark.parametrize(("name", "drift", "ids"), SITE_DRIFTS, ids=[d[0] for d in SITE_DRIFTS])
+def test_drift_names_the_right_check(
+    site: Site, name: str, drift: Callable[[NodeFacts], NodeFacts], ids: set[str]
+) -> None:
+    expected, facts = converged_node(site, "spark1", SITE_BASELINE)
+    results = judge_node(expected, drift(facts))
+    failed = {r.id for r in results if r.status == "fail"}
+    assert failed == ids
+    for result in results:
+        if result.status == "fail":
+            assert result.fix and result.expected is not None and result.observed is not None
+
+
+VARIANT_DRIFTS: list[tuple[str, Callable[[NodeFacts], NodeFacts], set[str]]] = [
+    ("swap off", _set(swaps=()), {"memory.swap"}),
+    ("swap 4k header", _set(swap_header_page_size={"/swapfile.64k": 4096}), {"memory.swap"}),
+    (
+        "swap too small",
+        lambda f: replace(f, swaps=(replace(f.swaps[0], size_bytes=8 * 1024**3),)),
+        {"memory.swap"},
+    ),
+    ("saver not built", _set(dkms=()), {"memory_saver.dkms"}),
+    (
+        "saver unsigned",
+        lambda f: replace(f, memory_saver=replace(f.memory_saver, sig_key=None)),  # type: ignore[type-var]
+        {"memory_saver.signature"},
+    ),
+    ("key not enrolled", _set(mok_fingerprints=()), {"memory_saver.signature", "secure_boot.mok"}),
+    (
+        "saver not loaded",
+        lambda f: replace(f, modules=f.modules - {"uvm_memory_saver"}),
+        {"memory_saver.loaded"},
+    ),
+    (
+        "packing off",
+        lambda f: replace(f, module_params={**f.module_params, "uvm_memory_saver.leaf_packing": "N"}),
+        {"memory_saver.loaded"},
+    ),
+    ("fan off", _unit("spark-fan-control.service", UnitState("disabled", "inactive")), {"host.fan_control"}),
+    (
+        "fbdev off",
+        lambda f: replace(f, module_params={**f.module_params, "nvidia_drm.fbdev": "N"}),
+        {"host.nvidia_drm"},
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "drift", "ids"), VARIANT_DRIFTS, ids=[d[0] for d in VARIANT_DRIFTS])
+def test_variant_drift_names_the_right_check(
+    site: Site, name: str, drift: Callable[[NodeFacts], NodeFacts], ids: set[str]
+) -> None:
+    expected, facts = converged_node(site, "spark1", VARIANT)
+    failed = {r.id for r in judge_node(expected, drift(facts)) if r.status == "fail"}
+    assert failed == ids
+
+
+def test_latch_fix_says_unplug(site: Site) -> None:
+    expected, facts = converged_node(site)
+    result = next(r for r in judge_node(expected, _gpu(611)(facts)) if r.id == "gpu.clock")
+    assert result.severity == "error" and result.fix == "full AC disconnect (unplug power), then re-run"
+    assert result.observed is not None and "611 MHz" in result.observed
+
+
+def test_package_drift_is_only_a_warning(site: Site) -> None:
+    expected, facts = converged_node(site)
+    drifted = replace(facts, packages={})
+    results = [r for r in judge_node(expected, drifted) if r.status == "fail"]
+    assert results and all(r.severity == "warn" and not r.blocking for r in results)
+
+
+def test_fleet_agreement(site: Site) -> None:
+    facts = {node: converged_node(site, node)[1] for node in ("spark1", "spark2", "spark3", "spark4")}
+    assert all(r.status == "pass" for r in judge_fleet(facts))
+    facts["spark3"] = replace(
+        facts["spark3"], governors=dict.fromkeys(range(20), "powersave"), kernel_release="6.17.0-1008-nvidia"
+    )
+    failed = {r.id for r in judge_fleet(facts) if r.status == "fail"}
+    assert failed == {"fleet.governor", "fleet.kernel"}
+    governor = next(r for r in judge_fleet(facts) if r.id == "fleet.governor")
+    assert governor.observed is not None and "spark3=powersave" in governor.observed
+
+
+def test_report_exit_codes(site: Site) -> None:
+    nodes = ("spark1", "spark2", "spark3", "spark4")
+    expectations = {node: expected_for(site, node) for node in nodes}
+    clean = {node: converged_node(site, node)[1] for node in nodes}
+    assert build_report("s", expectations, clean).exit_code == 0
+    drifted = {**clean, "spark2": replace(clean["spark2"], thp="never")}
+    report = build_report("s", expectations, drifted)
+    assert report.exit_code == 1 and [r.node for r in report.all_results() if r.blocking] == ["spark2", None]
+    gone = {**drifted, "spark4": Unreachable("spark4", "connection refused")}
+    report = build_report("s", expectations, gone)
+    assert report.exit_code == 3
+    assert [n.reachable for n in report.nodes] == [True, True, True, False]
+    assert any(r.node == "spark2" and r.id == "memory.thp" for r in report.all_results())
+
+
+def test_interface_without_address_fails_link(site: Site) -> None:
+    expected, facts = converged_node(site)
+    drifted = replace(
+        facts, interfaces={**facts.interfaces, "enp1s0f0np0": Interface("enp1s0f0np0", 9000, "UP", ())}
+    )
+    failed = {r.id for r in judge_node(expected, drifted) if r.status == "fail"}
+    assert failed == {"fabric.link.enp1s0f0np0"}

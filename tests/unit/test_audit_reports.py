@@ -1,0 +1,75 @@
+"""Report formats: table, JUnit XML, Prometheus textfile, atomic --output."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from dataclasses import replace
+from pathlib import Path
+
+from test_audit_support import converged_node, shipped
+
+from sparkbase.audit.expected import expected_for
+from sparkbase.audit.reports import render, to_junit, to_prometheus, to_table, write_atomically
+from sparkbase.audit.run import AuditReport, build_report
+from sparkbase.facts.model import GpuFacts, Unreachable
+
+NODES = ("spark1", "spark2", "spark3", "spark4")
+
+
+def _report() -> AuditReport:
+    site = shipped()
+    expectations = {node: expected_for(site, node) for node in NODES}
+    facts = {node: converged_node(site, node)[1] for node in NODES}
+    facts["spark2"] = replace(facts["spark2"], gpu=GpuFacts("580.126.09", 611, 10.0))
+    gathered = {**facts, "spark4": Unreachable("spark4", "connection refused")}
+    return build_report("four-spark-ring", expectations, gathered, 1_700_000_000.0, 0.5)
+
+
+def test_table_names_drift_and_unreachable() -> None:
+    text = to_table(_report())
+    assert "spark2  FAIL" in text and "gpu.clock" in text and "unplug power" in text
+    assert "spark4  UNREACHABLE" in text and "connection refused" in text
+    assert text.splitlines()[-1].startswith("unreachable: 4 node(s), 1 unreachable")
+    assert "kernel.release" not in text  # passing checks only with --verbose
+    assert "kernel.release" in to_table(_report(), verbose=True)
+
+
+def test_junit_has_a_suite_per_node_and_failures() -> None:
+    root = ET.fromstring(to_junit(_report()))
+    suites = {suite.get("name"): suite for suite in root.iter("testsuite")}
+    assert set(suites) == {*NODES, "fleet"}
+    assert suites["spark2"].get("failures") == "1"
+    failure = next(case for case in suites["spark2"] if case.find("failure") is not None)
+    assert failure.get("name") == "gpu.clock"
+    assert suites["spark4"].get("errors") == "1"
+    assert suites["spark1"].get("failures") == "0"
+
+
+def test_prometheus_textfile() -> None:
+    text = to_prometheus(_report())
+    assert 'sparkbase_check_ok{node="spark2",check="gpu.clock",severity="error"} 0' in text
+    assert 'sparkbase_check_ok{node="spark1",check="gpu.clock",severity="error"} 1' in text
+    assert 'sparkbase_node_reachable{node="spark4"} 0' in text
+    assert 'sparkbase_node_reachable{node="spark1"} 1' in text
+    assert "sparkbase_audit_timestamp_seconds 1700000000.000" in text
+    for line in text.splitlines():
+        assert line.startswith("#") or line.split(" ")[-1].replace(".", "").isdigit(), line
+
+
+def test_render_dispatch() -> None:
+    report = _report()
+    assert render(report, "json").startswith("{")
+    assert render(report, "junit").startswith("<?xml")
+
+
+def test_write_atomically_replaces_and_leaves_no_temp(tmp_path: Path) -> None:
+    target = tmp_path / "audit.prom"
+    target.write_text("old")
+    write_atomically(target, "new\n")
+    assert target.read_text() == "new\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["audit.prom"]
+
+
+def test_write_to_a_device_writes_through() -> None:
+    write_atomically(Path("/dev/null"), "discarded\n")
+    assert Path("/dev/null").exists() and not Path("/dev/null").is_file()

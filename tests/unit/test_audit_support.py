@@ -1,0 +1,122 @@
+"""Helpers for the audit tests (no tests here): the facts a perfectly converged node reports."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from sparkbase.audit.expected import Expected, expected_for
+from sparkbase.facts.model import GpuFacts, Interface, ModuleInfo, NodeFacts, SwapEntry, UnitState
+from sparkbase.model.site import Site, load_site
+from sparkbase.model.types import GB10_FAST_CPUS
+from sparkbase.render import kernel_cmdline
+
+REPO = Path(__file__).parents[2]
+
+
+def shipped() -> Site:
+    return load_site(REPO)
+
+
+def _gid(address: str) -> str:
+    a, b, c, d = (int(x) for x in address.split("."))
+    return f"0000:0000:0000:0000:0000:ffff:{a << 8 | b:04x}:{c << 8 | d:04x}"
+
+
+def converged(expected: Expected) -> NodeFacts:
+    """The facts of a node that carries exactly what `expected` says."""
+    from sparkbase.audit.expected import Expected as _E  # noqa: F401 - type only
+
+    b = expected.baseline
+    saver = b.memory.memory_saver
+    modules = {"nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm", "mlx5_core", "mlx5_ib"}
+    params = {
+        "nvidia_drm.modeset": "Y" if b.host.nvidia_drm.modeset else "N",
+        "nvidia_drm.fbdev": "Y" if b.host.nvidia_drm.fbdev else "N",
+    }
+    dkms = ()
+    memory_saver = None
+    if saver is not None and saver.required:
+        modules.add(saver.module)
+        params[f"{saver.module}.{saver.packing_parameter}"] = "Y" if saver.packing else "N"
+        from sparkbase.facts.model import DkmsEntry
+
+        dkms = (DkmsEntry(saver.dkms_name, saver.dkms_version, b.kernel.release, "aarch64", "installed"),)
+        memory_saver = ModuleInfo(
+            filename="/lib/modules/x/updates/dkms/m.ko", signer="MOK", sig_key=b.secure_boot.mok_fingerprint
+        )
+    units = {"display-manager.service": UnitState("alias", "inactive")}
+    units.update({unit: UnitState("disabled", "inactive") for unit in b.host.disable_services})
+    if b.host.fan_control is not None:
+        units[b.host.fan_control.service] = UnitState("enabled", "active")
+    interfaces = {
+        port.netdev: Interface(
+            port.netdev,
+            b.fabric.mtu,
+            "UP",
+            (expected.cables[port.netdev].address,) if port.netdev in expected.cables else (),
+        )
+        for port in b.fabric.ports
+    }
+    from sparkbase.facts.model import Gid
+
+    gids = {
+        port.hca: Gid(_gid(expected.cables[port.netdev].address.split("/")[0]), "RoCE v2")
+        for port in b.fabric.ports
+    }
+    hashes: dict[str, str | None] = {b.nccl.library.path: b.nccl.library.sha256}
+    stamp = None
+    for file in expected.files:
+        if file.path == expected.stamp_path:
+            stamp = json.loads(file.content)
+        else:
+            hashes[file.path] = file.sha256
+    nccl = expected.file("/etc/nccl.conf")
+    swap = b.memory.swap
+    return NodeFacts(
+        node=expected.node,
+        kernel_release=b.kernel.release,
+        machine="aarch64",
+        page_size=b.kernel.page_size,
+        cmdline=(
+            "BOOT_IMAGE=/boot/vmlinuz-" + b.kernel.release,
+            "root=/dev/nvme0n1p2",
+            "ro",
+            *kernel_cmdline(b),
+        ),
+        fast_cpus=tuple(sorted(GB10_FAST_CPUS)),
+        thp=b.memory.transparent_hugepages,
+        sysctls=dict(b.memory.sysctls),
+        gpu=GpuFacts(b.driver.version, 2418, 35.2),
+        modules=frozenset(modules),
+        module_params=params,
+        dkms=dkms,
+        memory_saver=memory_saver,
+        secure_boot=b.secure_boot.enabled,
+        mok_fingerprints=(b.secure_boot.mok_fingerprint,) if b.secure_boot.mok_fingerprint else (),
+        swaps=(SwapEntry(swap.path, swap.size_gib * 1024**3),) if swap else (),
+        swap_header_page_size={swap.path: swap.header_page_size} if swap else {},
+        default_target=b.host.boot_target,
+        units=units,
+        slice_allowed_cpus=b.cpuset.cpulist(),
+        file_sha256=hashes,
+        nccl_library_sha256=b.nccl.library.sha256,
+        nccl_conf=nccl.content if nccl else None,
+        stamp=stamp,
+        interfaces=interfaces,
+        rdma_devices=tuple(sorted(b.fabric.hca_names())),
+        gids=gids,
+        governors=dict.fromkeys(range(20), "performance"),
+        packages={pin.name: pin.version for pin in b.packages()},
+    )
+
+
+def converged_node(
+    site: Site, node: str = "spark1", baseline: str | None = None
+) -> tuple[Expected, NodeFacts]:
+    expected = expected_for(site, node, baseline)
+    return expected, converged(expected)
+
+
+__all__ = ["converged", "converged_node", "replace", "shipped"]

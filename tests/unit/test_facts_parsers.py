@@ -1,0 +1,184 @@
+"""Fact parsers on captured command outputs (no host)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sparkbase.facts import parsers as p
+from sparkbase.facts.model import Gid
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "facts"
+
+
+def fixture(name: str) -> str:
+    return (FIXTURES / name).read_text()
+
+
+def test_uname_release_and_machine() -> None:
+    assert p.parse_uname_rm("7.0.0-1019-nvidia-64k aarch64\n") == ("7.0.0-1019-nvidia-64k", "aarch64")
+    with pytest.raises(ValueError):
+        p.parse_uname_rm("Linux\n")
+
+
+@pytest.mark.parametrize(("text", "size"), [("4096\n", 4096), ("65536\n", 65536)])
+def test_page_size(text: str, size: int) -> None:
+    assert p.parse_page_size(text) == size
+
+
+def test_page_size_rejects_garbage() -> None:
+    with pytest.raises(ValueError):
+        p.parse_page_size("getconf: Unrecognized variable\n")
+
+
+@pytest.mark.parametrize(
+    ("text", "mode"),
+    [
+        ("always [madvise] never\n", "madvise"),
+        ("[always] madvise never\n", "always"),
+        ("always madvise [never]\n", "never"),
+        ("never\n", "never"),
+    ],
+)
+def test_thp_bracketed_and_bare(text: str, mode: str) -> None:
+    assert p.parse_thp(text) == mode
+
+
+def test_thp_unreadable() -> None:
+    with pytest.raises(ValueError):
+        p.parse_thp("always madvise never\n")
+
+
+def _cpuinfo() -> str:
+    blocks = []
+    for cpu in range(20):
+        part = "0xd85" if cpu in (*range(5, 10), *range(15, 20)) else "0xd87"
+        blocks.append(f"processor\t: {cpu}\nCPU implementer\t: 0x41\nCPU part\t: {part}\n")
+    return "\n".join(blocks)
+
+
+def test_fast_cpus_by_cpu_part() -> None:
+    assert p.parse_fast_cpus(_cpuinfo()) == (5, 6, 7, 8, 9, 15, 16, 17, 18, 19)
+
+
+def test_nvidia_smi_query_normal_and_latched() -> None:
+    normal = p.parse_nvidia_smi_query("580.126.09, 2418, 35.21\n", 0)
+    assert (normal.driver_version, normal.sm_clock_mhz, normal.power_w) == ("580.126.09", 2418, 35.21)
+    latched = p.parse_nvidia_smi_query("580.126.09, 611, 10.12\n", 0)
+    assert latched.sm_clock_mhz == 611 and latched.error is None
+
+
+def test_nvidia_smi_failure_is_recorded() -> None:
+    gpu = p.parse_nvidia_smi_query(fixture("nvidia-smi-mismatch.out"), 18)
+    assert gpu.driver_version is None
+    assert gpu.error is not None and "exit 18" in gpu.error and "mismatch" in gpu.error
+
+
+def test_dkms_status() -> None:
+    entries = p.parse_dkms_status(fixture("dkms-status.out"))
+    assert [(e.name, e.version, e.kernel, e.status) for e in entries] == [
+        ("uvm-memory-saver", "0.4.2", "7.0.0-1019-nvidia-64k", "installed"),
+        ("uvm-memory-saver", "0.4.2", "6.17.0-1032-nvidia", "built"),
+        ("nvidia-fs", "2.20.5", None, "added"),
+    ]
+
+
+def test_modinfo_signed_lowercases_the_key() -> None:
+    info = p.parse_modinfo(fixture("modinfo-signed.out"), 0)
+    assert info.signer == "sparkbase lab MOK"
+    assert info.sig_key == "de:68:7c:66:aa:de:f7:ac:da:f7:f1:c7:c8:0f:80:9d:81:86:73:f1"
+    assert info.vermagic is not None and info.vermagic.startswith("7.0.0-1019-nvidia-64k ")
+
+
+def test_modinfo_missing_module() -> None:
+    info = p.parse_modinfo("modinfo: ERROR: Module uvm_memory_saver not found.\n", 1)
+    assert info.sig_key is None and info.error is not None and "not found" in info.error
+
+
+def test_mokutil() -> None:
+    assert p.parse_sb_state("SecureBoot enabled\n") is True
+    assert p.parse_sb_state("SecureBoot disabled\n") is False
+    assert p.parse_mok_enrolled(fixture("mokutil-list-enrolled.out"))[1].startswith("de:68:7c")
+    with pytest.raises(ValueError):
+        p.parse_sb_state("mokutil: command output nobody expected\n")
+
+
+def test_swapon_show_bytes() -> None:
+    swaps = p.parse_swapon_show("/swapfile.64k 17179869184\n")
+    assert swaps[0].name == "/swapfile.64k" and swaps[0].size_bytes == 16 * 1024**3
+    assert p.parse_swapon_show("") == ()
+
+
+@pytest.mark.parametrize(
+    ("at_4k", "at_64k", "size"),
+    [("SWAPSPACE2", "..........", 4096), ("..........", "SWAPSPACE2", 65536), ("", "", None)],
+)
+def test_swap_header(at_4k: str, at_64k: str, size: int | None) -> None:
+    assert p.parse_swap_header(at_4k, at_64k) == size
+
+
+def test_systemctl_show_blocks_with_and_without_blank_lines() -> None:
+    lab = "UnitFileState=enabled\nActiveState=active\nUnitFileState=disabled\nActiveState=inactive\n"
+    real = "UnitFileState=enabled\nActiveState=active\n\nUnitFileState=disabled\nActiveState=inactive\n"
+    for text in (lab, real):
+        shown = p.parse_systemctl_show(text, ["gdm3.service", "cups.service"])
+        assert p.unit_state(shown["gdm3.service"]).active
+        assert not p.unit_state(shown["cups.service"]).enabled
+    with pytest.raises(ValueError):
+        p.parse_systemctl_show(lab, ["only-one.service"])
+
+
+def test_sha256sum_with_missing_files() -> None:
+    text = (
+        "585287f61a4b7ff7c4978033aa8b0bd2eddb29f28b2666ccc9ea93868e6a2a6d  /opt/nccl/libnccl.so\n"
+        "sha256sum: /etc/nccl.conf: No such file or directory\n"
+    )
+    assert p.parse_sha256sum(text) == {
+        "/opt/nccl/libnccl.so": "585287f61a4b7ff7c4978033aa8b0bd2eddb29f28b2666ccc9ea93868e6a2a6d",
+        "/etc/nccl.conf": None,
+    }
+
+
+def test_ip_addr_json() -> None:
+    data = [
+        {"ifname": "lo", "mtu": 65536, "operstate": "UNKNOWN", "addr_info": []},
+        {
+            "ifname": "enp1s0f0np0",
+            "mtu": 9000,
+            "operstate": "UP",
+            "addr_info": [
+                {"family": "inet", "local": "192.168.101.1", "prefixlen": 24},
+                {"family": "inet6", "local": "fe80::1", "prefixlen": 64},
+            ],
+        },
+    ]
+    iface = p.parse_ip_addr_json(json.dumps(data))["enp1s0f0np0"]
+    assert (iface.mtu, iface.operstate, iface.addresses) == (9000, "UP", ("192.168.101.1/24",))
+
+
+def test_governors() -> None:
+    text = (
+        "/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor:performance\n"
+        "/sys/devices/system/cpu/cpu12/cpufreq/scaling_governor:powersave\n"
+    )
+    assert p.parse_governors(text) == {0: "performance", 12: "powersave"}
+
+
+def test_dpkg_query_counts_only_installed() -> None:
+    text = "nccl-site-ring4\t2.27.7-1+site.ring4.p3\tii \nold-pkg\t1.0\trc \n"
+    assert p.parse_dpkg_query(text) == {"nccl-site-ring4": "2.27.7-1+site.ring4.p3"}
+
+
+def test_gid_ipv4_mapped() -> None:
+    assert Gid("0000:0000:0000:0000:0000:ffff:c0a8:6501", "RoCE v2").ipv4 == "192.168.101.1"
+    assert Gid("fe80:0000:0000:0000:0000:0000:0000:0001", "RoCE v2").ipv4 is None
+    assert Gid(None, None).ipv4 is None
+
+
+def test_kv_conf() -> None:
+    assert p.parse_kv_conf("# c\nNCCL_IB_MERGE_NICS=0\n\nNCCL_IB_GID_INDEX = 3\n") == {
+        "NCCL_IB_MERGE_NICS": "0",
+        "NCCL_IB_GID_INDEX": "3",
+    }

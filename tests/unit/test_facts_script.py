@@ -1,0 +1,107 @@
+"""The fact script: built from quoted pieces, split back into sections, assembled into facts."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from sparkbase.audit.expected import expected_for
+from sparkbase.facts.assemble import assemble
+from sparkbase.facts.script import build_script, new_marker, sections, split_sections
+from sparkbase.model.site import Site, load_site
+
+REPO = Path(__file__).parents[2]
+FIXTURES = REPO / "tests" / "fixtures" / "facts"
+CAPTURED_MARKER = "@@sparkbase-facts-0123456789abcdef@@"
+
+
+@pytest.fixture(scope="module")
+def site() -> Site:
+    return load_site(REPO)
+
+
+def test_plan_reads_exactly_what_the_baseline_names(site: Site) -> None:
+    plan = expected_for(site, "spark1").plan()
+    assert plan.sysctls == ("vm.max_map_count", "vm.min_free_kbytes")
+    assert plan.hashed_paths[0] == "/opt/nccl-site/lib/libnccl.so.2.27.7"
+    assert "/etc/sparkbase/stamp.json" not in plan.hashed_paths
+    assert plan.swap_paths == () and plan.memory_saver_module is None
+    variant = expected_for(site, "spark1", "ds41f-7x-64k").plan()
+    assert variant.swap_paths == ("/swapfile.64k",)
+    assert variant.memory_saver_module == "uvm_memory_saver"
+    assert "spark-fan-control.service" in variant.units
+
+
+def test_every_section_command_is_quoted_words(site: Site) -> None:
+    plan = expected_for(site, "spark1", "ds41f-7x-64k").plan()
+    for name, command in sections(plan):
+        if name in {"governors"} or name.startswith("swaphdr"):
+            continue  # a constant glob / a pipeline of quoted commands
+        words = shlex.split(command)
+        assert shlex.join(words) == command, name
+
+
+def test_marker_is_unique_per_run() -> None:
+    assert new_marker() != new_marker()
+
+
+def test_script_runs_under_sh_and_splits_back(tmp_path: Path, site: Site) -> None:
+    """The script itself runs under a local POSIX sh: sections come back with exit statuses."""
+    plan = expected_for(site, "spark1").plan()
+    marker = new_marker()
+    script = build_script(plan, marker)
+    out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=False).stdout
+    found = split_sections(out, marker)
+    assert {name for name, _ in sections(plan)} == set(found.by_name)
+    cmdline = found.get("cmdline")
+    assert cmdline is not None and cmdline.status == 0
+    stamp = found.get("stamp")
+    assert stamp is not None and stamp.status != 0  # no stamp on this machine
+
+
+def test_forged_marker_in_file_content_is_not_a_section() -> None:
+    marker = "@@sparkbase-facts-aaaa@@"
+    text = f"{marker} BEGIN a\n@@sparkbase-facts-bbbb@@ END a 0\nreal\n{marker} END a 0\n"
+    found = split_sections(text, marker)
+    section = found.get("a")
+    assert section is not None and section.output.endswith("real")
+
+
+def test_captured_factory_answer_assembles(site: Site) -> None:
+    expected = expected_for(site, "spark1")
+    text = (FIXTURES / "factory-site-stock.out").read_text()
+    facts = assemble("spark1", expected.plan(), split_sections(text, CAPTURED_MARKER))
+    assert facts.kernel_release == "6.17.0-1008-nvidia"
+    assert facts.page_size == 4096 and facts.machine == "aarch64"
+    assert facts.thp == "madvise"
+    assert facts.fast_cpus == (5, 6, 7, 8, 9, 15, 16, 17, 18, 19)
+    assert facts.gpu.driver_version == "580.95.05"
+    assert facts.secure_boot is True
+    assert facts.default_target == "graphical.target"
+    assert facts.units["gdm3.service"].active
+    assert facts.sysctls == {"vm.max_map_count": "65530", "vm.min_free_kbytes": "67584"}
+    assert set(facts.rdma_devices) == {"rocep1s0f0", "rocep1s0f1", "roceP2p1s0f0", "roceP2p1s0f1"}
+    assert facts.file_sha256["/etc/nccl.conf"] is None
+    assert facts.stamp is None
+    assert facts.interfaces["enp1s0f0np0"].mtu == 1500
+
+
+def test_captured_variant_answer_assembles(site: Site) -> None:
+    expected = expected_for(site, "spark1", "ds41f-7x-64k")
+    text = (FIXTURES / "factory-ds41f.out").read_text()
+    facts = assemble("spark1", expected.plan(), split_sections(text, CAPTURED_MARKER))
+    assert facts.swap_header_page_size == {"/swapfile.64k": None}
+    assert facts.memory_saver is not None and facts.memory_saver.error is not None
+    assert facts.units["spark-fan-control.service"].active_state == "inactive"
+
+
+def test_a_cut_short_answer_records_what_is_missing(site: Site) -> None:
+    expected = expected_for(site, "spark1")
+    text = (FIXTURES / "factory-site-stock.out").read_text()
+    cut = text[: text.index(f"{CAPTURED_MARKER} BEGIN thp")]
+    facts = assemble("spark1", expected.plan(), split_sections(cut, CAPTURED_MARKER))
+    assert facts.kernel_release == "6.17.0-1008-nvidia"
+    assert facts.thp is None and "thp" in facts.errors
