@@ -396,12 +396,16 @@ def parse_modprobe_options(texts: list[str]) -> dict[str, dict[str, str]]:
     return out
 
 
-def sysfs_param(value: str) -> str:
-    """How the kernel prints a module parameter (booleans as `Y`/`N`)."""
+#: (module, parameter) pairs the kernel declares `bool` (printed `Y`/`N`)
+BOOL_PARAMS = frozenset({("nvidia_drm", "modeset"), ("nvidia_drm", "fbdev")})
+
+
+def sysfs_param(value: str, boolean: bool = False) -> str:
+    """How the kernel prints a module parameter: a `bool` one as `Y`/`N`, else verbatim."""
     low = value.strip().lower()
-    if low in ("y", "yes", "true", "on"):
+    if boolean and low in ("1", "y", "yes", "true", "on"):
         return "Y"
-    if low in ("n", "no", "false", "off"):
+    if boolean and low in ("0", "n", "no", "false", "off"):
         return "N"
     return value.strip()
 
@@ -460,9 +464,10 @@ def parse_size(text: str) -> int:
     match = re.fullmatch(r"\s*(\d+)\s*([KMGTP]?)(i?B)?\s*", text, re.IGNORECASE)
     if not match:
         raise ValueError(f"invalid size {text!r}")
-    number, unit, _ = match.groups()
+    number, unit = match.group(1), match.group(2)
     power = "KMGTP".find(unit.upper()) + 1 if unit else 0
-    return int(number) * (1024**power)
+    result: int = int(number) * 1024 ** int(power)
+    return result
 
 
 # --- /proc files ----------------------------------------------------------------------

@@ -248,7 +248,7 @@ class Lab:
 
     def _prepare(self, names: list[str], ports: list[int]) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
-        os.chmod(self.dir, 0o755)
+        os.chmod(self.dir, 0o755)  # noqa: S103 (a directory nodes' sshd must traverse)
         if not self.key_path.exists():
             _keygen(self.key_path, "sparkbase-lab client")
         packages.build_repo(self.repo_path)
@@ -343,12 +343,12 @@ class Lab:
                             popen.wait(5)
                     else:
                         procs.wait_gone([sup], 20)
-                left = [p for p in recorded if procs.alive(p)]
-                if left:
-                    procs.terminate(left, grace=2.0)
-                left = [p.pid for p in [*recorded, *([sup] if sup else [])] if procs.alive(p)]
-                if left:
-                    raise LabError(f"lab processes would not stop: PIDs {left}")
+                survivors = [p for p in recorded if procs.alive(p)]
+                if survivors:
+                    procs.terminate(survivors, grace=2.0)
+                stuck = [p.pid for p in [*recorded, *([sup] if sup else [])] if procs.alive(p)]
+                if stuck:
+                    raise LabError(f"lab processes would not stop: PIDs {stuck}")
                 self.state_path.unlink(missing_ok=True)
             stale = self.mounts()
             for target in reversed(stale):

@@ -17,13 +17,14 @@ imported at the top.
 from __future__ import annotations
 
 import contextlib
-import encodings.idna  # noqa: F401  (loaded before pivot_root: no imports after it)
-import encodings.latin_1  # noqa: F401
+import encodings.idna
+import encodings.latin_1
 import encodings.utf_8  # noqa: F401
 import errno
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -104,7 +105,7 @@ class Init:
         _sys.mount("sysfs", "/sys", "tmpfs", flags, "mode=755,size=16m")
         for d in ("/run/sshd", "/run/lock"):
             os.makedirs(d, exist_ok=True)
-        os.chmod("/run/sshd", 0o755)
+        os.chmod("/run/sshd", 0o755)  # noqa: S103 (sshd's privilege-separation dir)
 
     def unmount_volatile(self) -> None:
         """Undo `mount_volatile` and the per-boot /proc binds; empty /run."""
@@ -115,20 +116,21 @@ class Init:
         for target in ("/tmp", "/sys"):
             with contextlib.suppress(OSError):
                 _sys.umount(target)
-        keep = "/run/sparkbase-lab/firmware"
-        for top, dirs, files in os.walk("/run", topdown=False):
-            for name in files:
-                with contextlib.suppress(OSError):
-                    os.unlink(os.path.join(top, name))
-            for name in dirs:
-                path = os.path.join(top, name)
-                if path in (keep, "/run/sparkbase-lab") or path.startswith(keep + "/"):
+        self._empty("/run", keep={"/run/sparkbase-lab/firmware"})
+
+    def _empty(self, top: str, keep: set[str]) -> None:
+        """Delete everything under `top` except the paths in `keep` (mount points)."""
+        for entry in os.scandir(top):
+            if entry.path in keep:
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                if any(k.startswith(entry.path + "/") for k in keep):
+                    self._empty(entry.path, keep)
                     continue
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
                 with contextlib.suppress(OSError):
-                    if os.path.islink(path):
-                        os.unlink(path)
-                    else:
-                        os.rmdir(path)
+                    os.unlink(entry.path)
 
     # --- boot ------------------------------------------------------------------------
 
@@ -259,10 +261,8 @@ class Init:
         self.build_root()
         self.boot()
         while True:
-            try:
+            with contextlib.suppress(InterruptedError):
                 select.select([self.wake_r], [], [], 5.0)
-            except InterruptedError:
-                pass
             with contextlib.suppress(BlockingIOError):
                 os.read(self.wake_r, 4096)
             flags, self.flags = self.flags, set()

@@ -200,7 +200,9 @@ def compute_modules(release: str, fw: dict[str, Any]) -> tuple[list[str], dict[s
         merged = dict(defaults.get(module, {}))
         merged.update(options.get(module, {}))
         if merged:
-            params[module] = {k: B.sysfs_param(v) for k, v in merged.items()}
+            params[module] = {
+                k: B.sysfs_param(v, (module, k) in B.BOOL_PARAMS) for k, v in merged.items()
+            }
     return loaded, params
 
 
@@ -257,7 +259,8 @@ def write_governor() -> None:
     for cpu in range(B.NCPUS):
         base = Path(f"/sys/devices/system/cpu/cpu{cpu}/cpufreq")
         write_text(base / "scaling_governor", governor + "\n")
-        write_text(base / "scaling_available_governors", "conservative ondemand userspace powersave performance schedutil\n")
+        write_text(base / "scaling_available_governors",
+                   "conservative ondemand userspace powersave performance schedutil\n")
         write_text(base / "scaling_max_freq", "3900000\n" if cpu in B.FAST_CPUS else "2808000\n")
 
 
@@ -644,9 +647,9 @@ def _dkms_build(name: str, version: str, release: str, install: bool) -> None:
     source = tree / "source"
     if not source.exists():
         source.symlink_to(f"/usr/src/{name}-{version}")
-    print(f"Sign command: /usr/lib/linux-kbuild/scripts/sign-file" if sign else
+    print("Sign command: /usr/lib/linux-kbuild/scripts/sign-file" if sign else
           "Kernel module signing skipped: no MOK key pair in /var/lib/shim-signed/mok")
-    print(f"Building module(s)... done.")
+    print("Building module(s)... done.")
     if install:
         dest = Path("/lib/modules") / release / "updates/dkms" / f"{module}.ko"
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -680,7 +683,7 @@ def cmd_dkms(argv: list[str]) -> int:
                 print(f"{mod}/{ver}: added")
         return 0
     if not name or not version:
-        raise Fail(f"Error! Arguments <module> and <module-version> are not specified.", 2)
+        raise Fail("Error! Arguments <module> and <module-version> are not specified.", 2)
     if action == "add":
         _dkms_conf(name, version)
         tree = Path("/var/lib/dkms") / name / version
@@ -697,7 +700,10 @@ def cmd_dkms(argv: list[str]) -> int:
         tree = Path("/var/lib/dkms") / name / version
         conf = _dkms_conf(name, version) if Path(f"/usr/src/{name}-{version}").exists() else {}
         module = conf.get("BUILT_MODULE_NAME_0", name.replace("-", "_"))
-        releases = [d.name for d in tree.iterdir() if d.is_dir() and d.name != "source"] if tree.exists() else []
+        releases = (
+            [d.name for d in tree.iterdir() if d.is_dir() and d.name != "source"]
+            if tree.exists() else []
+        )
         if not all_kernels and kernels:
             releases = [r for r in releases if r in kernels]
         for release in releases:
@@ -792,7 +798,9 @@ def cmd_modprobe(argv: list[str]) -> int:
         merged.update(options.get(name, {}))
         merged.update(extra)
         if merged:
-            params[name] = {k: B.sysfs_param(v) for k, v in merged.items()}
+            params[name] = {
+                k: B.sysfs_param(v, (name, k) in B.BOOL_PARAMS) for k, v in merged.items()
+            }
     st["modules"] = loaded
     st["params"] = params
     write_json(STATE, st)
@@ -1030,9 +1038,9 @@ def _enable(unit: str, enable: bool) -> None:
     real = Path(os.path.realpath(path))
     install = _install_section(real)
     if not install:
-        print(f"The unit files have no installation config (WantedBy=, RequiredBy=, Also=,\n"
-              f"Alias= settings in the [Install] section, and DefaultInstance= for template\n"
-              f"units). This means they are not meant to be enabled or disabled using systemctl.",
+        print("The unit files have no installation config (WantedBy=, RequiredBy=, Also=,\n"
+              "Alias= settings in the [Install] section, and DefaultInstance= for template\n"
+              "units). This means they are not meant to be enabled or disabled using systemctl.",
               file=sys.stderr)
         return
     links = [SYSTEMD_ETC / f"{t}.wants" / real.name for t in install.get("WantedBy", [])]
@@ -1179,10 +1187,7 @@ def _show(unit: str, prop: str) -> str:
 
 
 def cmd_update_grub(argv: list[str]) -> int:
-    if argv and argv[0] == "-o":
-        out = Path(argv[1])
-    else:
-        out = Path("/boot/grub/grub.cfg")
+    out = Path(argv[1]) if argv and argv[0] == "-o" else Path("/boot/grub/grub.cfg")
     print("Sourcing file `/etc/default/grub'", file=sys.stderr)
     for f in sorted(glob.glob("/etc/default/grub.d/*.cfg")):
         print(f"Sourcing file `{f}'", file=sys.stderr)

@@ -1,0 +1,98 @@
+"""The stand-in package catalogue and the repository builder."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+import pytest
+
+from sparkbase.lab import packages
+
+
+def names_versions() -> set[tuple[str, str]]:
+    return {(p.name, p.version) for p in packages.CATALOGUE}
+
+
+def test_catalogue_has_every_kernel_and_driver_combination() -> None:
+    have = names_versions()
+    for release, kver in packages.KERNELS.items():
+        for prefix in ("linux-image-", "linux-headers-", "linux-modules-"):
+            assert (prefix + release, kver) in have
+        for driver in packages.DRIVERS:
+            assert (f"linux-modules-nvidia-580-open-{release}", f"{driver}-0ubuntu1+{kver}") in have
+    for driver in packages.DRIVERS:
+        assert ("nvidia-utils-580", driver) in have
+
+
+def test_catalogue_names_others_rely_on() -> None:
+    have = names_versions()
+    for pair in [
+        ("nccl-site-ring4", "2.27.7-1+site.ring4.p3"), ("libnccl2", "2.28.9-1+cuda13.0"),
+        ("uvm-memory-saver-dkms", "0.4.2-1"), ("dgx-spark-fan-control", "1.3.0-1"),
+        ("grub-kho-off", "1.0-1"),
+    ]:
+        assert pair in have
+    assert len(have) == len(packages.CATALOGUE), "duplicate name=version"
+
+
+def test_module_versions_match_driver() -> None:
+    for p in packages.CATALOGUE:
+        if p.name.startswith("linux-modules-nvidia-580-open-"):
+            (ko,) = p.files
+            assert f"version={packages.nvidia_module_version(p.version)}\n".encode() in ko.content
+
+
+def test_nccl_files_are_stable_and_hashed() -> None:
+    site = packages.find(packages.NCCL_SITE_PACKAGE, packages.NCCL_SITE_VERSION)
+    (lib,) = site.files
+    assert lib.path == packages.NCCL_SITE_PATH
+    assert len(lib.content) > 100_000
+    assert hashlib.sha256(lib.content).hexdigest() == packages.NCCL_SITE_SHA256
+    assert packages.library_sha256(packages.NCCL_STOCK_PATH) == packages.NCCL_STOCK_SHA256
+    assert packages.NCCL_SITE_SHA256 != packages.NCCL_STOCK_SHA256
+    # pinned: baselines carry this value
+    assert packages.NCCL_SITE_SHA256 == "585287f61a4b7ff7c4978033aa8b0bd2eddb29f28b2666ccc9ea93868e6a2a6d"
+
+
+def test_dkms_conf_and_fan_unit() -> None:
+    dkms = packages.find("uvm-memory-saver-dkms", "0.4.2-1")
+    conf = {f.path: f.content.decode() for f in dkms.files}["/usr/src/uvm-memory-saver-0.4.2/dkms.conf"]
+    assert 'PACKAGE_NAME="uvm-memory-saver"' in conf and 'BUILT_MODULE_NAME[0]="uvm_memory_saver"' in conf
+    fan = packages.find("dgx-spark-fan-control", "1.3.0-1")
+    unit = {f.path: f.content.decode() for f in fan.files}["/lib/systemd/system/spark-fan-control.service"]
+    assert "WantedBy=multi-user.target" in unit
+
+
+def test_factory_set() -> None:
+    names = {p.name for p in packages.factory_packages()}
+    assert f"linux-image-{packages.FACTORY_KERNEL}" in names
+    assert "gdm3" in names and "nccl-site-ring4" not in names
+
+
+def test_hash_is_stable() -> None:
+    assert packages.catalogue_hash() == packages.catalogue_hash()
+
+
+def test_install_offline_registers_packages(tmp_path: Path) -> None:
+    base = tmp_path / "status"
+    base.write_text("Package: base\nStatus: install ok installed\nVersion: 1\n")
+    upper = tmp_path / "upper"
+    pkg = packages.find(packages.NCCL_SITE_PACKAGE, packages.NCCL_SITE_VERSION)
+    packages.install_offline([pkg], upper, base)
+    status = (upper / "var/lib/dpkg/status").read_text()
+    assert "Package: base" in status and "Package: nccl-site-ring4\nStatus: install ok installed" in status
+    listed = (upper / "var/lib/dpkg/info/nccl-site-ring4.list").read_text().split()
+    assert packages.NCCL_SITE_PATH in listed and "/opt/nccl-site" in listed
+    assert (upper / "opt/nccl-site/lib/libnccl.so.2").readlink() == Path("libnccl.so.2.27.7")
+
+
+@pytest.mark.skipif(shutil.which("dpkg-deb") is None, reason="dpkg-deb not installed")
+def test_build_repo_once(tmp_path: Path) -> None:
+    repo = tmp_path / "apt"
+    assert packages.build_repo(repo) is True
+    index = (repo / "Packages").read_text()
+    assert index.count("Package: ") == len(packages.CATALOGUE)
+    assert "Filename: ./nccl-site-ring4_2.27.7-1+site.ring4.p3_all.deb" in index
+    assert packages.build_repo(repo) is False
