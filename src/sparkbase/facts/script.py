@@ -44,6 +44,8 @@ class FactPlan:
     memory_saver_module: str | None = None
     swap_paths: tuple[str, ...] = ()
     packages: tuple[str, ...] = ()
+    mok_keys: bool = True  # list enrolled MOK keys (only when the baseline names one)
+    core_only: bool = False  # only kernel release, machine and page size (triggers' evidence)
 
 
 def plan_for(baseline: Baseline, file_paths: Sequence[str], stamp_path: str) -> FactPlan:
@@ -71,6 +73,7 @@ def plan_for(baseline: Baseline, file_paths: Sequence[str], stamp_path: str) -> 
         memory_saver_module=saver.module if saver is not None else None,
         swap_paths=(swap.path,) if swap is not None else (),
         packages=tuple(dict.fromkeys(pin.name for pin in baseline.packages())),
+        mok_keys=baseline.secure_boot.mok_fingerprint is not None,
     )
 
 
@@ -115,7 +118,6 @@ def sections(plan: FactPlan) -> list[tuple[str, str]]:
         ),
         ("modules", _cmd("cat", "/proc/modules")),
         ("sb-state", _cmd("mokutil", "--sb-state")),
-        ("mok-enrolled", _cmd("mokutil", "--list-enrolled")),
         ("default-target", _cmd("systemctl", "get-default")),
         ("ip-addr", _cmd("ip", "-j", "addr", "show")),
         ("rdma", _cmd("ls", "-1", RDMA_CLASS)),
@@ -123,6 +125,10 @@ def sections(plan: FactPlan) -> list[tuple[str, str]]:
         ("stamp", _cmd("cat", plan.stamp_path)),
         ("nccl-conf", _cmd("cat", plan.nccl_conf_path)),
     ]
+    if plan.core_only:
+        return out[:2]
+    if plan.mok_keys:
+        out.append(("mok-enrolled", _cmd("mokutil", "--list-enrolled")))
     for key in plan.sysctls:
         out.append((f"sysctl:{key}", _cmd("cat", sysctl_path(key))))
     for module, param in plan.module_params:

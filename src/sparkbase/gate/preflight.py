@@ -1,0 +1,113 @@
+"""The lane launch gate: qualified only if every node is exactly the host the lane was qualified on.
+
+`decide` is pure: a lane, the site, and an audit of the lane's nodes against the lane's
+baseline in, every refusal reason out (one line each). `preflight` gathers the audit.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sparkbase.model.baseline import SHAPE_NODES
+from sparkbase.model.rules import contract_breaches
+
+if TYPE_CHECKING:
+    from sparkbase.audit.run import AuditReport
+    from sparkbase.model.lanes import Lane
+    from sparkbase.model.site import Site
+    from sparkbase.transport import SshTarget
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """One reason the lane may not launch; `where` is a node, `lane` or `fleet`."""
+
+    where: str
+    reason: str
+
+    def line(self) -> str:
+        """`spark1: kernel.release: expected …, observed …` style text."""
+        return f"{self.where}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class PreflightResult:
+    """The gate's verdict."""
+
+    lane: str
+    refusals: tuple[Refusal, ...]
+    report: AuditReport
+    elapsed_seconds: float
+
+    @property
+    def qualified(self) -> bool:
+        """No reason to refuse."""
+        return not self.refusals
+
+
+def lane_refusals(site: Site, name: str, lane: Lane) -> list[Refusal]:
+    """Reasons in the lane and its baseline alone (no node asked)."""
+    refusals: list[Refusal] = []
+    if not lane.enabled:
+        refusals.append(Refusal("lane", f"lane {name} is disabled (evaluated and rejected by the site)"))
+    baseline = site.baselines.get(lane.baseline)
+    if baseline is None:
+        return [*refusals, Refusal("lane", f"no baseline {lane.baseline}")]
+    if baseline.version != lane.baseline_version:
+        refusals.append(
+            Refusal(
+                "lane",
+                f"qualified on {lane.baseline} {lane.baseline_version}, "
+                f"the site has version {baseline.version}",
+            )
+        )
+    if baseline.shape(lane.shape) is None:
+        shapes = ", ".join(shape.name for shape in baseline.shapes)
+        refusals.append(
+            Refusal("lane", f"shape {lane.shape} is not qualified for {lane.baseline} (qualified: {shapes})")
+        )
+    if len(lane.nodes) != SHAPE_NODES[lane.shape]:
+        refusals.append(
+            Refusal(
+                "lane",
+                f"shape {lane.shape} needs {SHAPE_NODES[lane.shape]} nodes, the lane names {len(lane.nodes)}",
+            )
+        )
+    for breach in contract_breaches(site.rules.contract, baseline):
+        refusals.append(
+            Refusal("lane", f"baseline {lane.baseline} breaks the site contract: {breach.message()}")
+        )
+    return refusals
+
+
+def decide(site: Site, name: str, lane: Lane, report: AuditReport) -> list[Refusal]:
+    """Every reason to refuse the lane, lane-level first, then per node, then the fleet."""
+    refusals = lane_refusals(site, name, lane)
+    for node in report.nodes:
+        if not node.reachable:
+            refusals.append(Refusal(node.node, f"unreachable: {node.reason}"))
+            continue
+        for result in node.blocking:
+            refusals.append(
+                Refusal(node.node, f"{result.id}: expected {result.expected}, observed {result.observed}")
+            )
+    for result in report.fleet:
+        if result.blocking:
+            refusals.append(Refusal("fleet", f"{result.id}: nodes disagree ({result.observed})"))
+    return refusals
+
+
+def preflight(site: Site, name: str, targets: Mapping[str, SshTarget], parallel: int = 16) -> PreflightResult:
+    """Audit the lane's nodes against the lane's baseline and decide."""
+    from sparkbase.audit.expected import expected_for
+    from sparkbase.audit.run import run_audit
+
+    start = time.monotonic()
+    lane = site.lanes[name]
+    expectations = {node: expected_for(site, node, lane.baseline) for node in lane.nodes}
+    report = run_audit(site.rules.site, expectations, targets, parallel)
+    refusals = decide(site, name, lane, report)
+    return PreflightResult(name, tuple(refusals), report, time.monotonic() - start)
