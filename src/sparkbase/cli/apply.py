@@ -1,0 +1,82 @@
+"""Converge nodes to their baselines. Changes that need a reboot are staged and reported as
+"reboot pending" unless --allow-reboot: then nodes reboot one at a time, each verified
+(kernel, page size, command line, modules) before the next; the rollout stops at the first
+node that fails. A baseline that breaks the site contract needs --override-policy REASON,
+recorded in <site>/.sparkbase/overrides.log."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from sparkbase.cli.common import (
+    add_site_arguments,
+    add_target_arguments,
+    lab_path,
+    load_site_or_exit,
+    selected_nodes,
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of `sparkbase apply`."""
+    from sparkbase.deploy.cliutil import add_deploy_arguments
+
+    add_site_arguments(parser)
+    add_target_arguments(parser)
+    add_deploy_arguments(parser)
+    parser.add_argument("--allow-reboot", action="store_true",
+                        help="reboot nodes that need it, one at a time, verifying each")
+    parser.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+    parser.add_argument("--override-policy", metavar="REASON", default=None,
+                        help="apply a baseline that breaks the site contract; REASON is logged")
+    parser.add_argument("--reboot-timeout", type=float, default=180.0, metavar="SECONDS",
+                        help="how long to wait for a rebooted node's SSH (default 180)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Apply; exit 0 converged, 1 failed/refused/reboot pending, 2 bad config, 3 unreachable."""
+    from sparkbase.deploy.assign import breaches_by_baseline
+    from sparkbase.deploy.cliutil import check_buildable, mok_files, print_report, site_for_run
+    from sparkbase.deploy.overrides import append_override, override_record
+    from sparkbase.deploy.runner import Options, apply, plan
+
+    site = load_site_or_exit(args)
+    nodes = selected_nodes(site, args)
+    site = site_for_run(site, args, nodes)
+    lab = lab_path(args)
+    mok = mok_files(args, lab)
+    check_buildable(site, nodes, mok)
+    breaches = breaches_by_baseline(site, nodes)
+    if breaches and not args.override_policy:
+        for name, messages in breaches.items():
+            print(f"sparkbase: refusing: baseline '{name}' breaks the site contract:", file=sys.stderr)
+            for message in messages:
+                print(f"  - {message}", file=sys.stderr)
+        print("sparkbase: pass --override-policy \"REASON\" to apply it anyway (the override is logged)",
+              file=sys.stderr)
+        return 1
+    if args.override_policy is not None and not args.override_policy.strip():
+        print("sparkbase: --override-policy needs a reason", file=sys.stderr)
+        return 2
+    options = Options(lab=lab, mok=mok, allow_reboot=args.allow_reboot,
+                      reboot_timeout=args.reboot_timeout)
+    if not args.yes:
+        if not sys.stdin.isatty():
+            print("sparkbase: apply changes nodes: pass --yes (no terminal to confirm on)", file=sys.stderr)
+            return 2
+        preview = plan(site, nodes, options)
+        print_report(preview, False, details=True)
+        if preview.exit_code() == 0:
+            return 0
+        if input("apply these changes? [y/N] ").strip().lower() not in ("y", "yes"):
+            print("sparkbase: nothing was done", file=sys.stderr)
+            return 1
+    for name, messages in breaches.items():
+        moved = [n for n in nodes if site.inventory.nodes[n].baseline == name]
+        path = append_override(site.root, override_record(moved, name, args.override_policy, messages))
+        print(f"sparkbase: policy override for {', '.join(moved)} -> {name} recorded in {path}",
+              file=sys.stderr)
+    report = apply(site, nodes, options)
+    print_report(report, args.json, details=False)
+    return report.exit_code()

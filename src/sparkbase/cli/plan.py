@@ -1,0 +1,43 @@
+"""Dry run: for each node, every operation apply would change, with unified diffs of files
+(never of secret files), and whether a reboot would be needed. Nothing on a node changes."""
+
+from __future__ import annotations
+
+import argparse
+
+from sparkbase.cli.common import (
+    add_site_arguments,
+    add_target_arguments,
+    lab_path,
+    load_site_or_exit,
+    selected_nodes,
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of `sparkbase plan`."""
+    from sparkbase.deploy.cliutil import add_deploy_arguments
+
+    add_site_arguments(parser)
+    add_target_arguments(parser)
+    add_deploy_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Plan; exit 0 when nothing would change, 1 when something would, 3 unreachable."""
+    from sparkbase.deploy.assign import breaches_by_baseline
+    from sparkbase.deploy.cliutil import check_buildable, mok_files, print_report, site_for_run
+    from sparkbase.deploy.runner import Options, plan
+
+    site = load_site_or_exit(args)
+    nodes = selected_nodes(site, args)
+    site = site_for_run(site, args, nodes)
+    lab = lab_path(args)
+    mok = mok_files(args, lab)
+    check_buildable(site, nodes, mok)
+    report = plan(site, nodes, Options(lab=lab, mok=mok))
+    for name, breaches in breaches_by_baseline(site, nodes).items():
+        report.notes.append(f"note: baseline '{name}' breaks the site contract ({'; '.join(breaches)}); "
+                            "apply needs --override-policy REASON")
+    print_report(report, args.json, details=True)
+    return report.exit_code()

@@ -1,0 +1,106 @@
+"""What `plan` and `apply` share on the command line: site with assignment, MOK, output."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sparkbase.deploy.results import Report
+    from sparkbase.deploy.steps import MokFiles
+    from sparkbase.model.site import Site
+
+
+def add_deploy_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--baseline`, `--mok-dir`, `--json`."""
+    parser.add_argument(
+        "--baseline",
+        metavar="NAME",
+        default=None,
+        help="for this run, converge the --limit nodes to baseline NAME instead of the "
+        "inventory's (a contract-breaking one needs --override-policy on apply)",
+    )
+    parser.add_argument(
+        "--mok-dir",
+        type=Path,
+        default=None,
+        help="local directory with MOK.der and MOK.priv (the private key is a secret), for "
+        "baselines that sign the memory-saver module (default: $SPARKBASE_MOK_DIR; with "
+        "--lab, the lab's key pair)",
+    )
+    parser.add_argument("--json", action="store_true", help="print a machine-readable report")
+
+
+def site_for_run(site: Site, args: argparse.Namespace, nodes: list[str]) -> Site:
+    """The site, with `--baseline` applied to the `--limit` nodes; exit 2 on misuse."""
+    from sparkbase.deploy.assign import AssignmentError, with_assignment
+
+    if args.baseline is None:
+        return site
+    if not args.limit:
+        print("sparkbase: --baseline needs --limit NODE… (which nodes move)", file=sys.stderr)
+        raise SystemExit(2)
+    try:
+        return with_assignment(site, nodes, args.baseline)
+    except AssignmentError as exc:
+        print(f"sparkbase: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def mok_files(args: argparse.Namespace, lab: Path | None) -> MokFiles | None:
+    """The MOK key pair named by --mok-dir, else $SPARKBASE_MOK_DIR, else the lab's."""
+    from sparkbase.deploy.steps import MokFiles
+
+    if args.mok_dir is not None:
+        return MokFiles.from_dir(args.mok_dir)
+    return mok_dir_from_env(lab)
+
+
+def mok_dir_from_env(lab: Path | None) -> MokFiles | None:
+    """$SPARKBASE_MOK_DIR, or with a lab the lab-only key pair shipped in sparkbase.lab."""
+    from sparkbase.deploy.steps import MokFiles
+
+    if os.environ.get("SPARKBASE_MOK_DIR"):
+        return MokFiles.from_dir(Path(os.environ["SPARKBASE_MOK_DIR"]))
+    if lab is not None:
+        import sparkbase.lab
+
+        return MokFiles.from_dir(Path(sparkbase.lab.__file__).parent / "mok")
+    return None
+
+
+def check_buildable(site: Site, nodes: list[str], mok: MokFiles | None) -> None:
+    """Build every node's steps once before connecting: config problems exit 2."""
+    from sparkbase.deploy.steps import DeployConfigError, build_steps
+
+    for node in nodes:
+        try:
+            build_steps(site, node, mok)
+        except DeployConfigError as exc:
+            print(f"sparkbase: {node}: {exc}", file=sys.stderr)
+            raise SystemExit(2) from None
+
+
+def print_report(report: Report, as_json: bool, details: bool) -> None:
+    """The report: JSON on stdout, or per-node changes (and diffs) and a summary."""
+    if as_json:
+        print(json.dumps(report.to_json(), indent=2))
+        return
+    for node in report.nodes:
+        if details and node.changes:
+            print(f"== {node.node} ({node.baseline})")
+            for op in node.changes:
+                print(f"  ~ {op.name}")
+                for line in op.diff:
+                    print(f"      {line}")
+            if node.reboot_reasons:
+                print(f"  reboot needed: {'; '.join(node.reboot_reasons)}")
+    for note in report.notes:
+        print(note)
+    print(f"{report.command} summary:")
+    for line in report.summary_lines():
+        print(f"  {line}")

@@ -1,0 +1,64 @@
+"""The glue behind the native deploy files in `deploys/` (plain `pyinfra` runs them).
+
+The inventory module and the deploy file stay two lines each; what they need lives here,
+importable and typed. Configuration comes from the environment, as pyinfra files have no
+command line of their own: $SPARKBASE_SITE, $SPARKBASE_LAB_DIR, $SPARKBASE_MOK_DIR.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from sparkbase.model.site import Site
+
+
+@cache
+def site_from_env() -> Site:
+    """The site at $SPARKBASE_SITE (or the directory holding `deploys/`), loaded once."""
+    from sparkbase.model.site import find_site_root, load_site
+
+    root = Path(os.environ.get("SPARKBASE_SITE") or Path.cwd())
+    return load_site(find_site_root(root))
+
+
+def lab_from_env() -> Path | None:
+    """The lab directory when $SPARKBASE_LAB_DIR is set."""
+    value = os.environ.get("SPARKBASE_LAB_DIR")
+    return Path(value) if value else None
+
+
+def inventory_hosts() -> list[tuple[str, dict[str, Any]]]:
+    """(node, pyinfra host data) for every node of the site, in rank order."""
+    from sparkbase.deploy.runner import host_data
+    from sparkbase.transport import ssh_targets
+
+    site = site_from_env()
+    targets = ssh_targets(site, lab_from_env())
+    nodes = sorted(site.inventory.nodes, key=lambda n: site.inventory.nodes[n].rank)
+    return [(node, host_data(targets[node])) for node in nodes]
+
+
+def deploy_current_host() -> None:
+    """Add every operation that converges the host in pyinfra's context to its baseline."""
+    from pyinfra import logger
+    from pyinfra.context import host
+
+    from sparkbase.deploy.cliutil import mok_dir_from_env
+    from sparkbase.deploy.facts import BootState, MokState
+    from sparkbase.deploy.pyinfra_deploy import add_steps
+    from sparkbase.deploy.reboot import reboot_reasons
+    from sparkbase.deploy.steps import build_steps
+
+    site = site_from_env()
+    node = str(host.data.get("sparkbase_node") or host.name)
+    steps = build_steps(site, node, mok_dir_from_env(lab_from_env()))
+    boot = host.get_fact(BootState)
+    mok = host.get_fact(MokState)
+    added = add_steps(steps)
+    will = [op.step for op in added if op.meta.will_change]
+    reasons = reboot_reasons(site.baseline_of(node), boot, mok, will)
+    if reasons:
+        logger.warning(f"[{host.name}] reboot pending: {'; '.join(reasons)}")

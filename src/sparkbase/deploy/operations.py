@@ -1,0 +1,355 @@
+"""pyinfra operations sparkbase needs beyond pyinfra's own.
+
+Each reads facts, compares with what the baseline wants, then yields commands, or records
+a no-op with its reason (`host.noop`, kept in `NOOP_REASONS` for plan/apply reports).
+Commands are built from quoted arguments. Operations that depend on an earlier file step
+take that step's `OperationMeta` (`trigger`) and act when it changed (or will change).
+"""
+
+from __future__ import annotations
+
+import difflib
+import posixpath
+import shlex
+from io import BytesIO
+from typing import Any
+
+from pyinfra import logger
+from pyinfra.api.command import FileUploadCommand, StringCommand
+from pyinfra.api.operation import operation
+from pyinfra.context import host, state
+from pyinfra.facts.deb import DebPackages
+from pyinfra.facts.files import Directory, FindInFile
+
+from sparkbase.deploy.facts import (
+    ActiveSwaps,
+    BootState,
+    DefaultTarget,
+    DkmsState,
+    FileState,
+    FileText,
+    GrubConfig,
+    HeldPackages,
+    MokState,
+    SwapFile,
+    Sysctls,
+    ThpMode,
+    UnitState,
+)
+
+#: host name -> operation hash -> the reason the operation did nothing
+NOOP_REASONS: dict[str, dict[str, str]] = {}
+
+TEMP_SUFFIX = ".sparkbase-new"
+
+
+def _noop(reason: str) -> None:
+    """Record and log why the current operation changes nothing."""
+    op_hash = host.current_op_hash
+    if op_hash:
+        NOOP_REASONS.setdefault(host.name, {})[op_hash] = reason
+    host.noop(reason)
+
+
+def _cmd(*words: str) -> StringCommand:
+    """One shell command from separate words, each quoted."""
+    return StringCommand(" ".join(shlex.quote(word) for word in words))
+
+
+def changed(meta: Any) -> bool:
+    """Whether an earlier operation changed (when executed) or will change (when planned)."""
+    if meta is None:
+        return False
+    if meta.is_complete():
+        return bool(meta.did_change())
+    return bool(meta.will_change)
+
+
+# --- packages ---------------------------------------------------------------------------
+
+
+def missing_pins(pins: list[str], installed: dict[str, list[str]]) -> list[str]:
+    """`name=version` pins not installed at exactly that version."""
+    missing = []
+    for pin in pins:
+        name, _, version = pin.partition("=")
+        if version not in installed.get(name, []):
+            missing.append(pin)
+    return missing
+
+
+@operation()
+def apt_update_for(pins: list[str]) -> Any:
+    """`apt-get update`, only when a pinned package is not installed at its version."""
+    missing = missing_pins(pins, host.get_fact(DebPackages) or {})
+    if not missing:
+        _noop(f"all {len(pins)} pinned packages are installed at their versions")
+        return
+    yield "DEBIAN_FRONTEND=noninteractive apt-get update -q"
+
+
+@operation()
+def hold(names: list[str]) -> Any:
+    """`apt-mark hold` the pinned packages that are not held yet."""
+    holds: list[str] = host.get_fact(HeldPackages)
+    held = set(holds)
+    todo = [name for name in names if name not in held]
+    if not todo:
+        _noop(f"all {len(names)} pinned packages are held")
+        return
+    yield _cmd("apt-mark", "hold", *todo)
+
+
+# --- files ------------------------------------------------------------------------------
+
+
+def _diff(path: str, old: str | None, new: str) -> list[str]:
+    return list(
+        difflib.unified_diff(
+            (old or "").splitlines(keepends=True),
+            new.splitlines(keepends=True),
+            fromfile=f"{path} (node)" if old is not None else "/dev/null",
+            tofile=f"{path} (baseline)",
+        )
+    )
+
+
+def _atomic_upload(src: Any, path: str, mode: int, sha256: str | None, temp: str) -> Any:
+    """Upload to `temp` next to `path`, check it, set its mode, then rename over `path`."""
+    yield FileUploadCommand(src, temp)
+    if sha256 is not None:
+        line = f"printf '%s  %s\\n' {shlex.quote(sha256)} {shlex.quote(temp)}"
+        yield StringCommand(f"{line} | sha256sum -c --quiet -")
+    yield _cmd("chmod", f"{mode:o}", temp)
+    yield _cmd("mv", "-f", temp, path)
+
+
+@operation()
+def file(path: str, content: str, mode: int, sha256: str, secret: bool = False) -> Any:
+    """`path` holds exactly `content` with `mode`; written to a temp file, then renamed."""
+    current = host.get_fact(FileState, path=path)
+    if current is not None and current[1] == sha256:
+        if current[0] == mode:
+            _noop(f"{path} is identical (sha256 {sha256[:12]}, mode {mode:o})")
+            return
+        yield _cmd("chmod", f"{mode:o}", path)
+        return
+    if state.config.DIFF and not secret:
+        old = host.get_fact(FileText, path=path) if current is not None else None
+        for line in _diff(path, old, content):
+            logger.info("    %s", line.rstrip("\n"))
+    if current is None:
+        yield _cmd("mkdir", "-p", posixpath.dirname(path))
+    yield from _atomic_upload(BytesIO(content.encode()), path, mode, sha256, path + TEMP_SUFFIX)
+
+
+@operation()
+def upload(path: str, local: str, mode: int, sha256: str) -> Any:
+    """Operator file `local` lands at `path` with `mode`; never diffed or printed.
+
+    Used for the MOK key pair: the temp file sits in the (0700) target directory, and its
+    mode is set before the rename, so the key is never readable by others, even briefly.
+    """
+    current = host.get_fact(FileState, path=path)
+    if current is not None and current[1] == sha256:
+        if current[0] == mode:
+            _noop(f"{path} is in place (mode {mode:o})")
+            return
+        yield _cmd("chmod", f"{mode:o}", path)
+        return
+    yield from _atomic_upload(local, path, mode, sha256, path + TEMP_SUFFIX)
+
+
+@operation()
+def directory(path: str, mode: int) -> Any:
+    """A directory owned by root with exactly `mode`."""
+    info = host.get_fact(Directory, path=path)
+    if info and info.get("mode") == int(f"{mode:o}"):
+        _noop(f"{path} exists with mode {mode:o}")
+        return
+    yield _cmd("install", "-d", "-m", f"{mode:o}", path)
+
+
+# --- Secure Boot / MOK / DKMS -----------------------------------------------------------
+
+
+@operation()
+def mok_import(certificate: str, fingerprint: str) -> Any:
+    """`mokutil --import` the certificate unless enrolled or already pending."""
+    mok = host.get_fact(MokState)
+    if fingerprint in mok["enrolled"]:
+        _noop(f"MOK {fingerprint[:11]}… is enrolled")
+        return
+    if fingerprint in mok["pending"]:
+        _noop(f"MOK {fingerprint[:11]}… is pending enrolment (completes at the next reboot)")
+        return
+    yield _cmd("mokutil", "--import", certificate, "--root-pw")
+
+
+@operation()
+def dkms_install(dkms_name: str, version: str, kernel: str, module: str, fingerprint: str | None) -> Any:
+    """Build, sign and install a DKMS module for `kernel` (the target, not the running one)."""
+    name = dkms_name
+    current = host.get_fact(DkmsState, dkms_name=name, version=version, kernel=kernel, module=module)
+    signed_right = fingerprint is None or current["sig_key"] == fingerprint.lower()
+    if current["installed"] and signed_right:
+        _noop(f"{name}/{version} is installed for {kernel}" + (", signed by the MOK" if fingerprint else ""))
+        return
+    force = ["--force"] if current["installed"] else []
+    yield _cmd("dkms", "install", f"{name}/{version}", "-k", kernel, *force)
+
+
+# --- activation ---------------------------------------------------------------------------
+
+
+def grub_stale(grub: dict[str, Any], release: str, default_entry: str | None, cmdline: list[str],
+               forbid: list[str]) -> str | None:
+    """Why grub.cfg does not reflect the baseline (None when it does)."""
+    args = grub["entries"].get(release)
+    if args is None:
+        return f"grub.cfg has no entry for {release}"
+    if default_entry is not None and grub["default"] != default_entry:
+        return f"grub.cfg default is {grub['default']!r}"
+    missing = [arg for arg in cmdline if arg not in args]
+    if missing:
+        return f"{release} entry lacks {' '.join(missing)}"
+    bad = [arg for arg in args if arg in forbid or arg.split("=")[0] in forbid]
+    if bad:
+        return f"{release} entry carries forbidden {' '.join(bad)}"
+    return None
+
+
+@operation()
+def grub_update(release: str, default_entry: str | None, cmdline: list[str], forbid: list[str],
+                trigger: Any = None) -> Any:
+    """`update-grub` when the drop-in changed or grub.cfg does not match the baseline."""
+    reason = "the GRUB drop-in changed" if changed(trigger) else None
+    reason = reason or grub_stale(host.get_fact(GrubConfig), release, default_entry, cmdline, forbid)
+    if reason is None:
+        _noop(f"grub.cfg boots {release} with the baseline's arguments")
+        return
+    yield "update-grub"
+
+
+@operation()
+def sysctl_apply(file: str, values: dict[str, str]) -> Any:
+    """`sysctl -p FILE` when a live value differs from the baseline."""
+    if not values:
+        _noop("the baseline sets no sysctls")
+        return
+    live = host.get_fact(Sysctls, keys=tuple(values))
+    differ = [key for key, value in values.items() if live.get(key) != " ".join(value.split())]
+    if not differ:
+        _noop(f"all {len(values)} sysctls hold their values")
+        return
+    yield _cmd("sysctl", "-p", file)
+
+
+@operation()
+def after_change(command: list[str], what: str, trigger: Any = None) -> Any:
+    """Run `command` when the file operation `trigger` changed (or will)."""
+    if not changed(trigger):
+        _noop(f"{what} did not change")
+        return
+    yield _cmd(*command)
+
+
+# --- swap -------------------------------------------------------------------------------
+
+
+@operation()
+def swap_retire(path: str) -> Any:
+    """A swap file another baseline used: off, out of /etc/fstab, deleted."""
+    info = host.get_fact(SwapFile, path=path)
+    lines = host.get_fact(FindInFile, path="/etc/fstab", pattern=f"^{path} ") or []
+    if info is None and not lines:
+        _noop(f"no swap file {path}")
+        return
+    if path in host.get_fact(ActiveSwaps):
+        yield _cmd("swapoff", path)
+    if lines:
+        escaped = path.replace("/", "\\/").replace(".", "\\.")
+        yield _cmd("sed", "-i", f"/^{escaped} /d", "/etc/fstab")
+    if info is not None:
+        yield _cmd("rm", "-f", path)
+
+
+@operation()
+def swap_file(path: str, size_gib: int, header_page_size: int) -> Any:
+    """The swap file exists at its size, mode 0600, with a header for `header_page_size`."""
+    info = host.get_fact(SwapFile, path=path)
+    size = size_gib * 1024**3
+    if info is not None and info["size"] == size and info["header_page_size"] == header_page_size:
+        if info["mode"] == 0o600:
+            _noop(f"{path} is {size_gib} GiB with a {header_page_size}-byte header")
+            return
+        yield _cmd("chmod", "600", path)
+        return
+    if info is not None and path in host.get_fact(ActiveSwaps):
+        yield _cmd("swapoff", path)
+    if info is not None and info["size"] != size:
+        yield _cmd("rm", "-f", path)
+    yield _cmd("fallocate", "-l", f"{size_gib}G", path)
+    yield _cmd("chmod", "600", path)
+    yield _cmd("mkswap", "-p", str(header_page_size), path)
+
+
+@operation()
+def swapon(path: str, header_page_size: int) -> Any:
+    """`swapon` the file, only when the running page size matches its header."""
+    if path in host.get_fact(ActiveSwaps):
+        _noop(f"{path} is active")
+        return
+    running = host.get_fact(BootState)["page_size"]
+    if running != header_page_size:
+        _noop(f"running page size {running} differs from the {header_page_size}-byte header: "
+              "the swap activates at boot (reboot pending)")
+        return
+    yield _cmd("swapon", path)
+
+
+# --- live settings and services -----------------------------------------------------------
+
+
+@operation()
+def thp(value: str) -> Any:
+    """Transparent hugepages set live (the kernel command line sets it at boot)."""
+    current = host.get_fact(ThpMode)
+    if current == value:
+        _noop(f"transparent hugepages are {value}")
+        return
+    yield StringCommand(f"echo {shlex.quote(value)} > /sys/kernel/mm/transparent_hugepage/enabled")
+
+
+@operation()
+def default_target(target: str) -> Any:
+    """`systemctl set-default`."""
+    if host.get_fact(DefaultTarget) == target:
+        _noop(f"default target is {target}")
+        return
+    yield _cmd("systemctl", "set-default", target)
+
+
+@operation()
+def unit_disabled(unit: str) -> Any:
+    """The unit is neither enabled nor running (`disable --now`)."""
+    current = host.get_fact(UnitState, unit=unit)
+    enabled = current["enabled"] in ("enabled", "enabled-runtime", "alias")
+    active = current["active"] == "active"
+    if not current["enabled"] and not active:
+        _noop(f"{unit} is not installed")
+        return
+    if not enabled and not active:
+        _noop(f"{unit} is {current['enabled']} and inactive")
+        return
+    yield _cmd("systemctl", "disable" if enabled else "stop", *(["--now"] if enabled else []), unit)
+
+
+@operation()
+def unit_enabled(unit: str) -> Any:
+    """The unit is enabled and running (`enable --now`)."""
+    current = host.get_fact(UnitState, unit=unit)
+    if current["enabled"] == "enabled" and current["active"] == "active":
+        _noop(f"{unit} is enabled and active")
+        return
+    yield _cmd("systemctl", "enable", "--now", unit)

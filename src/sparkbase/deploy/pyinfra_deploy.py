@@ -1,0 +1,132 @@
+"""Turn a node's `Step`s into pyinfra operation calls for the host in context.
+
+Shared by the native deploy file (`deploys/baseline.py`, run by plain `pyinfra`) and by
+sparkbase's in-process runner, so both converge a node the same way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pyinfra.operations import apt, files
+
+from sparkbase.deploy import operations as ops
+from sparkbase.deploy.steps import Step
+
+#: apt-get install flags: pins may move a held package, up or down
+APT_INSTALL_ARGS = "--allow-change-held-packages"
+
+
+@dataclass
+class AddedOp:
+    """A step and the pyinfra operation that ensures it on one host."""
+
+    step: Step
+    meta: Any  # pyinfra OperationMeta
+
+
+def _sha256_file(path: str) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _file(step: Step, prior: dict[str, Any]) -> Any:
+    content = str(step.args["content"])
+    return ops.file(
+        name=f"file {step.args['path']}",
+        path=step.args["path"],
+        content=content,
+        mode=step.args["mode"],
+        sha256=hashlib.sha256(content.encode()).hexdigest(),
+    )
+
+
+def _upload(step: Step, prior: dict[str, Any]) -> Any:
+    return ops.upload(
+        name=step.name,
+        path=step.args["path"],
+        local=step.args["local"],
+        mode=step.args["mode"],
+        sha256=_sha256_file(step.args["local"]),
+    )
+
+
+def _packages(step: Step, prior: dict[str, Any]) -> Any:
+    return apt.packages(
+        name=step.name,
+        packages=list(step.args["pins"]),
+        allow_downgrades=True,
+        extra_install_args=APT_INSTALL_ARGS,
+    )
+
+
+def _fstab_line(step: Step, prior: dict[str, Any]) -> Any:
+    return files.line(
+        name=step.name,
+        path=step.args["path"],
+        line=step.args["match"],
+        replace=step.args["line"],
+        extended_regex=True,
+    )
+
+
+def _trigger(step: Step, prior: dict[str, Any]) -> Any:
+    return prior.get(step.after_change_of or "")
+
+
+def _simple(op: Callable[..., Any]) -> Callable[[Step, dict[str, Any]], Any]:
+    def add(step: Step, prior: dict[str, Any]) -> Any:
+        return op(name=step.name, **dict(step.args))
+
+    return add
+
+
+def _grub(step: Step, prior: dict[str, Any]) -> Any:
+    return ops.grub_update(name=step.name, trigger=_trigger(step, prior), **dict(step.args))
+
+
+def _after(command: list[str], what: str) -> Callable[[Step, dict[str, Any]], Any]:
+    def add(step: Step, prior: dict[str, Any]) -> Any:
+        return ops.after_change(name=step.name, command=command, what=what, trigger=_trigger(step, prior))
+
+    return add
+
+
+#: step kind -> adds the pyinfra operation for it (given earlier file ops by path)
+ADDERS: dict[str, Callable[[Step, dict[str, Any]], Any]] = {
+    "apt-update": _simple(ops.apt_update_for),
+    "packages": _packages,
+    "hold": _simple(ops.hold),
+    "directory": _simple(ops.directory),
+    "upload": _upload,
+    "mok-import": _simple(ops.mok_import),
+    "dkms-install": _simple(ops.dkms_install),
+    "file": _file,
+    "grub-update": _grub,
+    "sysctl-apply": _simple(ops.sysctl_apply),
+    "daemon-reload": _after(["systemctl", "daemon-reload"], "the serving slice"),
+    "netplan-apply": _after(["netplan", "apply"], "the fabric netplan"),
+    "swap-retire": _simple(ops.swap_retire),
+    "swap-file": _simple(ops.swap_file),
+    "fstab-line": _fstab_line,
+    "swapon": _simple(ops.swapon),
+    "thp": _simple(ops.thp),
+    "default-target": _simple(ops.default_target),
+    "unit-disabled": _simple(ops.unit_disabled),
+    "unit-enabled": _simple(ops.unit_enabled),
+}
+
+
+def add_steps(steps: list[Step]) -> list[AddedOp]:
+    """Add one pyinfra operation per step for the current host, in order."""
+    added: list[AddedOp] = []
+    by_path: dict[str, Any] = {}
+    for step in steps:
+        meta = ADDERS[step.kind](step, by_path)
+        if step.kind == "file":
+            by_path[str(step.args["path"])] = meta
+        added.append(AddedOp(step, meta))
+    return added

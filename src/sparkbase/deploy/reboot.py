@@ -1,0 +1,71 @@
+"""Why a node needs a reboot, and whether it came back as its baseline says.
+
+Pure functions over the `BootState`/`MokState` facts (see `facts.py`) and the steps that
+will change, so a staged change is still reported as pending on the next run: the reasons
+come from what the node runs, not only from what this run touched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from sparkbase.deploy.steps import Step
+from sparkbase.model.baseline import Baseline
+from sparkbase.render import kernel_cmdline
+
+
+def _flag(value: bool) -> str:
+    return "Y" if value else "N"
+
+
+def boot_mismatches(baseline: Baseline, boot: dict[str, Any]) -> list[str]:
+    """How the running system differs from what the baseline boots (empty when it matches).
+
+    This is the post-reboot verification: kernel release, page size, command line.
+    """
+    problems = []
+    kernel = baseline.kernel
+    if boot["kernel"] != kernel.release:
+        problems.append(f"running kernel {boot['kernel'] or '?'}, baseline wants {kernel.release}")
+    if boot["page_size"] != kernel.page_size:
+        problems.append(f"page size {boot['page_size']}, baseline wants {kernel.page_size}")
+    cmdline = boot["cmdline"]
+    missing = [arg for arg in kernel_cmdline(baseline) if arg not in cmdline]
+    if missing:
+        problems.append(f"/proc/cmdline lacks {' '.join(missing)}")
+    forbidden = set(kernel.cmdline_forbid)
+    bad = [arg for arg in cmdline if arg in forbidden or arg.split("=")[0] in forbidden]
+    if bad:
+        problems.append(f"/proc/cmdline carries forbidden {' '.join(bad)}")
+    return problems
+
+
+def module_mismatches(baseline: Baseline, boot: dict[str, Any], mok: dict[str, Any]) -> list[str]:
+    """Module state that only a reboot fixes: nvidia-drm parameters, the memory-saver module."""
+    problems = []
+    drm = baseline.host.nvidia_drm
+    if "nvidia_drm" in boot["modules"]:
+        for key, wanted in (("modeset", drm.modeset), ("fbdev", drm.fbdev)):
+            live = boot[f"drm_{key}"]
+            if live and live != _flag(wanted):
+                problems.append(f"nvidia_drm {key}={live} loaded, baseline wants {_flag(wanted)}")
+    saver = baseline.memory.memory_saver
+    if saver is not None and saver.required and saver.module not in boot["modules"]:
+        problems.append(f"{saver.module} is not loaded")
+    fingerprint = baseline.secure_boot.mok_fingerprint
+    if fingerprint and fingerprint in mok["pending"]:
+        problems.append("MOK enrolment pending")
+    return problems
+
+
+def reboot_reasons(
+    baseline: Baseline, boot: dict[str, Any], mok: dict[str, Any], changing: Iterable[Step]
+) -> list[str]:
+    """Every reason the node needs a reboot to run its baseline (empty: no reboot)."""
+    reasons = boot_mismatches(baseline, boot)
+    reasons += module_mismatches(baseline, boot, mok)
+    for step in changing:
+        if step.reboot:
+            reasons.append(f"{step.name} changes")
+    return list(dict.fromkeys(reasons))

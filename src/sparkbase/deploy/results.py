@@ -1,0 +1,107 @@
+"""Typed results of plan and apply, their exit status and their JSON contract.
+
+The JSON printed by `--json` is a contract (pinned by `tests/unit/test_deploy_results.py`):
+`{"format": 1, "command": "plan"|"apply", "exit_code": N, "nodes": [NodeResult...]}`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any
+
+RESULT_FORMAT = 1
+
+
+class NodeStatus(StrEnum):
+    """Where a node ended up."""
+
+    UNCHANGED = "unchanged"
+    CHANGED = "changed"
+    WOULD_CHANGE = "would change"
+    REBOOT_PENDING = "reboot pending"
+    FAILED = "failed"
+    UNREACHABLE = "unreachable"
+    NOT_STARTED = "not started"
+    LOCKED = "locked"
+
+
+@dataclass
+class OpResult:
+    """One operation on one node."""
+
+    name: str
+    kind: str
+    status: str  # "changed", "would change", "unchanged", "failed"
+    reason: str = ""  # why nothing changed (pyinfra no-op reason)
+    diff: list[str] = field(default_factory=list)
+
+
+@dataclass
+class NodeResult:
+    """One node's outcome."""
+
+    node: str
+    baseline: str
+    status: NodeStatus = NodeStatus.UNCHANGED
+    operations: list[OpResult] = field(default_factory=list)
+    reboot_reasons: list[str] = field(default_factory=list)
+    rebooted: bool = False
+    running_kernel: str = ""
+    message: str = ""
+
+    @property
+    def changes(self) -> list[OpResult]:
+        """Operations that changed (or would)."""
+        return [op for op in self.operations if op.status in ("changed", "would change")]
+
+    def to_json(self) -> dict[str, Any]:
+        """The node's JSON record."""
+        data = asdict(self)
+        data["status"] = str(self.status)
+        data["reboot_required"] = bool(self.reboot_reasons)
+        return data
+
+
+@dataclass
+class Report:
+    """The outcome of one plan or apply over several nodes."""
+
+    command: str
+    nodes: list[NodeResult] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def exit_code(self) -> int:
+        """0 nothing to do/converged, 1 failure/refusal/pending/would change, 3 unreachable."""
+        statuses = {n.status for n in self.nodes}
+        if statuses & {NodeStatus.FAILED, NodeStatus.LOCKED}:
+            return 1
+        if NodeStatus.UNREACHABLE in statuses:
+            return 3
+        if statuses & {NodeStatus.REBOOT_PENDING, NodeStatus.WOULD_CHANGE, NodeStatus.NOT_STARTED}:
+            return 1
+        return 0
+
+    def to_json(self) -> dict[str, Any]:
+        """The whole report as the `--json` contract."""
+        return {
+            "format": RESULT_FORMAT,
+            "command": self.command,
+            "exit_code": self.exit_code(),
+            "notes": self.notes,
+            "nodes": [n.to_json() for n in self.nodes],
+        }
+
+    def summary_lines(self) -> list[str]:
+        """One line per node for people."""
+        lines = []
+        for n in self.nodes:
+            detail = f"{len(n.changes)} change(s)" if n.changes else "no changes"
+            if n.reboot_reasons and n.status in (NodeStatus.REBOOT_PENDING, NodeStatus.WOULD_CHANGE):
+                detail += "; reboot needed: " + "; ".join(n.reboot_reasons)
+            if n.rebooted:
+                detail += f"; rebooted, running {n.running_kernel}"
+            if n.message:
+                detail += f"; {n.message}"
+            lines.append(f"{n.node:<10} {n.baseline:<24} {n.status!s:<15} {detail}")
+        return lines

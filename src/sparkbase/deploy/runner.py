@@ -1,0 +1,469 @@
+"""plan and apply over pyinfra's API, in process: locks, staging, the serial reboot rollout.
+
+One `Session` is one pyinfra `State` over some nodes: connect, prepare every node's
+operations in parallel (facts are read, nothing changes), then optionally execute. A
+no-op apply is a prepare that finds nothing to do, so it never executes anything.
+
+With `allow_reboot`, nodes whose changes need a reboot are converged one at a time:
+stage, reboot, wait for SSH, verify (kernel, page size, command line, modules), then apply
+once more for the post-boot steps; the rollout stops at the first node that fails and the
+nodes after it are not touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import shlex
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sparkbase.deploy.locks import (
+    LockHeld,
+    Owner,
+    local_locks,
+    parse_acquire,
+    remote_acquire_command,
+    remote_release_command,
+)
+from sparkbase.deploy.reboot import boot_mismatches, module_mismatches, reboot_reasons
+from sparkbase.deploy.results import NodeResult, NodeStatus, OpResult, Report
+from sparkbase.deploy.steps import MokFiles, Step, build_steps
+from sparkbase.model.site import Site
+from sparkbase.transport import SshTarget, ssh_targets
+
+REBOOT_MARKER = "/run/sparkbase/reboot-pending-marker"
+
+Progress = Callable[[str], None]
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def patch_gevent() -> None:
+    """pyinfra runs hosts in parallel on gevent: patch the standard library once, first."""
+    from gevent import monkey
+
+    if not monkey.is_module_patched("socket"):
+        monkey.patch_all()
+
+
+@dataclass
+class Options:
+    """How a plan or apply runs."""
+
+    lab: Path | None = None
+    mok: MokFiles | None = None
+    allow_reboot: bool = False
+    reboot_timeout: float = 180.0
+    diffs: bool = True
+    progress: Progress = _stderr
+
+
+def host_data(target: SshTarget) -> dict[str, Any]:
+    """pyinfra host data for one node: strict host keys, the site's or the lab's files."""
+    data: dict[str, Any] = {
+        "sparkbase_node": target.node,
+        "ssh_hostname": target.alias,
+        "ssh_user": target.user,
+        "ssh_known_hosts_file": str(target.known_hosts),
+        "ssh_strict_host_key_checking": "yes",
+        "ssh_connect_retries": 0,
+    }
+    if target.config_file is not None:
+        data["ssh_config_file"] = str(target.config_file)
+    if target.sudo:
+        data["_sudo"] = True
+    return data
+
+
+@dataclass
+class Prepared:
+    """One node's prepared operations and the facts read alongside them."""
+
+    added: list[Any]
+    boot: dict[str, Any]
+    mok: dict[str, Any]
+    diffs: dict[str, list[str]] = field(default_factory=dict)
+
+
+class Session:
+    """One pyinfra State over `nodes`."""
+
+    def __init__(self, site: Site, nodes: list[str], options: Options, owner: Owner) -> None:
+        from pyinfra.api.config import Config
+        from pyinfra.api.inventory import Inventory
+        from pyinfra.api.state import State
+
+        self.site = site
+        self.nodes = nodes
+        self.options = options
+        self.owner = owner
+        targets = ssh_targets(site, options.lab)
+        timeout = max(1, int(min(targets[n].connect_timeout for n in nodes)))
+        inventory = Inventory(([(n, host_data(targets[n])) for n in nodes], {}))  # type: ignore[no-untyped-call]
+        config = Config(CONNECT_TIMEOUT=timeout, PARALLEL=len(nodes))  # type: ignore[no-untyped-call]
+        self.state = State(inventory, config)
+        self.prepared: dict[str, Prepared] = {}
+        self.errors: dict[str, str] = {}
+
+    def host(self, node: str) -> Any:
+        """The pyinfra Host of `node`."""
+        return self.state.inventory.get_host(node)
+
+    def connect(self) -> list[str]:
+        """Connect every node; return those that were unreachable."""
+        from pyinfra.api.connect import connect_all
+        from pyinfra.api.exceptions import PyinfraError
+
+        with contextlib.suppress(PyinfraError):
+            connect_all(self.state)
+        down = [n for n in self.nodes if not self.host(n).connected]
+        for node in down:
+            self.errors[node] = "unreachable over SSH (strict host key checking)"
+        return down
+
+    def run(self, node: str, command: str) -> tuple[bool, list[str]]:
+        """Run one shell command on `node` outside any operation."""
+        from pyinfra.api.command import StringCommand
+
+        status, output = self.host(node).run_shell_command(StringCommand(command))
+        return bool(status), list(output.stdout_lines)
+
+    def lock(self, node: str) -> None:
+        """Take the node lock or raise LockHeld."""
+        _, lines = self.run(node, remote_acquire_command(self.owner))
+        parse_acquire(node, lines)
+
+    def unlock(self, node: str) -> None:
+        """Release the node lock if we hold it (best effort)."""
+        if self.host(node).connected:
+            self.run(node, remote_release_command(self.owner))
+
+    def prepare(self, nodes: list[str]) -> None:
+        """Build and prepare every node's operations in parallel (reads facts only)."""
+        import gevent
+        from pyinfra.context import ctx_host, ctx_state
+
+        def one(node: str) -> Prepared | Exception:
+            try:
+                with ctx_state.use(self.state), ctx_host.use(self.host(node)):
+                    return self._prepare_host(node)
+            except Exception as exc:  # reported per node; the others go on
+                return exc
+
+        greenlets = {self.state.pool.spawn(one, node): node for node in nodes}
+        gevent.joinall(list(greenlets))
+        for greenlet, node in greenlets.items():
+            result = greenlet.get()
+            if isinstance(result, Exception):
+                self.errors[node] = f"{type(result).__name__}: {result}"
+            else:
+                self.prepared[node] = result
+
+    def _prepare_host(self, node: str) -> Prepared:
+        from pyinfra.context import host
+
+        from sparkbase.deploy.facts import BootState, FileText, MokState
+        from sparkbase.deploy.operations import NOOP_REASONS
+        from sparkbase.deploy.pyinfra_deploy import add_steps
+
+        NOOP_REASONS.pop(node, None)
+        steps = build_steps(self.site, node, self.options.mok)
+        boot = host.get_fact(BootState)
+        mok = host.get_fact(MokState)
+        added = add_steps(steps)
+        prepared = Prepared(added, boot, mok)
+        if self.options.diffs:
+            for op in added:
+                if op.step.kind == "file" and op.meta.will_change:
+                    path = str(op.step.args["path"])
+                    old = host.get_fact(FileText, path=path)
+                    prepared.diffs[path] = _unified(path, old, str(op.step.args["content"]))
+        return prepared
+
+    def execute(self, nodes: list[str]) -> None:
+        """Run the prepared operations of `nodes` (others are skipped)."""
+        from pyinfra.api.exceptions import PyinfraError
+        from pyinfra.api.operations import run_ops
+        from pyinfra.api.state import BaseStateCallback
+
+        progress = self.options.progress
+        failures = self.errors
+        for node in self.nodes:
+            if node not in nodes:
+                self.state.ops[self.host(node)].clear()
+
+        class Callback(BaseStateCallback):
+            @staticmethod
+            def operation_host_start(state: Any, host: Any, op_hash: str) -> None:
+                data = state.ops[host].get(op_hash)
+                if data is not None and data.operation_meta.will_change:
+                    progress(f"{host.name}: {_op_name(state, op_hash)}")
+
+            @staticmethod
+            def operation_host_error(state: Any, host: Any, op_hash: str, retry_count: int = 0,
+                                     max_retries: int = 0) -> None:
+                progress(f"{host.name}: {_op_name(state, op_hash)}: FAILED")
+                failures.setdefault(host.name, f"operation failed: {_op_name(state, op_hash)}")
+
+        self.state.add_callback_handler(Callback())  # type: ignore[no-untyped-call]
+        try:
+            run_ops(self.state)
+        except PyinfraError as exc:
+            for node in nodes:
+                self.errors.setdefault(node, str(exc))
+
+    def failed(self, node: str) -> bool:
+        """Whether `node` failed to connect, prepare or execute."""
+        return node in self.errors or self.host(node) in self.state.failed_hosts
+
+    def result(self, node: str, executed: bool) -> NodeResult:
+        """The node's result from this session."""
+        name = self.site.inventory.nodes[node].baseline
+        out = NodeResult(node=node, baseline=name)
+        prepared = self.prepared.get(node)
+        if prepared is None:
+            out.status = NodeStatus.FAILED if node not in self.errors or "unreachable" not in \
+                self.errors[node] else NodeStatus.UNREACHABLE
+            out.message = self.errors.get(node, "")
+            return out
+        from sparkbase.deploy.operations import NOOP_REASONS
+
+        reasons = NOOP_REASONS.get(node, {})
+        will: list[Step] = []
+        for op in prepared.added:
+            meta = op.meta
+            if executed and meta.is_complete():
+                status = "failed" if meta.did_error() else ("changed" if meta.did_change() else "unchanged")
+            elif executed and self.failed(node):
+                status = "not run" if meta.will_change else "unchanged"
+            else:
+                status = "would change" if meta.will_change else "unchanged"
+            if meta.will_change:
+                will.append(op.step)
+            diff = [] if op.step.secret else prepared.diffs.get(str(op.step.args.get("path", "")), [])
+            if op.step.kind != "file":
+                diff = []
+            out.operations.append(
+                OpResult(op.step.name, op.step.kind, status, reasons.get(meta._hash, ""), diff)
+            )
+        baseline = self.site.baselines[name]
+        out.reboot_reasons = reboot_reasons(baseline, prepared.boot, prepared.mok, will)
+        out.running_kernel = prepared.boot["kernel"]
+        if self.failed(node):
+            out.status = NodeStatus.FAILED
+            out.message = self.errors.get(node, "an operation failed")
+        elif out.reboot_reasons:
+            out.status = NodeStatus.REBOOT_PENDING
+        elif out.changes:
+            out.status = NodeStatus.CHANGED if executed else NodeStatus.WOULD_CHANGE
+        return out
+
+    def close(self) -> None:
+        """Release node locks and disconnect."""
+        from pyinfra.api.connect import disconnect_all
+
+        for node in self.nodes:
+            if node not in self.errors or "unreachable" not in self.errors[node]:
+                with contextlib.suppress(Exception):  # the lock lives in /run; best effort
+                    self.unlock(node)
+        disconnect_all(self.state)
+
+
+def _op_name(state: Any, op_hash: str) -> str:
+    names = state.get_op_meta(op_hash).names
+    return ", ".join(sorted(names)) if names else op_hash
+
+
+def _unified(path: str, old: str | None, new: str) -> list[str]:
+    return [
+        line.rstrip("\n")
+        for line in difflib.unified_diff(
+            (old or "").splitlines(keepends=True),
+            new.splitlines(keepends=True),
+            fromfile=f"{path} (node)" if old is not None else "/dev/null",
+            tofile=f"{path} (baseline)",
+        )
+    ]
+
+
+# --- plan -------------------------------------------------------------------------------------
+
+
+def plan(site: Site, nodes: list[str], options: Options) -> Report:
+    """Dry run: what apply would change on each node, with diffs and reboot needs."""
+    patch_gevent()
+    report = Report("plan")
+    session = Session(site, nodes, options, Owner())
+    try:
+        down = session.connect()
+        session.prepare([n for n in nodes if n not in down])
+        for node in nodes:
+            result = session.result(node, executed=False)
+            if result.status is NodeStatus.REBOOT_PENDING:
+                result.status = NodeStatus.WOULD_CHANGE
+            report.nodes.append(result)
+    finally:
+        _close(session)
+    return report
+
+
+def _close(session: Session) -> None:
+    from pyinfra.api.connect import disconnect_all
+
+    disconnect_all(session.state)
+
+
+# --- apply ------------------------------------------------------------------------------------
+
+
+def apply(site: Site, nodes: list[str], options: Options) -> Report:
+    """Converge `nodes`; stage or (with allow_reboot) roll out reboots one node at a time."""
+    patch_gevent()
+    owner = Owner()
+    report = Report("apply")
+    try:
+        with local_locks(site.root / ".sparkbase" / "locks", nodes, owner):
+            _apply_locked(site, nodes, options, owner, report)
+    except LockHeld as exc:
+        report.notes.append(str(exc))
+        for node in nodes:
+            report.nodes.append(NodeResult(node, site.inventory.nodes[node].baseline,
+                                           NodeStatus.LOCKED, message=str(exc)))
+    return report
+
+
+def _apply_locked(site: Site, nodes: list[str], options: Options, owner: Owner, report: Report) -> None:
+    progress = options.progress
+    session = Session(site, nodes, options, owner)
+    results: dict[str, NodeResult] = {}
+    try:
+        down = session.connect()
+        reachable = [n for n in nodes if n not in down]
+        locked: list[str] = []
+        for node in reachable:
+            try:
+                session.lock(node)
+                locked.append(node)
+            except LockHeld as exc:
+                results[node] = NodeResult(node, site.inventory.nodes[node].baseline,
+                                           NodeStatus.LOCKED, message=str(exc))
+                progress(str(exc))
+        session.prepare(locked)
+        planned = {node: session.result(node, executed=False) for node in locked}
+        needs_reboot = [n for n in locked if planned[n].reboot_reasons and n not in session.errors]
+        serial = needs_reboot if options.allow_reboot else []
+        parallel = [n for n in locked if n not in serial and planned[n].changes and n not in session.errors]
+        if parallel:
+            progress(f"applying on {', '.join(parallel)}")
+            session.execute(parallel)
+        for node in nodes:
+            if node in results:
+                continue
+            if node in serial:
+                continue
+            results[node] = session.result(node, executed=node in parallel)
+    finally:
+        session.close()
+    failed_at: str | None = None
+    for node in serial:
+        if failed_at is not None:
+            results[node] = NodeResult(node, site.inventory.nodes[node].baseline, NodeStatus.NOT_STARTED,
+                                       message=f"untouched: the rollout stopped at {failed_at}")
+            continue
+        results[node] = _rollout_one(site, node, options, owner)
+        if results[node].status not in (NodeStatus.CHANGED, NodeStatus.UNCHANGED):
+            failed_at = node
+            progress(f"{node}: rollout stopped ({results[node].message}); nodes after it are untouched")
+    report.nodes = [results[n] for n in nodes]
+
+
+def _rollout_one(site: Site, node: str, options: Options, owner: Owner) -> NodeResult:
+    """Stage, reboot, verify, finish one node. Never touches another node."""
+    progress = options.progress
+    stage = Session(site, [node], options, owner)
+    try:
+        if stage.connect():
+            return stage.result(node, executed=False)
+        stage.lock(node)
+        stage.prepare([node])
+        if node in stage.errors:
+            return stage.result(node, executed=False)
+        progress(f"{node}: staging (one node at a time)")
+        stage.execute([node])
+        staged = stage.result(node, executed=True)
+        if stage.failed(node):
+            return staged
+        reasons = staged.reboot_reasons
+        progress(f"{node}: rebooting ({'; '.join(reasons)})")
+        token = uuid.uuid4().hex
+        stage.run(node, f"mkdir -p /run/sparkbase && echo {token} > {REBOOT_MARKER}")
+        stage.run(node, "nohup sh -c 'sleep 0.5; systemctl reboot' >/dev/null 2>&1 &")
+    finally:
+        _close(stage)
+    target = ssh_targets(site, options.lab)[node]
+    if not _wait_rebooted(target, options.reboot_timeout):
+        return NodeResult(node, staged.baseline, NodeStatus.FAILED, staged.operations, reasons, True,
+                          message=f"did not come back over SSH within {options.reboot_timeout:.0f}s")
+    finish = Session(site, [node], options, owner)
+    try:
+        if finish.connect():
+            return NodeResult(node, staged.baseline, NodeStatus.UNREACHABLE, staged.operations, reasons,
+                              True, message="unreachable after reboot")
+        finish.lock(node)
+        finish.prepare([node])
+        prepared = finish.prepared.get(node)
+        if prepared is None:
+            return finish.result(node, executed=False)
+        baseline = site.baselines[site.inventory.nodes[node].baseline]
+        problems = boot_mismatches(baseline, prepared.boot) + module_mismatches(
+            baseline, prepared.boot, prepared.mok
+        )
+        kernel = prepared.boot["kernel"]
+        if problems:
+            return NodeResult(node, staged.baseline, NodeStatus.FAILED, staged.operations, problems, True,
+                              kernel, message=f"verification failed after reboot, running {kernel}: "
+                              + "; ".join(problems))
+        progress(f"{node}: back on {kernel} ({prepared.boot['page_size']}-byte pages), verified")
+        post = finish.result(node, executed=False)
+        if post.changes:
+            progress(f"{node}: post-boot steps")
+            finish.execute([node])
+            post = finish.result(node, executed=True)
+        post.operations = [*staged.operations, *[op for op in post.operations if op.status != "unchanged"]]
+        post.rebooted = True
+        post.running_kernel = kernel
+        if post.status in (NodeStatus.UNCHANGED, NodeStatus.CHANGED):
+            post.status = NodeStatus.CHANGED
+        return post
+    finally:
+        finish.close()
+
+
+def _wait_rebooted(target: SshTarget, timeout: float) -> bool:
+    """Wait until the node answers SSH again and its /run marker is gone (it rebooted)."""
+    argv = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+            "-o", f"UserKnownHostsFile={target.known_hosts}", "-o", "ConnectTimeout=3",
+            "-l", target.user]
+    if target.config_file is not None:
+        argv += ["-F", str(target.config_file)]
+    argv += [target.alias, f"test ! -e {shlex.quote(REBOOT_MARKER)}"]
+    deadline = time.monotonic() + timeout
+    time.sleep(0.5)
+    while time.monotonic() < deadline:
+        try:
+            done = subprocess.run(argv, capture_output=True, timeout=10, check=False)
+        except subprocess.TimeoutExpired:
+            continue
+        if done.returncode == 0:
+            return True
+        time.sleep(0.3)
+    return False

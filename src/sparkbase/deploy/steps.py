@@ -1,0 +1,269 @@
+"""From a node's baseline to the ordered list of things the deploy must ensure.
+
+A `Step` is plain data: a kind (which operation ensures it), a name a person reads in a
+plan, and the operation's arguments. Building steps needs no host and no pyinfra, so the
+whole deploy order is tested as data (`tests/unit/deploy_cases/`). Every setting comes from
+the typed baseline and the renderer: nothing here repeats a value.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sparkbase.render import (
+    GRUB_DROPIN_PATH,
+    NETPLAN_PATH,
+    STAMP_PATH,
+    SYSCTL_PATH,
+    RenderedFile,
+    kernel_cmdline,
+    managed_lines,
+    render_node,
+    sysctls,
+)
+
+if TYPE_CHECKING:
+    from sparkbase.model.baseline import Baseline
+    from sparkbase.model.site import Site
+
+#: the display manager alias every desktop image enables (gdm3, lightdm, ...)
+DISPLAY_MANAGER_UNIT = "display-manager.service"
+
+
+class DeployConfigError(ValueError):
+    """The deploy cannot be built from what the operator gave (a usage/config problem)."""
+
+
+@dataclass(frozen=True)
+class MokFiles:
+    """The operator's MOK key pair on the local machine (the private key is a secret)."""
+
+    certificate: Path
+    private_key: Path
+
+    @classmethod
+    def from_dir(cls, directory: Path) -> MokFiles:
+        """`MOK.der` and `MOK.priv` in `directory`."""
+        return cls(directory / "MOK.der", directory / "MOK.priv")
+
+    def fingerprint(self) -> str:
+        """SHA-1 fingerprint of the certificate, as `mokutil` prints it (aa:bb:...)."""
+        digest = hashlib.sha1(self.certificate.read_bytes()).hexdigest()  # noqa: S324 - MOK ids are SHA-1
+        return ":".join(digest[i : i + 2] for i in range(0, len(digest), 2))
+
+
+@dataclass(frozen=True)
+class Step:
+    """One thing the deploy ensures on a node, in order."""
+
+    kind: str
+    name: str
+    args: Mapping[str, Any] = field(default_factory=dict)
+    #: a change made by this step only takes effect after a reboot
+    reboot: bool = False
+    #: the step handles a secret: never diff, print or log its content
+    secret: bool = False
+    #: path of the file step whose change triggers this step
+    after_change_of: str | None = None
+
+    def summary(self) -> dict[str, Any]:
+        """The step as JSON-able data with file contents replaced by their sha256."""
+        args: dict[str, Any] = {}
+        for key, value in sorted(self.args.items()):
+            if key == "content":
+                args["sha256"] = hashlib.sha256(str(value).encode()).hexdigest()
+            else:
+                args[key] = value
+        out: dict[str, Any] = {"kind": self.kind, "name": self.name, "args": args}
+        if self.reboot:
+            out["reboot"] = True
+        if self.secret:
+            out["secret"] = True
+        if self.after_change_of:
+            out["after_change_of"] = self.after_change_of
+        return out
+
+
+def build_steps(site: Site, node: str, mok: MokFiles | None = None) -> list[Step]:
+    """Every step that converges `node` to its baseline, in the order they must run."""
+    name = site.inventory.nodes[node].baseline
+    baseline = site.baselines[name]
+    files = render_node(site, node)
+    stamp = next(f for f in files if f.path == STAMP_PATH)
+    steps = [
+        *_package_steps(baseline),
+        *_secure_boot_steps(baseline, mok),
+        *(_file_step(f) for f in files if f.path != STAMP_PATH),
+        *_activation_steps(baseline),
+        *_swap_steps(site, baseline),
+        Step("thp", f"transparent hugepages {baseline.memory.transparent_hugepages} (live)",
+             {"value": baseline.memory.transparent_hugepages}),
+        *_service_steps(baseline),
+        _file_step(stamp),
+    ]
+    return steps
+
+
+def _package_steps(baseline: Baseline) -> list[Step]:
+    pins = [f"{pin.name}={pin.version}" for pin in baseline.packages()]
+    names = [pin.name for pin in baseline.packages()]
+    return [
+        Step("apt-update", "apt-get update (only when a pin is missing)", {"pins": pins}),
+        Step("packages", f"{len(pins)} pinned packages at exact versions", {"pins": pins}),
+        Step("hold", "hold pinned packages", {"names": names}),
+    ]
+
+
+def _secure_boot_steps(baseline: Baseline, mok: MokFiles | None) -> list[Step]:
+    saver = baseline.memory.memory_saver
+    if saver is None or not saver.required:
+        return []
+    secure = baseline.secure_boot
+    steps: list[Step] = []
+    if secure.enabled:
+        if mok is None:
+            raise DeployConfigError(
+                "the memory-saver module must be signed under Secure Boot: give the MOK key "
+                "pair with --mok-dir DIR (or $SPARKBASE_MOK_DIR) holding MOK.der and MOK.priv"
+            )
+        for path in (mok.certificate, mok.private_key):
+            if not path.is_file():
+                raise DeployConfigError(f"MOK file {path} does not exist")
+        if secure.mok_fingerprint is not None and mok.fingerprint() != secure.mok_fingerprint:
+            raise DeployConfigError(
+                f"MOK certificate {mok.certificate} has fingerprint {mok.fingerprint()}, the "
+                f"baseline pins {secure.mok_fingerprint}"
+            )
+        key_dir = str(Path(secure.mok_private_key).parent)
+        steps += [
+            Step("directory", f"MOK directory {key_dir} (0700)", {"path": key_dir, "mode": 0o700}),
+            Step(
+                "upload",
+                f"MOK certificate {secure.mok_certificate}",
+                {"path": secure.mok_certificate, "local": str(mok.certificate), "mode": 0o644},
+            ),
+            Step(
+                "upload",
+                f"MOK private key {secure.mok_private_key} (secret)",
+                {"path": secure.mok_private_key, "local": str(mok.private_key), "mode": 0o600},
+                secret=True,
+            ),
+            Step(
+                "mok-import",
+                "enrol the MOK certificate (completes at reboot)",
+                {"certificate": secure.mok_certificate, "fingerprint": mok.fingerprint()},
+                reboot=True,
+            ),
+        ]
+    steps.append(
+        Step(
+            "dkms-install",
+            f"build and sign {saver.dkms_name}/{saver.dkms_version} for {baseline.kernel.release}",
+            {
+                "dkms_name": saver.dkms_name,
+                "version": saver.dkms_version,
+                "kernel": baseline.kernel.release,
+                "module": saver.module,
+                "fingerprint": secure.mok_fingerprint if secure.enabled else None,
+            },
+            reboot=True,
+        )
+    )
+    return steps
+
+
+def _file_step(file: RenderedFile) -> Step:
+    return Step(
+        "file",
+        f"{file.path} ({file.purpose})" if file.purpose else file.path,
+        {"path": file.path, "content": file.content, "mode": file.mode},
+        reboot=file.needs_reboot,
+    )
+
+
+def _activation_steps(baseline: Baseline) -> list[Step]:
+    """What makes changed files take effect without a reboot (or stages it for one)."""
+    kernel = baseline.kernel
+    return [
+        Step(
+            "grub-update",
+            "update-grub (GRUB drop-in or kernels changed)",
+            {
+                "release": kernel.release,
+                "default_entry": kernel.grub_entry if kernel.pin_grub_default else None,
+                "cmdline": kernel_cmdline(baseline),
+                "forbid": list(kernel.cmdline_forbid),
+            },
+            reboot=True,
+            after_change_of=GRUB_DROPIN_PATH,
+        ),
+        Step(
+            "sysctl-apply",
+            f"sysctl -p {SYSCTL_PATH} (live values differ)",
+            {"file": SYSCTL_PATH, "values": sysctls(baseline)},
+        ),
+        Step(
+            "daemon-reload",
+            f"systemctl daemon-reload ({baseline.cpuset.slice} changed)",
+            after_change_of=f"/etc/systemd/system/{baseline.cpuset.slice}",
+        ),
+        Step("netplan-apply", "netplan apply (fabric netplan changed)", after_change_of=NETPLAN_PATH),
+    ]
+
+
+def _swap_steps(site: Site, baseline: Baseline) -> list[Step]:
+    swap = baseline.memory.swap
+    wanted = swap.path if swap is not None else None
+    others = sorted(
+        {
+            other.memory.swap.path
+            for other in site.baselines.values()
+            if other.memory.swap is not None and other.memory.swap.path != wanted
+        }
+    )
+    steps = [
+        Step("swap-retire", f"retire swap file {path} (another baseline's)", {"path": path})
+        for path in others
+    ]
+    if swap is None:
+        return steps
+    line = managed_lines(baseline)[0]
+    steps += [
+        Step(
+            "swap-file",
+            f"swap file {swap.path} ({swap.size_gib} GiB, {swap.header_page_size}-byte header)",
+            {"path": swap.path, "size_gib": swap.size_gib, "header_page_size": swap.header_page_size},
+        ),
+        Step("fstab-line", f"{line.path}: {line.line}", {"path": line.path, "line": line.line,
+                                                          "match": line.match}),
+        Step(
+            "swapon",
+            f"swapon {swap.path} (when running {swap.header_page_size}-byte pages)",
+            {"path": swap.path, "header_page_size": swap.header_page_size},
+        ),
+    ]
+    return steps
+
+
+def _service_steps(baseline: Baseline) -> list[Step]:
+    host = baseline.host
+    steps = [
+        Step("default-target", f"boot into {host.boot_target}", {"target": host.boot_target}),
+    ]
+    disable = list(host.disable_services)
+    if not host.display_manager and DISPLAY_MANAGER_UNIT not in disable:
+        disable.insert(0, DISPLAY_MANAGER_UNIT)
+    steps += [Step("unit-disabled", f"{unit} disabled and stopped", {"unit": unit}) for unit in disable]
+    if host.fan_control is not None:
+        unit = host.fan_control.service
+        steps.append(Step("unit-enabled", f"{unit} enabled and running", {"unit": unit}))
+    return steps
+
+
+def step_paths(steps: list[Step]) -> dict[str, Step]:
+    """File steps by path."""
+    return {str(s.args["path"]): s for s in steps if s.kind == "file"}
