@@ -144,7 +144,8 @@ def test_dkms_module_needs_enrolled_mok_under_secure_boot(lab: Lab) -> None:
 
 def test_reboot_loses_runtime_state_keeps_disk(lab: Lab) -> None:
     node = "spark3"
-    ok(lab, node, "echo never > /sys/kernel/mm/transparent_hugepage/enabled && touch /run/volatile /root/kept "
+    ok(lab, node, "echo never > /sys/kernel/mm/transparent_hugepage/enabled && "
+                  "touch /run/volatile /root/kept "
                   "&& systemctl set-default multi-user.target && echo 'vm.watermark_boost_factor = 0' "
                   "> /etc/sysctl.d/90-spark.conf && systemctl disable gdm3")
     assert ok(lab, node, "cat /sys/kernel/mm/transparent_hugepage/enabled") == "never\n"

@@ -94,7 +94,8 @@ def test_grubenv_block_is_1024_bytes_and_round_trips() -> None:
 
 def test_cmdline_and_page_size() -> None:
     line = boot.proc_cmdline(K64, "root=/dev/nvme0n1p2 ro quiet kho=off transparent_hugepage=never")
-    assert line == f"BOOT_IMAGE=/boot/vmlinuz-{K64} root=/dev/nvme0n1p2 ro quiet kho=off transparent_hugepage=never"
+    assert line == (f"BOOT_IMAGE=/boot/vmlinuz-{K64} root=/dev/nvme0n1p2 ro quiet kho=off "
+                    "transparent_hugepage=never")
     assert boot.cmdline_param(line, "kho") == "off"
     assert boot.cmdline_param(line, "quiet") == ""
     assert boot.cmdline_param(line, "splash") is None
@@ -159,7 +160,8 @@ def test_sysctl_and_modprobe_parsing() -> None:
     assert conf == {"vm.swappiness": "10", "vm.watermark_boost_factor": "0", "vm.dirty_ratio": "5"}
     opts = boot.parse_modprobe_options(["options nvidia-drm modeset=1 fbdev=1\n",
                                         "options uvm_memory_saver leaf_packing=1 # on"])
-    assert opts == {"nvidia_drm": {"modeset": "1", "fbdev": "1"}, "uvm_memory_saver": {"leaf_packing": "1"}}
+    assert opts == {"nvidia_drm": {"modeset": "1", "fbdev": "1"},
+                    "uvm_memory_saver": {"leaf_packing": "1"}}
     assert boot.sysfs_param("1") == "1"
     assert boot.sysfs_param("1", boolean=True) == "Y" and boot.sysfs_param("off", boolean=True) == "N"
 
