@@ -154,13 +154,16 @@ class Session:
 
         def one(node: str) -> Prepared | Exception:
             try:
-                with ctx_state.use(self.state), ctx_host.use(self.host(node)):
+                with ctx_host.use(self.host(node)):
                     return self._prepare_host(node)
             except Exception as exc:  # reported per node; the others go on
                 return exc
 
-        greenlets = {self.state.pool.spawn(one, node): node for node in nodes}
-        gevent.joinall(list(greenlets))
+        # the state context is process-global in pyinfra (hosts are greenlet-local): set it
+        # around all greenlets, never inside one
+        with ctx_state.use(self.state):
+            greenlets = {self.state.pool.spawn(one, node): node for node in nodes}
+            gevent.joinall(list(greenlets))
         for greenlet, node in greenlets.items():
             result = greenlet.get()
             if isinstance(result, Exception):
