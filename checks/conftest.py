@@ -1,0 +1,197 @@
+"""pytest-testinfra plumbing for the sparkbase checks (no sparkbase CLI needed).
+
+    pytest checks/ --hosts=paramiko://spark1,paramiko://spark2 --ssh-config=FILE \
+        [--sparkbase-site DIR] [--sparkbase-known-hosts FILE]
+
+- Each host's alias (`spark1`) is matched to the inventory node whose `ssh_host` it is, and
+  the node gets its baseline's expectations (`sparkbase.audit.expected`).
+- testinfra's paramiko backend accepts any host key; here every backend gets a client with
+  the known_hosts file loaded and `RejectPolicy` (LAB-NOTES item 9): a wrong key fails.
+  known_hosts comes from `--sparkbase-known-hosts`, else the host's `UserKnownHostsFile` in
+  the ssh_config, else the inventory's `ssh.known_hosts`.
+- Facts are gathered once per host per session, in one round trip (the same fact script
+  the audit runs, sent through testinfra's `host.run`).
+- Test functions come from the audit's check registry (`test_checks.py`): one per check
+  id, parametrized over hosts and the check's items, so a failure reads as the drift.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sparkbase.audit.expected import Expected, expected_for
+from sparkbase.audit.registry import CheckResult, node_checks
+from sparkbase.facts.model import FactsResult, NodeFacts, Unreachable
+from sparkbase.model.site import Site, find_site_root, load_site
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("sparkbase")
+    group.addoption(
+        "--sparkbase-site",
+        default=os.environ.get("SPARKBASE_SITE", "."),
+        help="site directory (baselines/, inventory/, lanes/); default: $SPARKBASE_SITE or here",
+    )
+    group.addoption(
+        "--sparkbase-known-hosts",
+        default=None,
+        help="known_hosts file the host keys are checked against (strictly)",
+    )
+
+
+def _hostspecs(config: pytest.Config) -> list[str]:
+    raw = config.getoption("hosts", default=None) or ""
+    return [spec.strip() for spec in str(raw).split(",") if spec.strip()]
+
+
+def _alias(spec: str) -> str:
+    name = spec.split("://", 1)[-1]
+    name = name.split("?", 1)[0]
+    return name.rsplit("@", 1)[-1].split(":", 1)[0]
+
+
+@dataclass
+class SparkbaseSession:
+    """Site, expectations and facts for every host of the session (facts cached per host)."""
+
+    site: Site
+    ssh_config: Path | None
+    known_hosts: Path | None
+    expected: dict[str, Expected] = field(default_factory=dict)  # alias -> expectations
+    facts: dict[str, FactsResult] = field(default_factory=dict)  # alias -> facts
+
+    def node_of(self, alias: str) -> str:
+        for name, node in self.site.inventory.nodes.items():
+            if node.ssh_host == alias or name == alias:
+                return name
+        raise pytest.UsageError(f"host {alias} is not a node of the inventory ({self.site.root})")
+
+    def expected_of(self, alias: str) -> Expected:
+        if alias not in self.expected:
+            self.expected[alias] = expected_for(self.site, self.node_of(alias))
+        return self.expected[alias]
+
+    def target(self, alias: str) -> Any:
+        from sparkbase.transport import SshTarget
+
+        known = self.known_hosts or _config_known_hosts(self.ssh_config, alias)
+        if known is None:
+            known = self.site.path(self.site.inventory.ssh.known_hosts)
+        return SshTarget(
+            node=self.node_of(alias),
+            alias=alias,
+            config_file=self.ssh_config,
+            known_hosts=known,
+            user=self.site.inventory.ssh.user,
+            sudo=False,
+            connect_timeout=self.site.inventory.ssh.connect_timeout,
+        )
+
+    def make_strict(self, host: Any) -> None:
+        """Give a paramiko backend a client that checks the host key strictly."""
+        from sparkbase.facts.collect import connect
+
+        backend = host.backend
+        if getattr(backend, "NAME", "") != "paramiko" or "client" in backend.__dict__:
+            return
+        backend.__dict__["client"] = connect(self.target(backend.host.name))
+
+    def facts_of(self, host: Any) -> FactsResult:
+        """The host's facts: gathered on first use, in one round trip."""
+        from sparkbase.facts.assemble import assemble
+        from sparkbase.facts.collect import describe_failure
+        from sparkbase.facts.script import build_script, new_marker, split_sections
+
+        alias = host.backend.host.name if hasattr(host.backend, "host") else host.backend.hostname
+        if alias in self.facts:
+            return self.facts[alias]
+        expected = self.expected_of(alias)
+        node = expected.node
+        try:
+            self.make_strict(host)
+            marker = new_marker()
+            plan = expected.plan()
+            result = host.run("sh -c %s", build_script(plan, marker))
+            sections = split_sections(result.stdout, marker)
+            facts: FactsResult = (
+                assemble(node, plan, sections)
+                if sections.by_name
+                else Unreachable(node, f"no fact sections (exit {result.rc}): {result.stderr.strip()[:200]}")
+            )
+        except Exception as exc:  # one host's failure is that host's tests failing
+            facts = Unreachable(node, describe_failure(exc))
+        self.facts[alias] = facts
+        return facts
+
+    def result(self, host: Any, check_id: str) -> CheckResult | None:
+        """The check's result on the host, or None when it does not apply to its baseline."""
+        alias = host.backend.host.name
+        expected = self.expected_of(alias)
+        for check in node_checks().values():
+            for candidate, item in check.ids(expected):
+                if candidate == check_id:
+                    facts = self.facts_of(host)
+                    if isinstance(facts, Unreachable):
+                        pytest.fail(f"{expected.node} unreachable: {facts.reason}", pytrace=False)
+                    assert isinstance(facts, NodeFacts)
+                    return check.run(expected, facts, item, check_id)
+        return None
+
+
+def _config_known_hosts(ssh_config: Path | None, alias: str) -> Path | None:
+    if ssh_config is None:
+        return None
+    import paramiko
+
+    entry = paramiko.SSHConfig.from_path(str(ssh_config)).lookup(alias)
+    files = entry.get("userknownhostsfile")
+    if not files:
+        return None
+    first = str(files).split()[0]
+    return Path(os.path.expanduser(first))
+
+
+@pytest.fixture(scope="session")
+def sparkbase(request: pytest.FixtureRequest) -> SparkbaseSession:
+    """The session's site, expectations and fact cache."""
+    return _session(request.config)
+
+
+def _session(config: pytest.Config) -> SparkbaseSession:
+    cached = getattr(config, "_sparkbase_session", None)
+    if cached is not None:
+        return cached  # type: ignore[no-any-return]
+    root = find_site_root(Path(config.getoption("--sparkbase-site")))
+    ssh_config = config.getoption("ssh_config", default=None)
+    known = config.getoption("--sparkbase-known-hosts")
+    session = SparkbaseSession(
+        site=load_site(root),
+        ssh_config=Path(ssh_config) if ssh_config else None,
+        known_hosts=Path(known) if known else None,
+    )
+    config._sparkbase_session = session  # type: ignore[attr-defined]
+    return session
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrize each generated check over the items it stands for on the session's hosts."""
+    base = getattr(metafunc.function, "sparkbase_check", None)
+    if base is None or "check_id" not in metafunc.fixturenames:
+        return
+    session = _session(metafunc.config)
+    check = node_checks()[base]
+    ids: list[str] = []
+    for spec in _hostspecs(metafunc.config) or [""]:
+        if not spec:
+            continue
+        for check_id, _item in check.ids(session.expected_of(_alias(spec))):
+            if check_id not in ids:
+                ids.append(check_id)
+    if check.items is None:
+        ids = ids or [check.id]
+    metafunc.parametrize("check_id", ids, ids=[i[len(base) + 1 :] or i for i in ids] if check.items else None)
