@@ -138,6 +138,7 @@ def load_yaml(file: Path) -> YamlDocument:
     """Load one YAML file; raise ConfigError with a located problem on any failure."""
     from ruamel.yaml import YAML
     from ruamel.yaml.error import MarkedYAMLError, YAMLError
+    from ruamel.yaml.reader import ReaderError
 
     def fail(line: int, column: int, message: str, path: str = "") -> ConfigError:
         return ConfigError([Problem(file, line, column, path, message)])
@@ -165,11 +166,17 @@ def load_yaml(file: Path) -> YamlDocument:
         message = " ".join(part for part in (exc.context, exc.problem) if part)
         if "found duplicate key" in str(exc):
             message = _duplicate_key_message(str(exc))
-        raise fail(line, column, f"YAML: {message.strip() or 'syntax error'}") from None
+        raise fail(line, column, f"YAML: {_one_line(message) or 'syntax error'}") from None
+    except ReaderError as exc:  # a character YAML does not allow (NUL, most C0 controls)
+        line = text.count("\n", 0, exc.position) + 1
+        column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+        raise fail(line, column, f"YAML: character {exc.character!r} is not allowed") from None
     except YAMLError as exc:
-        raise fail(1, 1, f"YAML: {exc}") from None
+        raise fail(1, 1, f"YAML: {_one_line(str(exc))}") from None
     except RecursionError:
         raise fail(1, 1, f"YAML: nested deeper than {MAX_DEPTH} levels") from None
+    except Exception as exc:  # ruamel's constructors raise plain errors on odd scalars ('._')
+        raise fail(1, 1, f"YAML: cannot read a value: {_one_line(str(exc))}") from None
     walker = _Walker(file)
     try:
         data = walker.walk(loaded, (), 0)
@@ -179,6 +186,11 @@ def load_yaml(file: Path) -> YamlDocument:
     except RecursionError:
         raise fail(1, 1, f"nested deeper than {MAX_DEPTH} levels") from None
     return YamlDocument(file=file, data=data, locations=walker.locations)
+
+
+def _one_line(text: str) -> str:
+    """ruamel's messages span lines (context, marks); a problem is printed on one."""
+    return " ".join(text.split())
 
 
 def _duplicate_key_message(text: str) -> str:
