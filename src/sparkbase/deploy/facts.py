@@ -75,7 +75,7 @@ BOOT_COMMAND = "; ".join(
         'printf "page_size=%s\\n" "$(getconf PAGESIZE)"',
         'printf "cmdline=%s\\n" "$(cat /proc/cmdline)"',
         'printf "thp=%s\\n" "$(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null)"',
-        "printf \"modules=%s\\n\" \"$(cut -d' ' -f1 /proc/modules 2>/dev/null | tr '\\n' ' ')\"",
+        "printf \"modules=%s\\n\" \"$(lsmod 2>/dev/null | awk 'NR > 1 {print $1}' | tr '\\n' ' ')\"",
         'printf "drm_modeset=%s\\n" "$(cat /sys/module/nvidia_drm/parameters/modeset 2>/dev/null)"',
         'printf "drm_fbdev=%s\\n" "$(cat /sys/module/nvidia_drm/parameters/fbdev 2>/dev/null)"',
     ]
