@@ -53,6 +53,7 @@ class Init:
         self.flags: set[str] = set()
         self.wake_r, self.wake_w = os.pipe()
         self.faults: dict[str, Any] = {}
+        self.boot_time = time.monotonic()
 
     def say(self, message: str) -> None:
         """Append a line to the node's log (outside the node)."""
@@ -150,7 +151,9 @@ class Init:
         if result.returncode != 0:
             raise RuntimeError(f"boot step failed with status {result.returncode}")
         keys: list[str] = json.loads(result.stdout.strip().splitlines()[-1])["sysctls"]
-        for name in ("cmdline", "cpuinfo", "modules"):
+        self.boot_time = time.monotonic()
+        self.write_uptime()
+        for name in ("cmdline", "cpuinfo", "modules", "uptime"):
             if os.path.exists(f"/proc/{name}"):
                 self.bind(f"/run/sparkbase-lab/proc/{name}", f"/proc/{name}")
             # A kernel built without module support has no /proc/modules (procfs cannot
@@ -160,6 +163,12 @@ class Init:
         self.read_faults()
         self.start_sshd()
         self.say(f"booted in {time.monotonic() - started:.2f}s")
+
+    def write_uptime(self) -> None:
+        """`/proc/uptime` counts from this node's last boot (pyinfra's reboot checks it)."""
+        up = time.monotonic() - self.boot_time
+        with contextlib.suppress(OSError), open("/run/sparkbase-lab/proc/uptime", "w") as fh:
+            fh.write(f"{up:.2f} {up * 18:.2f}\n")
 
     def bind(self, source: str, target: str) -> None:
         """Bind-mount one file, remembering it for the next reboot."""
@@ -258,13 +267,15 @@ class Init:
         for sig in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGCHLD):
             signal.signal(sig, self.on_signal)
         os.set_blocking(self.wake_w, False)
+        os.set_blocking(self.wake_r, False)
         self.build_root()
         self.boot()
         while True:
             with contextlib.suppress(InterruptedError):
-                select.select([self.wake_r], [], [], 5.0)
+                select.select([self.wake_r], [], [], 1.0)
             with contextlib.suppress(BlockingIOError):
                 os.read(self.wake_r, 4096)
+            self.write_uptime()
             flags, self.flags = self.flags, set()
             self.reap()
             if flags & {"SIGTERM", "SIGINT"}:
