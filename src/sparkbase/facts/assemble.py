@@ -94,7 +94,7 @@ def assemble(node: str, plan: FactPlan, sections: Sections, elapsed: float = 0.0
         dkms=(r.parse("dkms", p.parse_dkms_status) or ()) if plan.memory_saver_module else (),
         memory_saver=saver,
         secure_boot=r.parse("sb-state", p.parse_sb_state),
-        mok_fingerprints=r.parse("mok-enrolled", p.parse_mok_enrolled, quiet=True) or (),
+        mok_fingerprints=(r.parse("mok-enrolled", p.parse_mok_enrolled) or ()) if plan.mok_keys else (),
         swaps=(r.parse("swapon", p.parse_swapon_show) or ()) if plan.swap_paths else (),
         swap_header_page_size=headers,
         default_target=r.parse("default-target", p.parse_single_line),

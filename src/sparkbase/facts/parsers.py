@@ -102,7 +102,7 @@ def _is_number(text: str) -> bool:
 
 
 def parse_proc_modules(text: str) -> frozenset[str]:
-    """`/proc/modules` → names of loaded modules."""
+    """`/proc/modules` (or `ls -1 /sys/module`) → names of loaded modules."""
     return frozenset(line.split()[0] for line in text.splitlines() if line.strip())
 
 

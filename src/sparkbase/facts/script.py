@@ -116,7 +116,8 @@ def sections(plan: FactPlan) -> list[tuple[str, str]]:
                 "--format=csv,noheader,nounits",
             ),
         ),
-        ("modules", _cmd("cat", "/proc/modules")),
+        # /proc/modules, else /sys/module (kernels without /proc/modules; same first column)
+        ("modules", _cmd("cat", "/proc/modules") + " 2>/dev/null || " + _cmd("ls", "-1", "/sys/module")),
         ("sb-state", _cmd("mokutil", "--sb-state")),
         ("default-target", _cmd("systemctl", "get-default")),
         ("ip-addr", _cmd("ip", "-j", "addr", "show")),

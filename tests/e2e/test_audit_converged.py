@@ -1,0 +1,113 @@
+"""Audit and preflight on a converged fleet: this module's own lab (ports 2351…), converged
+with `sparkbase apply --lab --allow-reboot --yes`, then drift injected by hand, one node each."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sparkbase.cli.main import main
+from sparkbase.lab import faults
+from sparkbase.lab.fleet import Lab
+
+pytestmark = pytest.mark.end_to_end
+
+REPO = Path(__file__).parents[2]
+PORT_BASE = int(os.environ.get("SPARKBASE_TEST_AUDIT_PORT_BASE", "2351"))
+
+
+@pytest.fixture(scope="module")
+def converged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    if os.geteuid() != 0:
+        pytest.fail("end-to-end tests need root")
+    os.environ.setdefault("SPARKBASE_LAB_BOOT_DELAY", "0.3")
+    fleet = Lab(tmp_path_factory.mktemp("audit-lab"), port_base=PORT_BASE)
+    fleet.up(4, fresh=True)
+    try:
+        code = main(["apply", "--site", str(REPO), "--lab", str(fleet.dir), "--allow-reboot", "--yes"])
+        assert code == 0, "apply did not converge the fleet"
+        yield fleet
+    finally:
+        fleet.down()
+
+
+def audit(lab: Lab, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, object]]:
+    code = main(["audit", "--site", str(REPO), "--lab", str(lab.dir), "--format", "json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def failing(data: dict[str, object]) -> set[tuple[str, str]]:
+    nodes = data["nodes"]
+    assert isinstance(nodes, list)
+    return {(n["node"], c["id"]) for n in nodes for c in n["checks"] if c["status"] == "fail"}
+
+
+def test_audit_is_clean_after_apply(converged: Lab, capsys: pytest.CaptureFixture[str]) -> None:
+    code, data = audit(converged, capsys)
+    assert failing(data) == set()
+    assert code == 0 and data["status"] == "clean"
+
+
+def test_preflight_qualifies_site_lanes_fast(converged: Lab, capsys: pytest.CaptureFixture[str]) -> None:
+    times = []
+    for _ in range(5):
+        start = time.monotonic()
+        code = main(["preflight", "dsv41-flash", "--site", str(REPO), "--lab", str(converged.dir)])
+        times.append(time.monotonic() - start)
+        assert code == 0, capsys.readouterr().out
+    assert "qualified" in capsys.readouterr().out
+    assert statistics.median(times) < 2.0, times
+
+
+def test_preflight_still_refuses_the_rejected_variant(
+    converged: Lab, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["preflight", "ds41f-ring4", "--site", str(REPO), "--lab", str(converged.dir)]) == 1
+    out = capsys.readouterr().out
+    assert "lane: lane ds41f-ring4 is disabled" in out
+    assert "spark1: kernel.release: expected 7.0.0-1019-nvidia-64k, observed 6.17.0-1032-nvidia" in out
+
+
+def test_hand_drift_is_named_on_the_right_node(converged: Lab, capsys: pytest.CaptureFixture[str]) -> None:
+    ok = converged.run
+    assert ok("spark1", "sed -i s/NCCL_IB_MERGE_NICS=0/NCCL_IB_MERGE_NICS=1/ /etc/nccl.conf")[0] == 0
+    assert ok("spark2", "sysctl -w vm.min_free_kbytes=67584")[0] == 0
+    faults.inject(converged, "spark3", "gid-moved")
+    faults.inject(converged, "spark4", "gpu-latch")
+    try:
+        code, data = audit(converged, capsys)
+        gate = main(["preflight", "glm-fp8", "--site", str(REPO), "--lab", str(converged.dir)])
+        refusals = capsys.readouterr().out
+    finally:
+        faults.clear(converged, "spark3", "gid-moved")
+        faults.clear(converged, "spark4", "gpu-latch")
+        ok("spark1", "sed -i s/NCCL_IB_MERGE_NICS=1/NCCL_IB_MERGE_NICS=0/ /etc/nccl.conf")
+        ok("spark2", "sysctl -w vm.min_free_kbytes=1048576")
+    assert code == 1
+    bad = failing(data)
+    assert ("spark1", "nccl.conf") in bad
+    assert ("spark2", "sysctl.vm.min_free_kbytes") in bad
+    assert {
+        ("spark3", f"fabric.gid.{hca}")
+        for hca in ("rocep1s0f0", "rocep1s0f1", "roceP2p1s0f0", "roceP2p1s0f1")
+    } <= bad
+    assert ("spark4", "gpu.clock") in bad
+    assert {node for node, _ in bad} == {"spark1", "spark2", "spark3", "spark4"}
+    assert all(check.startswith(("nccl.conf", "sysctl.", "fabric.gid.", "gpu.clock")) for _, check in bad)
+    nccl = next(
+        c
+        for n in data["nodes"]
+        if n["node"] == "spark1"
+        for c in n["checks"]  # type: ignore[union-attr]
+        if c["id"] == "nccl.conf"
+    )
+    assert nccl["observed"] == "NCCL_IB_MERGE_NICS=1" and nccl["expected"] == "NCCL_IB_MERGE_NICS=0"
+    assert gate == 1 and "spark4: gpu.clock: expected >= 1000 MHz" in refusals
+    code, _ = audit(converged, capsys)
+    assert code == 0, "the drift was not undone"
