@@ -170,7 +170,8 @@ def load_yaml(file: Path) -> YamlDocument:
     except ReaderError as exc:  # a character YAML does not allow (NUL, most C0 controls)
         line = text.count("\n", 0, exc.position) + 1
         column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
-        raise fail(line, column, f"YAML: character {exc.character!r} is not allowed") from None
+        code = exc.character if isinstance(exc.character, int) else ord(str(exc.character)[:1] or "?")
+        raise fail(line, column, f"YAML: character U+{code:04X} is not allowed here") from None
     except YAMLError as exc:
         raise fail(1, 1, f"YAML: {_one_line(str(exc))}") from None
     except RecursionError:
