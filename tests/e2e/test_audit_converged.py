@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,8 +32,21 @@ def converged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     fleet = Lab(tmp_path_factory.mktemp("audit-lab"), port_base=PORT_BASE)
     fleet.up(4, fresh=True)
     try:
-        code = main(["apply", "--site", str(REPO), "--lab", str(fleet.dir), "--allow-reboot", "--yes"])
-        assert code == 0, "apply did not converge the fleet"
+        # a separate process: pyinfra patches the interpreter (gevent) and caches host keys
+        argv = [
+            sys.executable,
+            "-m",
+            "sparkbase.cli.main",
+            "apply",
+            "--site",
+            str(REPO),
+            "--lab",
+            str(fleet.dir),
+            "--allow-reboot",
+            "--yes",
+        ]
+        result = subprocess.run(argv, capture_output=True, text=True, check=False)
+        assert result.returncode == 0, f"apply did not converge the fleet:\n{result.stdout}\n{result.stderr}"
         yield fleet
     finally:
         fleet.down()

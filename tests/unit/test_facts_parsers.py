@@ -167,8 +167,8 @@ def test_governors() -> None:
 
 
 def test_dpkg_query_counts_only_installed() -> None:
-    text = "nccl-site-ring4\t2.27.7-1+site.ring4.p3\tii \nold-pkg\t1.0\trc \n"
-    assert p.parse_dpkg_query(text) == {"nccl-site-ring4": "2.27.7-1+site.ring4.p3"}
+    text = "nccl-site-ring4\t2.27.7-1+site.ring4.p3\tii \nold-pkg\t1.0\trc \nheld\t2.0\thi \n"
+    assert p.parse_dpkg_query(text) == {"nccl-site-ring4": "2.27.7-1+site.ring4.p3", "held": "2.0"}
 
 
 def test_gid_ipv4_mapped() -> None:

@@ -287,13 +287,14 @@ def parse_governors(text: str) -> dict[int, str]:
 def parse_dpkg_query(text: str) -> dict[str, str]:
     """`dpkg-query -W -f='${Package}\\t${Version}\\t${db:Status-Abbrev}\\n' P…` → installed versions.
 
-    Packages dpkg knows but has removed (`rc`, `un`) do not count as installed; names it
-    has never heard of only appear on stderr.
+    The status abbreviation is want/state/error (`ii `, held `hi `): installed means state
+    `i`. Packages dpkg knows but has removed (`rc`, `un`) do not count; names it has never
+    heard of only appear on stderr.
     """
     installed: dict[str, str] = {}
     for line in text.splitlines():
         parts = line.split("\t")
-        if len(parts) == 3 and parts[2].strip().startswith("ii"):
+        if len(parts) == 3 and parts[2][1:2] == "i":
             installed[parts[0]] = parts[1]
     return installed
 
