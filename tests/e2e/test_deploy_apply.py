@@ -1,0 +1,193 @@
+"""End to end: converge a factory-fresh emulated fleet with `sparkbase apply`, and more.
+
+One module-scoped fleet (its own lab dir and ports, so the session `lab` of other modules
+is untouched) is converged once; the tests after that run against the converged fleet,
+in file order: plan/drift, plain pyinfra, locks, the variant round trip. Slow (apt
+installs, reboots), so everything shares that one converge.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sparkbase.deploy.locks import Owner, local_locks
+from sparkbase.lab.fleet import Lab
+from sparkbase.model.site import load_site
+from sparkbase.render import render_node
+
+pytestmark = pytest.mark.end_to_end
+
+REPO = Path(__file__).resolve().parents[2]
+PORT_BASE = int(os.environ.get("SPARKBASE_TEST_DEPLOY_PORT_BASE", "2651"))
+NODES = ["spark1", "spark2", "spark3", "spark4"]
+SITE_KERNEL = "6.17.0-1032-nvidia"
+VARIANT_KERNEL = "7.0.0-1019-nvidia-64k"
+
+
+class Fleet:
+    """A lab plus a private copy of the shipped site (override log and locks land there)."""
+
+    def __init__(self, lab: Lab, site: Path) -> None:
+        self.lab = lab
+        self.site = site
+
+    def sparkbase(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """Run the sparkbase CLI against this fleet."""
+        argv = [sys.executable, "-m", "sparkbase.cli.main", args[0], "--site", str(self.site),
+                "--lab", str(self.lab.dir), *args[1:]]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False)
+
+    def sh(self, node: str, command: str) -> str:
+        """Run a shell command on a node; fail the test if it fails."""
+        status, out, err = self.lab.run(node, command)
+        assert status == 0, f"{node}: {command}: {err}"
+        return out
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    if os.geteuid() != 0:
+        pytest.fail("end-to-end tests need root (namespaces, mounts); run them as root")
+    os.environ.setdefault("SPARKBASE_LAB_BOOT_DELAY", "0.3")
+    base = tmp_path_factory.mktemp("deploy")
+    site = base / "site"
+    for part in ("baselines", "inventory", "lanes"):
+        shutil.copytree(REPO / part, site / part)
+    lab = Lab(base / "lab", port_base=PORT_BASE)
+    lab.up(4, fresh=True)
+    try:
+        yield Fleet(lab, site)
+    finally:
+        lab.down()
+
+
+@pytest.fixture(scope="module")
+def converged(fleet: Fleet) -> dict[str, Any]:
+    """The first apply of the factory-fresh fleet (with reboots), as its JSON report."""
+    done = fleet.sparkbase("apply", "--allow-reboot", "--yes", "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    report: dict[str, Any] = json.loads(done.stdout)
+    return report
+
+
+def _sha256_on(fleet: Fleet, node: str, path: str) -> str:
+    return fleet.sh(node, f"sha256sum {path}").split()[0]
+
+
+def test_factory_fleet_converges_then_second_apply_changes_nothing(fleet: Fleet,
+                                                                   converged: dict[str, Any]) -> None:
+    assert [n["status"] for n in converged["nodes"]] == ["changed"] * 4
+    assert all(n["rebooted"] for n in converged["nodes"])
+    site = load_site(fleet.site)
+    for node in NODES:
+        assert fleet.sh(node, "uname -r").strip() == SITE_KERNEL
+        assert fleet.sh(node, "getconf PAGESIZE").strip() == "4096"
+        for file in render_node(site, node):
+            assert _sha256_on(fleet, node, file.path) == hashlib.sha256(file.content.encode()).hexdigest()
+            mode = fleet.sh(node, f"stat -c %a {file.path}").strip()
+            assert int(mode, 8) == file.mode, file.path
+    again = fleet.sparkbase("apply", "--yes", "--json")
+    assert again.returncode == 0, again.stderr
+    report = json.loads(again.stdout)
+    assert [n["status"] for n in report["nodes"]] == ["unchanged"] * 4
+    assert not [op for n in report["nodes"] for op in n["operations"] if op["status"] != "unchanged"]
+
+
+def test_plan_is_clean_then_shows_a_hand_edit_as_a_diff(fleet: Fleet, converged: dict[str, Any]) -> None:
+    clean = fleet.sparkbase("plan")
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    fleet.sh("spark3", "echo NCCL_IB_MERGE_NICS=1 >> /etc/nccl.conf")
+    drift = fleet.sparkbase("plan", "--json")
+    assert drift.returncode == 1
+    nodes = {n["node"]: n for n in json.loads(drift.stdout)["nodes"]}
+    assert [n for n, r in nodes.items() if r["status"] != "unchanged"] == ["spark3"]
+    nccl = next(op for op in nodes["spark3"]["operations"] if op["name"].startswith("/etc/nccl.conf "))
+    assert nccl["status"] == "would change"
+    assert "-NCCL_IB_MERGE_NICS=1" in nccl["diff"]
+    assert not nodes["spark3"]["reboot_required"]
+    text = fleet.sparkbase("plan", "--limit", "spark3")
+    assert "-NCCL_IB_MERGE_NICS=1" in text.stdout
+    fixed = fleet.sparkbase("apply", "--limit", "spark3", "--yes")
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert "NCCL_IB_MERGE_NICS=1" not in fleet.sh("spark3", "cat /etc/nccl.conf")
+
+
+def test_plain_pyinfra_runs_the_same_deploy(fleet: Fleet, converged: dict[str, Any]) -> None:
+    fleet.sh("spark4", "echo '# hand edit' >> /etc/nccl.conf && sysctl -w vm.max_map_count=65530")
+    env = {**os.environ, "SPARKBASE_SITE": str(fleet.site), "SPARKBASE_LAB_DIR": str(fleet.lab.dir)}
+    pyinfra = Path(sys.executable).with_name("pyinfra")
+    run = subprocess.run([str(pyinfra), "-y", str(REPO / "deploys" / "inventory.py"),
+                          str(REPO / "deploys" / "baseline.py")],
+                         capture_output=True, text=True, env=env, timeout=600, check=False)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "# hand edit" not in fleet.sh("spark4", "cat /etc/nccl.conf")
+    assert fleet.sh("spark4", "sysctl -n vm.max_map_count").strip() == "1048576"
+    assert fleet.sparkbase("plan").returncode == 0
+
+
+def test_a_second_apply_on_a_locked_node_refuses(fleet: Fleet, converged: dict[str, Any]) -> None:
+    other = Owner(user="someone", host="elsewhere", pid=4242)
+    fleet.sh("spark1", f"mkdir -p /run/sparkbase/apply.lock && echo '{other.json()}' > "
+                       "/run/sparkbase/apply.lock/owner")
+    try:
+        refused = fleet.sparkbase("apply", "--limit", "spark1", "--yes")
+        assert refused.returncode == 1
+        said = refused.stderr + refused.stdout
+        assert "another apply holds the node lock (someone@elsewhere pid 4242" in said
+    finally:
+        fleet.sh("spark1", "rm -rf /run/sparkbase/apply.lock")
+    with local_locks(fleet.site / ".sparkbase" / "locks", ["spark1"], Owner()):
+        local = fleet.sparkbase("apply", "--limit", "spark1", "--yes")
+        assert local.returncode == 1
+        assert "another apply holds the local lock" in local.stdout + local.stderr
+    assert fleet.sparkbase("apply", "--limit", "spark1", "--yes").returncode == 0
+    assert fleet.lab.run("spark1", "test -e /run/sparkbase/apply.lock")[0] != 0  # released
+
+
+def test_variant_round_trip_on_one_node(fleet: Fleet, converged: dict[str, Any]) -> None:
+    move = ("apply", "--limit", "spark2", "--baseline", "ds41f-7x-64k", "--allow-reboot", "--yes")
+    refused = fleet.sparkbase(*move)
+    assert refused.returncode == 1
+    assert "breaks the site contract" in refused.stderr
+    assert fleet.sh("spark2", "uname -r").strip() == SITE_KERNEL
+    moved = fleet.sparkbase(*move, "--override-policy", "e2e: variant trial on spark2", "--json")
+    assert moved.returncode == 0, moved.stdout + moved.stderr
+    assert "PRIVATE KEY" not in moved.stdout + moved.stderr
+    log_text = (fleet.site / ".sparkbase" / "overrides.log").read_text()
+    log = [json.loads(line) for line in log_text.splitlines()]
+    assert log[-1]["nodes"] == ["spark2"] and log[-1]["baseline"] == "ds41f-7x-64k"
+    assert log[-1]["reason"] == "e2e: variant trial on spark2" and log[-1]["breaches"]
+    assert fleet.sh("spark2", "uname -r").strip() == VARIANT_KERNEL
+    assert fleet.sh("spark2", "getconf PAGESIZE").strip() == "65536"
+    assert fleet.sh("spark2", "mokutil --sb-state").strip() == "SecureBoot enabled"
+    pinned = load_site(fleet.site).baselines["ds41f-7x-64k"].secure_boot.mok_fingerprint
+    sig = fleet.sh("spark2", f"modinfo -k {VARIANT_KERNEL} -F sig_key uvm_memory_saver").strip()
+    assert sig.lower() == pinned
+    assert "uvm_memory_saver" in fleet.sh("spark2", "lsmod")
+    assert fleet.sh("spark2", "stat -c %a /var/lib/shim-signed/mok/MOK.priv").strip() == "600"
+    swaps = fleet.sh("spark2", "swapon --show=NAME,SIZE --bytes --noheadings").split()
+    assert swaps == ["/swapfile.64k", str(16 * 1024**3)]
+    magic = fleet.sh("spark2", "dd if=/swapfile.64k bs=1 skip=65526 count=10 2>/dev/null")
+    assert magic == "SWAPSPACE2"
+    for other in ("spark1", "spark3", "spark4"):
+        assert fleet.sh(other, "uname -r").strip() == SITE_KERNEL
+    same = fleet.sparkbase("apply", "--limit", "spark2", "--baseline", "ds41f-7x-64k", "--yes",
+                           "--override-policy", "e2e: idempotence check", "--json")
+    assert same.returncode == 0
+    assert json.loads(same.stdout)["nodes"][0]["status"] == "unchanged"
+    back = fleet.sparkbase("apply", "--limit", "spark2", "--allow-reboot", "--yes")
+    assert back.returncode == 0, back.stdout + back.stderr
+    assert fleet.sh("spark2", "uname -r").strip() == SITE_KERNEL
+    assert fleet.sh("spark2", "getconf PAGESIZE").strip() == "4096"
+    assert fleet.sh("spark2", "swapon --show=NAME --noheadings").strip() == ""
+    assert fleet.sparkbase("plan").returncode == 0
