@@ -13,16 +13,19 @@ FACTORY_GRUB = 'GRUB_DEFAULT=0\nGRUB_CMDLINE_LINUX_DEFAULT="quiet splash"\nGRUB_
 
 
 def menu(default: str = "0", kernels: tuple[str, ...] = (K8, K32, K64), extra: str = "") -> boot.GrubMenu:
-    settings = boot.grub_settings(FACTORY_GRUB.replace("GRUB_DEFAULT=0", f'GRUB_DEFAULT="{default}"'),
-                                  [extra] if extra else [])
+    settings = boot.grub_settings(
+        FACTORY_GRUB.replace("GRUB_DEFAULT=0", f'GRUB_DEFAULT="{default}"'), [extra] if extra else []
+    )
     return boot.parse_grub_cfg(boot.render_grub_cfg(list(kernels), settings))
 
 
 def test_grub_settings_dropins_append_in_order() -> None:
     settings = boot.grub_settings(
         FACTORY_GRUB,
-        ['GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT kho=off"',
-         "GRUB_CMDLINE_LINUX_DEFAULT=\"${GRUB_CMDLINE_LINUX_DEFAULT} transparent_hugepage=never\""],
+        [
+            'GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT kho=off"',
+            'GRUB_CMDLINE_LINUX_DEFAULT="${GRUB_CMDLINE_LINUX_DEFAULT} transparent_hugepage=never"',
+        ],
     )
     assert settings["GRUB_CMDLINE_LINUX_DEFAULT"] == "quiet splash kho=off transparent_hugepage=never"
     assert boot.kernel_args(settings) == "quiet splash kho=off transparent_hugepage=never"
@@ -94,8 +97,9 @@ def test_grubenv_block_is_1024_bytes_and_round_trips() -> None:
 
 def test_cmdline_and_page_size() -> None:
     line = boot.proc_cmdline(K64, "root=/dev/nvme0n1p2 ro quiet kho=off transparent_hugepage=never")
-    assert line == (f"BOOT_IMAGE=/boot/vmlinuz-{K64} root=/dev/nvme0n1p2 ro quiet kho=off "
-                    "transparent_hugepage=never")
+    assert line == (
+        f"BOOT_IMAGE=/boot/vmlinuz-{K64} root=/dev/nvme0n1p2 ro quiet kho=off transparent_hugepage=never"
+    )
     assert boot.cmdline_param(line, "kho") == "off"
     assert boot.cmdline_param(line, "quiet") == ""
     assert boot.cmdline_param(line, "splash") is None
@@ -156,12 +160,14 @@ def test_thp_forms() -> None:
 
 
 def test_sysctl_and_modprobe_parsing() -> None:
-    conf = boot.parse_sysctl_conf(["vm.swappiness = 10\n# x\n", "vm/watermark_boost_factor=0\n-vm.dirty_ratio=5"])
+    conf = boot.parse_sysctl_conf(
+        ["vm.swappiness = 10\n# x\n", "vm/watermark_boost_factor=0\n-vm.dirty_ratio=5"]
+    )
     assert conf == {"vm.swappiness": "10", "vm.watermark_boost_factor": "0", "vm.dirty_ratio": "5"}
-    opts = boot.parse_modprobe_options(["options nvidia-drm modeset=1 fbdev=1\n",
-                                        "options uvm_memory_saver leaf_packing=1 # on"])
-    assert opts == {"nvidia_drm": {"modeset": "1", "fbdev": "1"},
-                    "uvm_memory_saver": {"leaf_packing": "1"}}
+    opts = boot.parse_modprobe_options(
+        ["options nvidia-drm modeset=1 fbdev=1\n", "options uvm_memory_saver leaf_packing=1 # on"]
+    )
+    assert opts == {"nvidia_drm": {"modeset": "1", "fbdev": "1"}, "uvm_memory_saver": {"leaf_packing": "1"}}
     assert boot.sysfs_param("1") == "1"
     assert boot.sysfs_param("1", boolean=True) == "Y" and boot.sysfs_param("off", boolean=True) == "N"
 
