@@ -35,6 +35,8 @@ class SshTarget:
     user: str
     sudo: bool
     connect_timeout: float
+    #: seconds one remote command (the audit's fact script) may take in all
+    command_timeout: float = 60.0
 
 
 def ssh_targets(site: Site, lab: Path | None = None) -> dict[str, SshTarget]:
@@ -57,6 +59,7 @@ def ssh_targets(site: Site, lab: Path | None = None) -> dict[str, SshTarget]:
             user=user,
             sudo=settings.sudo and lab is None,
             connect_timeout=settings.connect_timeout,
+            command_timeout=settings.command_timeout,
         )
         for name, node in site.inventory.nodes.items()
     }

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from sparkbase.facts.assemble import assemble
 from sparkbase.facts.model import FactsResult, Unreachable
 from sparkbase.facts.script import FactPlan, build_script, new_marker, split_sections
+from sparkbase.facts.script import sections as script_sections
 
 if TYPE_CHECKING:
     import paramiko
@@ -92,12 +93,39 @@ def connect(target: SshTarget) -> paramiko.SSHClient:
     return client
 
 
+class ScriptCut(RuntimeError):
+    """The fact script did not finish: the connection dropped or the deadline passed."""
+
+
 def run_script(client: paramiko.SSHClient, script: str, timeout: float = COMMAND_TIMEOUT) -> str:
-    """Run `script` under `sh -c` in one exec channel; its stdout as text."""
+    """Run `script` under `sh -c` in one exec channel; its stdout as text.
+
+    `timeout` bounds the whole run (not only each read): a node that freezes or trickles
+    output is given up on at the deadline. A connection that ends without an exit status
+    (sshd or the node died mid-script) raises ScriptCut rather than returning half an answer.
+    """
+    deadline = time.monotonic() + timeout
     _stdin, stdout, _stderr = client.exec_command("sh -c " + shlex.quote(script), timeout=timeout)
-    data = stdout.read()
-    stdout.channel.recv_exit_status()
-    return data.decode("utf-8", errors="replace")
+    channel = stdout.channel
+    chunks: list[bytes] = []
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            channel.close()
+            raise ScriptCut(f"no complete answer within {timeout:g}s (command timeout)")
+        channel.settimeout(min(left, 1.0))
+        try:
+            chunk = channel.recv(65536)
+        except TimeoutError:
+            continue
+        if not chunk:
+            break
+        chunks.append(chunk)
+    while not channel.exit_status_ready() and not channel.closed and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if not channel.exit_status_ready() or channel.recv_exit_status() == -1:
+        raise ScriptCut("the connection closed before the fact script finished")
+    return b"".join(chunks).decode("utf-8", errors="replace")
 
 
 def describe_failure(exc: BaseException) -> str:
@@ -113,8 +141,12 @@ def describe_failure(exc: BaseException) -> str:
         return f"host key not in known_hosts (refused): {exc}"
     if isinstance(exc, ConnectionRefusedError | paramiko.ssh_exception.NoValidConnectionsError):
         return f"connection refused ({exc})"
+    if isinstance(exc, ScriptCut):
+        return str(exc)
     if isinstance(exc, TimeoutError | socket.timeout):
         return "timed out"
+    if isinstance(exc, paramiko.SSHException) and "banner" in str(exc):
+        return "timed out waiting for the SSH banner (the port accepts, sshd does not answer)"
     if isinstance(exc, paramiko.AuthenticationException):
         return f"authentication failed: {exc}"
     return f"{type(exc).__name__}: {exc}"
@@ -129,7 +161,7 @@ def gather_node(node: str, target: SshTarget, plan: FactPlan) -> FactsResult:
     except Exception as exc:  # one node's failure must not stop the others
         return Unreachable(node, describe_failure(exc))
     try:
-        output = run_script(client, build_script(plan, marker))
+        output = run_script(client, build_script(plan, marker), target.command_timeout)
     except Exception as exc:
         return Unreachable(node, f"fact script failed: {describe_failure(exc)}")
     finally:
@@ -137,6 +169,10 @@ def gather_node(node: str, target: SshTarget, plan: FactPlan) -> FactsResult:
     sections = split_sections(output, marker)
     if not sections.by_name:
         return Unreachable(node, "the node answered, but not with the fact script's sections")
+    wanted = [name for name, _ in script_sections(plan)]
+    if wanted and wanted[-1] not in sections.by_name:
+        return Unreachable(node, f"the fact script's answer was cut short ({len(sections.by_name)} of "
+                                 f"{len(wanted)} sections)")
     return assemble(node, plan, sections, elapsed=time.monotonic() - start)
 
 

@@ -23,6 +23,11 @@ class SshSettings(StrictModel):
     user: Name = Field(default="root", description="login user")
     sudo: bool = Field(default=False, description="use sudo for changes (non-root user)")
     connect_timeout: float = Field(default=5.0, gt=0, le=120, description="seconds")
+    command_timeout: float = Field(
+        default=60.0, gt=0, le=3600,
+        description="seconds one remote read (the audit's fact script) may take in all; a node "
+        "that freezes mid-audit is reported unreachable after it",
+    )
 
 
 class Link(StrictModel):

@@ -1,0 +1,121 @@
+"""Shared helpers of the hardening e2e modules (`test_hardening_*.py`).
+
+Each module brings up its OWN lab (its own directory and port base in 2801-2899) with a
+private copy of the shipped site, so override logs, locks and faults stay in the module.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sparkbase.lab.fleet import Lab
+
+REPO = Path(__file__).resolve().parents[2]
+NODES = ["spark1", "spark2", "spark3", "spark4"]
+SITE_KERNEL = "6.17.0-1032-nvidia"
+FACTORY_KERNEL = "6.17.0-1008-nvidia"
+VARIANT_KERNEL = "7.0.0-1019-nvidia-64k"
+
+#: a `sha256sum` wrapper for a node: the upload check (`sha256sum -c`) marks that it runs,
+#: then waits, so a test can act deterministically while an upload is half done
+SLOW_CHECK = """#!/bin/sh
+if [ "$1" = "-c" ]; then : > /run/sparkbase-test-slow-check; sleep {seconds}; fi
+exec /usr/bin/sha256sum "$@"
+"""
+SLOW_CHECK_PATH = "/usr/local/sbin/sha256sum"
+SLOW_CHECK_MARK = "/run/sparkbase-test-slow-check"
+
+
+class Fleet:
+    """A lab plus a private copy of the shipped site (override log and locks land there)."""
+
+    def __init__(self, lab: Lab, site: Path) -> None:
+        self.lab = lab
+        self.site = site
+
+    def argv(self, *args: str, site: Path | None = None) -> list[str]:
+        """The sparkbase command line for `args` against this fleet."""
+        return [sys.executable, "-m", "sparkbase.cli.main", args[0], "--site", str(site or self.site),
+                "--lab", str(self.lab.dir), *args[1:]]
+
+    def sparkbase(self, *args: str, site: Path | None = None,
+                  timeout: float = 900) -> subprocess.CompletedProcess[str]:
+        """Run the sparkbase CLI against this fleet."""
+        return subprocess.run(self.argv(*args, site=site), capture_output=True, text=True,
+                              timeout=timeout, check=False)
+
+    def popen(self, *args: str, site: Path | None = None) -> subprocess.Popen[str]:
+        """Start the sparkbase CLI against this fleet (stdout and stderr piped)."""
+        return subprocess.Popen(self.argv(*args, site=site), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+
+    def sh(self, node: str, command: str, input: str | None = None) -> str:
+        """Run a shell command on a node; fail the test if it fails."""
+        status, out, err = self.lab.run(node, command, input=input)
+        assert status == 0, f"{node}: {command}: {err}"
+        return out
+
+    def wait_ssh(self, node: str, timeout: float = 30) -> None:
+        """Wait until `node` answers over SSH again (after a fault is cleared)."""
+        deadline = time.monotonic() + timeout
+        while self.lab.run(node, "true", timeout=10)[0] != 0:
+            if time.monotonic() > deadline:
+                pytest.fail(f"{node} did not answer over SSH within {timeout:.0f}s")
+            time.sleep(0.2)
+
+    def slow_upload_check(self, node: str, seconds: float) -> None:
+        """Make `node`'s upload check (`sha256sum -c`) mark itself and wait `seconds`."""
+        self.sh(node, f"cat > {SLOW_CHECK_PATH} && chmod 755 {SLOW_CHECK_PATH} && rm -f {SLOW_CHECK_MARK}",
+                input=SLOW_CHECK.format(seconds=seconds))
+
+    def normal_upload_check(self, node: str) -> None:
+        """Undo `slow_upload_check`."""
+        self.sh(node, f"rm -f {SLOW_CHECK_PATH} {SLOW_CHECK_MARK}")
+
+    def wait_upload_check(self, node: str, proc: subprocess.Popen[str], timeout: float = 120) -> None:
+        """Wait until `node`'s slowed upload check runs (fail if `proc` ends first)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.lab.run(node, f"test -e {SLOW_CHECK_MARK}")[0] == 0:
+                return
+            if proc.poll() is not None:
+                out, err = proc.communicate()
+                pytest.fail(f"the apply ended before its upload check ran on {node}:\n{out}\n{err}")
+            time.sleep(0.1)
+        pytest.fail(f"no upload check ran on {node} within {timeout:.0f}s")
+
+
+
+def copy_site(where: Path) -> Path:
+    """A private copy of the shipped site at `where` (its own local locks and override log)."""
+    for part in ("baselines", "inventory", "lanes"):
+        shutil.copytree(REPO / part, where / part)
+    return where
+
+
+def require_root() -> None:
+    """The e2e tier needs root: fail (never skip) without it."""
+    if os.geteuid() != 0:
+        pytest.fail("end-to-end tests need root (namespaces, mounts); run them as root")
+
+
+def fleet_for_module(tmp_path_factory: pytest.TempPathFactory, name: str, port_base: int) -> Iterator[Fleet]:
+    """A factory-fresh four-node lab on `port_base`, with a site copy; brought down after."""
+    require_root()
+    os.environ.setdefault("SPARKBASE_LAB_BOOT_DELAY", "0.3")
+    base = tmp_path_factory.mktemp(name)
+    site = copy_site(base / "site")
+    lab = Lab(base / "lab", port_base=port_base)
+    lab.up(4, fresh=True)
+    try:
+        yield Fleet(lab, site)
+    finally:
+        lab.down()
