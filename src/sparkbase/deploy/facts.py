@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from typing import Any
+from typing import Any, NamedTuple
 
 from pyinfra.api.facts import FactBase
 
@@ -43,15 +43,38 @@ def parse_file_state(lines: list[str]) -> tuple[int, str] | None:
     return int(lines[0], 8), lines[1].split()[0]
 
 
-class FileState(FactBase[tuple[int, str] | None]):
-    """Mode and sha256 of a regular file, or None when it does not exist."""
+#: where a file is uploaded before it is checked and renamed over the real path
+TEMP_SUFFIX = ".sparkbase-new"
+LEFTOVER = "__sparkbase_leftover__"
+
+
+class FileInfo(NamedTuple):
+    """A regular file's mode and sha256, and whether an interrupted upload sits beside it."""
+
+    mode: int
+    sha256: str
+    leftover: bool = False
+
+
+def parse_file_info(lines: list[str]) -> FileInfo | None:
+    """`FileState` output -> FileInfo; None when the file is missing."""
+    found = parse_file_state([line for line in lines if line != LEFTOVER])
+    if found is None:
+        return None
+    return FileInfo(found[0], found[1], LEFTOVER in lines)
+
+
+class FileState(FactBase[FileInfo | None]):
+    """Mode and sha256 of a regular file (and any leftover upload), or None when it does not exist."""
 
     def command(self, path: str) -> str:
         p = _q(path)
-        return f"if [ -f {p} ]; then stat -c %a {p}; sha256sum {p}; else echo {MISSING}; fi"
+        temp = _q(path + TEMP_SUFFIX)
+        return (f"if [ -f {p} ]; then stat -c %a {p}; sha256sum {p}; else echo {MISSING}; fi; "
+                f"if [ -e {temp} ]; then echo {LEFTOVER}; fi")
 
-    def process(self, output: list[str]) -> tuple[int, str] | None:
-        return parse_file_state(output)
+    def process(self, output: list[str]) -> FileInfo | None:
+        return parse_file_info(output)
 
 
 class FileText(FactBase[str | None]):

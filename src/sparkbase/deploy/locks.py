@@ -5,6 +5,9 @@
 - Remote: `mkdir /run/sparkbase/apply.lock` over SSH (atomic; /run is cleared by a
   reboot, as a lock held by a process that no longer exists should be), with an `owner`
   file inside. Re-acquiring with the same token succeeds (the run re-locks after a reboot).
+  A run cut off from its node (sshd killed, link lost) cannot release the node lock: a
+  lock whose owner ran on this machine and whose process is gone is stale (`stale`) and
+  is broken by the next run, naming the old owner; any other holder is refused.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import fcntl
 import getpass
 import json
 import os
+import posixpath
 import shlex
 import socket
 import uuid
@@ -118,7 +122,33 @@ def remote_acquire_command(owner: Owner) -> str:
 def remote_release_command(owner: Owner) -> str:
     """Shell that removes the node lock only if we hold it."""
     lock = shlex.quote(REMOTE_LOCK_DIR)
-    return f"if grep -q {shlex.quote(owner.token)} {lock}/owner 2>/dev/null; then rm -rf {lock}; fi"
+    parent = shlex.quote(posixpath.dirname(REMOTE_LOCK_DIR))
+    # the parent goes too when nothing else is in it: a node the run only locked is left as found
+    return (f"if grep -q {shlex.quote(owner.token)} {lock}/owner 2>/dev/null; then rm -rf {lock}; "
+            f"rmdir {parent} 2>/dev/null; fi; true")
+
+
+def stale(owner: dict[str, Any]) -> bool:
+    """Whether a node lock's owner is a process of this machine that no longer runs."""
+    if owner.get("host") != socket.gethostname() or not isinstance(owner.get("pid"), int):
+        return False
+    pid: int = owner["pid"]
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False  # alive (or its pid reused): never broken automatically
+
+
+def remote_break_command(owner: dict[str, Any]) -> str:
+    """Shell that removes the node lock only if it still carries `owner`'s token."""
+    lock = shlex.quote(REMOTE_LOCK_DIR)
+    token = shlex.quote(str(owner.get("token", "")) or "no-token")
+    return f"if grep -q {token} {lock}/owner 2>/dev/null; then rm -rf {lock}; fi"
 
 
 def parse_acquire(node: str, lines: list[str]) -> None:

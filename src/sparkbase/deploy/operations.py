@@ -22,6 +22,7 @@ from pyinfra.facts.deb import DebPackages
 from pyinfra.facts.files import Directory, FindInFile
 
 from sparkbase.deploy.facts import (
+    TEMP_SUFFIX,
     ActiveSwaps,
     BootState,
     DefaultTarget,
@@ -39,8 +40,6 @@ from sparkbase.deploy.facts import (
 
 #: host name -> operation hash -> the reason the operation did nothing
 NOOP_REASONS: dict[str, dict[str, str]] = {}
-
-TEMP_SUFFIX = ".sparkbase-new"
 
 
 def _noop(reason: str) -> None:
@@ -114,6 +113,12 @@ def _diff(path: str, old: str | None, new: str) -> list[str]:
     )
 
 
+def _leftover(path: str, leftover: bool) -> Any:
+    """Remove the half-done upload an interrupted run left beside an up-to-date `path`."""
+    if leftover:
+        yield _cmd("rm", "-f", path + TEMP_SUFFIX)
+
+
 def _atomic_upload(src: Any, path: str, mode: int, sha256: str | None, temp: str) -> Any:
     """Upload to `temp` next to `path`, check it, set its mode, then rename over `path`."""
     yield FileUploadCommand(src, temp)
@@ -128,9 +133,11 @@ def _atomic_upload(src: Any, path: str, mode: int, sha256: str | None, temp: str
 def file(path: str, content: str, mode: int, sha256: str, secret: bool = False) -> Any:
     """`path` holds exactly `content` with `mode`; written to a temp file, then renamed."""
     current = host.get_fact(FileState, path=path)
-    if current is not None and current[1] == sha256:
-        if current[0] == mode:
-            _noop(f"{path} is identical (sha256 {sha256[:12]}, mode {mode:o})")
+    if current is not None and current.sha256 == sha256:
+        yield from _leftover(path, current.leftover)
+        if current.mode == mode:
+            if not current.leftover:
+                _noop(f"{path} is identical (sha256 {sha256[:12]}, mode {mode:o})")
             return
         yield _cmd("chmod", f"{mode:o}", path)
         return
@@ -151,9 +158,11 @@ def upload(path: str, local: str, mode: int, sha256: str) -> Any:
     mode is set before the rename, so the key is never readable by others, even briefly.
     """
     current = host.get_fact(FileState, path=path)
-    if current is not None and current[1] == sha256:
-        if current[0] == mode:
-            _noop(f"{path} is in place (mode {mode:o})")
+    if current is not None and current.sha256 == sha256:
+        yield from _leftover(path, current.leftover)
+        if current.mode == mode:
+            if not current.leftover:
+                _noop(f"{path} is in place (mode {mode:o})")
             return
         yield _cmd("chmod", f"{mode:o}", path)
         return

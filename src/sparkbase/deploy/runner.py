@@ -27,10 +27,13 @@ from typing import Any
 from sparkbase.deploy.locks import (
     LockHeld,
     Owner,
+    describe_owner,
     local_locks,
     parse_acquire,
     remote_acquire_command,
+    remote_break_command,
     remote_release_command,
+    stale,
 )
 from sparkbase.deploy.reboot import boot_mismatches, module_mismatches, reboot_reasons
 from sparkbase.deploy.results import NodeResult, NodeStatus, OpResult, Report
@@ -138,9 +141,18 @@ class Session:
         return bool(status), list(output.stdout_lines)
 
     def lock(self, node: str) -> None:
-        """Take the node lock or raise LockHeld."""
+        """Take the node lock or raise LockHeld; break a stale one (its owner here is gone)."""
         _, lines = self.run(node, remote_acquire_command(self.owner))
-        parse_acquire(node, lines)
+        try:
+            parse_acquire(node, lines)
+        except LockHeld as exc:
+            if not stale(exc.owner):
+                raise
+            self.options.progress(f"{node}: breaking a stale node lock ({describe_owner(exc.owner)}: "
+                                  "that process is gone)")
+            self.run(node, remote_break_command(exc.owner))
+            _, lines = self.run(node, remote_acquire_command(self.owner))
+            parse_acquire(node, lines)
 
     def unlock(self, node: str) -> None:
         """Release the node lock if we hold it (best effort)."""
