@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -68,6 +69,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def restrict_umask() -> None:
+    """Nothing sparkbase writes (render output, locks, logs, reports) is group- or
+    world-writable, whatever umask the operator runs with: 022 is always masked."""
+    os.umask(os.umask(0o022) | 0o022)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the process exit status."""
     parser = build_parser()
@@ -75,6 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2
+    restrict_umask()
     try:
         status: int = args._run(args)
     except KeyboardInterrupt:

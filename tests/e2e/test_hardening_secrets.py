@@ -1,0 +1,164 @@
+"""Hardening, end to end: the MOK private key never leaks; every file sparkbase writes has
+the right owner and mode.
+
+One factory-fresh lab (port base 2821) for the module. Every sparkbase run here goes
+through `run_logged`: umask 000 (the worst an operator can have) and Python logging at
+DEBUG, so pyinfra's own debug output is captured too. The MOK key is the lab's pair
+(`sparkbase/lab/mok`), whose content the test knows; the grep looks for every base64 line
+of its body. Its path is not a secret and may appear.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hardening import NODES, VARIANT_KERNEL, Fleet, fleet_for_module
+
+import sparkbase.lab
+from sparkbase.deploy.assign import with_assignment
+from sparkbase.model.site import load_site
+from sparkbase.render import render_node
+
+pytestmark = pytest.mark.end_to_end
+
+PORT_BASE = int(os.environ.get("SPARKBASE_TEST_HARDENING_SECRETS_PORT_BASE", "2821"))
+MOK_DIR = Path(sparkbase.lab.__file__).parent / "mok"
+KEY_PATH = "/var/lib/shim-signed/mok/MOK.priv"
+VARIANT = "ds41f-7x-64k"
+OVERRIDE = ("--override-policy", "e2e: hardening secrets")
+
+RUN_LOGGED = """
+import logging, os, sys
+os.umask(0)
+logging.basicConfig(level=logging.DEBUG, stream=sys.stderr)
+from sparkbase.cli.main import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def secret_lines() -> list[str]:
+    """The distinctive lines of the MOK private key (its base64 body)."""
+    lines = [line.strip() for line in (MOK_DIR / "MOK.priv").read_text().splitlines()]
+    body = [line for line in lines if line and not line.startswith("-----")]
+    assert len(body) > 10
+    return body
+
+
+class Outputs:
+    """Everything the runs printed and wrote, for the grep."""
+
+    def __init__(self) -> None:
+        self.texts: dict[str, str] = {}
+
+    def add(self, name: str, text: str) -> None:
+        self.texts[name] = text
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    yield from fleet_for_module(tmp_path_factory, "hardening-secrets", PORT_BASE)
+
+
+OFFLINE = ("validate", "render")
+
+
+def run_logged(fleet: Fleet, outputs: Outputs, *args: str) -> subprocess.CompletedProcess[str]:
+    """One sparkbase run under umask 000 with DEBUG logging; its output kept for the grep."""
+    lab = [] if args[0] in OFFLINE else ["--lab", str(fleet.lab.dir)]
+    argv = [sys.executable, "-c", RUN_LOGGED, args[0], "--site", str(fleet.site), *lab, *args[1:]]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False)
+    name = " ".join(args)
+    outputs.add(f"{name} (stdout)", done.stdout)
+    outputs.add(f"{name} (stderr)", done.stderr)
+    return done
+
+
+@pytest.fixture(scope="module")
+def runs(fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> Outputs:
+    """validate, render, plan, apply (variant on spark2, with a failed key upload on spark3
+    first), audit in every format, preflight: all outputs."""
+    outputs = Outputs()
+    out_dir = tmp_path_factory.mktemp("rendered")
+    assert run_logged(fleet, outputs, "validate").returncode == 0
+    assert run_logged(fleet, outputs, "render", "--out", str(out_dir)).returncode == 0
+    move = ("--limit", "spark2", "--baseline", VARIANT)
+    assert run_logged(fleet, outputs, "plan", *move).returncode == 1
+    assert run_logged(fleet, outputs, "plan", *move, "--json").returncode == 1
+    # a key upload that fails: the temp path is a directory on spark3
+    fleet.sh("spark3", f"install -d -m 700 {Path(KEY_PATH).parent} && mkdir {KEY_PATH}.sparkbase-new")
+    failed = run_logged(fleet, outputs, "apply", "--limit", "spark3", "--baseline", VARIANT, *OVERRIDE,
+                        "--yes")
+    assert failed.returncode == 1, failed.stdout + failed.stderr[-3000:]
+    assert "spark3" in failed.stdout and "failed" in failed.stdout
+    fleet.sh("spark3", f"rmdir {KEY_PATH}.sparkbase-new")
+    done = run_logged(fleet, outputs, "apply", *move, *OVERRIDE, "--allow-reboot", "--yes", "--json")
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    again = run_logged(fleet, outputs, "apply", *move, *OVERRIDE, "--yes")
+    assert again.returncode == 0, again.stdout + again.stderr[-3000:]
+    for fmt in ("table", "json", "junit", "prometheus"):
+        assert run_logged(fleet, outputs, "audit", "--format", fmt).returncode == 1
+    assert run_logged(fleet, outputs, "preflight", "ds41f-ring4").returncode == 1
+    forced = run_logged(fleet, outputs, "preflight", "dsv41-flash", "--override", "e2e: hardening")
+    assert forced.returncode == 0, forced.stdout
+    for path in sorted(fleet.site.rglob("*")) + sorted(out_dir.rglob("*")):
+        if path.is_file():
+            outputs.add(str(path), path.read_text(errors="replace"))
+    outputs.add("out_dir", str(out_dir))
+    return outputs
+
+
+def test_the_mok_private_key_never_appears_in_any_output_or_file(fleet: Fleet, runs: Outputs) -> None:
+    assert fleet.sh("spark2", "uname -r").strip() == VARIANT_KERNEL  # the key was really used
+    local = hashlib.sha256((MOK_DIR / "MOK.priv").read_bytes()).hexdigest()
+    assert fleet.sh("spark2", f"sha256sum {KEY_PATH}").split()[0] == local  # and it was uploaded
+    body = secret_lines()
+    assert len(runs.texts) > 30
+    assert any("DEBUG" in text for text in runs.texts.values())  # pyinfra's debug was captured
+    leaks = [(name, line[:12]) for name, text in runs.texts.items() for line in body if line in text]
+    assert leaks == []
+    for name, text in runs.texts.items():
+        assert "PRIVATE KEY-----" not in text, name
+
+
+def test_every_file_sparkbase_writes_locally_has_a_safe_mode(fleet: Fleet, runs: Outputs) -> None:
+    out_dir = Path(runs.texts["out_dir"])
+    written = [p for p in [*fleet.site.joinpath(".sparkbase").rglob("*"), *out_dir.rglob("*")]]
+    assert any(p.name == "overrides.log" for p in written)
+    assert any(p.suffix == ".lock" for p in written)
+    assert sum(1 for p in written if p.is_file() and out_dir in p.parents) >= 4 * 7
+    for path in written:
+        info = path.stat()
+        assert info.st_uid == os.geteuid(), path
+        assert not info.st_mode & stat.S_IWOTH, f"{path} is world-writable ({stat.filemode(info.st_mode)})"
+        assert not info.st_mode & stat.S_IWGRP, f"{path} is group-writable ({stat.filemode(info.st_mode)})"
+    log = fleet.site / ".sparkbase" / "overrides.log"
+    assert stat.S_IMODE(log.stat().st_mode) in (0o640, 0o600, 0o644)
+    assert [json.loads(line)["reason"] for line in log.read_text().splitlines()]
+
+
+def test_every_file_sparkbase_writes_on_a_node_has_its_owner_and_mode(fleet: Fleet, runs: Outputs) -> None:
+    site = with_assignment(load_site(fleet.site), ["spark2"], VARIANT)
+    files = render_node(site, "spark2")
+    assert len(files) >= 7
+    for file in files:
+        owner, mode = fleet.sh("spark2", f"stat -c '%U:%G %a' {file.path}").split()
+        assert owner == "root:root" and int(mode, 8) == file.mode, file.path
+    key = fleet.sh("spark2", f"stat -c '%U:%G %a' {KEY_PATH} {Path(KEY_PATH).parent} "
+                             "/var/lib/shim-signed/mok/MOK.der").split("\n")
+    assert key[:3] == ["root:root 600", "root:root 700", "root:root 644"]
+    # nothing sparkbase manages is world-writable, and no upload was left behind
+    managed = " ".join(["/etc/nccl.conf", "/etc/sysctl.d", "/etc/modprobe.d", "/etc/default/grub.d",
+                        "/etc/netplan", "/etc/systemd/system", "/etc/sparkbase", "/var/lib/shim-signed"])
+    for node in NODES:
+        loose = fleet.sh(node, f"find {managed} -perm -o+w ! -type l 2>/dev/null || true").strip()
+        assert loose == "", (node, loose)
+        left = fleet.sh(node, f"find {managed} -name '*.sparkbase-new' 2>/dev/null || true").strip()
+        assert left == "" or node == "spark3", (node, left)
