@@ -15,6 +15,13 @@ from sparkbase.model.site import Site
 
 DEFAULT_LAB_DIR = Path("/var/lib/sparkbase/lab")
 
+#: what to do about a refused host key (README, "Host keys"); sparkbase never edits known_hosts
+HOST_KEY_HELP = (
+    "verify the node's key on its console (ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub), "
+    "then enrol it by hand in the site's known_hosts (README: Host keys); sparkbase never "
+    "accepts or records a host key itself"
+)
+
 
 def lab_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
     """The emulated fleet's state directory: `explicit`, $SPARKBASE_LAB_DIR, or the default."""

@@ -110,6 +110,7 @@ class Session:
         self.options = options
         self.owner = owner
         targets = ssh_targets(site, options.lab)
+        self.targets = targets
         timeout = max(1, int(min(targets[n].connect_timeout for n in nodes)))
         inventory = Inventory(([(n, host_data(targets[n])) for n in nodes], {}))  # type: ignore[no-untyped-call]
         config = Config(CONNECT_TIMEOUT=timeout, PARALLEL=len(nodes))  # type: ignore[no-untyped-call]
@@ -130,7 +131,7 @@ class Session:
             connect_all(self.state)
         down = [n for n in self.nodes if not self.host(n).connected]
         for node in down:
-            self.errors[node] = "unreachable over SSH (strict host key checking)"
+            self.errors[node] = f"unreachable: {why_unreachable(self.targets[node])}"
         return down
 
     def run(self, node: str, command: str) -> tuple[bool, list[str]]:
@@ -291,6 +292,18 @@ class Session:
                 with contextlib.suppress(Exception):  # the lock lives in /run; best effort
                     self.unlock(node)
         disconnect_all(self.state)
+
+
+def why_unreachable(target: SshTarget) -> str:
+    """Why pyinfra could not connect, in the audit's words (a refused host key says how to
+    verify and enrol it): one strict paramiko connection attempt, outside pyinfra."""
+    from sparkbase.facts.collect import connect, describe_failure
+
+    try:
+        connect(target).close()
+    except Exception as exc:  # whatever it is, it is the reason
+        return describe_failure(exc)
+    return "SSH connection failed (strict host key checking)"
 
 
 def _op_name(state: Any, op_hash: str) -> str:

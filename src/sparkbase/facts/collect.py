@@ -21,6 +21,7 @@ from sparkbase.facts.assemble import assemble
 from sparkbase.facts.model import FactsResult, Unreachable
 from sparkbase.facts.script import FactPlan, build_script, new_marker, split_sections
 from sparkbase.facts.script import sections as script_sections
+from sparkbase.transport import HOST_KEY_HELP
 
 if TYPE_CHECKING:
     import paramiko
@@ -135,10 +136,10 @@ def describe_failure(exc: BaseException) -> str:
     if isinstance(exc, paramiko.BadHostKeyException):
         return (
             f"host key mismatch for {exc.hostname}: the node's key is not the one in known_hosts "
-            "(refused; check the node before you re-enrol its key)"
+            f"(refused; check the node before you re-enrol its key): {HOST_KEY_HELP}"
         )
     if isinstance(exc, paramiko.SSHException) and "not found in known_hosts" in str(exc):
-        return f"host key not in known_hosts (refused): {exc}"
+        return f"host key not in known_hosts (refused): {exc}: {HOST_KEY_HELP}"
     if isinstance(exc, ConnectionRefusedError | paramiko.ssh_exception.NoValidConnectionsError):
         return f"connection refused ({exc})"
     if isinstance(exc, ScriptCut):
