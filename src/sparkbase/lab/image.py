@@ -208,7 +208,9 @@ def refresh(upper: Path, name: str, index: int, port: int, host_key: Path, clien
         _write(
             upper,
             f"usr/local/bin/{command}",
-            "#!/usr/bin/python3\nimport sys\n"
+            # -I -S: isolated, no `site` (no .pth files, no dist-packages scan): the
+            # commands need the standard library only (netplan adds dist-packages itself)
+            "#!/usr/bin/python3 -IS\nimport sys\n"
             f"sys.path.insert(0, '/{SHIM_LIB}')\nimport node_commands\n"
             f"sys.exit(node_commands.main({command!r}, sys.argv[1:]))\n",
             0o755,

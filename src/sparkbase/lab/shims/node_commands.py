@@ -9,24 +9,39 @@ faults and runtime hardware state without a reboot.
 
 from __future__ import annotations
 
-import base64
 import glob
 import json
 import os
-import re
-import shutil
-import signal
-import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-try:
+# Start-up is the cost of every node command (the fact script runs several per audit), so
+# the wrappers start Python isolated and without `site` (`python3 -IS`), and modules only
+# some commands need (subprocess, shutil, base64, re, time, signal, the boot helpers,
+# yaml) are imported where they are used.
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
     from sparkbase.lab import boot as B
-except ImportError:  # inside a node: the copy next to this file
-    import sparkbase_lab_boot as B  # type: ignore[import-not-found,no-redef,unused-ignore]
+else:
+
+    class _LazyBoot:
+        """The boot helpers (`sparkbase.lab.boot`), imported on first attribute access."""
+
+        def __getattr__(self, name: str) -> object:
+            try:
+                from sparkbase.lab import boot as module
+            except ImportError:  # inside a node: the copy next to this file
+                import sparkbase_lab_boot as module
+            globals()["B"] = module
+            return getattr(module, name)
+
+    B = _LazyBoot()
+
+#: where python3-yaml lives on Debian/Ubuntu (not on sys.path under `python3 -S`)
+DIST_PACKAGES = "/usr/lib/python3/dist-packages"
 
 RUN = Path("/run/sparkbase-lab")
 VAR = Path("/var/lib/sparkbase-lab")
@@ -152,6 +167,7 @@ def load_refusal(info: dict[str, str], fw: dict[str, Any]) -> str | None:
 
 
 def boot_log(message: str) -> None:
+    import time
     VAR.mkdir(parents=True, exist_ok=True)
     with open(VAR / "boot.log", "a") as fh:
         fh.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {message}\n")
@@ -207,6 +223,7 @@ def compute_modules(release: str, fw: dict[str, Any]) -> tuple[list[str], dict[s
 
 
 def write_modules(loaded: list[str], params: dict[str, dict[str, str]]) -> None:
+    import shutil
     sizes = {"nvidia": 14274560, "nvidia_uvm": 2056192, "nvidia_modeset": 1511424,
              "nvidia_drm": 126976, "mlx5_core": 2588672, "mlx5_ib": 520192}
     users = {"nvidia": "nvidia_uvm,nvidia_modeset", "nvidia_modeset": "nvidia_drm",
@@ -273,6 +290,7 @@ def default_net() -> dict[str, Any]:
 
 
 def write_fabric_sysfs() -> None:
+    import shutil
     net: dict[str, Any] = read_json(NET, {}) or default_net()
     flt = faults()
     down = set(flt.get("link-down", []))
@@ -312,6 +330,7 @@ def write_fabric_sysfs() -> None:
 
 def do_boot() -> int:
     """Compute this boot and write every runtime file (run by node init as PID 1's child)."""
+    import time
     RUN.mkdir(parents=True, exist_ok=True)
     node = node_info().get("name", os.uname().nodename)
     fw = firmware()
@@ -413,6 +432,7 @@ def cmd_uname(argv: list[str]) -> int:
 
 
 def cmd_getconf(argv: list[str]) -> int:
+    import subprocess
     if len(argv) == 1 and argv[0] in ("PAGESIZE", "PAGE_SIZE"):
         print(state()["page_size"])
         return 0
@@ -433,6 +453,8 @@ def _utils_version() -> str | None:
 
 
 def cmd_nvidia_smi(argv: list[str]) -> int:
+    import re
+    import time
     utils = _utils_version()
     if utils is None:
         raise Fail("nvidia-smi: command not found", 127)
@@ -454,8 +476,9 @@ def cmd_nvidia_smi(argv: list[str]) -> int:
         "power.draw": "10.12 W" if latched else "35.21 W",
         "temperature.gpu": "41", "utilization.gpu": "0 %", "pstate": "P0",
         "clocks_event_reasons.active": "0x0000000000000000",
-        "uuid": "GPU-" + B.mac_address(node_info().get("name", ""), "gpu").replace(":", ""),
     }
+    if any("uuid" in arg for arg in argv):  # the boot helpers cost an import; only when asked
+        values["uuid"] = "GPU-" + B.mac_address(node_info().get("name", ""), "gpu").replace(":", "")
     headers = {"clocks.sm": "clocks.current.sm [MHz]", "clocks.current.sm": "clocks.current.sm [MHz]",
                "clocks.max.sm": "clocks.max.sm [MHz]", "clocks.max.graphics": "clocks.max.graphics [MHz]",
                "power.draw": "power.draw [W]", "utilization.gpu": "utilization.gpu [%]"}
@@ -503,6 +526,7 @@ def cmd_nvidia_smi(argv: list[str]) -> int:
 
 
 def _key_record(path: str) -> dict[str, str]:
+    import base64
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
@@ -514,6 +538,7 @@ def _key_record(path: str) -> dict[str, str]:
 
 
 def _subject(path: str) -> str:
+    import subprocess
     try:
         out = subprocess.run(["openssl", "x509", "-inform", "DER", "-in", path, "-noout",
                               "-subject"], capture_output=True, text=True, timeout=10)
@@ -627,6 +652,8 @@ def _sign_info() -> dict[str, str]:
 
 
 def _dkms_build(name: str, version: str, release: str, install: bool) -> None:
+    import re
+    import shutil
     conf = _dkms_conf(name, version)
     if not Path(f"/usr/src/linux-headers-{release}").is_dir():
         raise Fail(f"Error! Your kernel headers for kernel {release} cannot be found at "
@@ -659,6 +686,7 @@ def _dkms_build(name: str, version: str, release: str, install: bool) -> None:
 
 
 def cmd_dkms(argv: list[str]) -> int:
+    import shutil
     if not argv:
         raise Fail("Usage: dkms [action] [options]", 1)
     action, rest = argv[0], argv[1:]
@@ -964,6 +992,7 @@ def cmd_fallocate(argv: list[str]) -> int:
 
 
 def cmd_mkswap(argv: list[str]) -> int:
+    import subprocess
     args = list(argv)
     if not any(a in ("-p", "--pagesize") or a.startswith("--pagesize=") for a in args):
         args = ["--pagesize", str(state()["page_size"]), *args]
@@ -1248,6 +1277,7 @@ def cmd_grub_editenv(argv: list[str]) -> int:
 
 
 def cmd_reboot(argv: list[str]) -> int:
+    import signal
     sys.stdout.flush()
     os.kill(1, signal.SIGHUP)
     return 0
@@ -1268,10 +1298,17 @@ def cmd_poweroff(argv: list[str]) -> int:
 # --- network ----------------------------------------------------------------------------
 
 
-def _load_yaml(text: str) -> Any:
-    import yaml  # type: ignore[import-untyped,unused-ignore]  # python3-yaml, node-side
+def _yaml() -> Any:
+    """python3-yaml (node-side; the wrappers run without `site`, so add dist-packages)."""
+    if DIST_PACKAGES not in sys.path:
+        sys.path.append(DIST_PACKAGES)
+    import yaml  # type: ignore[import-untyped,unused-ignore]
 
-    return yaml.safe_load(text)
+    return yaml
+
+
+def _load_yaml(text: str) -> Any:
+    return _yaml().safe_load(text)
 
 
 def netplan_config() -> dict[str, Any]:
@@ -1310,9 +1347,7 @@ def cmd_netplan(argv: list[str]) -> int:
         netplan_config()
         return 0
     if verb == "get":
-        import yaml  # type: ignore[import-untyped,unused-ignore]
-
-        print(yaml.safe_dump({"network": {"version": 2, "ethernets": netplan_config()}},
+        print(_yaml().safe_dump({"network": {"version": 2, "ethernets": netplan_config()}},
                              default_flow_style=False).rstrip())
         return 0
     raise Fail(f"netplan: {verb} is not emulated by the sparkbase lab", 1)
