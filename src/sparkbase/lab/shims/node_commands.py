@@ -9,16 +9,16 @@ faults and runtime hardware state without a reboot.
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 
 # Start-up is the cost of every node command (the fact script runs several per audit), so
 # the wrappers start Python isolated and without `site` (`python3 -IS`), and modules only
-# some commands need (subprocess, shutil, base64, re, time, signal, the boot helpers,
+# some commands need (glob, subprocess, shutil, base64, time, signal, the boot helpers,
 # yaml) are imported where they are used.
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -39,6 +39,14 @@ else:
             return getattr(module, name)
 
     B = _LazyBoot()
+
+
+def _glob(pattern: str) -> list[str]:
+    """`glob.glob`, imported on first use."""
+    import glob
+
+    return glob.glob(pattern)
+
 
 #: where python3-yaml lives on Debian/Ubuntu (not on sys.path under `python3 -S`)
 DIST_PACKAGES = "/usr/lib/python3/dist-packages"
@@ -121,11 +129,11 @@ def node_info() -> dict[str, Any]:
 
 
 def sorted_conf(pattern: str) -> list[str]:
-    return [read_text(p) for p in sorted(glob.glob(pattern))]
+    return [read_text(p) for p in sorted(_glob(pattern))]
 
 
 def installed_kernels() -> set[str]:
-    return {p[len("/boot/vmlinuz-") :] for p in glob.glob("/boot/vmlinuz-*")}
+    return {p[len("/boot/vmlinuz-") :] for p in _glob("/boot/vmlinuz-*")}
 
 
 # --- module files (stand-in .ko are key=value text) ------------------------------------
@@ -243,10 +251,10 @@ def write_modules(loaded: list[str], params: dict[str, dict[str, str]]) -> None:
 
 def compute_active(default_target: str) -> list[str]:
     active = set(ALWAYS_ACTIVE)
-    for link in glob.glob(str(SYSTEMD_ETC / "multi-user.target.wants/*")):
+    for link in _glob(str(SYSTEMD_ETC / "multi-user.target.wants/*")):
         active.add(os.path.basename(link))
     if default_target == "graphical.target":
-        for link in glob.glob(str(SYSTEMD_ETC / "graphical.target.wants/*")):
+        for link in _glob(str(SYSTEMD_ETC / "graphical.target.wants/*")):
             active.add(os.path.basename(link))
         dm = SYSTEMD_ETC / "display-manager.service"
         if dm.is_symlink() or dm.exists():
@@ -1035,7 +1043,7 @@ def _is_enabled(unit: str) -> str:
     path = _unit_path(unit)
     if path is None:
         raise Fail(f"Failed to get unit file state for {unit}: No such file or directory", 1)
-    if glob.glob(str(SYSTEMD_ETC / f"*.wants/{unit}")):
+    if _glob(str(SYSTEMD_ETC / f"*.wants/{unit}")):
         return "enabled"
     real = os.path.realpath(path)
     for alias_link in SYSTEMD_ETC.glob("*.service"):
@@ -1218,7 +1226,7 @@ def _show(unit: str, prop: str) -> str:
 def cmd_update_grub(argv: list[str]) -> int:
     out = Path(argv[1]) if argv and argv[0] == "-o" else Path("/boot/grub/grub.cfg")
     print("Sourcing file `/etc/default/grub'", file=sys.stderr)
-    for f in sorted(glob.glob("/etc/default/grub.d/*.cfg")):
+    for f in sorted(_glob("/etc/default/grub.d/*.cfg")):
         print(f"Sourcing file `{f}'", file=sys.stderr)
     print("Generating grub configuration file ...", file=sys.stderr)
     releases = sorted(installed_kernels(), key=B.version_key, reverse=True)
@@ -1313,7 +1321,7 @@ def _load_yaml(text: str) -> Any:
 
 def netplan_config() -> dict[str, Any]:
     merged: dict[str, Any] = {}
-    for path in sorted(glob.glob("/etc/netplan/*.yaml")):
+    for path in sorted(_glob("/etc/netplan/*.yaml")):
         try:
             data = _load_yaml(read_text(path)) or {}
         except Exception as exc:
