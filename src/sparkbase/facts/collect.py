@@ -9,12 +9,17 @@ node; the others carry on.
 
 from __future__ import annotations
 
+import functools
+import re
 import shlex
 import socket
+import sys
+import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sparkbase.facts.assemble import assemble
@@ -33,6 +38,48 @@ DEFAULT_PARALLEL = 16
 COMMAND_TIMEOUT = 60.0
 
 
+_IMPORT_LOCK = threading.Lock()
+#: an ssh_config line that runs a command (`Match exec ...`), which paramiko does with invoke
+_MATCH_EXEC = re.compile(r"^\s*match\b.*\bexec\b", re.IGNORECASE | re.MULTILINE)
+
+
+def import_paramiko() -> None:
+    """Import paramiko without `invoke` (a third of paramiko's import time, asyncio and
+    unittest.mock included), which paramiko needs only for ssh_config `Match exec`;
+    `_ssh_config` brings it back for a config that has one. Call before `import paramiko`."""
+    with _IMPORT_LOCK:
+        if "paramiko" not in sys.modules and "invoke" not in sys.modules:
+            sys.modules["invoke"] = None  # type: ignore[assignment]  # import blocker
+            try:
+                import paramiko  # noqa: F401  # imported for its side effect on sys.modules
+            finally:
+                del sys.modules["invoke"]
+
+
+@functools.lru_cache(maxsize=16)
+def _ssh_config(path: str, mtime_ns: int) -> paramiko.SSHConfig:
+    """A parsed ssh_config, once per file version (every node of a fleet shares one)."""
+    import_paramiko()
+    import paramiko
+    import paramiko.config as config_module
+
+    text = Path(path).read_text()
+    if _MATCH_EXEC.search(text) and getattr(config_module, "invoke", None) is None:
+        import invoke  # type: ignore[import-not-found,unused-ignore]
+
+        config_module.invoke = invoke  # type: ignore[attr-defined]  # paramiko's optional import
+    return paramiko.SSHConfig.from_text(text)
+
+
+@functools.lru_cache(maxsize=16)
+def _known_hosts(path: str, mtime_ns: int) -> paramiko.HostKeys:
+    """A parsed known_hosts file, once per file version (read-only once loaded)."""
+    import_paramiko()
+    import paramiko
+
+    return paramiko.HostKeys(path)
+
+
 @dataclass(frozen=True)
 class Endpoint:
     """Where an ssh_config alias really points."""
@@ -45,10 +92,11 @@ class Endpoint:
 
 def resolve(target: SshTarget) -> Endpoint:
     """Resolve the target's alias through its ssh_config (HostName, Port, User, IdentityFile)."""
+    import_paramiko()
     import paramiko
 
     config = (
-        paramiko.SSHConfig.from_path(str(target.config_file))
+        _ssh_config(str(target.config_file), target.config_file.stat().st_mtime_ns)
         if target.config_file is not None
         else paramiko.SSHConfig()
     )
@@ -56,18 +104,20 @@ def resolve(target: SshTarget) -> Endpoint:
     return Endpoint(
         hostname=str(entry.get("hostname", target.alias)),
         port=int(entry.get("port", 22)),
-        user=str(entry.get("user", target.user)),
+        user=target.user if target.user_from_inventory else str(entry.get("user", target.user)),
         key_files=tuple(entry.get("identityfile", [])),
     )
 
 
 def strict_client(target: SshTarget) -> paramiko.SSHClient:
     """An SSHClient that knows only the target's known_hosts and refuses any other key."""
+    import_paramiko()
     import paramiko
 
     client = paramiko.SSHClient()
     if target.known_hosts.is_file():
-        client.load_host_keys(str(target.known_hosts))
+        known = _known_hosts(str(target.known_hosts), target.known_hosts.stat().st_mtime_ns)
+        client.get_host_keys().update(known)
     client.set_missing_host_key_policy(paramiko.RejectPolicy())
     return client
 
@@ -98,15 +148,18 @@ class ScriptCut(RuntimeError):
     """The fact script did not finish: the connection dropped or the deadline passed."""
 
 
-def run_script(client: paramiko.SSHClient, script: str, timeout: float = COMMAND_TIMEOUT) -> str:
+def run_script(client: paramiko.SSHClient, script: str, timeout: float = COMMAND_TIMEOUT,
+               sudo: bool = False) -> str:
     """Run `script` under `sh -c` in one exec channel; its stdout as text.
 
     `timeout` bounds the whole run (not only each read): a node that freezes or trickles
     output is given up on at the deadline. A connection that ends without an exit status
     (sshd or the node died mid-script) raises ScriptCut rather than returning half an answer.
+    With `sudo`, the script runs under `sudo -n` (a non-root login user; never a password).
     """
     deadline = time.monotonic() + timeout
-    _stdin, stdout, _stderr = client.exec_command("sh -c " + shlex.quote(script), timeout=timeout)
+    command = ("sudo -n " if sudo else "") + "sh -c " + shlex.quote(script)
+    _stdin, stdout, _stderr = client.exec_command(command, timeout=timeout)
     channel = stdout.channel
     chunks: list[bytes] = []
     while True:
@@ -131,6 +184,7 @@ def run_script(client: paramiko.SSHClient, script: str, timeout: float = COMMAND
 
 def describe_failure(exc: BaseException) -> str:
     """A one-line reason a person can act on."""
+    import_paramiko()
     import paramiko
 
     if isinstance(exc, paramiko.BadHostKeyException):
@@ -162,7 +216,7 @@ def gather_node(node: str, target: SshTarget, plan: FactPlan) -> FactsResult:
     except Exception as exc:  # one node's failure must not stop the others
         return Unreachable(node, describe_failure(exc))
     try:
-        output = run_script(client, build_script(plan, marker), target.command_timeout)
+        output = run_script(client, build_script(plan, marker), target.command_timeout, target.sudo)
     except Exception as exc:
         return Unreachable(node, f"fact script failed: {describe_failure(exc)}")
     finally:
