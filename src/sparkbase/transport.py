@@ -44,6 +44,8 @@ class SshTarget:
     connect_timeout: float
     #: seconds one remote command (the audit's fact script) may take in all
     command_timeout: float = 60.0
+    #: the inventory names the user (it wins over the ssh_config's User)
+    user_from_inventory: bool = False
 
 
 def ssh_targets(site: Site, lab: Path | None = None) -> dict[str, SshTarget]:
@@ -52,11 +54,11 @@ def ssh_targets(site: Site, lab: Path | None = None) -> dict[str, SshTarget]:
     if lab is not None:
         config: Path | None = lab / "ssh_config"
         known_hosts = lab / "known_hosts"
-        user = "root"
     else:
         config = site.path(settings.config) if settings.config else None
         known_hosts = site.path(settings.known_hosts)
-        user = settings.user
+    # the lab serves the inventory's user too (Lab.add_sudo_user), so --lab tests sudo paths
+    user = settings.user
     return {
         name: SshTarget(
             node=name,
@@ -64,7 +66,8 @@ def ssh_targets(site: Site, lab: Path | None = None) -> dict[str, SshTarget]:
             config_file=config,
             known_hosts=known_hosts,
             user=user,
-            sudo=settings.sudo and lab is None,
+            sudo=settings.sudo,
+            user_from_inventory="user" in settings.model_fields_set,
             connect_timeout=settings.connect_timeout,
             command_timeout=settings.command_timeout,
         )

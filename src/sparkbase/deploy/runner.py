@@ -135,10 +135,11 @@ class Session:
         return down
 
     def run(self, node: str, command: str) -> tuple[bool, list[str]]:
-        """Run one shell command on `node` outside any operation."""
+        """Run one shell command on `node` outside any operation (under sudo if the inventory says)."""
         from pyinfra.api.command import StringCommand
 
-        status, output = self.host(node).run_shell_command(StringCommand(command))
+        sudo = self.targets[node].sudo
+        status, output = self.host(node).run_shell_command(StringCommand(command), _sudo=sudo)
         return bool(status), list(output.stdout_lines)
 
     def lock(self, node: str) -> None:

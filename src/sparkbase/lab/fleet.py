@@ -426,6 +426,28 @@ class Lab:
             time.sleep(0.05)
         raise LabError(f"{node} did not come back within {timeout:.0f}s")
 
+    def add_sudo_user(self, user: str, nodes: Sequence[str] | None = None) -> None:
+        """Give every node (or `nodes`) a login `user` with the lab client key and
+        passwordless sudo, as a site whose inventory says `ssh.user: USER, ssh.sudo: true`
+        has. Kept on the node's disk (survives reboots); idempotent."""
+        if not re.fullmatch(r"[a-z_][a-z0-9_-]{0,31}", user) or user == "root":
+            raise LabError(f"not a plain user name: {user!r}")
+        script = (
+            f"id -u {user} >/dev/null 2>&1 || useradd -m -s /bin/sh {user}; "
+            # no password at all ('*'), not a locked one ('!'): sshd without PAM refuses locked users
+            f"usermod -p '*' {user}; "
+            f"install -d -m 700 -o {user} -g {user} /home/{user}/.ssh; "
+            f"install -m 600 -o {user} -g {user} /root/.ssh/authorized_keys "
+            f"/home/{user}/.ssh/authorized_keys; "
+            f"printf '%s\\n' '{user} ALL=(ALL) NOPASSWD: ALL' > /etc/sudoers.d/90-lab-{user}; "
+            f"chmod 440 /etc/sudoers.d/90-lab-{user}; command -v sudo >/dev/null"
+        )
+        for node in nodes or self.node_names:
+            status, _out, err = self.run(node, script)
+            if status != 0:
+                raise LabError(f"{node}: could not add user {user} (is sudo installed? "
+                               f"scripts/bootstrap installs it): {err.strip()}")
+
     def ssh_argv(self, node: str, command: Sequence[str] = (), tty: bool = False) -> list[str]:
         """OpenSSH command line reaching `node` through the lab's ssh_config."""
         argv = ["ssh", "-F", str(self.ssh_config_path)]
