@@ -17,6 +17,7 @@ from sparkbase.lab import boot, packages
 FACTORY_FORMAT = 1
 SHIM_LIB = "usr/local/lib/sparkbase-lab"
 SHIM_SOURCE = Path(__file__).parent / "shims" / "node_commands.py"
+QUERY_SOURCE = Path(__file__).parent / "shims" / "node_query.py"
 
 #: machine directories hidden in every node (the node starts with them empty)
 OPAQUE_DIRS = (
@@ -201,18 +202,21 @@ def refresh(upper: Path, name: str, index: int, port: int, host_key: Path, clien
     ssh_dir.chmod(0o700)
     _write(upper, "root/.ssh/authorized_keys", client_pub, 0o600)
     _write(upper, f"{SHIM_LIB}/node_commands.py", SHIM_SOURCE.read_text())
+    _write(upper, f"{SHIM_LIB}/node_query.py", QUERY_SOURCE.read_text())
     _write(upper, f"{SHIM_LIB}/sparkbase_lab_boot.py", Path(boot.__file__).read_text())
-    from sparkbase.lab.shims import node_commands
+    from sparkbase.lab.shims import node_commands, node_query
 
     for command in node_commands.COMMANDS:
+        # the most-asked read-only commands load only the light module (node_query.py)
+        module = "node_query" if command in node_query.COMMANDS else "node_commands"
         _write(
             upper,
             f"usr/local/bin/{command}",
             # -I -S: isolated, no `site` (no .pth files, no dist-packages scan): the
             # commands need the standard library only (netplan adds dist-packages itself)
             "#!/usr/bin/python3 -IS\nimport sys\n"
-            f"sys.path.insert(0, '/{SHIM_LIB}')\nimport node_commands\n"
-            f"sys.exit(node_commands.main({command!r}, sys.argv[1:]))\n",
+            f"sys.path.insert(0, '/{SHIM_LIB}')\nimport {module}\n"
+            f"sys.exit({module}.main({command!r}, sys.argv[1:]))\n",
             0o755,
         )
     for command in node_commands.SBIN_SHADOWS:

@@ -41,6 +41,42 @@ else:
     B = _LazyBoot()
 
 
+try:
+    from sparkbase.lab.shims.node_query import (
+        ARCH,
+        Fail,
+        _key_record,
+        cmd_getconf,
+        cmd_mokutil,
+        cmd_nvidia_smi,
+        cmd_uname,
+        faults,
+        firmware,
+        node_info,
+        read_json,
+        read_text,
+        state,
+        write_json,
+    )
+except ImportError:  # inside a node: the copy next to this file
+    from node_query import (  # type: ignore[import-not-found,no-redef,unused-ignore]
+        ARCH,
+        Fail,
+        _key_record,
+        cmd_getconf,
+        cmd_mokutil,
+        cmd_nvidia_smi,
+        cmd_uname,
+        faults,
+        firmware,
+        node_info,
+        read_json,
+        read_text,
+        state,
+        write_json,
+    )
+
+
 def _glob(pattern: str) -> list[str]:
     """`glob.glob`, imported on first use."""
     import glob
@@ -62,70 +98,15 @@ ACTIVE = RUN / "active"
 NODE = Path("/etc/sparkbase-lab/node.json")
 SYSTEMD_ETC = Path("/etc/systemd/system")
 SYSTEMD_LIB = Path("/lib/systemd/system")
-ARCH = "aarch64"
 ALWAYS_ACTIVE = {"ssh.service", "sshd.service"}
-
-
-class Fail(Exception):
-    """A command failure: message for stderr and an exit status."""
-
-    def __init__(self, message: str, status: int = 1) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 # --- small helpers ---------------------------------------------------------------------
 
 
-def read_json(path: Path, default: Any) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return default
-
-
-def write_json(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, path)
-
-
 def write_text(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
-
-
-def read_text(path: Path | str, default: str = "") -> str:
-    try:
-        return Path(path).read_text()
-    except OSError:
-        return default
-
-
-def state() -> dict[str, Any]:
-    data: dict[str, Any] = read_json(STATE, {})
-    if not data:
-        raise Fail("sparkbase lab: node state missing (/run/sparkbase-lab/state.json)")
-    return data
-
-
-def faults() -> dict[str, Any]:
-    data: dict[str, Any] = read_json(FAULTS, {})
-    return data
-
-
-def firmware() -> dict[str, Any]:
-    data: dict[str, Any] = read_json(FIRMWARE, {})
-    data.setdefault("secure_boot", True)
-    data.setdefault("enrolled", [])
-    data.setdefault("pending", [])
-    return data
-
-
-def node_info() -> dict[str, Any]:
-    data: dict[str, Any] = read_json(NODE, {"name": os.uname().nodename})
-    return data
 
 
 def sorted_conf(pattern: str) -> list[str]:
@@ -410,206 +391,12 @@ def do_refresh() -> int:
 # --- commands --------------------------------------------------------------------------
 
 
-def cmd_uname(argv: list[str]) -> int:
-    st = state()
-    release = st["release"]
-    version = f"#{release.split('-')[1]}-Ubuntu SMP PREEMPT_DYNAMIC Thu Oct  9 10:00:00 UTC 2025"
-    node = os.uname().nodename
-    fields = {"s": "Linux", "n": node, "r": release, "v": version, "m": ARCH, "p": ARCH,
-              "i": ARCH, "o": "GNU/Linux"}
-    long = {"--kernel-name": "s", "--nodename": "n", "--kernel-release": "r",
-            "--kernel-version": "v", "--machine": "m", "--processor": "p",
-            "--hardware-platform": "i", "--operating-system": "o", "--all": "a"}
-    wanted: list[str] = []
-    for arg in argv:
-        if arg in long:
-            wanted.append(long[arg])
-        elif arg.startswith("-") and not arg.startswith("--"):
-            wanted.extend(arg[1:])
-        else:
-            raise Fail(f"uname: extra operand '{arg}'")
-    if not wanted:
-        wanted = ["s"]
-    if "a" in wanted:
-        wanted = list("snrvmpio")
-    unknown = [w for w in wanted if w not in fields]
-    if unknown:
-        raise Fail(f"uname: invalid option -- '{unknown[0]}'")
-    print(" ".join(fields[k] for k in "snrvmpio" if k in wanted))
-    return 0
-
-
-def cmd_getconf(argv: list[str]) -> int:
-    import subprocess
-    if len(argv) == 1 and argv[0] in ("PAGESIZE", "PAGE_SIZE"):
-        print(state()["page_size"])
-        return 0
-    if len(argv) == 1 and argv[0] in ("_NPROCESSORS_ONLN", "_NPROCESSORS_CONF"):
-        print(B.NCPUS)
-        return 0
-    return subprocess.call(["/usr/bin/getconf", *argv])
-
-
 def cmd_nproc(argv: list[str]) -> int:
     print(B.NCPUS)
     return 0
 
 
-def _utils_version() -> str | None:
-    text = read_text("/usr/share/sparkbase-lab/nvidia-utils.version").strip()
-    return text or None
-
-
-def cmd_nvidia_smi(argv: list[str]) -> int:
-    import re
-    import time
-    utils = _utils_version()
-    if utils is None:
-        raise Fail("nvidia-smi: command not found", 127)
-    st = state()
-    driver = st.get("driver")
-    if not driver:
-        raise Fail("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA "
-                   "driver. Make sure that the latest NVIDIA driver is installed and running.", 9)
-    if driver != utils:
-        print(f"Failed to initialize NVML: Driver/library version mismatch\n"
-              f"NVML library version: {utils}")
-        return 18
-    latched = bool(faults().get("gpu-latch"))
-    values = {
-        "name": "NVIDIA GB10", "driver_version": driver,
-        "clocks.sm": "611 MHz" if latched else "2418 MHz",
-        "clocks.current.sm": "611 MHz" if latched else "2418 MHz",
-        "clocks.max.sm": "3003 MHz", "clocks.max.graphics": "3003 MHz",
-        "power.draw": "10.12 W" if latched else "35.21 W",
-        "temperature.gpu": "41", "utilization.gpu": "0 %", "pstate": "P0",
-        "clocks_event_reasons.active": "0x0000000000000000",
-    }
-    if any("uuid" in arg for arg in argv):  # the boot helpers cost an import; only when asked
-        values["uuid"] = "GPU-" + B.mac_address(node_info().get("name", ""), "gpu").replace(":", "")
-    headers = {"clocks.sm": "clocks.current.sm [MHz]", "clocks.current.sm": "clocks.current.sm [MHz]",
-               "clocks.max.sm": "clocks.max.sm [MHz]", "clocks.max.graphics": "clocks.max.graphics [MHz]",
-               "power.draw": "power.draw [W]", "utilization.gpu": "utilization.gpu [%]"}
-    query = next((a.split("=", 1)[1] for a in argv if a.startswith("--query-gpu=")), None)
-    if query is None and "--query-gpu" in argv:
-        query = argv[argv.index("--query-gpu") + 1]
-    if query is not None:
-        fmt = next((a.split("=", 1)[1] for a in argv if a.startswith("--format=")), "csv")
-        opts = fmt.split(",")
-        if "csv" not in opts:
-            raise Fail("nvidia-smi: only --format=csv is emulated", 2)
-        fields = [f.strip() for f in query.split(",") if f.strip()]
-        for field in fields:
-            if field not in values:
-                print(f'Field "{field}" is not a valid field to query.')
-                return 2
-        if "noheader" not in opts:
-            print(", ".join(headers.get(f, f) for f in fields))
-        row = []
-        for field in fields:
-            value = values[field]
-            if "nounits" in opts:
-                value = re.sub(r"\s*(MHz|W|%)$", "", value)
-            row.append(value)
-        print(", ".join(row))
-        return 0
-    clock = values["clocks.sm"]
-    power = values["power.draw"].replace(" ", "")
-    print(f"""{time.strftime('%a %b %d %H:%M:%S %Y')}
-+-----------------------------------------------------------------------------------------+
-| NVIDIA-SMI {driver:<10}             Driver Version: {driver:<10}     CUDA Version: 13.0     |
-+-----------------------------------------+------------------------+----------------------+
-| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |
-| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |
-|=========================================+========================+======================|
-|   0  NVIDIA GB10                    On  |   0000000F:01:00.0 Off |                  N/A |
-| N/A   41C    P0             {power:>7} /  N/A  |             Not Supported  |      0%      Default |
-+-----------------------------------------+------------------------+----------------------+
-| SM clock: {clock:<10}                                                                    |
-+-----------------------------------------------------------------------------------------+""")
-    return 0
-
-
 # --- Secure Boot / MOK -----------------------------------------------------------------
-
-
-def _key_record(path: str) -> dict[str, str]:
-    import base64
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise Fail(f"Failed to read {path}: {exc.strerror}") from exc
-    if not data:
-        raise Fail(f"Failed to read {path}")
-    return {"fingerprint": B.sha1_fingerprint(data), "subject": _subject(path),
-            "der": base64.b64encode(data).decode()}
-
-
-def _subject(path: str) -> str:
-    import subprocess
-    try:
-        out = subprocess.run(["openssl", "x509", "-inform", "DER", "-in", path, "-noout",
-                              "-subject"], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return "CN=unknown"
-    line = out.stdout.strip()
-    return line.split("=", 1)[1].strip() if out.returncode == 0 and "=" in line else "CN=unknown"
-
-
-def _print_keys(keys: list[dict[str, str]]) -> None:
-    for i, key in enumerate(keys, 1):
-        print(f"[key {i}]\nSHA1 Fingerprint: {key['fingerprint']}\nCertificate:\n    Data:\n"
-              f"        Subject: {key.get('subject', '')}\n")
-
-
-def cmd_mokutil(argv: list[str]) -> int:
-    fw = firmware()
-    if not argv:
-        raise Fail("mokutil: no operation given", 1)
-    op = argv[0]
-    if op == "--sb-state":
-        print("SecureBoot enabled" if fw["secure_boot"] else "SecureBoot disabled")
-        return 0
-    if op in ("--list-enrolled", "-l"):
-        _print_keys(fw["enrolled"])
-        return 0
-    if op in ("--list-new", "-N"):
-        if not fw["pending"]:
-            print("MokNew is empty")
-            return 1
-        _print_keys(fw["pending"])
-        return 0
-    if op in ("--import", "-i"):
-        if len(argv) < 2:
-            raise Fail("mokutil: --import needs a file")
-        rec = _key_record(argv[1])
-        if rec["fingerprint"] in {k["fingerprint"] for k in fw["enrolled"]}:
-            print(f"SKIP: {argv[1]} is already enrolled")
-            return 0
-        if rec["fingerprint"] in {k["fingerprint"] for k in fw["pending"]}:
-            print(f"SKIP: {argv[1]} is already in the enrollment request")
-            return 0
-        rest = argv[2:]
-        if not ({"--root-pw", "-P", "--hash-file", "-f"} & set(rest)):
-            if sys.stdin.isatty():
-                print("input password: \ninput password again: ")
-            else:
-                sys.stdin.read()
-        fw["pending"].append(rec)
-        write_json(FIRMWARE, fw)
-        return 0
-    if op in ("--test-key", "-t"):
-        rec = _key_record(argv[1])
-        if rec["fingerprint"] in {k["fingerprint"] for k in fw["enrolled"]}:
-            print(f"{argv[1]} is already enrolled")
-            return 0
-        print(f"{argv[1]} is not enrolled")
-        return 1
-    if op == "--revoke-import":
-        fw["pending"] = []
-        write_json(FIRMWARE, fw)
-        return 0
-    raise Fail(f"mokutil: {op} is not emulated by the sparkbase lab", 2)
 
 
 # --- DKMS and modules ------------------------------------------------------------------
