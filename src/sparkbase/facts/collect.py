@@ -200,8 +200,9 @@ def describe_failure(exc: BaseException) -> str:
         return str(exc)
     if isinstance(exc, TimeoutError | socket.timeout):
         return "timed out"
-    if isinstance(exc, paramiko.SSHException) and "banner" in str(exc):
-        return "timed out waiting for the SSH banner (the port accepts, sshd does not answer)"
+    if isinstance(exc, paramiko.SSHException) and ("banner" in str(exc) or "No existing session" in str(exc)):
+        # paramiko says either, depending on where the silent handshake was given up
+        return "timed out waiting for the SSH handshake (the port accepts, sshd does not answer)"
     if isinstance(exc, paramiko.AuthenticationException):
         return f"authentication failed: {exc}"
     return f"{type(exc).__name__}: {exc}"
