@@ -192,19 +192,29 @@ def close_ansible_masters(work: Path) -> None:
         )
 
 
-def interleave(rounds: int, commands: dict[str, Callable[[], float]]) -> dict[str, Series]:
-    """Run every command once per round, `rounds` times, rotating the order each round."""
+def interleave(
+    rounds: int, commands: dict[str, Callable[[], float]], slow: frozenset[str] = frozenset(),
+    slow_rounds: int | None = None,
+) -> dict[str, Series]:
+    """Run every command once per round, `rounds` times, rotating the order each round.
+
+    Commands in `slow` take part in the first `slow_rounds` rounds only (the same rounds
+    as everything else, so their ratios to the quick commands stay same-round ratios).
+    """
     series = {name: Series(name) for name in commands}
     names = list(commands)
     for round_no in range(rounds):
         shift = round_no % len(names)
         for name in names[shift:] + names[:shift]:
+            if name in slow and slow_rounds is not None and round_no >= slow_rounds:
+                continue
             try:
                 series[name].samples.append(commands[name]())
             except BenchError as exc:
                 series[name].failures += 1
                 print(f"bench: {name} failed: {exc}", file=sys.stderr)
         done = ", ".join(f"{n} {series[n].samples[-1]:.2f}s" for n in names if series[n].samples)
+        # (a slow command left out of this round shows its last sample)
         print(f"bench: round {round_no + 1}/{rounds}: {done}", file=sys.stderr)
     return series
 
@@ -273,7 +283,8 @@ def bench_size(
         # one untimed round of the quick commands first: warms the page cache, opens
         # Ansible's ssh masters (the slow testinfra runs warm themselves up)
         interleave(1, {k: v for k, v in commands.items() if k not in (TI_SERIAL, TI_XDIST)})
-        out[str(size)] = interleave(args.runs, commands)
+        slow = frozenset({TI_SERIAL, TI_XDIST, ANSIBLE})
+        out[str(size)] = interleave(args.runs, commands, slow, args.slow_runs)
         if size == max(args.sizes) and args.pools:
             pools = {
                 f"audit --parallel {p}": command([*audit, "--parallel", str(p)], env) for p in args.pools
@@ -323,6 +334,8 @@ def main() -> int:
                         help="audit --parallel values timed at the largest size")
     parser.add_argument("--port-base", type=int, default=2701,
                         help="spark1's SSH port; sparkN listens on base + N - 1 (default 2701)")
+    parser.add_argument("--slow-runs", type=int, default=3,
+                        help="rounds that include testinfra and Ansible (the rest time sparkbase only)")
     parser.add_argument("--serial-max", type=int, default=32,
                         help="largest size at which the serial testinfra run is timed")
     parser.add_argument("--lane", default="dsv41-flash", help="the lane preflight is timed with")

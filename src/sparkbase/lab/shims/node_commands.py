@@ -50,6 +50,7 @@ try:
         cmd_mokutil,
         cmd_nvidia_smi,
         cmd_uname,
+        default_target,
         faults,
         firmware,
         node_info,
@@ -67,6 +68,7 @@ except ImportError:  # inside a node: the copy next to this file
         cmd_mokutil,
         cmd_nvidia_smi,
         cmd_uname,
+        default_target,
         faults,
         firmware,
         node_info,
@@ -242,13 +244,6 @@ def compute_active(default_target: str) -> list[str]:
             active.add("display-manager.service")
             active.add(os.path.basename(os.path.realpath(dm)))
     return sorted(active)
-
-
-def default_target() -> str:
-    link = SYSTEMD_ETC / "default.target"
-    if link.is_symlink():
-        return os.path.basename(os.readlink(link))
-    return "graphical.target"
 
 
 def write_sysfs_static(node: str) -> None:

@@ -28,6 +28,7 @@ FIRMWARE = f"{RUN}/firmware/firmware.json"
 FAULTS = f"{RUN}/firmware/faults.json"
 STATE = f"{RUN}/state.json"
 NODE = "/etc/sparkbase-lab/node.json"
+SYSTEMD_ETC = "/etc/systemd/system"
 ARCH = "aarch64"
 
 
@@ -333,8 +334,30 @@ def cmd_mokutil(argv: list[str]) -> int:
     raise Fail(f"mokutil: {op} is not emulated by the sparkbase lab", 2)
 
 
+def default_target() -> str:
+    """The default systemd target: where /etc/systemd/system/default.target points."""
+    link = f"{SYSTEMD_ETC}/default.target"
+    if os.path.islink(link):
+        return os.path.basename(os.readlink(link))
+    return "graphical.target"
+
+
+def cmd_systemctl(argv: list[str]) -> int:
+    """`systemctl get-default` here; every other use in `node_commands`."""
+    if argv == ["get-default"]:
+        print(default_target())
+        return 0
+    try:
+        from sparkbase.lab.shims import node_commands
+    except ImportError:  # inside a node: the copy next to this file
+        import node_commands  # type: ignore[import-not-found,no-redef,unused-ignore]
+    status: int = node_commands.cmd_systemctl(argv)
+    return status
+
+
 COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "uname": cmd_uname, "getconf": cmd_getconf, "nvidia-smi": cmd_nvidia_smi, "mokutil": cmd_mokutil,
+    "systemctl": cmd_systemctl,
 }
 
 
