@@ -534,16 +534,23 @@ def _write_atomically(path: Path, text: str) -> None:
 
 
 def plot(results: dict[str, dict[str, Series]], sizes: list[int], dest: Path) -> None:
-    """Time against fleet size, one line per tool, log scale, with min–max bars."""
+    """Left: time against fleet size, one line per tool (log scale, min–max bars).
+    Right: the audit of the largest fleet against its pool size (`--parallel N`)."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
     except ImportError:
         print("bench: matplotlib not installed (pip install -e '.[bench]'); no plot", file=sys.stderr)
         return
-    fig, ax = plt.subplots(figsize=(8, 5))
+    pool_group = results.get(f"pool-{max(sizes)}", {})
+    fig, axes = plt.subplots(
+        1, 2 if pool_group else 1, figsize=(11 if pool_group else 8, 5),
+        gridspec_kw={"width_ratios": [2.2, 1]} if pool_group else None, squeeze=False,
+    )
+    ax = axes[0][0]
     markers = dict(zip(SCALING, ("o", "s", "D", "^"), strict=True))
     for tool in SCALING:
         points = [(n, results[str(n)][tool]) for n in sizes if results.get(str(n), {}).get(tool)]
@@ -555,19 +562,44 @@ def plot(results: dict[str, dict[str, Series]], sizes: list[int], dest: Path) ->
         low = [s.median - s.spread[0] for _, s in points]
         high = [s.spread[1] - s.median for _, s in points]
         line = ax.errorbar(xs, ys, yerr=[low, high], marker=markers[tool], capsize=3, label=tool,
-                           linewidth=2 if tool == AUDIT else 1.3)
-        ax.annotate(f"{ys[-1]:.2f} s", (xs[-1], ys[-1]), textcoords="offset points", xytext=(6, 0),
-                    va="center", fontsize=8, color=line[0].get_color())
-    ax.set_xlabel("nodes in the emulated fleet")
-    ax.set_ylabel("wall clock, seconds (median; bars: min–max)")
+                           linewidth=2.5 if tool == AUDIT else 1.3)
+        for x, y in zip(xs, ys, strict=True):
+            ax.annotate(f"{y:.2f} s" if y < 10 else f"{y:.0f} s", (x, y), textcoords="offset points",
+                        xytext=(7, -3), fontsize=8, color=line[0].get_color())
+    ticks = [0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 200]
     ax.set_yscale("log")
+    ax.yaxis.set_major_locator(FixedLocator(ticks))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g} s"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("nodes in the emulated fleet")
+    ax.set_ylabel("wall clock, median of interleaved runs (bars: min–max)")
     ax.set_xticks(sizes)
-    ax.set_xlim(0, max(sizes) * 1.15)
-    ax.set_title("'Is the fleet right?' — time against fleet size")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(loc="upper left", fontsize=9)
-    fig.text(0.99, 0.01, machine(), ha="right", va="bottom", fontsize=6, color="grey")
-    fig.tight_layout()
+    ax.set_xlim(0, max(sizes) * 1.18)
+    ax.set_title("'Is the fleet right?': time against fleet size", fontsize=11)
+    ax.grid(True, which="major", alpha=0.35)
+    ax.legend(loc="upper left", fontsize=8.5)
+    if pool_group:
+        pax = axes[0][1]
+        pools = sorted((int(name.rsplit(" ", 1)[1]), s) for name, s in pool_group.items() if s.samples)
+        xs = [p for p, _ in pools]
+        ys = [s.median for _, s in pools]
+        low = [s.median - s.spread[0] for _, s in pools]
+        high = [s.spread[1] - s.median for _, s in pools]
+        pax.errorbar(xs, ys, yerr=[low, high], marker="o", capsize=3, color="tab:blue", linewidth=2)
+        for x, y in zip(xs, ys, strict=True):
+            pax.annotate(f"{y:.1f} s", (x, y), textcoords="offset points", xytext=(6, 4),
+                         ha="left", fontsize=8, color="tab:blue")
+        pax.set_xscale("log", base=2)
+        pax.set_xticks(xs)
+        pax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+        pax.xaxis.set_minor_formatter(NullFormatter())
+        pax.set_ylim(0, max(s.spread[1] for _, s in pools) * 1.15)
+        pax.set_xlabel("sparkbase audit --parallel N")
+        pax.set_ylabel("wall clock, s")
+        pax.set_title(f"pool size, {max(sizes)} nodes", fontsize=11)
+        pax.grid(True, alpha=0.35)
+    fig.text(0.99, 0.01, machine(), ha="right", va="bottom", fontsize=6.5, color="grey")
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
     fig.savefig(dest, dpi=110)
     plt.close(fig)
 
