@@ -173,13 +173,14 @@ def cmd_uname(argv: list[str]) -> int:
 
 
 def cmd_getconf(argv: list[str]) -> int:
-    import subprocess
     if len(argv) == 1 and argv[0] in ("PAGESIZE", "PAGE_SIZE"):
         print(state()["page_size"])
         return 0
     if len(argv) == 1 and argv[0] in ("_NPROCESSORS_ONLN", "_NPROCESSORS_CONF"):
         print(_boot().NCPUS)
         return 0
+    import subprocess  # the machine's getconf answers every other variable
+
     return subprocess.call(["/usr/bin/getconf", *argv])
 
 
