@@ -10,6 +10,7 @@ paramiko. Tests that change a node should say which node they own (see test_lab_
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import pytest
 
 from sparkbase.lab.fleet import Lab
 
+REPO = Path(__file__).resolve().parents[2]
 LAB_PORT_BASE = int(os.environ.get("SPARKBASE_TEST_LAB_PORT_BASE", "2301"))
 
 
@@ -37,3 +39,12 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         yield fleet
     finally:
         fleet.down()
+
+
+@pytest.fixture(scope="session")
+def site_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A private copy of the shipped site, so tests never write locks or logs into the repository."""
+    site = tmp_path_factory.mktemp("site")
+    for part in ("baselines", "inventory", "lanes"):
+        shutil.copytree(REPO / part, site / part)
+    return site

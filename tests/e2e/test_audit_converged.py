@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,12 +18,11 @@ from sparkbase.lab.fleet import Lab
 
 pytestmark = pytest.mark.end_to_end
 
-REPO = Path(__file__).parents[2]
 PORT_BASE = int(os.environ.get("SPARKBASE_TEST_AUDIT_PORT_BASE", "2351"))
 
 
 @pytest.fixture(scope="module")
-def converged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+def converged(tmp_path_factory: pytest.TempPathFactory, site_copy: Path) -> Iterator[Lab]:
     if os.geteuid() != 0:
         pytest.fail("end-to-end tests need root")
     os.environ.setdefault("SPARKBASE_LAB_BOOT_DELAY", "0.3")
@@ -39,7 +36,7 @@ def converged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
             "sparkbase.cli.main",
             "apply",
             "--site",
-            str(REPO),
+            str(site_copy),
             "--lab",
             str(fleet.dir),
             "--allow-reboot",
@@ -52,8 +49,8 @@ def converged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         fleet.down()
 
 
-def audit(lab: Lab, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, object]]:
-    code = main(["audit", "--site", str(REPO), "--lab", str(lab.dir), "--format", "json"])
+def audit(site: Path, lab: Lab, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, object]]:
+    code = main(["audit", "--site", str(site), "--lab", str(lab.dir), "--format", "json"])
     return code, json.loads(capsys.readouterr().out)
 
 
@@ -63,41 +60,45 @@ def failing(data: dict[str, object]) -> set[tuple[str, str]]:
     return {(n["node"], c["id"]) for n in nodes for c in n["checks"] if c["status"] == "fail"}
 
 
-def test_audit_is_clean_after_apply(converged: Lab, capsys: pytest.CaptureFixture[str]) -> None:
-    code, data = audit(converged, capsys)
+def test_audit_is_clean_after_apply(
+    converged: Lab, site_copy: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, data = audit(site_copy, converged, capsys)
     assert failing(data) == set()
     assert code == 0 and data["status"] == "clean"
 
 
-def test_preflight_qualifies_site_lanes_fast(converged: Lab, capsys: pytest.CaptureFixture[str]) -> None:
-    times = []
-    for _ in range(5):
-        start = time.monotonic()
-        code = main(["preflight", "dsv41-flash", "--site", str(REPO), "--lab", str(converged.dir)])
-        times.append(time.monotonic() - start)
-        assert code == 0, capsys.readouterr().out
-    assert "qualified" in capsys.readouterr().out
-    assert statistics.median(times) < 2.0, times
+def test_preflight_qualifies_site_lanes(
+    converged: Lab, site_copy: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # speed is measured by bench/run.py, not asserted here (shared, noisy machines)
+    for lane in ("dsv41-flash", "glm-nvfp4", "glm-fp8"):
+        code = main(["preflight", lane, "--site", str(site_copy), "--lab", str(converged.dir)])
+        out = capsys.readouterr().out
+        assert code == 0, out
+        assert f"preflight {lane}: qualified" in out
 
 
 def test_preflight_still_refuses_the_rejected_variant(
-    converged: Lab, capsys: pytest.CaptureFixture[str]
+    converged: Lab, site_copy: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["preflight", "ds41f-ring4", "--site", str(REPO), "--lab", str(converged.dir)]) == 1
+    assert main(["preflight", "ds41f-ring4", "--site", str(site_copy), "--lab", str(converged.dir)]) == 1
     out = capsys.readouterr().out
     assert "lane: lane ds41f-ring4 is disabled" in out
     assert "spark1: kernel.release: expected 7.0.0-1019-nvidia-64k, observed 6.17.0-1032-nvidia" in out
 
 
-def test_hand_drift_is_named_on_the_right_node(converged: Lab, capsys: pytest.CaptureFixture[str]) -> None:
+def test_hand_drift_is_named_on_the_right_node(
+    converged: Lab, site_copy: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     ok = converged.run
     assert ok("spark1", "sed -i s/NCCL_IB_MERGE_NICS=0/NCCL_IB_MERGE_NICS=1/ /etc/nccl.conf")[0] == 0
     assert ok("spark2", "sysctl -w vm.min_free_kbytes=67584")[0] == 0
     faults.inject(converged, "spark3", "gid-moved")
     faults.inject(converged, "spark4", "gpu-latch")
     try:
-        code, data = audit(converged, capsys)
-        gate = main(["preflight", "glm-fp8", "--site", str(REPO), "--lab", str(converged.dir)])
+        code, data = audit(site_copy, converged, capsys)
+        gate = main(["preflight", "glm-fp8", "--site", str(site_copy), "--lab", str(converged.dir)])
         refusals = capsys.readouterr().out
     finally:
         faults.clear(converged, "spark3", "gid-moved")
@@ -124,5 +125,5 @@ def test_hand_drift_is_named_on_the_right_node(converged: Lab, capsys: pytest.Ca
     )
     assert nccl["observed"] == "NCCL_IB_MERGE_NICS=1" and nccl["expected"] == "NCCL_IB_MERGE_NICS=0"
     assert gate == 1 and "spark4: gpu.clock: expected >= 1000 MHz" in refusals
-    code, _ = audit(converged, capsys)
+    code, _ = audit(site_copy, converged, capsys)
     assert code == 0, "the drift was not undone"
