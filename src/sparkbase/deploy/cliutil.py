@@ -97,6 +97,9 @@ def print_report(report: Report, as_json: bool, details: bool) -> None:
                 print(f"  ~ {op.name}")
                 for line in op.diff:
                     print(f"      {line}")
+            for op in node.operations:
+                if op.note:
+                    print(f"  . {op.name}: {op.reason}")
             if node.reboot_reasons:
                 print(f"  reboot needed: {'; '.join(node.reboot_reasons)}")
     for note in report.notes:

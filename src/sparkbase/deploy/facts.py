@@ -211,6 +211,59 @@ class DkmsState(FactBase[dict[str, Any]]):
         return parse_dkms_state(output, getattr(self, "kernel", ""))
 
 
+def parse_dkms_builds(lines: list[str], dkms_name: str, version: str) -> list[str]:
+    """`dkms status NAME/VER` -> the kernels it is built for (`""` for an added-only tree)."""
+    prefix = f"{dkms_name}/{version}"
+    builds: list[str] = []
+    for line in lines:
+        line = line.strip()
+        if line.startswith(prefix + ","):
+            builds.append(line.split(",")[1].strip())
+        elif line.startswith(prefix + ":"):
+            builds.append("")
+    return builds
+
+
+class DkmsBuilds(FactBase[list[str]]):
+    """The kernels a DKMS module/version is built or installed for (empty: DKMS has none)."""
+
+    def command(self, dkms_name: str, version: str) -> str:
+        self.target = (dkms_name, version)
+        return f"dkms status {_q(f'{dkms_name}/{version}')} 2>/dev/null || true"
+
+    @staticmethod
+    def default() -> list[str]:
+        return []
+
+    def process(self, output: list[str]) -> list[str]:
+        name, version = getattr(self, "target", ("", ""))
+        return parse_dkms_builds(output, name, version)
+
+
+def parse_key_dir(lines: list[str]) -> dict[str, Any] | None:
+    """`MokKeyDir` output -> {"fingerprint": aa:bb:… of the certificate, or None}; None: no dir."""
+    if not lines or lines == [MISSING]:
+        return None
+    raw = parse_key_values(lines)
+    digest = raw.get("sha1", "").split()[0] if raw.get("sha1") else ""
+    if len(digest) != 40:
+        return {"fingerprint": None}
+    return {"fingerprint": ":".join(digest[i : i + 2] for i in range(0, 40, 2)).lower()}
+
+
+class MokKeyDir(FactBase[dict[str, Any] | None]):
+    """Whether a MOK key directory exists, and the SHA-1 fingerprint of the certificate in it
+    (never reads the private key)."""
+
+    def command(self, path: str, certificate: str) -> str:
+        d, c = _q(path), _q(certificate)
+        return (f"if [ -d {d} ]; then echo dir=yes; if [ -f {c} ]; then "
+                f'printf "sha1=%s\\n" "$(sha1sum {c})"; fi; else echo {MISSING}; fi')
+
+    def process(self, output: list[str]) -> dict[str, Any] | None:
+        return parse_key_dir(output)
+
+
 # --- packages ---------------------------------------------------------------------------
 
 

@@ -12,7 +12,7 @@ import difflib
 import posixpath
 import shlex
 from io import BytesIO
-from typing import Any
+from typing import Any, NamedTuple
 
 from pyinfra import logger
 from pyinfra.api.command import FileUploadCommand, StringCommand
@@ -26,17 +26,20 @@ from sparkbase.deploy.facts import (
     ActiveSwaps,
     BootState,
     DefaultTarget,
+    DkmsBuilds,
     DkmsState,
     FileState,
     FileText,
     GrubConfig,
     HeldPackages,
+    MokKeyDir,
     MokState,
     SwapFile,
     Sysctls,
     ThpMode,
     UnitState,
 )
+from sparkbase.deploy.results import DEFERRED, KEPT
 
 #: host name -> operation hash -> the reason the operation did nothing
 NOOP_REASONS: dict[str, dict[str, str]] = {}
@@ -362,3 +365,103 @@ def unit_enabled(unit: str) -> Any:
         _noop(f"{unit} is enabled and active")
         return
     yield _cmd("systemctl", "enable", "--now", unit)
+
+
+# --- retiring what other baselines left -------------------------------------------------
+# Each decision is a pure function of the facts (commands as argv lists, or the reason
+# nothing is done), so the cases are tested with no host (tests/unit/retire_cases/).
+
+
+class Decision(NamedTuple):
+    """What a retire operation does: commands (argv lists), or why it does nothing."""
+
+    commands: list[list[str]]
+    reason: str = ""
+
+
+def decide_packages_retire(names: list[str], installed: dict[str, list[str]], held: list[str],
+                           running: str, target_kernel: str | None) -> Decision:
+    """Unhold and purge those of `names` that are installed; kernel packages (`target_kernel`
+    set) only while the node runs the target kernel, then regenerate GRUB's menu."""
+    todo = [name for name in names if installed.get(name)]
+    if not todo:
+        return Decision([], f"none of {', '.join(names)} is installed")
+    if target_kernel is not None and running != target_kernel:
+        return Decision([], f"{DEFERRED}running {running or '?'}: {', '.join(todo)} are purged once "
+                            f"{target_kernel} runs (after the reboot)")
+    commands = []
+    unhold = [name for name in todo if name in held]
+    if unhold:
+        commands.append(["apt-mark", "unhold", *unhold])
+    commands.append(["env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "purge", "-y", "-q", *todo])
+    if target_kernel is not None:
+        commands.append(["update-grub"])
+    return Decision(commands)
+
+
+def decide_dkms_retire(dkms_name: str, version: str, builds: list[str]) -> Decision:
+    """`dkms remove NAME/VER --all` while DKMS knows the module at all."""
+    if not builds:
+        return Decision([], f"DKMS has no {dkms_name}/{version}")
+    return Decision([["dkms", "remove", f"{dkms_name}/{version}", "--all"]])
+
+
+def decide_mok_dir_retire(path: str, certificate: str, fingerprints: list[str],
+                          found: dict[str, Any] | None) -> Decision:
+    """Remove the key directory when its certificate is missing or one a baseline pins (the
+    pair sparkbase uploaded); a key pair someone else made is left alone, saying so."""
+    if found is None:
+        return Decision([], f"no MOK key directory {path}")
+    seen = found["fingerprint"]
+    if seen is not None and fingerprints and seen not in fingerprints:
+        return Decision([], f"{KEPT}{certificate} is key {seen[:11]}…, which no baseline pins: "
+                            "not sparkbase's, left alone")
+    return Decision([["rm", "-rf", "--", path]])
+
+
+def decide_mok_kept(fingerprints: list[str], enrolled: list[str]) -> Decision:
+    """Never a change: say which MOK keys of other baselines stay enrolled in firmware."""
+    kept = [key for key in fingerprints if key in enrolled]
+    if not kept:
+        return Decision([], "no MOK key of another baseline is enrolled")
+    keys = ", ".join(f"{key[:11]}…" for key in kept)
+    return Decision([], f"{KEPT}MOK {keys} stays enrolled in firmware (harmless; `mokutil --delete` "
+                        "at the console removes it)")
+
+
+def _carry_out(decision: Decision) -> Any:
+    """Yield the decision's commands, or record its no-op reason."""
+    if not decision.commands:
+        _noop(decision.reason)
+    for argv in decision.commands:
+        yield _cmd(*argv)
+
+
+@operation()
+def packages_retire(names: list[str], target_kernel: str | None) -> Any:
+    """Unhold and purge packages only other baselines pin (see `decide_packages_retire`)."""
+    installed = host.get_fact(DebPackages) or {}
+    held: list[str] = host.get_fact(HeldPackages)
+    running = host.get_fact(BootState)["kernel"] if target_kernel is not None else ""
+    yield from _carry_out(decide_packages_retire(names, installed, held, running, target_kernel))
+
+
+@operation()
+def dkms_retire(dkms_name: str, version: str) -> Any:
+    """Remove another baseline's memory-saver module from DKMS, for every kernel."""
+    builds = host.get_fact(DkmsBuilds, dkms_name=dkms_name, version=version)
+    yield from _carry_out(decide_dkms_retire(dkms_name, version, builds))
+
+
+@operation()
+def mok_dir_retire(path: str, certificate: str, fingerprints: list[str]) -> Any:
+    """Remove the MOK key directory sparkbase uploaded for another baseline."""
+    found = host.get_fact(MokKeyDir, path=path, certificate=certificate)
+    yield from _carry_out(decide_mok_dir_retire(path, certificate, fingerprints, found))
+
+
+@operation()
+def mok_kept(fingerprints: list[str]) -> Any:
+    """Report MOK keys other baselines enrolled: firmware state, kept, never removed."""
+    enrolled: list[str] = host.get_fact(MokState)["enrolled"]
+    yield from _carry_out(decide_mok_kept(fingerprints, enrolled))

@@ -11,6 +11,10 @@ from enum import StrEnum
 from typing import Any
 
 RESULT_FORMAT = 1
+#: a no-op reason that starts so is a change waiting for the reboot (plan and apply show it)
+DEFERRED = "deferred: "
+#: a no-op reason that starts so reports state deliberately kept (plan and apply show it)
+KEPT = "kept: "
 
 
 class NodeStatus(StrEnum):
@@ -35,6 +39,11 @@ class OpResult:
     status: str  # "changed", "would change", "unchanged", "failed"
     reason: str = ""  # why nothing changed (pyinfra no-op reason)
     diff: list[str] = field(default_factory=list)
+
+    @property
+    def note(self) -> bool:
+        """Unchanged, but worth showing: deferred until the reboot, or deliberately kept."""
+        return self.status == "unchanged" and self.reason.startswith((DEFERRED, KEPT))
 
 
 @dataclass

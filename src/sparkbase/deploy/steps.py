@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sparkbase.deploy.foreign import Foreign, foreign_for
 from sparkbase.render import (
     GRUB_DROPIN_PATH,
     NETPLAN_PATH,
@@ -96,6 +97,7 @@ def build_steps(site: Site, node: str, mok: MokFiles | None = None) -> list[Step
     stamp = next(f for f in files if f.path == STAMP_PATH)
     steps = [
         *_package_steps(baseline),
+        *retire_steps(foreign_for(site, name), baseline),
         *_secure_boot_steps(baseline, mok),
         *(_file_step(f) for f in files if f.path != STAMP_PATH),
         *_activation_steps(baseline),
@@ -116,6 +118,50 @@ def _package_steps(baseline: Baseline) -> list[Step]:
         Step("packages", f"{len(pins)} pinned packages at exact versions", {"pins": pins}),
         Step("hold", "hold pinned packages", {"names": names}),
     ]
+
+
+def _owners(baselines: tuple[str, ...]) -> str:
+    return ", ".join(baselines)
+
+
+def retire_steps(foreign: Foreign, baseline: Baseline) -> list[Step]:
+    """Retire what the site's other baselines put on a node and this baseline does not.
+
+    Services first (disabled while their unit file still exists), then DKMS builds (before
+    their source package goes), then packages of no particular kernel; packages built for
+    another kernel only when the node runs this baseline's kernel (after the verified
+    reboot), so neither the running kernel nor the next one to boot is ever removed.
+    """
+    steps = [
+        Step("unit-disabled", f"retire: {unit} disabled and stopped (run only by {_owners(owners)})",
+             {"unit": unit})
+        for unit, owners in foreign.services
+    ]
+    steps += [
+        Step("dkms-retire", f"retire: dkms remove {d.name}/{d.version} --all ({_owners(d.baselines)}'s "
+             "memory-saver)", {"dkms_name": d.name, "version": d.version})
+        for d in foreign.dkms
+    ]
+    plain = [pin.name for pin in foreign.pins if pin.kernel is None]
+    if plain:
+        steps.append(Step("packages-retire", f"retire: unhold and purge {', '.join(plain)} (pinned only by "
+                          "other baselines)", {"names": plain, "target_kernel": None}))
+    kernels = sorted({pin.kernel for pin in foreign.pins if pin.kernel is not None})
+    target = baseline.kernel.release
+    for kernel in kernels:
+        names = [pin.name for pin in foreign.pins if pin.kernel == kernel]
+        steps.append(Step("packages-retire", f"retire: unhold and purge the {kernel} kernel packages "
+                          f"({len(names)}; once {target} runs)", {"names": names, "target_kernel": target}))
+    fingerprints: list[str] = []
+    for mok in foreign.mok_dirs:
+        steps.append(Step("mok-dir-retire", f"retire: MOK key directory {mok.path} ({_owners(mok.baselines)} "
+                          "signs with it)", {"path": mok.path, "certificate": mok.certificate,
+                                             "fingerprints": list(mok.fingerprints)}))
+        fingerprints += [key for key in mok.fingerprints if key not in fingerprints]
+    if fingerprints:
+        steps.append(Step("mok-kept", "keep: MOK keys other baselines enrolled stay in firmware (reported)",
+                          {"fingerprints": fingerprints}))
+    return steps
 
 
 def _secure_boot_steps(baseline: Baseline, mok: MokFiles | None) -> list[Step]:
@@ -226,7 +272,7 @@ def _swap_steps(site: Site, baseline: Baseline) -> list[Step]:
         }
     )
     steps = [
-        Step("swap-retire", f"retire swap file {path} (another baseline's)", {"path": path})
+        Step("swap-retire", f"retire: swap file {path} (another baseline's)", {"path": path})
         for path in others
     ]
     if swap is None:

@@ -1,0 +1,161 @@
+"""Retiring what other baselines left on a node: foreign pins, steps, and decisions as data.
+
+`retire_cases/*.json`: one case per file, an operation's arguments and the facts it reads
+in, the commands it yields (or the reason it does nothing) out.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import sparkbase.lab
+from sparkbase.deploy.assign import with_assignment
+from sparkbase.deploy.cliutil import print_report
+from sparkbase.deploy.facts import parse_dkms_builds, parse_key_dir
+from sparkbase.deploy.foreign import foreign_for
+from sparkbase.deploy.operations import (
+    Decision,
+    decide_dkms_retire,
+    decide_mok_dir_retire,
+    decide_mok_kept,
+    decide_packages_retire,
+)
+from sparkbase.deploy.results import NodeResult, NodeStatus, OpResult, Report
+from sparkbase.deploy.steps import MokFiles, build_steps
+from sparkbase.model.site import Site, load_site
+
+REPO = Path(__file__).resolve().parents[2]
+CASES = sorted((Path(__file__).parent / "retire_cases").glob("*.json"))
+LAB_MOK = MokFiles.from_dir(Path(sparkbase.lab.__file__).parent / "mok")
+SITE_BASELINE = "site-stock-6.17-4k"
+VARIANT = "ds41f-7x-64k"
+STOCK_PAGES = "ds41f-stock-pages-262k"
+RETIRE_KINDS = {"dkms-retire", "packages-retire", "mok-dir-retire", "mok-kept"}
+
+#: operation -> its pure decision, called with the case's args and facts
+DECIDE: dict[str, Callable[..., Decision]] = {
+    "packages_retire": decide_packages_retire,
+    "dkms_retire": decide_dkms_retire,
+    "mok_dir_retire": decide_mok_dir_retire,
+    "mok_kept": decide_mok_kept,
+}
+
+
+@pytest.fixture(scope="module")
+def site() -> Site:
+    return load_site(REPO)
+
+
+@pytest.mark.parametrize("case_file", CASES, ids=[c.stem for c in CASES])
+def test_retire_decision(case_file: Path) -> None:
+    case: dict[str, Any] = json.loads(case_file.read_text())
+    decision = DECIDE[case["op"]](**case["args"], **case["facts"])
+    assert decision.commands == case["commands"]
+    assert decision.reason == case["reason"]
+    assert bool(decision.commands) != bool(decision.reason)  # a change, or why not: never both
+
+
+def test_foreign_pins_of_the_site_baseline_are_the_variants_leftovers(site: Site) -> None:
+    foreign = foreign_for(site, SITE_BASELINE)
+    kernel = "7.0.0-1019-nvidia-64k"
+    assert {pin.name: pin.kernel for pin in foreign.pins} == {
+        "dgx-spark-fan-control": None,
+        "libnccl2": None,
+        "uvm-memory-saver-dkms": None,
+        f"linux-headers-{kernel}": kernel,
+        f"linux-image-{kernel}": kernel,
+        f"linux-modules-{kernel}": kernel,
+        f"linux-modules-nvidia-580-open-{kernel}": kernel,
+    }
+    assert foreign.services == (("spark-fan-control.service", (VARIANT, STOCK_PAGES)),)
+    dkms = [(d.name, d.version, d.baselines) for d in foreign.dkms]
+    assert dkms == [("uvm-memory-saver", "0.4.2", (VARIANT,))]
+    assert [m.path for m in foreign.mok_dirs] == ["/var/lib/shim-signed/mok"]
+
+
+@pytest.mark.parametrize("name", [SITE_BASELINE, VARIANT, STOCK_PAGES])
+def test_foreign_pins_are_exactly_what_others_pin_and_this_one_does_not(site: Site, name: str) -> None:
+    own = {pin.name for pin in site.baselines[name].packages()}
+    others = {pin.name for other, b in site.baselines.items() if other != name for pin in b.packages()}
+    foreign = foreign_for(site, name)
+    assert set(foreign.package_names()) == others - own
+    running = site.baselines[name].kernel.release
+    assert all(pin.kernel != running for pin in foreign.pins)  # never this baseline's kernel
+
+
+def test_a_baseline_that_signs_the_saver_keeps_its_own_dkms_and_key_dir(site: Site) -> None:
+    foreign = foreign_for(site, VARIANT)
+    assert foreign.dkms == () and foreign.mok_dirs == () and foreign.services == ()
+    assert foreign.package_names() == [
+        "linux-headers-6.17.0-1032-nvidia",
+        "linux-image-6.17.0-1032-nvidia",
+        "linux-modules-6.17.0-1032-nvidia",
+        "linux-modules-nvidia-580-open-6.17.0-1032-nvidia",
+        "nccl-site-ring4",
+    ]
+
+
+def _retire(site: Site, node: str, baseline: str | None = None) -> list[Any]:
+    if baseline:
+        site = with_assignment(site, [node], baseline)
+    steps = build_steps(site, node, LAB_MOK)
+    return [s for s in steps if s.kind in RETIRE_KINDS or s.name.startswith("retire: ")]
+
+
+def test_retire_steps_run_in_a_safe_order_with_kernel_packages_gated(site: Site) -> None:
+    steps = build_steps(site, "spark1")
+    kinds = [s.kind for s in steps]
+    fan = next(i for i, s in enumerate(steps) if s.args.get("unit") == "spark-fan-control.service")
+    purges = [i for i, k in enumerate(kinds) if k == "packages-retire"]
+    assert kinds.index("hold") < fan < kinds.index("dkms-retire") < purges[0]
+    plain, kernel = (steps[i] for i in purges)
+    assert plain.args["target_kernel"] is None
+    assert kernel.args["target_kernel"] == site.baseline_of("spark1").kernel.release
+    assert all(n.endswith("-7.0.0-1019-nvidia-64k") for n in kernel.args["names"])
+    assert kinds.index("mok-dir-retire") < kinds.index("mok-kept") < kinds.index("file")
+
+
+def test_every_node_and_baseline_names_its_retire_steps(site: Site) -> None:
+    names = [s.name for s in _retire(site, "spark2", VARIANT)]
+    assert names == [
+        "retire: unhold and purge nccl-site-ring4 (pinned only by other baselines)",
+        "retire: unhold and purge the 6.17.0-1032-nvidia kernel packages (4; once "
+        "7.0.0-1019-nvidia-64k runs)",
+        "retire: swap file /swapfile (another baseline's)",
+    ]
+    assert all(s.name.startswith(("retire: ", "keep: ")) for s in _retire(site, "spark1"))
+
+
+def test_dkms_builds_and_key_dir_parsers() -> None:
+    lines = ["uvm-memory-saver/0.4.2, 7.0.0-1019-nvidia-64k, aarch64: installed",
+             "uvm-memory-saver/0.4.20, 6.17.0-1032-nvidia, aarch64: built",
+             "other/1.0: added", "uvm-memory-saver/0.4.2: added"]
+    assert parse_dkms_builds(lines, "uvm-memory-saver", "0.4.2") == ["7.0.0-1019-nvidia-64k", ""]
+    assert parse_dkms_builds([], "uvm-memory-saver", "0.4.2") == []
+    assert parse_key_dir(["__sparkbase_missing__"]) is None
+    assert parse_key_dir(["dir=yes"]) == {"fingerprint": None}
+    digest = "de687c66aadef7acdaf7f1c7c80f809d818673f1"
+    assert parse_key_dir(["dir=yes", f"sha1={digest}  /var/lib/shim-signed/mok/MOK.der"]) == {
+        "fingerprint": "de:68:7c:66:aa:de:f7:ac:da:f7:f1:c7:c8:0f:80:9d:81:86:73:f1"
+    }
+
+
+def test_plan_shows_deferred_and_kept_notes_only_beside_changes(capsys: pytest.CaptureFixture[str]) -> None:
+    deferred = OpResult("retire: kernel packages", "packages-retire", "unchanged", "deferred: running X")
+    kept = OpResult("keep: MOK", "mok-kept", "unchanged", "kept: MOK de:68… stays enrolled")
+    quiet = OpResult("retire: swap file /swapfile", "swap-retire", "unchanged", "no swap file /swapfile")
+    change = OpResult("retire: purge libnccl2", "packages-retire", "would change")
+    assert deferred.note and kept.note and not quiet.note and not change.note
+    busy = NodeResult("spark2", SITE_BASELINE, NodeStatus.WOULD_CHANGE, [change, deferred, kept, quiet])
+    calm = NodeResult("spark3", SITE_BASELINE, NodeStatus.UNCHANGED, [kept])
+    print_report(Report("plan", [busy, calm]), as_json=False, details=True)
+    out = capsys.readouterr().out
+    assert "  ~ retire: purge libnccl2" in out
+    assert "  . retire: kernel packages: deferred: running X" in out
+    assert "  . keep: MOK: kept: MOK de:68… stays enrolled" in out
+    assert "no swap file" not in out and "== spark3" not in out
