@@ -161,6 +161,12 @@ SITE_DRIFTS: list[tuple[str, Callable[[NodeFacts], NodeFacts], set[str]]] = [
         lambda f: replace(f, packages={**f.packages, "nvidia-utils-580": "580.95.05"}),
         {"package.nvidia-utils-580"},
     ),
+    (
+        "variant leftovers installed",
+        lambda f: replace(f, packages={**f.packages, "libnccl2": "2.28.9-1+cuda13.0",
+                                       "linux-image-7.0.0-1019-nvidia-64k": "7.0.0-1019.19"}),
+        {"packages.foreign"},
+    ),
 ]
 SITE_DRIFTS[8] = (
     "other NCCL library",
@@ -209,6 +215,11 @@ VARIANT_DRIFTS: list[tuple[str, Callable[[NodeFacts], NodeFacts], set[str]]] = [
     ),
     ("fan off", _unit("spark-fan-control.service", UnitState("disabled", "inactive")), {"host.fan_control"}),
     (
+        "site NCCL left",
+        lambda f: replace(f, packages={**f.packages, "nccl-site-ring4": "2.27.7-1+site.ring4.p3"}),
+        {"packages.foreign"},
+    ),
+    (
         "fbdev off",
         lambda f: replace(f, module_params={**f.module_params, "nvidia_drm.fbdev": "N"}),
         {"host.nvidia_drm"},
@@ -237,6 +248,18 @@ def test_package_drift_is_only_a_warning(site: Site) -> None:
     drifted = replace(facts, packages={})
     results = [r for r in judge_node(expected, drifted) if r.status == "fail"]
     assert results and all(r.severity == "warn" and not r.blocking for r in results)
+
+
+def test_foreign_packages_are_a_warning_naming_each_with_its_version(site: Site) -> None:
+    expected, facts = converged_node(site)
+    assert "libnccl2" in expected.foreign_packages and "nccl-site-ring4" not in expected.foreign_packages
+    left = replace(facts, packages={**facts.packages, "dgx-spark-fan-control": "1.3.0-1"})
+    result = next(r for r in judge_node(expected, left) if r.id == "packages.foreign")
+    assert result.status == "fail" and result.severity == "warn" and not result.blocking
+    assert result.observed == "dgx-spark-fan-control 1.3.0-1"
+    assert result.fix is not None and "--allow-reboot" in result.fix
+    clean = next(r for r in judge_node(expected, facts) if r.id == "packages.foreign")
+    assert clean.status == "pass"
 
 
 def test_fleet_agreement(site: Site) -> None:

@@ -35,6 +35,16 @@ def test_plan_reads_exactly_what_the_baseline_names(site: Site) -> None:
     assert "spark-fan-control.service" in variant.units
 
 
+def test_plan_asks_dpkg_about_the_other_baselines_pins_too(site: Site) -> None:
+    expected = expected_for(site, "spark1")
+    plan = expected.plan()
+    own = [pin.name for pin in expected.baseline.packages()]
+    assert list(plan.packages) == [*own, *expected.foreign_packages]
+    assert "libnccl2" in plan.packages and "linux-image-7.0.0-1019-nvidia-64k" in plan.packages
+    dpkg = dict(sections(plan))["dpkg"]
+    assert "uvm-memory-saver-dkms" in shlex.split(dpkg)
+
+
 def test_every_section_command_is_quoted_words(site: Site) -> None:
     plan = expected_for(site, "spark1", "ds41f-7x-64k").plan()
     for name, command in sections(plan):

@@ -573,6 +573,22 @@ def package(expected: Expected, facts: NodeFacts, item: str | None) -> Outcome:
     return ok(pin.version, seen)
 
 
+@node_check(
+    "packages.foreign",
+    "packages",
+    "no package is installed that only the site's other baselines pin",
+    severity="warn",
+)
+def packages_foreign(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
+    want = "none installed"
+    if not expected.foreign_packages:
+        return skip("no other baseline pins a package this one does not")
+    found = [f"{name} {facts.packages[name]}" for name in expected.foreign_packages if name in facts.packages]
+    if found:
+        return fail(want, found, f"retire them (kernel packages after the reboot): {_apply(expected, True)}")
+    return ok(want, want)
+
+
 # --- fleet agreement ----------------------------------------------------------------
 
 

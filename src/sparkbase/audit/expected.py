@@ -36,6 +36,8 @@ class Expected:
     files: tuple[RenderedFile, ...]
     cables: dict[str, CableEnd]  # netdev -> cable end
     stamp_path: str
+    #: packages only the site's other baselines pin (installed, they are leftovers)
+    foreign_packages: tuple[str, ...] = ()
 
     def file(self, path: str) -> RenderedFile | None:
         """The rendered file at `path`, if the node must carry one."""
@@ -45,11 +47,13 @@ class Expected:
         """The facts to gather to judge this node."""
         from sparkbase.facts.script import plan_for
 
-        return plan_for(self.baseline, [f.path for f in self.files], self.stamp_path)
+        return plan_for(self.baseline, [f.path for f in self.files], self.stamp_path,
+                        foreign_packages=self.foreign_packages)
 
 
 def expected_for(site: Site, node: str, baseline_name: str | None = None) -> Expected:
     """Expectations of `node`: its inventory baseline, or `baseline_name` (a lane's) instead."""
+    from sparkbase.deploy.foreign import foreign_for
     from sparkbase.render import (
         STAMP_PATH,
         RenderedFile,
@@ -78,4 +82,5 @@ def expected_for(site: Site, node: str, baseline_name: str | None = None) -> Exp
         files=(*files, stamp),
         cables=cables,
         stamp_path=STAMP_PATH,
+        foreign_packages=tuple(foreign_for(site, name).package_names()),
     )

@@ -48,8 +48,10 @@ class FactPlan:
     core_only: bool = False  # only kernel release, machine and page size (triggers' evidence)
 
 
-def plan_for(baseline: Baseline, file_paths: Sequence[str], stamp_path: str) -> FactPlan:
-    """The facts a node must report to be judged against `baseline`."""
+def plan_for(baseline: Baseline, file_paths: Sequence[str], stamp_path: str,
+             foreign_packages: Sequence[str] = ()) -> FactPlan:
+    """The facts a node must report to be judged against `baseline` (and whether the
+    `foreign_packages` other baselines pin are installed)."""
     host = baseline.host
     units = [DISPLAY_MANAGER, *host.disable_services]
     if host.fan_control is not None:
@@ -72,7 +74,7 @@ def plan_for(baseline: Baseline, file_paths: Sequence[str], stamp_path: str) -> 
         module_params=tuple(params),
         memory_saver_module=saver.module if saver is not None else None,
         swap_paths=(swap.path,) if swap is not None else (),
-        packages=tuple(dict.fromkeys(pin.name for pin in baseline.packages())),
+        packages=tuple(dict.fromkeys([*(pin.name for pin in baseline.packages()), *foreign_packages])),
         mok_keys=baseline.secure_boot.mok_fingerprint is not None,
     )
 
