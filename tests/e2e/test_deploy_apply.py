@@ -20,7 +20,9 @@ from typing import Any
 
 import pytest
 
+from sparkbase.deploy.foreign import foreign_for
 from sparkbase.deploy.locks import Owner, local_locks
+from sparkbase.facts.parsers import parse_dpkg_query
 from sparkbase.lab.fleet import Lab
 from sparkbase.model.site import load_site
 from sparkbase.render import render_node
@@ -32,6 +34,10 @@ PORT_BASE = int(os.environ.get("SPARKBASE_TEST_DEPLOY_PORT_BASE", "2651"))
 NODES = ["spark1", "spark2", "spark3", "spark4"]
 SITE_KERNEL = "6.17.0-1032-nvidia"
 VARIANT_KERNEL = "7.0.0-1019-nvidia-64k"
+SITE_BASELINE = "site-stock-6.17-4k"
+VARIANT = "ds41f-7x-64k"
+FAN = "spark-fan-control.service"
+MOK_DIR = "/var/lib/shim-signed/mok"
 
 
 class Fleet:
@@ -82,6 +88,27 @@ def converged(fleet: Fleet) -> dict[str, Any]:
 
 def _sha256_on(fleet: Fleet, node: str, path: str) -> str:
     return fleet.sh(node, f"sha256sum {path}").split()[0]
+
+
+def _installed(fleet: Fleet, node: str, names: list[str]) -> dict[str, str]:
+    """Which of `names` dpkg has installed on `node` (name -> version)."""
+    fmt = "${Package}\t${Version}\t${db:Status-Abbrev}\n"
+    _, out, _ = fleet.lab.run(node, f"dpkg-query -W -f='{fmt}' {' '.join(names)}")
+    return parse_dpkg_query(out)
+
+
+def _unit(fleet: Fleet, node: str, unit: str) -> tuple[str, str]:
+    """(`systemctl is-enabled`, `systemctl is-active`) of a unit; exit statuses ignored."""
+    enabled = fleet.lab.run(node, f"systemctl is-enabled {unit}")[1].strip()
+    active = fleet.lab.run(node, f"systemctl is-active {unit}")[1].strip()
+    return enabled, active
+
+
+def _audit(fleet: Fleet, node: str) -> tuple[int, dict[str, dict[str, Any]]]:
+    """`sparkbase audit --limit NODE --format json`: exit status and the node's checks by id."""
+    done = fleet.sparkbase("audit", "--limit", node, "--format", "json")
+    report = json.loads(done.stdout)
+    return done.returncode, {c["id"]: c for c in report["nodes"][0]["checks"]}
 
 
 def test_factory_fleet_converges_then_second_apply_changes_nothing(fleet: Fleet,
@@ -181,13 +208,72 @@ def test_variant_round_trip_on_one_node(fleet: Fleet, converged: dict[str, Any])
     assert magic == "SWAPSPACE2"
     for other in ("spark1", "spark3", "spark4"):
         assert fleet.sh(other, "uname -r").strip() == SITE_KERNEL
+    site = load_site(fleet.site)
+    # on the variant, the site's pins are retired (its kernel once the variant's runs)
+    assert _installed(fleet, "spark2", foreign_for(site, VARIANT).package_names()) == {}
+    leftovers = foreign_for(site, SITE_BASELINE).package_names()
+    assert set(_installed(fleet, "spark2", leftovers)) == set(leftovers)
+    assert _unit(fleet, "spark2", FAN) == ("enabled", "active")
     same = fleet.sparkbase("apply", "--limit", "spark2", "--baseline", "ds41f-7x-64k", "--yes",
                            "--override-policy", "e2e: idempotence check", "--json")
     assert same.returncode == 0
     assert json.loads(same.stdout)["nodes"][0]["status"] == "unchanged"
-    back = fleet.sparkbase("apply", "--limit", "spark2", "--allow-reboot", "--yes")
+    _moving_back_leaves_no_trace_of_the_variant(fleet, pinned or "", leftovers)
+
+
+def _moving_back_leaves_no_trace_of_the_variant(fleet: Fleet, mok: str, leftovers: list[str]) -> None:
+    """spark2 (on the variant) moves back: as if it had always been on the site baseline."""
+    shown = fleet.sparkbase("plan", "--limit", "spark2")
+    assert shown.returncode == 1
+    assert "~ retire: unhold and purge dgx-spark-fan-control, libnccl2, uvm-memory-saver-dkms" in shown.stdout
+    assert f"~ retire: {FAN} disabled and stopped" in shown.stdout
+    assert f"~ retire: MOK key directory {MOK_DIR}" in shown.stdout
+    deferred = f". retire: unhold and purge the {VARIANT_KERNEL} kernel packages"
+    assert deferred in shown.stdout and f"deferred: running {VARIANT_KERNEL}" in shown.stdout
+    back = fleet.sparkbase("apply", "--limit", "spark2", "--allow-reboot", "--yes", "--json")
     assert back.returncode == 0, back.stdout + back.stderr
+    ops = json.loads(back.stdout)["nodes"][0]["operations"]
+    kernel_step = f"retire: unhold and purge the {VARIANT_KERNEL}"
+    purged = [op["status"] for op in ops if op["name"].startswith(kernel_step)]
+    assert purged == ["unchanged", "changed"]  # deferred while 7.x ran, done after the reboot
+    kept = next(op for op in ops if op["kind"] == "mok-kept")
+    assert kept["reason"].startswith(f"kept: MOK {mok[:11]}")
     assert fleet.sh("spark2", "uname -r").strip() == SITE_KERNEL
     assert fleet.sh("spark2", "getconf PAGESIZE").strip() == "4096"
     assert fleet.sh("spark2", "swapon --show=NAME --noheadings").strip() == ""
+    assert _installed(fleet, "spark2", leftovers) == {}
+    assert fleet.sh("spark2", "apt-mark showhold").split() == sorted(
+        p.name for p in load_site(fleet.site).baselines[SITE_BASELINE].packages())
+    enabled, active = _unit(fleet, "spark2", FAN)
+    assert enabled != "enabled" and active != "active"
+    assert "uvm-memory-saver" not in fleet.sh("spark2", "dkms status")
+    assert fleet.lab.run("spark2", "ls /lib/modules/*/updates/dkms/uvm_memory_saver.ko")[0] != 0
+    assert "uvm_memory_saver" not in fleet.sh("spark2", "lsmod")
+    assert fleet.lab.run("spark2", f"test -e {MOK_DIR}")[0] != 0
+    assert mok in fleet.sh("spark2", "mokutil --list-enrolled").lower()  # firmware state is kept
+    assert f"Linux {VARIANT_KERNEL}" not in fleet.sh("spark2", "cat /boot/grub/grub.cfg")
+    status, checks = _audit(fleet, "spark2")
+    assert status == 0
+    assert checks["packages.foreign"]["status"] == "pass"
+    assert [c["id"] for c in checks.values() if c["status"] == "fail"] == []
+    again = fleet.sparkbase("apply", "--limit", "spark2", "--yes", "--json")
+    assert again.returncode == 0, again.stdout + again.stderr
+    node = json.loads(again.stdout)["nodes"][0]
+    assert node["status"] == "unchanged"
+    assert [op["name"] for op in node["operations"] if op["status"] != "unchanged"] == []
     assert fleet.sparkbase("plan").returncode == 0
+
+
+def test_a_hand_installed_foreign_package_is_warned_then_retired(fleet: Fleet,
+                                                                 converged: dict[str, Any]) -> None:
+    fleet.sh("spark3", "DEBIAN_FRONTEND=noninteractive apt-get install -y -q libnccl2 && "
+                       "apt-mark hold libnccl2")
+    status, checks = _audit(fleet, "spark3")
+    assert status == 0  # a warning never blocks
+    foreign = checks["packages.foreign"]
+    assert (foreign["status"], foreign["severity"]) == ("fail", "warn")
+    assert foreign["observed"].startswith("libnccl2 ")
+    applied = fleet.sparkbase("apply", "--limit", "spark3", "--yes")
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    assert _installed(fleet, "spark3", ["libnccl2"]) == {}
+    assert _audit(fleet, "spark3")[1]["packages.foreign"]["status"] == "pass"
