@@ -142,16 +142,26 @@ def retire_steps(foreign: Foreign, baseline: Baseline) -> list[Step]:
              "memory-saver)", {"dkms_name": d.name, "version": d.version})
         for d in foreign.dkms
     ]
+    return [*steps, *_retire_packages(foreign, baseline.kernel.release), *_retire_mok(foreign)]
+
+
+def _retire_packages(foreign: Foreign, target: str) -> list[Step]:
+    """One purge of the plain foreign pins, then one per foreign kernel, gated on `target`."""
+    steps = []
     plain = [pin.name for pin in foreign.pins if pin.kernel is None]
     if plain:
         steps.append(Step("packages-retire", f"retire: unhold and purge {', '.join(plain)} (pinned only by "
                           "other baselines)", {"names": plain, "target_kernel": None}))
-    kernels = sorted({pin.kernel for pin in foreign.pins if pin.kernel is not None})
-    target = baseline.kernel.release
-    for kernel in kernels:
+    for kernel in sorted({pin.kernel for pin in foreign.pins if pin.kernel is not None}):
         names = [pin.name for pin in foreign.pins if pin.kernel == kernel]
         steps.append(Step("packages-retire", f"retire: unhold and purge the {kernel} kernel packages "
                           f"({len(names)}; once {target} runs)", {"names": names, "target_kernel": target}))
+    return steps
+
+
+def _retire_mok(foreign: Foreign) -> list[Step]:
+    """The MOK key directories other baselines upload; their enrolled keys are only reported."""
+    steps = []
     fingerprints: list[str] = []
     for mok in foreign.mok_dirs:
         steps.append(Step("mok-dir-retire", f"retire: MOK key directory {mok.path} ({_owners(mok.baselines)} "
