@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from sparkbase.errors import ConfigError, Problem
 from sparkbase.model.site import Site
 
 DEFAULT_LAB_DIR = Path("/var/lib/sparkbase/lab")
@@ -57,6 +58,7 @@ def ssh_targets(site: Site, lab: Path | None = None) -> dict[str, SshTarget]:
     else:
         config = site.path(settings.config) if settings.config else None
         known_hosts = site.path(settings.known_hosts)
+    _require_files(site, lab, config, known_hosts)
     # the lab serves the inventory's user too (Lab.add_sudo_user), so --lab tests sudo paths
     user = settings.user
     return {
@@ -73,3 +75,42 @@ def ssh_targets(site: Site, lab: Path | None = None) -> dict[str, SshTarget]:
         )
         for name, node in site.inventory.nodes.items()
     }
+
+
+def _require_files(site: Site, lab: Path | None, config: Path | None, known_hosts: Path) -> None:
+    """Refuse, as a configuration error, to connect without the files that make SSH strict."""
+    if lab is not None:
+        if not (lab / "ssh_config").is_file() or not known_hosts.is_file():
+            message = (
+                f"no emulated fleet in {lab} (no ssh_config/known_hosts there): run "
+                "`sparkbase lab up` first, or point --lab / $SPARKBASE_LAB_DIR at it"
+            )
+            raise ConfigError([Problem(lab, 1, 1, "", message)])
+        return
+    problems: list[Problem] = []
+    if config is not None and not config.is_file():
+        where = site.locate_inventory(("ssh", "config"))
+        problems.append(
+            Problem(
+                where.file,
+                where.line,
+                where.column,
+                "ssh.config",
+                f"{config} does not exist: create it with one `Host <alias>` block per node "
+                "(HostName, Port, User, IdentityFile), or use --lab for the emulated fleet",
+            )
+        )
+    if not known_hosts.is_file():
+        where = site.locate_inventory(("ssh", "known_hosts"))
+        problems.append(
+            Problem(
+                where.file,
+                where.line,
+                where.column,
+                "ssh.known_hosts",
+                f"{known_hosts} does not exist: enrol each node's host key by hand "
+                "(README: Host keys); sparkbase never accepts an unknown host",
+            )
+        )
+    if problems:
+        raise ConfigError(problems)

@@ -83,8 +83,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     restrict_umask()
+    from sparkbase.errors import ConfigError
+
     try:
         status: int = args._run(args)
+    except ConfigError as exc:
+        from pathlib import Path
+
+        for problem in exc.problems:
+            print(problem.format(Path.cwd()), file=sys.stderr)
+        print("sparkbase: bad configuration; nothing was done", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("sparkbase: interrupted", file=sys.stderr)
         return 130

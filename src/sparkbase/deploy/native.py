@@ -8,6 +8,7 @@ command line of their own: $SPARKBASE_SITE, $SPARKBASE_LAB_DIR, $SPARKBASE_MOK_D
 from __future__ import annotations
 
 import os
+import sys
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -33,10 +34,17 @@ def lab_from_env() -> Path | None:
 def inventory_hosts() -> list[tuple[str, dict[str, Any]]]:
     """(node, pyinfra host data) for every node of the site, in rank order."""
     from sparkbase.deploy.runner import host_data
+    from sparkbase.errors import ConfigError
     from sparkbase.transport import ssh_targets
 
-    site = site_from_env()
-    targets = ssh_targets(site, lab_from_env())
+    try:
+        site = site_from_env()
+        targets = ssh_targets(site, lab_from_env())
+    except ConfigError as exc:
+        # pyinfra would print a traceback; say what is wrong, where, and stop
+        for problem in exc.problems:
+            print(problem.format(Path.cwd()), file=sys.stderr)
+        raise SystemExit(2) from None
     nodes = sorted(site.inventory.nodes, key=lambda n: site.inventory.nodes[n].rank)
     return [(node, host_data(targets[node])) for node in nodes]
 

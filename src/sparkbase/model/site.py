@@ -50,10 +50,19 @@ class Site:
     inventory_file: Path
     lanes: dict[str, Lane]
     warnings: list[Problem] = field(default_factory=list)
+    #: where each key of the inventory file is, for errors found after loading
+    inventory_locations: dict[PathKey, Location] = field(default_factory=dict)
 
     def baseline_of(self, node: str) -> Baseline:
         """The baseline assigned to `node`."""
         return self.baselines[self.inventory.nodes[node].baseline]
+
+    def locate_inventory(self, path: PathKey) -> Location:
+        """File, line and column of a key of the inventory (or its nearest parent)."""
+        probe = tuple(path)
+        while probe and probe not in self.inventory_locations:
+            probe = probe[:-1]
+        return self.inventory_locations.get(probe, Location(self.inventory_file, 1, 1))
 
     def path(self, relative: str) -> Path:
         """A path named in a site file, resolved against the site root."""
@@ -210,6 +219,7 @@ def load_site(root: Path, inventory: Path | None = None) -> Site:
         inventory_file=inventory_file,
         lanes=lanes,
         warnings=loader.problems,
+        inventory_locations=inv_doc.locations if inv_doc else {},
     )
 
 
