@@ -127,3 +127,29 @@ def test_hand_drift_is_named_on_the_right_node(
     assert gate == 1 and "spark4: gpu.clock: expected >= 1000 MHz" in refusals
     code, _ = audit(site_copy, converged, capsys)
     assert code == 0, "the drift was not undone"
+
+
+def test_grub_reboot_and_a_foreign_fstab_swap_are_named(
+    converged: Lab, site_copy: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A one-shot GRUB entry to another kernel (the next reboot changes kernel) and another
+    baseline's swap file put back in /etc/fstab are each named on their node."""
+    ok = converged.run
+    other = "Advanced options for Ubuntu>Ubuntu, with Linux 6.17.0-1008-nvidia"
+    assert ok("spark1", f"grub-reboot '{other}'")[0] == 0
+    assert ok("spark2", "echo '/swapfile.64k none swap sw 0 0' >> /etc/fstab")[0] == 0
+    try:
+        code, data = audit(site_copy, converged, capsys)
+    finally:
+        ok("spark1", "grub-editenv /boot/grub/grubenv unset next_entry")
+        ok("spark2", "sed -i '\\|^/swapfile.64k |d' /etc/fstab")
+    assert code == 1
+    assert failing(data) == {("spark1", "boot.grub_default"), ("spark2", "memory.swap.foreign_fstab")}
+    checks = {(n["node"], c["id"]): c for n in data["nodes"] for c in n["checks"]}  # type: ignore[union-attr]
+    grub = checks[("spark1", "boot.grub_default")]
+    assert grub["severity"] == "error" and "grub-reboot" in grub["observed"]
+    assert "grub-editenv /boot/grub/grubenv unset next_entry" in grub["fix"]
+    swap = checks[("spark2", "memory.swap.foreign_fstab")]
+    assert swap["severity"] == "warn" and "/swapfile.64k" in swap["observed"]
+    code, _ = audit(site_copy, converged, capsys)
+    assert code == 0, "the drift was not undone"

@@ -6,12 +6,12 @@ from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
-from test_audit_support import converged_node, shipped
+from test_audit_support import converged_node, grub_boot, shipped
 
 from sparkbase.audit.expected import expected_for
 from sparkbase.audit.registry import node_checks, planned_checks
 from sparkbase.audit.run import build_report, judge_fleet, judge_node
-from sparkbase.facts.model import Gid, GpuFacts, Interface, NodeFacts, UnitState, Unreachable
+from sparkbase.facts.model import FstabEntry, Gid, GpuFacts, Interface, NodeFacts, UnitState, Unreachable
 from sparkbase.model.site import Site
 from sparkbase.render import render_node
 
@@ -168,6 +168,35 @@ SITE_DRIFTS: list[tuple[str, Callable[[NodeFacts], NodeFacts], set[str]]] = [
         {"packages.foreign"},
     ),
 ]
+SITE_KERNEL = "6.17.0-1032-nvidia"
+FACTORY_KERNEL = "6.17.0-1008-nvidia"
+ADVANCED = "Advanced options for Ubuntu>Ubuntu, with Linux "
+SITE_DRIFTS += [
+    (
+        "grub-reboot to another kernel",
+        _set(grub=grub_boot(SITE_KERNEL, grubenv=f"next_entry={ADVANCED}9.9.0-1001-nvidia\n")),
+        {"boot.grub_default"},
+    ),
+    ("GRUB default is the newest", _set(grub=grub_boot(SITE_KERNEL, default="0")), {"boot.grub_default"}),
+    (
+        "GRUB_DEFAULT=saved, grub-set-default to another kernel",
+        _set(grub=grub_boot(SITE_KERNEL, default="${saved_entry}",
+                            grubenv=f"saved_entry={ADVANCED}9.9.0-1001-nvidia\n")),
+        {"boot.grub_default"},
+    ),
+    (
+        "no GRUB entry for the kernel",
+        _set(grub=grub_boot(FACTORY_KERNEL, default=f"{ADVANCED}{SITE_KERNEL}")),
+        {"boot.grub_default"},
+    ),
+    (
+        "the variant's swap file back in fstab",
+        lambda f: replace(f, fstab=(*(f.fstab or ()), FstabEntry("/swapfile.64k", "none", "swap", "sw"))),
+        {"memory.swap.foreign_fstab"},
+    ),
+    ("older DGX OS", _set(dgx_release={"DGX_SWBUILD_VERSION": "7.2.3"}), {"os.release"}),
+    ("no /etc/dgx-release", _set(dgx_release=None), {"os.release"}),
+]
 SITE_DRIFTS[8] = (
     "other NCCL library",
     lambda f: replace(f, file_sha256={**f.file_sha256, "/opt/nccl-site/lib/libnccl.so.2.27.7": "2" * 64}),
@@ -224,6 +253,19 @@ VARIANT_DRIFTS: list[tuple[str, Callable[[NodeFacts], NodeFacts], set[str]]] = [
         lambda f: replace(f, module_params={**f.module_params, "nvidia_drm.fbdev": "N"}),
         {"host.nvidia_drm"},
     ),
+    (
+        "swap line gone from fstab",
+        lambda f: replace(f, fstab=tuple(e for e in f.fstab or () if e.vfstype != "swap")),
+        {"memory.swap.fstab"},
+    ),
+    (
+        "swap file listed, but not as swap",
+        lambda f: replace(f, fstab=tuple(replace(e, vfstype="auto") if e.vfstype == "swap" else e
+                                         for e in f.fstab or ())),
+        {"memory.swap.fstab"},
+    ),
+    ("APST not pinned", lambda f: replace(f, cmdline=tuple(a for a in f.cmdline if "nvme" not in a)),
+     {"kernel.cmdline"}),
 ]
 
 
@@ -296,3 +338,56 @@ def test_interface_without_address_fails_link(site: Site) -> None:
     )
     failed = {r.id for r in judge_node(expected, drifted) if r.status == "fail"}
     assert failed == {"fabric.link.enp1s0f0np0"}
+
+
+def _result(site: Site, facts_change: Callable[[NodeFacts], NodeFacts], check: str,
+            baseline: str = SITE_BASELINE) -> object:
+    expected, facts = converged_node(site, "spark1", baseline)
+    return next(r for r in judge_node(expected, facts_change(facts)) if r.id == check)
+
+
+def test_grub_oneshot_names_grub_reboot_and_how_to_clear_it(site: Site) -> None:
+    oneshot = _set(grub=grub_boot(SITE_KERNEL, grubenv=f"next_entry={ADVANCED}9.9.0-1001-nvidia\n"))
+    result = _result(site, oneshot, "boot.grub_default")
+    assert result.status == "fail" and result.severity == "error"  # type: ignore[attr-defined]
+    assert "(grub-reboot) boots 9.9.0-1001-nvidia next" in result.observed  # type: ignore[attr-defined]
+    assert "grub-editenv /boot/grub/grubenv unset next_entry" in result.fix  # type: ignore[attr-defined]
+
+
+def test_grub_saved_default_and_oneshot_to_the_baseline_kernel_pass(site: Site) -> None:
+    saved = _set(grub=grub_boot(SITE_KERNEL, default="${saved_entry}",
+                                grubenv=f"saved_entry={ADVANCED}{SITE_KERNEL}\n"
+                                        f"next_entry=gnulinux-advanced-0b1f>gnulinux-{SITE_KERNEL}-advanced-0b1f\n"))
+    assert _result(site, saved, "boot.grub_default").status == "pass"  # type: ignore[attr-defined]
+
+
+def test_apst_missing_names_apst_in_the_fix(site: Site) -> None:
+    result = _result(site, lambda f: replace(f, cmdline=tuple(a for a in f.cmdline if "nvme" not in a)),
+                     "kernel.cmdline", VARIANT)
+    assert "APST" in result.fix  # type: ignore[attr-defined]
+    other = _result(site, lambda f: replace(f, cmdline=(*f.cmdline, "splash")), "kernel.cmdline", VARIANT)
+    assert "APST" not in other.fix  # type: ignore[attr-defined]
+
+
+def test_os_release_is_a_warning_and_a_release_line_matches_its_updates(site: Site) -> None:
+    result = _result(site, _set(dgx_release={"DGX_SWBUILD_VERSION": "26.09.1", "DGX_OTA_VERSION": "26.10.0"}),
+                     "os.release")
+    assert result.status == "fail" and not result.blocking  # type: ignore[attr-defined]
+    assert result.observed == "DGX OS 26.10.0"  # type: ignore[attr-defined]
+    # the site pins the line "DGX OS 26.09"; 26.09.2 is on it, 26.090 is not
+    assert _result(site, _set(dgx_release={"DGX_OTA_VERSION": "26.09.2"}), "os.release").status == "pass"  # type: ignore[attr-defined]
+    assert _result(site, _set(dgx_release={"DGX_OTA_VERSION": "26.090"}), "os.release").status == "fail"  # type: ignore[attr-defined]
+    variant = _result(site, _set(dgx_release={"DGX_OTA_VERSION": "26.09.1"}), "os.release", VARIANT)
+    assert variant.status == "fail"  # type: ignore[attr-defined]
+
+
+def test_fleet_agrees_on_free_memory_reserve_and_nvidia_modules(site: Site) -> None:
+    facts = {node: converged_node(site, node)[1] for node in ("spark1", "spark2", "spark3", "spark4")}
+    two, four = facts["spark2"], facts["spark4"]
+    facts["spark2"] = replace(two, sysctls={**two.sysctls, "vm.min_free_kbytes": "67584"})
+    facts["spark4"] = replace(four, nvidia_modules={**four.nvidia_modules, "nvidia.srcversion": "DKMSBUILT0"})
+    results = {r.id: r for r in judge_fleet(facts)}
+    failed = {i for i, r in results.items() if r.status == "fail"}
+    assert failed == {"fleet.min_free_kbytes", "fleet.nvidia_modules"}
+    assert "spark2=67584" in str(results["fleet.min_free_kbytes"].observed)
+    assert "DKMSBUILT" in str(results["fleet.nvidia_modules"].observed)

@@ -98,5 +98,8 @@ def test_fleet_checks_shape() -> None:
         "fleet.thp",
         "fleet.secure_boot",
         "fleet.governor",
+        # added with format 1 kept: new checks are new entries, no key changes meaning
+        "fleet.min_free_kbytes",
+        "fleet.nvidia_modules",
     }
     assert all(set(c) == CHECK_KEYS for c in fleet)

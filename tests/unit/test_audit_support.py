@@ -7,7 +7,17 @@ from dataclasses import replace
 from pathlib import Path
 
 from sparkbase.audit.expected import Expected, expected_for
-from sparkbase.facts.model import GpuFacts, Interface, ModuleInfo, NodeFacts, SwapEntry, UnitState
+from sparkbase.facts.model import (
+    FstabEntry,
+    GpuFacts,
+    GrubBoot,
+    Interface,
+    ModuleInfo,
+    NodeFacts,
+    SwapEntry,
+    UnitState,
+)
+from sparkbase.facts.parsers import parse_grub
 from sparkbase.model.site import Site, load_site
 from sparkbase.model.types import GB10_FAST_CPUS
 from sparkbase.render import kernel_cmdline
@@ -22,6 +32,23 @@ def shipped() -> Site:
 def _gid(address: str) -> str:
     a, b, c, d = (int(x) for x in address.split("."))
     return f"0000:0000:0000:0000:0000:ffff:{a << 8 | b:04x}:{c << 8 | d:04x}"
+
+
+#: what update-grub writes with GRUB_DEFAULT pinned to the baseline's kernel (two kernels
+#: installed, the pinned one not the newest), as Ubuntu lays out grub.cfg
+GRUB_CFG = (REPO / "tests/fixtures/facts/grub-pinned.cfg.in").read_text()
+NEWER_KERNEL = "9.9.0-1001-nvidia"
+ADVANCED = "Advanced options for Ubuntu>Ubuntu, with Linux "
+
+
+def grub_boot(release: str, default: str | None = None, grubenv: str = "") -> GrubBoot:
+    """GRUB as a node pinned to `release` has it (or with another `default`, `grubenv`)."""
+    cfg = GRUB_CFG.format(
+        default=default if default is not None else f"{ADVANCED}{release}",
+        newest=NEWER_KERNEL,
+        release=release,
+    )
+    return parse_grub(cfg, grubenv)
 
 
 def converged(expected: Expected) -> NodeFacts:
@@ -109,6 +136,17 @@ def converged(expected: Expected) -> NodeFacts:
         gids=gids,
         governors=dict.fromkeys(range(20), "performance"),
         packages={pin.name: pin.version for pin in b.packages()},
+        grub=grub_boot(b.kernel.release),
+        fstab=(
+            FstabEntry("/dev/nvme0n1p2", "/", "ext4", "errors=remount-ro"),
+            *((FstabEntry(swap.path, "none", "swap", "sw"),) if swap else ()),
+        ),
+        dgx_release={"DGX_SWBUILD_VERSION": "26.09.1", "DGX_OTA_VERSION": "26.09.2"},
+        nvidia_modules={
+            f"{module}.{attr}": b.driver.version if attr == "version" else f"{module.upper()}01"
+            for module in ("nvidia", "nvidia_drm", "nvidia_modeset", "nvidia_uvm")
+            for attr in ("version", "srcversion")
+        },
     )
 
 
@@ -119,4 +157,4 @@ def converged_node(
     return expected, converged(expected)
 
 
-__all__ = ["converged", "converged_node", "replace", "shipped"]
+__all__ = ["converged", "converged_node", "grub_boot", "replace", "shipped"]

@@ -182,3 +182,54 @@ def test_kv_conf() -> None:
         "NCCL_IB_MERGE_NICS": "0",
         "NCCL_IB_GID_INDEX": "3",
     }
+
+
+#: grub.cfg as Ubuntu's grub-mkconfig writes it with GRUB_DEFAULT=saved
+UBUNTU_GRUB_CFG = fixture("grub-ubuntu.cfg")
+
+
+def test_grub_saved_default_is_read_from_grubenv() -> None:
+    from sparkbase.facts.parsers import parse_grub
+
+    saved = "gnulinux-advanced-9d1e>gnulinux-6.17.0-1008-nvidia-advanced-9d1e"
+    env = f"# GRUB Environment Block\nsaved_entry={saved}\n"
+    grub = parse_grub(UBUNTU_GRUB_CFG, env + "#" * 900)
+    assert grub.default_entry is not None and grub.default_entry.release == "6.17.0-1008-nvidia"
+    assert grub.oneshot is None
+    assert [e.release for e in grub.entries if not e.recovery] == [
+        "6.17.0-1032-nvidia", "6.17.0-1032-nvidia", "6.17.0-1008-nvidia", None
+    ]
+
+
+def test_grub_without_saved_entry_boots_entry_zero_and_oneshot_wins_once() -> None:
+    from sparkbase.facts.parsers import parse_grub
+
+    grub = parse_grub(UBUNTU_GRUB_CFG, "next_entry=1>2\n")
+    assert grub.default == "0" and grub.default_entry is not None
+    assert grub.default_entry.path == "Ubuntu" and grub.default_entry.release == "6.17.0-1032-nvidia"
+    assert grub.oneshot == "1>2"
+    assert grub.oneshot_entry is not None and grub.oneshot_entry.release == "6.17.0-1008-nvidia"
+    # a grub.cfg without the next_entry branch ignores grub-reboot, as GRUB does
+    plain = parse_grub('set default="0"\n' + UBUNTU_GRUB_CFG.split("function", 1)[1], "next_entry=1>2\n")
+    assert plain.oneshot is None
+
+
+def test_fstab_and_dgx_release() -> None:
+    from sparkbase.facts.parsers import parse_fstab, parse_os_release
+
+    fstab = parse_fstab("# c\n\nUUID=1 / ext4 errors=remount-ro 0 1\n/swapfile.64k none swap sw 0 0  # 64k\n")
+    assert [(e.spec, e.vfstype) for e in fstab] == [("UUID=1", "ext4"), ("/swapfile.64k", "swap")]
+    with pytest.raises(ValueError):
+        parse_fstab("/swapfile none\n")
+    release = parse_os_release(
+        'DGX_NAME="DGX Spark"\nDGX_SWBUILD_VERSION="26.09.1"\nDGX_OTA_VERSION="26.09.1"\n'
+        'DGX_OTA_DATE="Tue Oct 13 09:12:44 UTC 2026"\nDGX_OTA_VERSION="26.09.2"\n'
+    )
+    assert release["DGX_OTA_VERSION"] == "26.09.2" and release["DGX_NAME"] == "DGX Spark"
+
+
+def test_module_versions_from_sysfs() -> None:
+    from sparkbase.facts.parsers import parse_module_attrs
+
+    text = "/sys/module/nvidia/version:580.126.09\n/sys/module/nvidia/srcversion:A1B2C3\nnoise\n"
+    assert parse_module_attrs(text) == {"nvidia.version": "580.126.09", "nvidia.srcversion": "A1B2C3"}

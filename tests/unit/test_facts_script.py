@@ -10,7 +10,16 @@ import pytest
 
 from sparkbase.audit.expected import expected_for
 from sparkbase.facts.assemble import assemble
-from sparkbase.facts.script import build_script, new_marker, sections, split_sections
+from sparkbase.facts.script import (
+    Section,
+    build_script,
+    expand_files,
+    file_reads,
+    new_marker,
+    plan_for,
+    sections,
+    split_sections,
+)
 from sparkbase.model.site import Site, load_site
 
 REPO = Path(__file__).parents[2]
@@ -48,8 +57,8 @@ def test_plan_asks_dpkg_about_the_other_baselines_pins_too(site: Site) -> None:
 def test_every_section_command_is_quoted_words(site: Site) -> None:
     plan = expected_for(site, "spark1", "ds41f-7x-64k").plan()
     for name, command in sections(plan):
-        if name in {"governors", "modules"} or name.startswith("swaphdr"):
-            continue  # a constant glob / a pipeline of quoted commands
+        if name in {"files", "modules-sys"} or name.startswith("swaphdr"):
+            continue  # quoted paths plus constant globs / a test, or a pipeline of quoted commands
         words = shlex.split(command)
         assert shlex.join(words) == command, name
 
@@ -66,10 +75,14 @@ def test_script_runs_under_sh_and_splits_back(tmp_path: Path, site: Site) -> Non
     out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=False).stdout
     found = split_sections(out, marker)
     assert {name for name, _ in sections(plan)} == set(found.by_name)
-    cmdline = found.get("cmdline")
+    files = expand_files(found, file_reads(plan))
+    assert {name for name, _ in file_reads(plan)} <= set(files.by_name)
+    cmdline = files.get("cmdline")
     assert cmdline is not None and cmdline.status == 0
-    stamp = found.get("stamp")
+    assert cmdline.output == Path("/proc/cmdline").read_text()
+    stamp = files.get("stamp")
     assert stamp is not None and stamp.status != 0  # no stamp on this machine
+    assert "No such file" in stamp.output
 
 
 def test_forged_marker_in_file_content_is_not_a_section() -> None:
@@ -115,3 +128,45 @@ def test_a_cut_short_answer_records_what_is_missing(site: Site) -> None:
     facts = assemble("spark1", expected.plan(), split_sections(cut, CAPTURED_MARKER))
     assert facts.kernel_release == "6.17.0-1008-nvidia"
     assert facts.thp is None and "thp" in facts.errors
+
+
+def test_plain_files_are_read_by_one_process(site: Site) -> None:
+    plan = expected_for(site, "spark1", "ds41f-7x-64k").plan()
+    names = [name for name, _ in sections(plan)]
+    assert not any(command.startswith("cat ") for _, command in sections(plan))
+    assert "files" in names and "cmdline" not in names and "sysctl:vm.min_free_kbytes" not in names
+    words = dict(sections(plan))["files"].split()
+    assert words[:4] == ["grep", "-aH", "''", "--"]
+    assert {"/boot/grub/grub.cfg", "/boot/grub/grubenv", "/etc/fstab", "/etc/dgx-release"} <= set(words)
+
+
+def test_every_node_reports_the_free_memory_reserve(site: Site) -> None:
+    """Whatever its baseline sets, the fleet must agree on vm.min_free_kbytes."""
+    baseline = expected_for(site, "spark1").baseline
+    bare = baseline.model_copy(update={"memory": baseline.memory.model_copy(update={"sysctls": {}})})
+    assert plan_for(bare, [], "/etc/sparkbase/stamp.json").sysctls == ("vm.min_free_kbytes",)
+
+
+def test_expand_files_attributes_every_line_to_its_file() -> None:
+    marker = "@@m@@"
+    reads = [("fstab", ("/etc/fstab",)), ("stamp", ("/etc/stamp",)), ("empty", ("/etc/empty",)),
+             ("gov", ("/sys/cpu[0-9]*/gov",)), ("nv", ("/sys/module/nvidia*/version",))]
+    body = (
+        "/etc/fstab:/swapfile none swap sw 0 0\n"
+        f"/etc/fstab:{marker} END files 0\n"  # content that looks like a marker stays content
+        "/etc/fstab:/etc/stamp:forged\n"
+        "grep: /etc/stamp: No such file or directory\n"
+        "/sys/cpu3/gov:performance\n"
+        "grep: /sys/module/nvidia*/version: No such file or directory"
+    )
+    text = f"{marker} BEGIN files\n{body}\n{marker} END files 2\n"
+    found = expand_files(split_sections(text, marker), reads)
+    fstab = found.get("fstab")
+    assert fstab is not None and fstab.status == 0
+    assert fstab.output == f"/swapfile none swap sw 0 0\n{marker} END files 0\n/etc/stamp:forged\n"
+    stamp = found.get("stamp")
+    assert stamp is not None and stamp.status == 2 and "No such file" in stamp.output
+    assert found.get("empty") == Section("", 0)
+    assert found.get("gov") == Section("/sys/cpu3/gov:performance\n", 0)
+    nvidia = found.get("nv")
+    assert nvidia is not None and nvidia.status == 2

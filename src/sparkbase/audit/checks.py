@@ -19,6 +19,8 @@ LATCH_CLOCK_MHZ = 1000
 LATCH_FIX = "full AC disconnect (unplug power), then re-run"
 APPLY_FIX = "sparkbase apply --limit {node}"
 REBOOT_FIX = "sparkbase apply --limit {node} --allow-reboot"
+#: the kernel argument that pins NVMe APST off (`host.nvme.apst: disabled`)
+APST_ARG = "nvme_core.default_ps_max_latency_us=0"
 
 
 def _apply(expected: Expected, reboot: bool = False) -> str:
@@ -65,15 +67,46 @@ def kernel_cmdline_check(expected: Expected, facts: NodeFacts, _item: str | None
     want = " ".join(required) + (f" (never: {' '.join(forbidden)})" if forbidden else "")
     if missing or present:
         problems = [*(f"missing {arg}" for arg in missing), *(f"forbidden {arg}" for arg in present)]
-        return fail(
-            want, "; ".join(problems), f"rewrite the GRUB drop-in and reboot: {_apply(expected, True)}"
-        )
+        fix = f"rewrite the GRUB drop-in and reboot: {_apply(expected, True)}"
+        if APST_ARG in missing:
+            fix = (f"NVMe APST is not pinned off ({APST_ARG} missing; APST sleep costs about 3% "
+                   f"at 8 streams): {fix}")
+        return fail(want, "; ".join(problems), fix)
     return ok(want, " ".join(facts.cmdline))
 
 
 def _forbidden(arg: str, forbidden: list[str]) -> bool:
     """`arg` is forbidden by name (`splash`) or exactly (`kho=off`)."""
     return arg in forbidden or any("=" not in rule and arg.split("=")[0] == rule for rule in forbidden)
+
+
+@node_check(
+    "boot.grub_default", "kernel", "GRUB has an entry for the kernel and boots it next and by default"
+)
+def boot_grub_default(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
+    release = expected.baseline.kernel.release
+    want = f"an entry for {release}; the next and the normal boot take it"
+    grub = facts.grub
+    if grub is None:
+        return _unknown(facts, "grub-cfg", want)
+    reapply = f"rewrite the GRUB drop-in and run update-grub: {_apply(expected)}"
+    if not any(e.release == release and not e.recovery for e in grub.entries):
+        booted = sorted({e.release for e in grub.entries if e.release})
+        return fail(want, f"no GRUB entry for {release} (entries: {', '.join(booted) or 'none'})",
+                    f"install the kernel and run update-grub: {_apply(expected, True)}")
+    problems: list[str] = []
+    fixes: list[str] = []
+    if grub.oneshot is not None and (grub.oneshot_entry is None or grub.oneshot_entry.release != release):
+        boots = grub.oneshot_entry.release if grub.oneshot_entry else "no entry (GRUB falls back to entry 0)"
+        problems.append(f"one-shot next_entry {grub.oneshot!r} (grub-reboot) boots {boots} next")
+        fixes.append("grub-editenv /boot/grub/grubenv unset next_entry")
+    if grub.default_entry is None or grub.default_entry.release != release:
+        boots = grub.default_entry.release if grub.default_entry else "no such entry (GRUB falls back to 0)"
+        problems.append(f"default {grub.default!r} boots {boots}")
+        fixes.append(reapply)
+    if problems:
+        return fail(want, "; ".join(problems) + " (the next reboot changes kernel)", "; then ".join(fixes))
+    return ok(want, f"default {grub.default!r} boots {release}")
 
 
 # --- driver and GPU -----------------------------------------------------------------
@@ -301,6 +334,40 @@ def memory_swap(expected: Expected, facts: NodeFacts, _item: str | None) -> Outc
             want, "; ".join(problems), f"recreate it (mkswap -p {swap.header_page_size}): {_apply(expected)}"
         )
     return ok(want, f"{swap.path} active, {size} bytes, header {header}")
+
+
+@node_check("memory.swap.fstab", "memory", "the swap file is in /etc/fstab, so it comes back at boot")
+def memory_swap_fstab(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
+    swap = expected.baseline.memory.swap
+    if swap is None:
+        return skip("the baseline has no swap file")
+    want = f"{swap.path} none swap sw 0 0"
+    if facts.fstab is None:
+        return _unknown(facts, "fstab", want)
+    lines = [e for e in facts.fstab if e.spec == swap.path]
+    if not any(e.vfstype == "swap" for e in lines):
+        seen = "; ".join(f"{e.spec} {e.file} {e.vfstype} {e.options}" for e in lines) or "not listed"
+        return fail(want, seen + " (swap is lost at the next boot)", f"add the swap line: {_apply(expected)}")
+    return ok(want, f"{swap.path} listed as swap")
+
+
+@node_check(
+    "memory.swap.foreign_fstab",
+    "memory",
+    "no swap file of another baseline is in /etc/fstab (it would come back at boot)",
+    severity="warn",
+)
+def memory_swap_foreign_fstab(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
+    if not expected.foreign_swaps:
+        return skip("no other baseline has a swap file")
+    want = "none of " + ", ".join(expected.foreign_swaps)
+    if facts.fstab is None:
+        return _unknown(facts, "fstab", want)
+    found = [e.spec for e in facts.fstab if e.spec in expected.foreign_swaps and e.vfstype == "swap"]
+    if found:
+        return fail(want, [f"{path} (swap)" for path in found],
+                    f"retire it (swapoff, drop the fstab line, delete the file): {_apply(expected)}")
+    return ok(want, "none listed")
 
 
 # --- memory-saver -------------------------------------------------------------------
@@ -551,6 +618,32 @@ def stamp(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
     return ok(want, seen)
 
 
+# --- OS image (warn) ----------------------------------------------------------------
+
+
+def dgx_os_version(release: dict[str, str]) -> str | None:
+    """The DGX OS version a node runs: the last OTA update's, else the installed build's."""
+    return release.get("DGX_OTA_VERSION") or release.get("DGX_SWBUILD_VERSION") or None
+
+
+@node_check("os.release", "host", "the node runs the DGX OS release the baseline was qualified on",
+            severity="warn")
+def os_release(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
+    want = expected.baseline.os.release
+    wanted = want.split()[-1]  # "DGX OS 26.09" -> "26.09" (a release line: 26.09.x matches)
+    if facts.dgx_release is None:
+        return fail(want, f"unknown ({facts.errors.get('dgx-release', '/etc/dgx-release missing')})",
+                    "not a DGX OS image? check /etc/dgx-release by hand")
+    seen = dgx_os_version(facts.dgx_release)
+    if seen is None:
+        return fail(want, "no DGX_OTA_VERSION or DGX_SWBUILD_VERSION in /etc/dgx-release",
+                    "check /etc/dgx-release by hand")
+    if seen != wanted and not seen.startswith(wanted + "."):
+        return fail(want, f"DGX OS {seen}",
+                    f"update the OS image to {want} (DGX OS OTA; sparkbase does not change the OS)")
+    return ok(want, f"DGX OS {seen}")
+
+
 # --- packages (warn) ----------------------------------------------------------------
 
 
@@ -611,3 +704,28 @@ fleet_check(
     "fleet.secure_boot", "fleet", "every node has the same Secure Boot state", lambda f: f.secure_boot
 )
 fleet_check("fleet.governor", "fleet", "every node runs the same CPU governor", _governor)
+fleet_check(
+    "fleet.min_free_kbytes",
+    "fleet",
+    "every node keeps the same free-memory reserve (vm.min_free_kbytes)",
+    lambda f: f.sysctls.get("vm.min_free_kbytes"),
+)
+
+
+def _nvidia_modules(facts: NodeFacts) -> object:
+    """Loaded NVIDIA modules as `module version/srcversion` (the source they were built from)."""
+    names = sorted({key.split(".", 1)[0] for key in facts.nvidia_modules})
+    found = [
+        f"{name} {facts.nvidia_modules.get(name + '.version', '?')}/"
+        f"{facts.nvidia_modules.get(name + '.srcversion', '?')}"
+        for name in names
+    ]
+    return "; ".join(found) or None
+
+
+fleet_check(
+    "fleet.nvidia_modules",
+    "fleet",
+    "every node loads the same NVIDIA modules, same version, built from the same source",
+    _nvidia_modules,
+)

@@ -38,6 +38,8 @@ class Expected:
     stamp_path: str
     #: packages only the site's other baselines pin (installed, they are leftovers)
     foreign_packages: tuple[str, ...] = ()
+    #: swap files only the site's other baselines use (in /etc/fstab, they come back at boot)
+    foreign_swaps: tuple[str, ...] = ()
 
     def file(self, path: str) -> RenderedFile | None:
         """The rendered file at `path`, if the node must carry one."""
@@ -83,4 +85,20 @@ def expected_for(site: Site, node: str, baseline_name: str | None = None) -> Exp
         cables=cables,
         stamp_path=STAMP_PATH,
         foreign_packages=tuple(foreign_for(site, name).package_names()),
+        foreign_swaps=_foreign_swaps(site, baseline),
+    )
+
+
+def _foreign_swaps(site: Site, baseline: Baseline) -> tuple[str, ...]:
+    """Swap files the site's other baselines create and `baseline` does not (the same
+    rule the deploy retires them by, `deploy.steps._swap_steps`)."""
+    own = baseline.memory.swap.path if baseline.memory.swap is not None else None
+    return tuple(
+        sorted(
+            {
+                other.memory.swap.path
+                for other in site.baselines.values()
+                if other.memory.swap is not None and other.memory.swap.path != own
+            }
+        )
     )

@@ -6,8 +6,8 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from sparkbase.facts import parsers as p
-from sparkbase.facts.model import Gid, GpuFacts, NodeFacts
-from sparkbase.facts.script import FactPlan, Sections
+from sparkbase.facts.model import Gid, GpuFacts, GrubBoot, NodeFacts
+from sparkbase.facts.script import FactPlan, Sections, expand_files, file_reads
 
 T = TypeVar("T")
 
@@ -46,6 +46,7 @@ class _Reader:
 
 def assemble(node: str, plan: FactPlan, sections: Sections, elapsed: float = 0.0) -> NodeFacts:
     """Typed facts of `node` from the sections its fact script printed."""
+    sections = expand_files(sections, file_reads(plan))
     r = _Reader(sections)
     uname = r.parse("uname", p.parse_uname_rm)
     gpu_section = sections.get("nvidia-smi")
@@ -86,7 +87,7 @@ def assemble(node: str, plan: FactPlan, sections: Sections, elapsed: float = 0.0
         thp=r.parse("thp", p.parse_thp),
         sysctls={key: r.parse(f"sysctl:{key}", p.parse_single_line) for key in plan.sysctls},
         gpu=gpu,
-        modules=r.parse("modules", p.parse_proc_modules) or frozenset(),
+        modules=_modules(r, sections),
         module_params={
             f"{module}.{param}": r.parse(f"param:{module}.{param}", p.parse_single_line, quiet=True)
             for module, param in plan.module_params
@@ -109,6 +110,10 @@ def assemble(node: str, plan: FactPlan, sections: Sections, elapsed: float = 0.0
         gids=gids,
         governors=r.parse("governors", p.parse_governors, quiet=True) or {},
         packages=p.parse_dpkg_query(dpkg.output) if dpkg is not None else {},
+        grub=_grub(r, plan),
+        fstab=r.parse("fstab", p.parse_fstab) if not plan.core_only else None,
+        dgx_release=r.parse("dgx-release", p.parse_os_release, quiet=True) if not plan.core_only else None,
+        nvidia_modules=r.parse("nvidia-modules", p.parse_module_attrs, quiet=True) or {},
         errors=r.errors,
         elapsed_seconds=elapsed,
     )
@@ -119,3 +124,26 @@ def _hashes(sections: Sections, plan: FactPlan) -> dict[str, str | None]:
     section = sections.get("sha256")
     found = p.parse_sha256sum(section.output) if section is not None else {}
     return {path: found.get(path) for path in plan.hashed_paths}
+
+
+def _modules(r: _Reader, sections: Sections) -> frozenset[str]:
+    """Loaded modules from /proc/modules, else from `ls /sys/module` (`modules-sys`)."""
+    fallback = sections.get("modules-sys")
+    if fallback is not None and fallback.status == 0 and fallback.output.strip():
+        return r.parse("modules-sys", p.parse_proc_modules) or frozenset()
+    return r.parse("modules", p.parse_proc_modules) or frozenset()
+
+
+def _grub(r: _Reader, plan: FactPlan) -> GrubBoot | None:
+    """GRUB's boot choice; no grubenv is an empty environment, as GRUB reads it."""
+    if plan.core_only:
+        return None
+    cfg = r.text("grub-cfg")
+    if cfg is None:
+        return None
+    env = r.text("grubenv", quiet=True) or ""
+    try:
+        return p.parse_grub(cfg, env)
+    except ValueError as exc:
+        r.errors["grub-cfg"] = f"unreadable output: {exc}"
+        return None

@@ -102,6 +102,41 @@ class Gid:
 
 
 @dataclass(frozen=True)
+class GrubEntry:
+    """One bootable GRUB menu entry: its menu path and the kernel it boots."""
+
+    path: str  # titles from the top menu, `Submenu>Title`
+    release: str | None  # from its `linux /boot/vmlinuz-<release>` line
+    recovery: bool = False
+
+
+@dataclass(frozen=True)
+class GrubBoot:
+    """What GRUB will boot, from /boot/grub/grub.cfg and /boot/grub/grubenv as GRUB reads them.
+
+    `default` is the normal boot (`set default=...`, `${saved_entry}` read from grubenv,
+    as `GRUB_DEFAULT=saved` writes it); `oneshot` is a `grub-reboot` entry (`next_entry`)
+    the next boot alone takes, when grub.cfg honours it (Ubuntu's does).
+    """
+
+    entries: tuple[GrubEntry, ...]
+    default: str
+    default_entry: GrubEntry | None
+    oneshot: str | None = None
+    oneshot_entry: GrubEntry | None = None
+
+
+@dataclass(frozen=True)
+class FstabEntry:
+    """One /etc/fstab line: what, where, type, options."""
+
+    spec: str
+    file: str
+    vfstype: str
+    options: str
+
+
+@dataclass(frozen=True)
 class NodeFacts:
     """Everything the audit compares, for one node, from one round trip."""
 
@@ -134,6 +169,11 @@ class NodeFacts:
     gids: dict[str, Gid] = field(default_factory=dict)  # hca -> entry at the baseline's index
     governors: dict[int, str] = field(default_factory=dict)
     packages: dict[str, str] = field(default_factory=dict)  # installed name -> version
+    grub: GrubBoot | None = None
+    fstab: tuple[FstabEntry, ...] | None = None
+    dgx_release: dict[str, str] | None = None  # /etc/dgx-release KEY -> value (last wins)
+    #: "module.version" / "module.srcversion" -> value, for every loaded nvidia* module
+    nvidia_modules: dict[str, str] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)  # section -> what went wrong
     elapsed_seconds: float = 0.0
     round_trips: int = 1

@@ -8,8 +8,19 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass, field
 
-from sparkbase.facts.model import DkmsEntry, GpuFacts, Interface, ModuleInfo, SwapEntry, UnitState
+from sparkbase.facts.model import (
+    DkmsEntry,
+    FstabEntry,
+    GpuFacts,
+    GrubBoot,
+    GrubEntry,
+    Interface,
+    ModuleInfo,
+    SwapEntry,
+    UnitState,
+)
 
 #: `CPU part` of the GB10's Cortex-X925 (fast) cores
 FAST_CPU_PART = "0xd85"
@@ -310,3 +321,172 @@ def parse_kv_conf(text: str) -> dict[str, str]:
         if sep:
             values[key.strip()] = value.strip()
     return values
+
+
+# --- GRUB -----------------------------------------------------------------------------
+
+_GRUB_MENU = re.compile(r"""^\s*(?P<kind>menuentry|submenu)\s+(?P<q>['"])(?P<title>.*?)(?P=q)(?P<rest>.*)$""")
+_GRUB_ID = re.compile(r"""\$menuentry_id_option\s+(['"])(?P<id>.*?)\1""")
+_GRUB_LINUX = re.compile(r"^\s*linux\s+(?:\([^)]*\))?\S*/vmlinuz-(?P<release>\S+)")
+_GRUB_SET_DEFAULT = re.compile(r"""^\s*set\s+default=(?P<q>["']?)(?P<value>[^"']*)(?P=q)\s*$""")
+
+
+@dataclass
+class _MenuItem:
+    kind: str
+    title: str
+    ident: str | None
+    path: str
+    release: str | None = None
+    children: list[_MenuItem] = field(default_factory=list)
+
+
+def parse_grubenv(text: str) -> dict[str, str]:
+    """/boot/grub/grubenv (`key=value` lines, `#`-padded to 1024 bytes) → variables."""
+    values: dict[str, str] = {}
+    for line in text.splitlines():
+        if line.startswith("#") or "=" not in line:
+            continue
+        key, _, value = line.partition("=")
+        values[key] = value
+    return values
+
+
+def _grub_menu(text: str) -> tuple[list[_MenuItem], list[str]]:
+    """The menu tree of a grub.cfg and every `set default=` value, in file order."""
+    top: list[_MenuItem] = []
+    stack: list[_MenuItem | None] = []  # None: a block that is not a menu (function, if-less {)
+    defaults: list[str] = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        found = _GRUB_SET_DEFAULT.match(line)
+        if found is not None:
+            defaults.append(found["value"])
+            continue
+        menu = _GRUB_MENU.match(line)
+        if menu is not None and line.endswith("{"):
+            parent = next((item for item in reversed(stack) if item is not None), None)
+            ident = _GRUB_ID.search(menu["rest"])
+            path = f"{parent.path}>{menu['title']}" if parent else menu["title"]
+            item = _MenuItem(menu["kind"], menu["title"], ident["id"] if ident else None, path)
+            (parent.children if parent else top).append(item)
+            stack.append(item)
+            continue
+        linux = _GRUB_LINUX.match(line)
+        if linux is not None and stack and stack[-1] is not None and stack[-1].kind == "menuentry":
+            stack[-1].release = linux["release"]
+            continue
+        if line == "}":
+            if stack:
+                stack.pop()
+        elif line.endswith("{"):
+            stack.append(None)
+    return top, defaults
+
+
+def _resolve(menu: list[_MenuItem], name: str) -> _MenuItem | None:
+    """The entry GRUB's `default` names: `>`-separated parts, each an index, id or title."""
+    items = menu
+    found: _MenuItem | None = None
+    for part in (name.strip() or "0").split(">"):
+        if part.isdigit():
+            index = int(part)
+            found = items[index] if index < len(items) else None
+        else:
+            found = next((i for i in items if i.ident == part), None) or next(
+                (i for i in items if i.title == part), None
+            )
+        if found is None:
+            return None
+        items = found.children
+    if found is not None and found.kind == "submenu":
+        return None  # a submenu is not bootable
+    return found
+
+
+def _entry(item: _MenuItem | None) -> GrubEntry | None:
+    if item is None:
+        return None
+    return GrubEntry(item.path, item.release, "recovery mode" in item.title)
+
+
+def _walk(items: list[_MenuItem]) -> list[_MenuItem]:
+    out: list[_MenuItem] = []
+    for item in items:
+        if item.kind == "menuentry":
+            out.append(item)
+        out += _walk(item.children)
+    return out
+
+
+def _expand_grub_vars(value: str, env: dict[str, str]) -> str:
+    return re.sub(r"\$\{?(\w+)\}?", lambda m: env.get(m[1], ""), value)
+
+
+def parse_grub(cfg: str, grubenv: str) -> GrubBoot:
+    """What GRUB boots next and normally, from grub.cfg and grubenv (as GRUB reads them).
+
+    The normal default is the `set default=` that does not read `next_entry` (variables,
+    `${saved_entry}` above all, read from grubenv); the one-shot is grubenv's `next_entry`,
+    taken only when grub.cfg has the `set default="${next_entry}"` branch.
+    """
+    menu, defaults = _grub_menu(cfg)
+    env = parse_grubenv(grubenv)
+    honours_oneshot = any("next_entry" in value for value in defaults)
+    normal = [value for value in defaults if "next_entry" not in value]
+    default = _expand_grub_vars(normal[-1], env) if normal else "0"
+    oneshot = (env.get("next_entry") or None) if honours_oneshot else None
+    return GrubBoot(
+        entries=tuple(GrubEntry(i.path, i.release, "recovery mode" in i.title) for i in _walk(menu)),
+        default=default or "0",
+        default_entry=_entry(_resolve(menu, default)),
+        oneshot=oneshot,
+        oneshot_entry=_entry(_resolve(menu, oneshot)) if oneshot else None,
+    )
+
+
+# --- /etc files -----------------------------------------------------------------------
+
+
+def parse_fstab(text: str) -> tuple[FstabEntry, ...]:
+    """/etc/fstab → its entries (comments and blank lines skipped; fields by whitespace)."""
+    entries: list[FstabEntry] = []
+    for line in text.splitlines():
+        words = line.split("#", 1)[0].split()
+        if not words:
+            continue
+        if len(words) < 3:
+            raise ValueError(f"unreadable fstab line: {line!r}")
+        entries.append(FstabEntry(words[0], words[1], words[2], words[3] if len(words) > 3 else "defaults"))
+    return tuple(entries)
+
+
+def parse_os_release(text: str) -> dict[str, str]:
+    """/etc/dgx-release (os-release style `KEY="value"`) → KEY → value.
+
+    DGX OS appends `DGX_OTA_VERSION`/`DGX_OTA_DATE` lines at every over-the-air update,
+    so a later line wins.
+    """
+    import shlex
+
+    values: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, _, value = line.partition("=")
+        words = shlex.split(value) if value else [""]
+        values[key.strip()] = " ".join(words)
+    return values
+
+
+def parse_module_attrs(text: str) -> dict[str, str]:
+    """`grep -H . /sys/module/M/version /sys/module/M/srcversion…` → `M.version` → value."""
+    found: dict[str, str] = {}
+    for line in text.splitlines():
+        match = re.match(r"^/sys/module/([^/]+)/(version|srcversion):(.*)$", line)
+        if match:
+            found[f"{match[1]}.{match[2]}"] = match[3].strip()
+    return found

@@ -10,6 +10,7 @@ The marker carries a random nonce, so no file content can forge a section bounda
 
 from __future__ import annotations
 
+import fnmatch
 import re
 import secrets
 import shlex
@@ -25,6 +26,16 @@ THP_PATH = "/sys/kernel/mm/transparent_hugepage/enabled"
 GOVERNOR_GLOB = "/sys/devices/system/cpu/cpu[0-9]*/cpufreq/scaling_governor"
 DISPLAY_MANAGER = "display-manager.service"
 DPKG_FORMAT = "${Package}\t${Version}\t${db:Status-Abbrev}\n"
+GRUB_CFG = "/boot/grub/grub.cfg"
+GRUBENV = "/boot/grub/grubenv"
+FSTAB = "/etc/fstab"
+DGX_RELEASE = "/etc/dgx-release"
+#: version and source hash of every loaded NVIDIA module (`MODULE_VERSION` modules only)
+NVIDIA_MODULE_GLOBS = ("/sys/module/nvidia*/version", "/sys/module/nvidia*/srcversion")
+#: sysctls every node reports whatever its baseline sets (the fleet must agree on them)
+FLEET_SYSCTLS = ("vm.min_free_kbytes",)
+#: the one section that reads every plain file
+FILES_SECTION = "files"
 
 
 @dataclass(frozen=True)
@@ -63,7 +74,7 @@ def plan_for(baseline: Baseline, file_paths: Sequence[str], stamp_path: str,
     swap = baseline.memory.swap
     hashed = [baseline.nccl.library.path, *(path for path in file_paths if path != stamp_path)]
     return FactPlan(
-        sysctls=tuple(sorted(baseline.memory.sysctls)),
+        sysctls=tuple(sorted({*baseline.memory.sysctls, *FLEET_SYSCTLS})),
         units=tuple(dict.fromkeys(units)),
         slice_unit=baseline.cpuset.slice,
         hashed_paths=tuple(dict.fromkeys(hashed)),
@@ -102,14 +113,55 @@ def _header_bytes(path: str, end: int) -> str:
     )
 
 
+def file_reads(plan: FactPlan) -> list[tuple[str, tuple[str, ...]]]:
+    """(section name, paths) of every plain file the plan reads; a path with `*` or `[`
+    is a shell glob, and that section keeps grep's `FILE:line` form (several files)."""
+    if plan.core_only:
+        return []
+    out: list[tuple[str, tuple[str, ...]]] = [
+        ("cmdline", ("/proc/cmdline",)),
+        ("cpuinfo", ("/proc/cpuinfo",)),
+        ("thp", (THP_PATH,)),
+        ("modules", ("/proc/modules",)),
+        ("governors", (GOVERNOR_GLOB,)),
+        ("stamp", (plan.stamp_path,)),
+        ("nccl-conf", (plan.nccl_conf_path,)),
+        ("grub-cfg", (GRUB_CFG,)),
+        ("grubenv", (GRUBENV,)),
+        ("fstab", (FSTAB,)),
+        ("dgx-release", (DGX_RELEASE,)),
+        ("nvidia-modules", NVIDIA_MODULE_GLOBS),
+    ]
+    out += [(f"sysctl:{key}", (sysctl_path(key),)) for key in plan.sysctls]
+    out += [
+        (f"param:{module}.{param}", (f"/sys/module/{module}/parameters/{param}",))
+        for module, param in plan.module_params
+    ]
+    for hca in plan.hcas:
+        gid, gid_type = gid_paths(hca, plan.gid_index)
+        out += [(f"gid:{hca}", (gid,)), (f"gidtype:{hca}", (gid_type,))]
+    return out
+
+
+def _is_glob(path: str) -> bool:
+    return any(char in path for char in "*?[")
+
+
+def _files_command(reads: list[tuple[str, tuple[str, ...]]]) -> str:
+    """One grep over every file (globs left for the shell to expand)."""
+    words = [shlex.quote(path) if not _is_glob(path) else path for _, paths in reads for path in paths]
+    return _cmd("grep", "-aH", "", "--") + " " + " ".join(words)
+
+
 def sections(plan: FactPlan) -> list[tuple[str, str]]:
-    """(section name, command line) for every fact the plan asks for, in order."""
+    """(section name, command line) of every section the script prints, in order."""
     out: list[tuple[str, str]] = [
         ("uname", _cmd("uname", "-r", "-m")),
         ("pagesize", _cmd("getconf", "PAGESIZE")),
-        ("cmdline", _cmd("cat", "/proc/cmdline")),
-        ("cpuinfo", _cmd("cat", "/proc/cpuinfo")),
-        ("thp", _cmd("cat", THP_PATH)),
+    ]
+    if plan.core_only:
+        return out
+    out += [
         (
             "nvidia-smi",
             _cmd(
@@ -118,24 +170,17 @@ def sections(plan: FactPlan) -> list[tuple[str, str]]:
                 "--format=csv,noheader,nounits",
             ),
         ),
-        # /proc/modules, else /sys/module (kernels without /proc/modules; same first column)
-        ("modules", _cmd("cat", "/proc/modules") + " 2>/dev/null || " + _cmd("ls", "-1", "/sys/module")),
+        (FILES_SECTION, _files_command(file_reads(plan))),
+        # kernels without /proc/modules: the same first column from /sys/module (`[` is
+        # built into sh, so this costs no process when /proc/modules exists)
+        ("modules-sys", "[ -e /proc/modules ] || " + _cmd("ls", "-1", "/sys/module")),
         ("sb-state", _cmd("mokutil", "--sb-state")),
         ("default-target", _cmd("systemctl", "get-default")),
         ("ip-addr", _cmd("ip", "-j", "addr", "show")),
         ("rdma", _cmd("ls", "-1", RDMA_CLASS)),
-        ("governors", _cmd("grep", "-H", ".") + " " + GOVERNOR_GLOB),
-        ("stamp", _cmd("cat", plan.stamp_path)),
-        ("nccl-conf", _cmd("cat", plan.nccl_conf_path)),
     ]
-    if plan.core_only:
-        return out[:2]
     if plan.mok_keys:
         out.append(("mok-enrolled", _cmd("mokutil", "--list-enrolled")))
-    for key in plan.sysctls:
-        out.append((f"sysctl:{key}", _cmd("cat", sysctl_path(key))))
-    for module, param in plan.module_params:
-        out.append((f"param:{module}.{param}", _cmd("cat", f"/sys/module/{module}/parameters/{param}")))
     units = [*plan.units, *([plan.slice_unit] if plan.slice_unit else [])]
     if units:
         out.append(
@@ -156,10 +201,6 @@ def sections(plan: FactPlan) -> list[tuple[str, str]]:
         )
     if plan.hashed_paths:
         out.append(("sha256", _cmd("sha256sum", "--", *plan.hashed_paths)))
-    for hca in plan.hcas:
-        gid, gid_type = gid_paths(hca, plan.gid_index)
-        out.append((f"gid:{hca}", _cmd("cat", gid)))
-        out.append((f"gidtype:{hca}", _cmd("cat", gid_type)))
     if plan.memory_saver_module:
         out.append(("dkms", _cmd("dkms", "status")))
         out.append(("modinfo", _cmd("modinfo", plan.memory_saver_module)))
@@ -223,3 +264,55 @@ def split_sections(text: str, marker: str) -> Sections:
     for match in pattern.finditer(text):
         found.by_name[match["name"]] = Section(output=match["body"], status=int(match["rc"]))
     return found
+
+
+_GREP_ERROR = re.compile(r"^grep: (?P<path>.+?): (?P<reason>[^:]+)$")
+
+
+def expand_files(found: Sections, reads: list[tuple[str, tuple[str, ...]]]) -> Sections:
+    """Split the `files` section into one section per file read (pure).
+
+    A file's section holds its lines (status 0), or grep's message about it (status 2:
+    missing, unreadable). A glob section holds the `FILE:line` lines of every file the
+    glob matched. Sections already present (an answer from an older script, one `cat`
+    per file) are kept as they are.
+    """
+    section = found.get(FILES_SECTION)
+    if section is None:
+        return found
+    exact = {path: name for name, paths in reads for path in paths if not _is_glob(path)}
+    globs = [(pattern, name) for name, paths in reads for pattern in paths if _is_glob(pattern)]
+    colon_paths = sorted((path for path in exact if ":" in path), key=len, reverse=True)
+    lines: dict[str, list[str]] = {name: [] for name, _ in reads}
+    errors: dict[str, list[str]] = {}
+    for line in section.output.splitlines():
+        error = _GREP_ERROR.match(line)
+        if error is not None:
+            path = error["path"]
+            name = exact.get(path) or next((n for pattern, n in globs if pattern == path), None)
+            if name is not None:
+                errors.setdefault(name, []).append(line)
+            continue
+        # a path with a colon in it is matched whole, before the first colon is tried
+        path = next((p for p in colon_paths if line.startswith(p + ":")), None)
+        if path is None:
+            path = line.partition(":")[0]
+        if path in exact:
+            lines[exact[path]].append(line[len(path) + 1 :])
+            continue
+        name = next((n for pattern, n in globs if fnmatch.fnmatchcase(path, pattern)), None)
+        if name is not None:
+            lines[name].append(line)
+    expanded = Sections(dict(found.by_name))
+    for name, _paths in reads:
+        if name in found.by_name:
+            continue
+        if lines[name]:
+            expanded.by_name[name] = Section("\n".join(lines[name]) + "\n", 0)
+        elif name in errors:
+            expanded.by_name[name] = Section("\n".join(errors[name]), 2)
+        elif section.status in {0, 1, 2}:
+            expanded.by_name[name] = Section("", 0)  # an empty file
+        else:
+            expanded.by_name[name] = Section(section.output[-200:], section.status)
+    return expanded

@@ -64,12 +64,17 @@ HOME_URL="https://www.ubuntu.com/"
 UBUNTU_CODENAME=noble
 """
 
+#: /etc/dgx-release as DGX OS writes it: the image's build, then one DGX_OTA_* pair per
+#: over-the-air update (appended; the last is what runs)
 DGX_RELEASE = """\
 DGX_NAME="DGX Spark"
 DGX_PRETTY_NAME="NVIDIA DGX Spark"
-DGX_SWBUILD_VERSION="7.2.3"
-DGX_OTA_VERSION="7.2.3"
-DGX_PLATFORM="DGX Server for KVM"
+DGX_SWBUILD_DATE="2026-09-14-17-02-11"
+DGX_SWBUILD_VERSION="26.09.1"
+DGX_COMMIT_ID="4f1c2e9"
+DGX_PLATFORM="DGX Spark"
+DGX_OTA_VERSION="26.09.2"
+DGX_OTA_DATE="Tue Oct 13 09:12:44 UTC 2026"
 """
 
 SSHD_CONFIG = """\

@@ -213,7 +213,21 @@ def compute_modules(release: str, fw: dict[str, Any]) -> tuple[list[str], dict[s
     return loaded, params
 
 
-def write_modules(loaded: list[str], params: dict[str, dict[str, str]]) -> None:
+def module_version(module: str, release: str) -> tuple[str, str] | None:
+    """(version, srcversion) of a loaded module whose file carries a `version=` line (a
+    real module with MODULE_VERSION); the nvidia family shares nvidia.ko's stand-in.
+    srcversion is 23 upper-case hex digits, as modpost writes it, derived from the file."""
+    import hashlib
+    family = "nvidia" if module.startswith("nvidia") else module
+    path = find_module(family, release)
+    version = parse_ko(path).get("version") if path is not None else None
+    if path is None or not version:
+        return None
+    digest = hashlib.sha256(f"{module}\n{read_text(path)}".encode()).hexdigest().upper()
+    return version, digest[:23]
+
+
+def write_modules(loaded: list[str], params: dict[str, dict[str, str]], release: str | None = None) -> None:
     import shutil
     sizes = {"nvidia": 14274560, "nvidia_uvm": 2056192, "nvidia_modeset": 1511424,
              "nvidia_drm": 126976, "mlx5_core": 2588672, "mlx5_ib": 520192}
@@ -228,6 +242,10 @@ def write_modules(loaded: list[str], params: dict[str, dict[str, str]]) -> None:
     for module in loaded:
         (sys_module / module / "parameters").mkdir(parents=True, exist_ok=True)
         write_text(sys_module / module / "initstate", "live\n")
+        versions = module_version(module, release) if release else None
+        if versions is not None:
+            write_text(sys_module / module / "version", versions[0] + "\n")
+            write_text(sys_module / module / "srcversion", versions[1] + "\n")
         for key, value in params.get(module, {}).items():
             write_text(sys_module / module / "parameters" / key, value + "\n")
 
@@ -344,7 +362,7 @@ def do_boot() -> int:
     })
     write_text(RUN / "proc/cmdline", cmdline + "\n")
     write_text(RUN / "proc/cpuinfo", B.cpuinfo_text())
-    write_modules(loaded, params)
+    write_modules(loaded, params, choice.release)
     write_sysfs_static(node)
     write_text(Path("/sys/kernel/mm/transparent_hugepage/enabled"), B.thp_text(thp))
     write_text(Path("/sys/kernel/mm/transparent_hugepage/defrag"),
@@ -622,7 +640,7 @@ def cmd_modprobe(argv: list[str]) -> int:
     st["modules"] = loaded
     st["params"] = params
     write_json(STATE, st)
-    write_modules(loaded, params)
+    write_modules(loaded, params, release)
     return 0
 
 
