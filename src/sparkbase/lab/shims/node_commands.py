@@ -46,37 +46,47 @@ try:
         ARCH,
         Fail,
         _key_record,
+        active_units,
         cmd_getconf,
         cmd_mokutil,
         cmd_nvidia_smi,
         cmd_uname,
+        default_net,
         default_target,
         faults,
         firmware,
         node_info,
         read_json,
         read_text,
+        show,
         state,
+        unit_file_state,
         write_json,
     )
+    from sparkbase.lab.shims.node_query import links as _links
 except ImportError:  # inside a node: the copy next to this file
     from node_query import (  # type: ignore[import-not-found,no-redef,unused-ignore]
         ARCH,
         Fail,
         _key_record,
+        active_units,
         cmd_getconf,
         cmd_mokutil,
         cmd_nvidia_smi,
         cmd_uname,
+        default_net,
         default_target,
         faults,
         firmware,
         node_info,
         read_json,
         read_text,
+        show,
         state,
+        unit_file_state,
         write_json,
     )
+    from node_query import links as _links  # type: ignore[import-not-found,no-redef,unused-ignore]
 
 
 def _glob(pattern: str) -> list[str]:
@@ -283,12 +293,6 @@ def write_governor() -> None:
         write_text(base / "scaling_max_freq", "3900000\n" if cpu in B.FAST_CPUS else "2808000\n")
 
 
-def default_net() -> dict[str, Any]:
-    node = node_info().get("name", "spark")
-    out: dict[str, Any] = {}
-    for netdev in [*B.FABRIC.values(), B.MGMT_NETDEV]:
-        out[netdev] = {"mtu": 1500, "up": True, "addresses": [], "mac": B.mac_address(node, netdev)}
-    return out
 
 
 def write_fabric_sysfs() -> None:
@@ -837,26 +841,14 @@ def _install_section(path: Path) -> dict[str, list[str]]:
 
 
 def _is_enabled(unit: str) -> str:
-    etc = SYSTEMD_ETC / unit
-    if etc.is_symlink() and os.readlink(etc) == "/dev/null":
-        return "masked"
-    path = _unit_path(unit)
-    if path is None:
+    value = unit_file_state(unit)
+    if value is None:
         raise Fail(f"Failed to get unit file state for {unit}: No such file or directory", 1)
-    if _glob(str(SYSTEMD_ETC / f"*.wants/{unit}")):
-        return "enabled"
-    real = os.path.realpath(path)
-    for alias_link in SYSTEMD_ETC.glob("*.service"):
-        if alias_link.is_symlink() and os.path.realpath(alias_link) == real and alias_link.name != unit:
-            return "enabled"
-    if etc.is_symlink() and os.path.realpath(etc) != str(etc) and etc.name != os.path.basename(real):
-        return "alias"
-    install = _install_section(Path(real))
-    return "disabled" if install else "static"
+    return value
 
 
 def _active() -> set[str]:
-    return {line.strip() for line in read_text(ACTIVE).splitlines() if line.strip()}
+    return active_units()
 
 
 def _set_active(units: set[str]) -> None:
@@ -998,26 +990,7 @@ def cmd_systemctl(argv: list[str]) -> int:
 
 
 def _show(unit: str, prop: str) -> str:
-    if prop == "ActiveState":
-        return "active" if _resolve_alias(unit) in _active() or unit in _active() else "inactive"
-    if prop == "UnitFileState":
-        try:
-            return _is_enabled(unit)
-        except Fail:
-            return ""
-    if prop == "Id":
-        return unit
-    value = ""
-    path = _unit_path(unit)
-    files = [Path(os.path.realpath(path))] if path is not None else []
-    for base in (SYSTEMD_LIB, SYSTEMD_ETC, Path("/run/systemd/system")):
-        files += sorted(Path(base, f"{unit}.d").glob("*.conf"))
-    for f in files:
-        for raw in read_text(f).splitlines():
-            key, sep, val = raw.strip().partition("=")
-            if sep and key.strip() == prop:
-                value = val.strip()
-    return value
+    return show(unit, prop)
 
 
 # --- GRUB and reboot --------------------------------------------------------------------
@@ -1159,43 +1132,6 @@ def cmd_netplan(argv: list[str]) -> int:
                              default_flow_style=False).rstrip())
         return 0
     raise Fail(f"netplan: {verb} is not emulated by the sparkbase lab", 1)
-
-
-def _links() -> list[dict[str, Any]]:
-    net: dict[str, Any] = read_json(NET, {}) or default_net()
-    flt = faults()
-    down = set(flt.get("link-down", []))
-    out: list[dict[str, Any]] = [{
-        "ifindex": 1, "ifname": "lo", "flags": ["LOOPBACK", "UP", "LOWER_UP"], "mtu": 65536,
-        "qdisc": "noqueue", "operstate": "UNKNOWN", "group": "default", "txqlen": 1000,
-        "link_type": "loopback", "address": "00:00:00:00:00:00", "broadcast": "00:00:00:00:00:00",
-        "addr_info": [{"family": "inet", "local": "127.0.0.1", "prefixlen": 8, "scope": "host",
-                       "label": "lo", "valid_life_time": 4294967295,
-                       "preferred_life_time": 4294967295}],
-    }]
-    hca_of = {v: k for k, v in B.FABRIC.items()}
-    for index, (name, dev) in enumerate(sorted(net.items(), key=lambda kv: kv[0] != B.MGMT_NETDEV), 2):
-        admin_up = dev.get("up", True)
-        carrier = admin_up and name not in down and hca_of.get(name) not in down
-        flags = ["BROADCAST", "MULTICAST"]
-        if admin_up:
-            flags.append("UP")
-        if carrier:
-            flags.append("LOWER_UP")
-        addr_info = []
-        for cidr in dev.get("addresses", []) if admin_up else []:
-            ip, _, prefix = cidr.partition("/")
-            family = "inet6" if ":" in ip else "inet"
-            addr_info.append({"family": family, "local": ip, "prefixlen": int(prefix or 32),
-                              "scope": "global", "label": name, "valid_life_time": 4294967295,
-                              "preferred_life_time": 4294967295})
-        out.append({
-            "ifindex": index, "ifname": name, "flags": flags, "mtu": dev.get("mtu", 1500),
-            "qdisc": "mq", "operstate": "UP" if carrier else "DOWN", "group": "default",
-            "txqlen": 1000, "link_type": "ether", "address": dev.get("mac", ""),
-            "broadcast": "ff:ff:ff:ff:ff:ff", "addr_info": addr_info,
-        })
-    return out
 
 
 def cmd_ip(argv: list[str]) -> int:

@@ -335,6 +335,201 @@ def cmd_mokutil(argv: list[str]) -> int:
     raise Fail(f"mokutil: {op} is not emulated by the sparkbase lab", 2)
 
 
+# --- ip (addr/link show, read-only) -----------------------------------------------------
+
+NET = f"{RUN}/net.json"
+#: the ConnectX-7 RDMA devices and their netdevs, and the management NIC (the same values
+#: as `sparkbase.lab.boot.FABRIC` / `MGMT_NETDEV`, which this module must not import)
+FABRIC = {
+    "rocep1s0f0": "enp1s0f0np0",
+    "rocep1s0f1": "enp1s0f1np1",
+    "roceP2p1s0f0": "enP2p1s0f0np0",
+    "roceP2p1s0f1": "enP2p1s0f1np1",
+}
+MGMT_NETDEV = "enP7s7"
+FOREVER = 4294967295
+
+
+def mac_address(node: str, netdev: str) -> str:
+    """A stable, locally administered MAC for a node's netdev (as `boot.mac_address`)."""
+    from hashlib import sha256
+
+    digest = sha256(f"{node}/{netdev}".encode()).digest()
+    return "4c:bb:47:" + ":".join(f"{b:02x}" for b in digest[:3])
+
+
+def default_net() -> dict[str, Any]:
+    """Every emulated netdev as it is before any netplan: up, MTU 1500, no address."""
+    node = node_info().get("name", "spark")
+    return {
+        netdev: {"mtu": 1500, "up": True, "addresses": [], "mac": mac_address(node, netdev)}
+        for netdev in [*FABRIC.values(), MGMT_NETDEV]
+    }
+
+
+def links() -> list[dict[str, Any]]:
+    """Every netdev (and `lo`) as iproute2's `ip -j addr show` describes it."""
+    net: dict[str, Any] = read_json(NET, {}) or default_net()
+    down = set(faults().get("link-down", []))
+    out: list[dict[str, Any]] = [{
+        "ifindex": 1, "ifname": "lo", "flags": ["LOOPBACK", "UP", "LOWER_UP"], "mtu": 65536,
+        "qdisc": "noqueue", "operstate": "UNKNOWN", "group": "default", "txqlen": 1000,
+        "link_type": "loopback", "address": "00:00:00:00:00:00", "broadcast": "00:00:00:00:00:00",
+        "addr_info": [{"family": "inet", "local": "127.0.0.1", "prefixlen": 8, "scope": "host",
+                       "label": "lo", "valid_life_time": FOREVER, "preferred_life_time": FOREVER}],
+    }]
+    hca_of = {v: k for k, v in FABRIC.items()}
+    for index, (name, dev) in enumerate(sorted(net.items(), key=lambda kv: kv[0] != MGMT_NETDEV), 2):
+        admin_up = dev.get("up", True)
+        carrier = admin_up and name not in down and hca_of.get(name) not in down
+        flags = ["BROADCAST", "MULTICAST"]
+        if admin_up:
+            flags.append("UP")
+        if carrier:
+            flags.append("LOWER_UP")
+        addr_info = []
+        for cidr in dev.get("addresses", []) if admin_up else []:
+            ip, _, prefix = cidr.partition("/")
+            family = "inet6" if ":" in ip else "inet"
+            addr_info.append({"family": family, "local": ip, "prefixlen": int(prefix or 32),
+                              "scope": "global", "label": name, "valid_life_time": FOREVER,
+                              "preferred_life_time": FOREVER})
+        out.append({
+            "ifindex": index, "ifname": name, "flags": flags, "mtu": dev.get("mtu", 1500),
+            "qdisc": "mq", "operstate": "UP" if carrier else "DOWN", "group": "default",
+            "txqlen": 1000, "link_type": "ether", "address": dev.get("mac", ""),
+            "broadcast": "ff:ff:ff:ff:ff:ff", "addr_info": addr_info,
+        })
+    return out
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON (`json.dumps` output, separators `, ` and `: `) of str/int/bool/None/
+    list/dict values, without importing `json` (and `re` with it)."""
+    if isinstance(value, str):
+        from _json import encode_basestring_ascii
+
+        return str(encode_basestring_ascii(value))
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{dumps(str(k))}: {dumps(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(dumps(v) for v in value) + "]"
+    raise TypeError(f"not JSON: {type(value).__name__}")
+
+
+def cmd_ip(argv: list[str]) -> int:
+    """`ip -j addr show` here (what the audit asks); every other form in `node_commands`."""
+    if argv in (["-j", "addr", "show"], ["-j", "addr"], ["-json", "addr", "show"]):
+        print(dumps(links()))
+        return 0
+    status: int = _full().cmd_ip(argv)
+    return status
+
+
+def _full() -> ModuleType:
+    """`node_commands`, for the forms this module hands over."""
+    try:
+        from sparkbase.lab.shims import node_commands
+    except ImportError:  # inside a node: the copy next to this file
+        import node_commands  # type: ignore[import-not-found,no-redef,unused-ignore]
+    return node_commands
+
+
+# --- systemd (read-only) -----------------------------------------------------------------
+
+SYSTEMD_LIB = "/lib/systemd/system"
+ACTIVE = f"{RUN}/active"
+
+
+def unit_path(unit: str) -> str | None:
+    """Where a unit file (or its link) is: /etc/systemd/system first, then /lib."""
+    for base in (SYSTEMD_ETC, SYSTEMD_LIB):
+        path = f"{base}/{unit}"
+        if os.path.lexists(path):
+            return path
+    return None
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return [name for name in os.listdir(path) if not name.startswith(".")]
+    except OSError:
+        return []
+
+
+def install_section(path: str) -> dict[str, list[str]]:
+    """The `[Install]` keys of a unit file (WantedBy, RequiredBy, Alias...)."""
+    out: dict[str, list[str]] = {}
+    section = ""
+    for raw in read_text(path).splitlines():
+        line = raw.strip()
+        if line.startswith("["):
+            section = line
+            continue
+        if section == "[Install]" and "=" in line:
+            key, _, value = line.partition("=")
+            out.setdefault(key.strip(), []).extend(value.split())
+    return out
+
+
+def unit_file_state(unit: str) -> str | None:
+    """`systemctl is-enabled` as systemd decides it from the links; None: no such unit."""
+    etc = f"{SYSTEMD_ETC}/{unit}"
+    if os.path.islink(etc) and os.readlink(etc) == "/dev/null":
+        return "masked"
+    path = unit_path(unit)
+    if path is None:
+        return None
+    names = _listdir(SYSTEMD_ETC)
+    if any(name.endswith(".wants") and os.path.lexists(f"{SYSTEMD_ETC}/{name}/{unit}") for name in names):
+        return "enabled"
+    real = os.path.realpath(path)
+    for name in names:
+        link = f"{SYSTEMD_ETC}/{name}"
+        if name.endswith(".service") and name != unit and os.path.islink(link) \
+                and os.path.realpath(link) == real:
+            return "enabled"
+    if os.path.islink(etc) and os.path.realpath(etc) != etc and unit != os.path.basename(real):
+        return "alias"
+    return "disabled" if install_section(real) else "static"
+
+
+def active_units() -> set[str]:
+    """Units running now (recomputed at every boot and start/stop)."""
+    return {line.strip() for line in read_text(ACTIVE).splitlines() if line.strip()}
+
+
+def show(unit: str, prop: str) -> str:
+    """One property as `systemctl show -p PROP UNIT` prints its value."""
+    if prop == "ActiveState":
+        path = unit_path(unit)
+        real = os.path.basename(os.path.realpath(path)) if path is not None else unit
+        active = active_units()
+        return "active" if real in active or unit in active else "inactive"
+    if prop == "UnitFileState":
+        return unit_file_state(unit) or ""
+    if prop == "Id":
+        return unit
+    value = ""
+    path = unit_path(unit)
+    files = [os.path.realpath(path)] if path is not None else []
+    for base in (SYSTEMD_LIB, SYSTEMD_ETC, "/run/systemd/system"):
+        directory = f"{base}/{unit}.d"
+        files += sorted(f"{directory}/{n}" for n in _listdir(directory) if n.endswith(".conf"))
+    for name in files:
+        for raw in read_text(name).splitlines():
+            key, sep, val = raw.strip().partition("=")
+            if sep and key.strip() == prop:
+                value = val.strip()
+    return value
+
+
 def default_target() -> str:
     """The default systemd target: where /etc/systemd/system/default.target points."""
     link = f"{SYSTEMD_ETC}/default.target"
@@ -348,17 +543,29 @@ def cmd_systemctl(argv: list[str]) -> int:
     if argv == ["get-default"]:
         print(default_target())
         return 0
-    try:
-        from sparkbase.lab.shims import node_commands
-    except ImportError:  # inside a node: the copy next to this file
-        import node_commands  # type: ignore[import-not-found,no-redef,unused-ignore]
-    status: int = node_commands.cmd_systemctl(argv)
+    if argv and argv[0] == "show" and all(not a.startswith("-") or a in ("-p", "--property") for a in argv):
+        # `systemctl show -p P [-p P…] UNIT…` (the audit's form): one block per unit
+        props: list[str] = []
+        units: list[str] = []
+        words = iter(argv[1:])
+        for word in words:
+            if word in ("-p", "--property"):
+                props += next(words, "").split(",")
+            else:
+                units.append(word if "." in word else word + ".service")
+        for index, unit in enumerate(units):
+            if index:
+                print()
+            for prop in props or ["ActiveState", "UnitFileState"]:
+                print(f"{prop}={show(unit, prop)}")
+        return 0
+    status: int = _full().cmd_systemctl(argv)
     return status
 
 
 COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "uname": cmd_uname, "getconf": cmd_getconf, "nvidia-smi": cmd_nvidia_smi, "mokutil": cmd_mokutil,
-    "systemctl": cmd_systemctl,
+    "systemctl": cmd_systemctl, "ip": cmd_ip,
 }
 
 
