@@ -55,6 +55,7 @@ try:
         default_target,
         faults,
         firmware,
+        install_section,
         node_info,
         read_json,
         read_text,
@@ -78,6 +79,7 @@ except ImportError:  # inside a node: the copy next to this file
         default_target,
         faults,
         firmware,
+        install_section,
         node_info,
         read_json,
         read_text,
@@ -827,17 +829,7 @@ def _unit_name(unit: str) -> str:
 
 
 def _install_section(path: Path) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    section = ""
-    for raw in read_text(path).splitlines():
-        line = raw.strip()
-        if line.startswith("["):
-            section = line
-            continue
-        if section == "[Install]" and "=" in line:
-            key, _, value = line.partition("=")
-            out.setdefault(key.strip(), []).extend(value.split())
-    return out
+    return install_section(str(path))
 
 
 def _is_enabled(unit: str) -> str:
