@@ -55,7 +55,7 @@ class Expected:
 
 def expected_for(site: Site, node: str, baseline_name: str | None = None) -> Expected:
     """Expectations of `node`: its inventory baseline, or `baseline_name` (a lane's) instead."""
-    from sparkbase.deploy.foreign import foreign_for
+    from sparkbase.deploy.foreign import foreign_for, foreign_swap_files
     from sparkbase.render import (
         STAMP_PATH,
         RenderedFile,
@@ -85,20 +85,6 @@ def expected_for(site: Site, node: str, baseline_name: str | None = None) -> Exp
         cables=cables,
         stamp_path=STAMP_PATH,
         foreign_packages=tuple(foreign_for(site, name).package_names()),
-        foreign_swaps=_foreign_swaps(site, baseline),
+        foreign_swaps=foreign_swap_files(site, baseline),
     )
 
-
-def _foreign_swaps(site: Site, baseline: Baseline) -> tuple[str, ...]:
-    """Swap files the site's other baselines create and `baseline` does not (the same
-    rule the deploy retires them by, `deploy.steps._swap_steps`)."""
-    own = baseline.memory.swap.path if baseline.memory.swap is not None else None
-    return tuple(
-        sorted(
-            {
-                other.memory.swap.path
-                for other in site.baselines.values()
-                if other.memory.swap is not None and other.memory.swap.path != own
-            }
-        )
-    )

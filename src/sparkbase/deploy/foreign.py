@@ -68,6 +68,20 @@ class Foreign:
         return [pin.name for pin in self.pins]
 
 
+def foreign_swap_files(site: Site, baseline: Baseline) -> tuple[str, ...]:
+    """Swap files the site's other baselines create and `baseline` does not, sorted."""
+    own = baseline.memory.swap.path if baseline.memory.swap is not None else None
+    return tuple(
+        sorted(
+            {
+                other.memory.swap.path
+                for other in site.baselines.values()
+                if other.memory.swap is not None and other.memory.swap.path != own
+            }
+        )
+    )
+
+
 def _needs_saver(baseline: Baseline) -> bool:
     saver = baseline.memory.memory_saver
     return saver is not None and saver.required

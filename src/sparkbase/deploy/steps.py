@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sparkbase.deploy.foreign import Foreign, foreign_for
+from sparkbase.deploy.foreign import Foreign, foreign_for, foreign_swap_files
 from sparkbase.render import (
     GRUB_DROPIN_PATH,
     NETPLAN_PATH,
@@ -273,17 +273,9 @@ def _activation_steps(baseline: Baseline) -> list[Step]:
 
 def _swap_steps(site: Site, baseline: Baseline) -> list[Step]:
     swap = baseline.memory.swap
-    wanted = swap.path if swap is not None else None
-    others = sorted(
-        {
-            other.memory.swap.path
-            for other in site.baselines.values()
-            if other.memory.swap is not None and other.memory.swap.path != wanted
-        }
-    )
     steps = [
         Step("swap-retire", f"retire: swap file {path} (another baseline's)", {"path": path})
-        for path in others
+        for path in foreign_swap_files(site, baseline)
     ]
     if swap is None:
         return steps
