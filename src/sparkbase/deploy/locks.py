@@ -20,6 +20,7 @@ import os
 import posixpath
 import shlex
 import socket
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -84,8 +85,7 @@ def local_locks(directory: Path, nodes: list[str], owner: Owner) -> Iterator[Non
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                handle.seek(0)
-                raise LockHeld(node, "local", _parse_owner(handle.read())) from None
+                raise LockHeld(node, "local", _holder(handle)) from None
             finally:
                 held.append(handle)
             handle.seek(0)
@@ -96,6 +96,18 @@ def local_locks(directory: Path, nodes: list[str], owner: Owner) -> Iterator[Non
     finally:
         for handle in held:
             handle.close()
+
+
+def _holder(handle: IO[str], wait: float = 1.0) -> dict[str, Any]:
+    """The owner record of a held lock file. The holder writes it just after taking the
+    lock, so give it a moment rather than report an unknown owner."""
+    deadline = time.monotonic() + wait
+    while True:
+        handle.seek(0)
+        owner = _parse_owner(handle.read())
+        if owner or time.monotonic() >= deadline:
+            return owner
+        time.sleep(0.02)
 
 
 def _parse_owner(text: str) -> dict[str, Any]:
