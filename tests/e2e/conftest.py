@@ -19,7 +19,7 @@ import pytest
 from sparkbase.lab.fleet import Lab
 
 REPO = Path(__file__).resolve().parents[2]
-LAB_PORT_BASE = int(os.environ.get("SPARKBASE_TEST_LAB_PORT_BASE", "2301"))
+LAB_PORT_BASE = int(os.environ.get("SPARKBASE_TEST_LAB_PORT_BASE", "2301")) + int(os.environ.get("SPARKBASE_TEST_PORT_OFFSET", "0"))
 
 
 def _require_root() -> None:

@@ -18,7 +18,7 @@ from sparkbase.lab.fleet import Lab
 
 pytestmark = pytest.mark.end_to_end
 
-PORT_BASE = int(os.environ.get("SPARKBASE_TEST_AUDIT_PORT_BASE", "2351"))
+PORT_BASE = int(os.environ.get("SPARKBASE_TEST_AUDIT_PORT_BASE", "2351")) + int(os.environ.get("SPARKBASE_TEST_PORT_OFFSET", "0"))
 
 
 @pytest.fixture(scope="module")

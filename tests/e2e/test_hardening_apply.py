@@ -29,7 +29,7 @@ from sparkbase.render import render_node
 
 pytestmark = pytest.mark.end_to_end
 
-PORT_BASE = int(os.environ.get("SPARKBASE_TEST_HARDENING_APPLY_PORT_BASE", "2801"))
+PORT_BASE = int(os.environ.get("SPARKBASE_TEST_HARDENING_APPLY_PORT_BASE", "2801")) + int(os.environ.get("SPARKBASE_TEST_PORT_OFFSET", "0"))
 NCCL = "/etc/nccl.conf"
 SYSCTL = "/etc/sysctl.d/90-sparkbase.conf"
 

@@ -29,7 +29,7 @@ from sparkbase.lab import faults
 
 pytestmark = pytest.mark.end_to_end
 
-PORT_BASE = int(os.environ.get("SPARKBASE_TEST_HARDENING_AUDIT_PORT_BASE", "2811"))
+PORT_BASE = int(os.environ.get("SPARKBASE_TEST_HARDENING_AUDIT_PORT_BASE", "2811")) + int(os.environ.get("SPARKBASE_TEST_PORT_OFFSET", "0"))
 COMMAND_TIMEOUT = 4
 MARK = "/run/sparkbase-test-facts-started"
 SLOW_SMI = f"""#!/bin/sh

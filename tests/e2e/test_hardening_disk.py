@@ -19,7 +19,7 @@ from hardening import SITE_KERNEL, Fleet, fleet_for_module
 
 pytestmark = pytest.mark.end_to_end
 
-PORT_BASE = int(os.environ.get("SPARKBASE_TEST_HARDENING_DISK_PORT_BASE", "2831"))
+PORT_BASE = int(os.environ.get("SPARKBASE_TEST_HARDENING_DISK_PORT_BASE", "2831")) + int(os.environ.get("SPARKBASE_TEST_PORT_OFFSET", "0"))
 STAMP = "/etc/sparkbase/stamp.json"
 OLD = '{"format": 1, "baseline": "an older one"}\n'
 

@@ -20,7 +20,7 @@ from hardening import REPO, Fleet, fleet_for_module
 
 pytestmark = pytest.mark.end_to_end
 
-PORT_BASE = int(os.environ.get("SPARKBASE_TEST_HARDENING_HOSTKEYS_PORT_BASE", "2841"))
+PORT_BASE = int(os.environ.get("SPARKBASE_TEST_HARDENING_HOSTKEYS_PORT_BASE", "2841")) + int(os.environ.get("SPARKBASE_TEST_PORT_OFFSET", "0"))
 HELP = "enrol it by hand in the site's known_hosts (README: Host keys)"
 
 

@@ -19,7 +19,7 @@ from hardening import NODES, SITE_KERNEL, Fleet, fleet_for_module
 
 pytestmark = pytest.mark.end_to_end
 
-PORT_BASE = int(os.environ.get("SPARKBASE_TEST_HARDENING_NONROOT_PORT_BASE", "2851"))
+PORT_BASE = int(os.environ.get("SPARKBASE_TEST_HARDENING_NONROOT_PORT_BASE", "2851")) + int(os.environ.get("SPARKBASE_TEST_PORT_OFFSET", "0"))
 
 
 @pytest.fixture(scope="module")
