@@ -15,11 +15,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from ports import port_base
 
 from sparkbase.lab.fleet import Lab
 
 REPO = Path(__file__).resolve().parents[2]
-LAB_PORT_BASE = int(os.environ.get("SPARKBASE_TEST_LAB_PORT_BASE", "2301")) + int(os.environ.get("SPARKBASE_TEST_PORT_OFFSET", "0"))
+LAB_PORT_BASE = port_base("SPARKBASE_TEST_LAB_PORT_BASE", 2301)
 
 
 def _require_root() -> None:

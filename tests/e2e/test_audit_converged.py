@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from ports import port_base
 
 from sparkbase.cli.main import main
 from sparkbase.lab import faults
@@ -18,7 +19,7 @@ from sparkbase.lab.fleet import Lab
 
 pytestmark = pytest.mark.end_to_end
 
-PORT_BASE = int(os.environ.get("SPARKBASE_TEST_AUDIT_PORT_BASE", "2351")) + int(os.environ.get("SPARKBASE_TEST_PORT_OFFSET", "0"))
+PORT_BASE = port_base("SPARKBASE_TEST_AUDIT_PORT_BASE", 2351)
 
 
 @pytest.fixture(scope="module")

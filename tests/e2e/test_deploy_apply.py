@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ports import port_base
 
 from sparkbase.deploy.foreign import foreign_for
 from sparkbase.deploy.locks import Owner, local_locks
@@ -30,7 +31,7 @@ from sparkbase.render import render_node
 pytestmark = pytest.mark.end_to_end
 
 REPO = Path(__file__).resolve().parents[2]
-PORT_BASE = int(os.environ.get("SPARKBASE_TEST_DEPLOY_PORT_BASE", "2651")) + int(os.environ.get("SPARKBASE_TEST_PORT_OFFSET", "0"))
+PORT_BASE = port_base("SPARKBASE_TEST_DEPLOY_PORT_BASE", 2651)
 NODES = ["spark1", "spark2", "spark3", "spark4"]
 SITE_KERNEL = "6.17.0-1032-nvidia"
 VARIANT_KERNEL = "7.0.0-1019-nvidia-64k"

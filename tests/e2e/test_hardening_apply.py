@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from hardening import FACTORY_KERNEL, NODES, SITE_KERNEL, Fleet, copy_site, fleet_for_module
+from ports import port_base
 
 from sparkbase.lab import faults
 from sparkbase.model.site import load_site
@@ -29,7 +29,7 @@ from sparkbase.render import render_node
 
 pytestmark = pytest.mark.end_to_end
 
-PORT_BASE = int(os.environ.get("SPARKBASE_TEST_HARDENING_APPLY_PORT_BASE", "2801")) + int(os.environ.get("SPARKBASE_TEST_PORT_OFFSET", "0"))
+PORT_BASE = port_base("SPARKBASE_TEST_HARDENING_APPLY_PORT_BASE", 2801)
 NCCL = "/etc/nccl.conf"
 SYSCTL = "/etc/sysctl.d/90-sparkbase.conf"
 

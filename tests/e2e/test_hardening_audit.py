@@ -24,12 +24,13 @@ from typing import Any
 
 import pytest
 from hardening import Fleet, fleet_for_module
+from ports import port_base
 
 from sparkbase.lab import faults
 
 pytestmark = pytest.mark.end_to_end
 
-PORT_BASE = int(os.environ.get("SPARKBASE_TEST_HARDENING_AUDIT_PORT_BASE", "2811")) + int(os.environ.get("SPARKBASE_TEST_PORT_OFFSET", "0"))
+PORT_BASE = port_base("SPARKBASE_TEST_HARDENING_AUDIT_PORT_BASE", 2811)
 COMMAND_TIMEOUT = 4
 MARK = "/run/sparkbase-test-facts-started"
 SLOW_SMI = f"""#!/bin/sh

@@ -10,16 +10,16 @@ leaves no half-written upload behind. The tmpfs is always unmounted.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from collections.abc import Iterator
 
 import pytest
 from hardening import SITE_KERNEL, Fleet, fleet_for_module
+from ports import port_base
 
 pytestmark = pytest.mark.end_to_end
 
-PORT_BASE = int(os.environ.get("SPARKBASE_TEST_HARDENING_DISK_PORT_BASE", "2831")) + int(os.environ.get("SPARKBASE_TEST_PORT_OFFSET", "0"))
+PORT_BASE = port_base("SPARKBASE_TEST_HARDENING_DISK_PORT_BASE", 2831)
 STAMP = "/etc/sparkbase/stamp.json"
 OLD = '{"format": 1, "baseline": "an older one"}\n'
 

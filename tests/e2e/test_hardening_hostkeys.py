@@ -10,17 +10,17 @@ and enrol its key, still report the other nodes, and leave known_hosts byte-iden
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
 
 import pytest
 from hardening import REPO, Fleet, fleet_for_module
+from ports import port_base
 
 pytestmark = pytest.mark.end_to_end
 
-PORT_BASE = int(os.environ.get("SPARKBASE_TEST_HARDENING_HOSTKEYS_PORT_BASE", "2841")) + int(os.environ.get("SPARKBASE_TEST_PORT_OFFSET", "0"))
+PORT_BASE = port_base("SPARKBASE_TEST_HARDENING_HOSTKEYS_PORT_BASE", 2841)
 HELP = "enrol it by hand in the site's known_hosts (README: Host keys)"
 
 

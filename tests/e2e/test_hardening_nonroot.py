@@ -10,16 +10,16 @@ included) must work through it.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from collections.abc import Iterator
 
 import pytest
 from hardening import NODES, SITE_KERNEL, Fleet, fleet_for_module
+from ports import port_base
 
 pytestmark = pytest.mark.end_to_end
 
-PORT_BASE = int(os.environ.get("SPARKBASE_TEST_HARDENING_NONROOT_PORT_BASE", "2851")) + int(os.environ.get("SPARKBASE_TEST_PORT_OFFSET", "0"))
+PORT_BASE = port_base("SPARKBASE_TEST_HARDENING_NONROOT_PORT_BASE", 2851)
 
 
 @pytest.fixture(scope="module")

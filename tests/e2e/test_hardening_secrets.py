@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from hardening import NODES, VARIANT_KERNEL, Fleet, fleet_for_module
+from ports import port_base
 
 import sparkbase.lab
 from sparkbase.deploy.assign import with_assignment
@@ -29,7 +30,7 @@ from sparkbase.render import render_node
 
 pytestmark = pytest.mark.end_to_end
 
-PORT_BASE = int(os.environ.get("SPARKBASE_TEST_HARDENING_SECRETS_PORT_BASE", "2821")) + int(os.environ.get("SPARKBASE_TEST_PORT_OFFSET", "0"))
+PORT_BASE = port_base("SPARKBASE_TEST_HARDENING_SECRETS_PORT_BASE", 2821)
 MOK_DIR = Path(sparkbase.lab.__file__).parent / "mok"
 KEY_PATH = "/var/lib/shim-signed/mok/MOK.priv"
 VARIANT = "ds41f-7x-64k"
