@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from ports import port_base
 
-from sparkbase.deploy.foreign import foreign_for
+from sparkbase.policy.foreign import foreign_for
 from sparkbase.deploy.locks import Owner, local_locks
 from sparkbase.facts.parsers import parse_dpkg_query
 from sparkbase.lab.fleet import Lab

@@ -17,7 +17,7 @@ import sparkbase.lab
 from sparkbase.deploy.assign import with_assignment
 from sparkbase.deploy.cliutil import print_report
 from sparkbase.deploy.facts import parse_dkms_builds, parse_key_dir
-from sparkbase.deploy.foreign import foreign_for
+from sparkbase.policy.foreign import foreign_for
 from sparkbase.deploy.operations import (
     Decision,
     decide_dkms_retire,

@@ -55,7 +55,7 @@ class Expected:
 
 def expected_for(site: Site, node: str, baseline_name: str | None = None) -> Expected:
     """Expectations of `node`: its inventory baseline, or `baseline_name` (a lane's) instead."""
-    from sparkbase.deploy.foreign import foreign_for, foreign_swap_files
+    from sparkbase.policy.foreign import foreign_for, foreign_swap_files
     from sparkbase.render import (
         STAMP_PATH,
         RenderedFile,

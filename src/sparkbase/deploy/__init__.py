@@ -4,8 +4,9 @@ The pipeline, one module per room:
 
 - `steps`: a node's baseline and rendered files -> the ordered list of `Step`s (pure data,
   no pyinfra): what the deploy must ensure, in order.
-- `foreign`: what the site's other baselines put on a node and its own does not (their
-  pins, services, DKMS builds, MOK key directory): the steps retire it, the audit warns.
+- `sparkbase.policy.foreign` / `sparkbase.policy.ownership` (site policy, shared with the
+  audit): what the site's other baselines put on a node and its own does not, and which
+  of it sparkbase recorded creating: the steps retire only that, the audit warns.
 - `facts`: pyinfra facts (a command plus a pure `process` parser) that read a node.
 - `operations`: pyinfra operations (read facts, compare, yield commands or a no-op reason).
 - `pyinfra_deploy`: turns `Step`s into operation calls for the host in context; shared by

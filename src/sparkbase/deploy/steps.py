@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sparkbase.deploy.foreign import Foreign, foreign_for, foreign_swap_files
+from sparkbase.policy.foreign import Foreign, foreign_for, foreign_swap_files
 from sparkbase.render import (
     GRUB_DROPIN_PATH,
     NETPLAN_PATH,

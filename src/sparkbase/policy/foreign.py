@@ -3,11 +3,12 @@
 A node that moves from one baseline to another and back must end up as if it had always
 been on the baseline it carries now. Whatever another baseline of the site manages but
 this one does not is *foreign*: its package pins, the services it enables, its
-memory-saver DKMS builds and the MOK key directory it uploads. The deploy retires them
-(`steps.py`) and the audit warns about foreign packages still installed
+memory-saver DKMS builds, the MOK key directory it uploads and its swap file. The deploy
+retires them (`deploy/steps.py`; only what sparkbase recorded creating, see
+`policy/ownership.py`) and the audit warns about foreign packages still installed
 (`packages.foreign`); both take the list from here, the one place it is computed.
 
-Pure functions of the typed site: no host, no pyinfra.
+Site policy, below both users: pure functions of the typed site, no host, no pyinfra.
 """
 
 from __future__ import annotations
