@@ -3,14 +3,22 @@
 ruamel.yaml keeps line and column for every mapping key and sequence item; we walk the
 loaded document once, convert it to plain dicts/lists/scalars (what pydantic validates)
 and record `path -> Location` so that any later error can point at the line that caused
-it. Limits guard against hostile files: size, nesting depth and node count (alias bombs).
+it. Limits guard against hostile files: regular files only (checked before reading, so a
+FIFO or a link to a device never blocks), size, nesting depth and node count (alias bombs).
+
+The dialect is YAML 1.2 and nothing more: a `%YAML 1.1` directive (which would turn `010`
+into 8 and `off` into false), `%TAG` directives, explicit tags, merge keys (`<<`) and keys
+that are not text (`1:` next to `"1":`) are refused with a located error.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +30,18 @@ MAX_NODES = 50_000
 
 PathKey = tuple[str | int, ...]
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_.:@+-]+")
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_INT_TAG = "tag:yaml.org,2002:int"
+_FLOAT_TAG = "tag:yaml.org,2002:float"
+#: the longest number a site file may write (no field takes more than a few digits)
+MAX_NUMBER_CHARS = 40
+_FILE_KINDS = {
+    stat.S_IFDIR: "a directory",
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+}
 
 
 @dataclass(frozen=True)
@@ -77,7 +97,7 @@ class _Walker:
         self.count = 0
 
     def walk(self, node: Any, path: PathKey, depth: int) -> Any:
-        from ruamel.yaml.comments import CommentedMap, CommentedSeq
+        from ruamel.yaml.comments import CommentedMap, CommentedSeq, TaggedScalar
 
         self.count += 1
         if self.count > MAX_NODES:
@@ -90,8 +110,8 @@ class _Walker:
         if isinstance(node, CommentedMap):
             out: dict[str, Any] = {}
             for key in node:
-                if not isinstance(key, str | int | float | bool) or key is None:
-                    raise _LimitError(path, f"mapping key {key!r} is not a plain scalar")
+                if not isinstance(key, str):
+                    raise _KeyError(self._at(node.lc.key(key), path), path, _key_message(key))
                 name = str(key)
                 self.locations[(*path, name)] = self._at(node.lc.key(key), path)
                 out[name] = self.walk(node[key], (*path, name), depth + 1)
@@ -104,6 +124,8 @@ class _Walker:
             return items
         if isinstance(node, dict | list):  # pragma: no cover - ruamel always gives Commented*
             raise _LimitError(path, "unexpected container type")
+        if isinstance(node, TaggedScalar):
+            raise _LimitError(path, f"YAML tag {node.tag.value!r} is not allowed (plain values only)")
         return _plain_scalar(node)
 
     def _at(self, position: Any, parent: PathKey) -> Location:
@@ -118,6 +140,27 @@ class _LimitError(Exception):
         super().__init__(message)
         self.path = path
         self.message = message
+
+
+class _KeyError(_LimitError):
+    """A mapping key that is not text, located at the key itself."""
+
+    def __init__(self, location: Location, path: PathKey, message: str) -> None:
+        super().__init__(path, message)
+        self.location = location
+
+
+def _key_message(key: object) -> str:
+    """Why a non-text key is refused: `1:` and `"1":` would silently become one key."""
+    if key is None:
+        kind, shown = "null", "null"
+    elif isinstance(key, bool):
+        kind, shown = "a boolean", str(key).lower()
+    elif isinstance(key, int | float):
+        kind, shown = "a number", _one_line(str(key))[:40]
+    else:
+        return "mapping key is a list or mapping; keys must be text"
+    return f'mapping key {shown} is {kind}; keys must be text (quote it, "{shown}":, if you mean the name)'
 
 
 def _plain_scalar(value: Any) -> Any:
@@ -144,19 +187,21 @@ def load_yaml(file: Path) -> YamlDocument:
         return ConfigError([Problem(file, line, column, path, message)])
 
     try:
-        raw = file.read_bytes()
-    except OSError as exc:
-        raise fail(1, 1, f"cannot read file: {exc.strerror or exc}") from None
-    if len(raw) > MAX_FILE_BYTES:
-        raise fail(1, 1, f"file is {len(raw)} bytes; the limit is {MAX_FILE_BYTES}")
+        raw = read_site_file(file)
+    except FileRefused as exc:
+        raise fail(1, 1, exc.message) from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
         raise fail(line, column, f"not valid UTF-8 (byte 0x{raw[exc.start]:02x})") from None
+    directive = _refused_directive(text)
+    if directive is not None:
+        raise fail(directive[0], 1, directive[1])
     yaml = YAML(typ="rt")
     yaml.allow_duplicate_keys = False
+    yaml.Constructor = _no_merge_constructor()
     try:
         loaded = yaml.load(text)
     except MarkedYAMLError as exc:
@@ -181,12 +226,129 @@ def load_yaml(file: Path) -> YamlDocument:
     walker = _Walker(file)
     try:
         data = walker.walk(loaded, (), 0)
+    except _KeyError as exc:
+        located = exc.location
+        raise fail(located.line, located.column, exc.message, dotted(exc.path)) from None
     except _LimitError as exc:
         location = walker.locations.get(exc.path, Location(file, 1, 1))
         raise fail(location.line, location.column, exc.message, dotted(exc.path)) from None
     except RecursionError:
         raise fail(1, 1, f"nested deeper than {MAX_DEPTH} levels") from None
     return YamlDocument(file=file, data=data, locations=walker.locations)
+
+
+
+class FileRefused(Exception):
+    """A file that is not read: not a regular file, too big, or unreadable (one plain line)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def read_site_file(file: Path, limit: int = MAX_FILE_BYTES) -> bytes:
+    """The bytes of `file`, which must be a regular file of at most `limit` bytes.
+
+    The type and size are checked before the file is opened (a FIFO would block the
+    reader, a link to /dev/zero would never end), then again on the open descriptor, and
+    no more than `limit` bytes are ever read. Raises `FileRefused`.
+    """
+    try:
+        before = os.stat(file)
+    except OSError as exc:
+        raise FileRefused(f"cannot read file: {exc.strerror or exc}") from None
+    _check_regular(before, limit)
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+    try:
+        fd = os.open(file, flags)
+    except OSError as exc:
+        raise FileRefused(f"cannot read file: {exc.strerror or exc}") from None
+    try:
+        _check_regular(os.fstat(fd), limit)
+        chunks: list[bytes] = []
+        size = 0
+        while size <= limit:
+            chunk = os.read(fd, min(65536, limit + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        raise FileRefused(f"cannot read file: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    if size > limit:
+        raise FileRefused(f"file grew past the limit of {limit} bytes while being read")
+    return b"".join(chunks)
+
+
+def _check_regular(info: os.stat_result, limit: int) -> None:
+    if not stat.S_ISREG(info.st_mode):
+        kind = _FILE_KINDS.get(stat.S_IFMT(info.st_mode), "not a regular file")
+        raise FileRefused(f"is {kind}; site files must be regular files")
+    if info.st_size > limit:
+        raise FileRefused(f"file is {info.st_size} bytes; the limit is {limit}")
+
+
+def _refused_directive(text: str) -> tuple[int, str] | None:
+    """(line, message) of a directive other than `%YAML 1.2`, before the document starts.
+
+    A `%` at the start of a line before any content can only be a directive; `%YAML 1.1`
+    would change how values read (`010` -> 8, `off` -> false), `%TAG` what tags mean.
+    """
+    for number, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        if not line.startswith("%"):
+            return None
+        words = line.split("#", 1)[0].split()
+        if words[:1] == ["%YAML"] and words[1:] == ["1.2"]:
+            continue
+        shown = _one_line(" ".join(words))[:40]
+        if words[:1] == ["%YAML"]:
+            return number, f"YAML: directive '{shown}' refused: site files are YAML 1.2 only"
+        return number, f"YAML: directive '{shown}' is not allowed (plain YAML 1.2 only)"
+    return None
+
+
+@cache
+def _no_merge_constructor() -> type[Any]:
+    """ruamel's round-trip constructor, refusing merge keys and over-long numbers.
+
+    A merge key (`<<`) silently copies keys from elsewhere in the file; a site file says
+    each value where it applies (`extends:` is the one way to share a baseline's values).
+    A number of more than MAX_NUMBER_CHARS characters is no value any field takes, and
+    converting thousands of digits costs time: both are refused where they are written.
+    """
+    from ruamel.yaml.constructor import ConstructorError, RoundTripConstructor
+
+    class BoundedConstructor(RoundTripConstructor):
+        def flatten_mapping(self, node: Any) -> Any:
+            for key_node, _value in node.value:
+                if key_node.tag == _MERGE_TAG:
+                    raise ConstructorError(
+                        problem="merge key '<<' is not allowed (write the values out, or use "
+                        "'extends:' between baselines)",
+                        problem_mark=key_node.start_mark,
+                    )
+            return super().flatten_mapping(node)
+
+        def construct_bounded_number(self, node: Any) -> Any:
+            text = str(node.value)
+            if len(text) > MAX_NUMBER_CHARS:
+                raise ConstructorError(
+                    problem=f"a number of {len(text)} characters is out of range "
+                    f"(at most {MAX_NUMBER_CHARS})",
+                    problem_mark=node.start_mark,
+                )
+            if node.tag == _INT_TAG:
+                return self.construct_yaml_int(node)
+            return self.construct_yaml_float(node)
+
+    BoundedConstructor.add_constructor(_INT_TAG, BoundedConstructor.construct_bounded_number)
+    BoundedConstructor.add_constructor(_FLOAT_TAG, BoundedConstructor.construct_bounded_number)
+    return BoundedConstructor
 
 
 def _one_line(text: str) -> str:
