@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+from sparkbase.text import shown
+
 
 class Severity(StrEnum):
     """How much a problem matters: errors stop the command, warnings are printed."""
@@ -26,17 +28,18 @@ class Problem:
     severity: Severity = Severity.ERROR
 
     def format(self, relative_to: Path | None = None) -> str:
-        """Render as `FILE:LINE:COL: field.path: message` (warnings say so)."""
-        shown = self.file
+        """Render as `FILE:LINE:COL: field.path: message` (warnings say so), on one line:
+        the file name, field path and message are user text, shown escaped (`sparkbase.text`)."""
+        shown_file = self.file
         if relative_to is not None:
             try:
-                shown = self.file.resolve().relative_to(relative_to.resolve())
+                shown_file = self.file.resolve().relative_to(relative_to.resolve())
             except ValueError:
-                shown = self.file
-        where = f"{shown}:{self.line}:{self.column}"
+                shown_file = self.file
+        where = f"{shown(shown_file)}:{self.line}:{self.column}"
         prefix = "warning: " if self.severity is Severity.WARNING else ""
-        field_part = f"{self.path}: " if self.path else ""
-        return f"{where}: {prefix}{field_part}{self.message}"
+        field_part = f"{shown(self.path)}: " if self.path else ""
+        return f"{where}: {prefix}{field_part}{shown(self.message)}"
 
 
 @dataclass

@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 import http.server
+import os
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
+from ruamel.yaml import YAML
 
 from sparkbase.cli.main import main
-from sparkbase.gate.triggers import FIRED, QUIET, UNKNOWN, evaluate, load_metrics, parse_scrapes
+from sparkbase.gate import metrics as metrics_module
+from sparkbase.gate.metrics import MAX_SAMPLES, MetricsError, load_metrics, parse_scrapes, shown_source
+from sparkbase.gate.triggers import FIRED, QUIET, UNKNOWN, evaluate
 from sparkbase.model.site import Site, load_site
+from sparkbase.text import is_hidden
 
 REPO = Path(__file__).parents[2]
 METRICS = REPO / "tests" / "fixtures" / "metrics"
@@ -72,7 +79,7 @@ def test_sample_timestamps_in_milliseconds() -> None:
 
 
 def test_garbage_metrics_are_an_error() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(MetricsError, match=r"^metrics:1: not Prometheus text"):
         parse_scrapes("this is not prometheus\n", 0.0)
 
 
@@ -132,3 +139,162 @@ def test_cli_exit_codes(capsys: pytest.CaptureFixture[str], metrics_server: str)
     assert main(["triggers", "--site", str(REPO), "--metrics", str(TWO)]) == 0
     assert main(["triggers", "--site", str(REPO), "--metrics", metrics_server]) == 1
     assert main(["triggers", "--site", str(REPO), "--metrics", str(REPO / "no-such-file")]) == 2
+
+
+# --- bounded metrics: every content is one located line, never a traceback or an echo ---
+
+CASES = REPO / "tests" / "cases" / "metrics"
+CASE_NAMES = sorted(path.stem for path in CASES.glob("*.yaml"))
+
+
+def _case_bytes(case: dict[str, Any]) -> bytes:
+    if "content" in case:
+        return str(case["content"]).encode("utf-8")
+    if "hex" in case:
+        return bytes.fromhex(case["hex"])
+    spec = case["generate"]
+    return (spec["line"] * spec.get("times", 1) + spec.get("tail", "") * spec.get("tail_times", 0)).encode()
+
+
+def test_metrics_corpus_is_large_enough() -> None:
+    assert len(CASE_NAMES) >= 20
+
+
+@pytest.mark.parametrize("name", CASE_NAMES)
+def test_metrics_case(name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The exit status and located message a case asks for; stderr is one line, holds no hidden
+    character and echoes none of the file's text lines."""
+    case = YAML(typ="safe").load((CASES / f"{name}.yaml").read_text())
+    data = _case_bytes(case)
+    scrape = tmp_path / "scrape.prom"
+    scrape.write_bytes(data)
+    status = main(["triggers", "--site", str(REPO), "--metrics", str(scrape)])
+    err = capsys.readouterr().err
+    assert status == case["status"], err
+    if case["status"] == 2:
+        assert err.count("\n") == 1 and f"{scrape}{case['message']}" in err, err
+        assert not any(is_hidden(char) for char in err.rstrip("\n"))
+        for line in data.decode("utf-8", errors="replace").splitlines():
+            if len(line.strip()) >= 6:
+                assert line.strip() not in err
+
+
+SPECIAL_FILES = [
+    ("fifo", "a FIFO"),
+    ("dev-zero", "a character device"),
+    ("symlink-to-dev-zero", "a character device"),
+    ("directory", "a directory"),
+    ("missing", "cannot open: No such file or directory"),
+]
+
+
+@pytest.mark.parametrize(("kind", "said"), SPECIAL_FILES, ids=[kind for kind, _ in SPECIAL_FILES])
+def test_metrics_file_that_is_not_a_regular_file(
+    kind: str, said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Refused before a byte is read: a FIFO with no writer would hang, /dev/zero never ends."""
+    path = tmp_path / "scrape.prom"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dev-zero":
+        path = Path("/dev/zero")
+    elif kind == "symlink-to-dev-zero":
+        path.symlink_to("/dev/zero")
+    elif kind == "directory":
+        path.mkdir()
+    started = time.monotonic()
+    assert main(["triggers", "--site", str(REPO), "--metrics", str(path)]) == 2
+    assert time.monotonic() - started < 10
+    err = capsys.readouterr().err
+    assert f"{path}: " in err and said in err, err
+
+
+def test_too_many_samples_is_an_error() -> None:
+    with pytest.raises(MetricsError, match=r"^m:200001: more than 200000 samples"):
+        parse_scrapes("m 1\n" * (MAX_SAMPLES + 1), 0.0, "m")
+
+
+def test_only_wanted_metrics_are_kept() -> None:
+    samples = parse_scrapes("a 1\nb 2\na 3\n", 0.0, metrics={"a"})
+    assert [s.value for s in samples] == [1.0, 3.0]
+
+
+@pytest.fixture
+def slow_server() -> Iterator[tuple[str, threading.Event]]:
+    """/trickle sends one byte every 0.2 s for ever, /huge answers 17 MiB, /secret answers
+    500 with a body: a hostile or broken metrics endpoint on 127.0.0.1."""
+    stop = threading.Event()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path == "/huge":
+                self.send_response(200)
+                self.end_headers()
+                chunk = b"# padding\n" * 10_000
+                try:
+                    for _ in range(17 * 1024 * 1024 // len(chunk) + 1):
+                        self.wfile.write(chunk)
+                except OSError:
+                    pass
+                return
+            if self.path == "/secret":
+                self.send_response(500)
+                self.end_headers()
+                self.wfile.write(b"root:$6$hash\n")
+                return
+            self.send_response(200)
+            self.end_headers()
+            while not stop.is_set():
+                try:
+                    self.wfile.write(b"#")
+                    self.wfile.flush()
+                except OSError:
+                    return
+                stop.wait(0.2)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", stop
+    stop.set()
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_trickling_url_is_cut_off_at_the_deadline(
+    slow_server: tuple[str, threading.Event],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Each byte arrives well within any per-read timeout; only an overall deadline stops it."""
+    base, _stop = slow_server
+    monkeypatch.setattr(metrics_module, "DEADLINE_SECONDS", 1.5)
+    started = time.monotonic()
+    assert main(["triggers", "--site", str(REPO), "--metrics", f"{base}/trickle"]) == 2
+    elapsed = time.monotonic() - started
+    assert 1.4 < elapsed < 5, elapsed
+    assert "/trickle: no complete answer within 1.5 s" in capsys.readouterr().err
+
+
+def test_a_huge_answer_is_refused(slow_server: tuple[str, threading.Event]) -> None:
+    base, _stop = slow_server
+    with pytest.raises(MetricsError, match="answer larger than 16 MiB"):
+        load_metrics(f"{base}/huge", deadline_seconds=30)
+
+
+def test_an_http_error_names_the_status_not_the_body(
+    slow_server: tuple[str, threading.Event], capsys: pytest.CaptureFixture[str]
+) -> None:
+    base, _stop = slow_server
+    assert main(["triggers", "--site", str(REPO), "--metrics", f"{base}/secret"]) == 2
+    err = capsys.readouterr().err
+    assert "/secret: HTTP status 500" in err and "$6$" not in err
+
+
+def test_url_credentials_are_masked() -> None:
+    assert shown_source("http://me:pw@127.0.0.1:9090/m") == "http://***@127.0.0.1:9090/m"
+    assert shown_source("http://127.0.0.1:9090/m") == "http://127.0.0.1:9090/m"

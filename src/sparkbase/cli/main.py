@@ -37,7 +37,13 @@ exit status:
   1  drift, refusal, a change pending, or a trigger fired
   2  bad configuration or usage (file:line:col: field: message)
   3  a node was unreachable (the others were still handled)
+  70 internal error: a bug in sparkbase (one line; the traceback with --debug)
 """
+
+#: exit status of an unexpected exception (sysexits' EX_SOFTWARE): never 1, which means drift
+INTERNAL_ERROR = 70
+#: how much of an internal error's message is printed (the rest is in the --debug traceback)
+INTERNAL_MESSAGE_LIMIT = 300
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,6 +55,12 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"sparkbase {__version__}")
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        default=bool(os.environ.get("SPARKBASE_DEBUG")),
+        help="on an internal error (exit 70), print the traceback too (also: $SPARKBASE_DEBUG=1)",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module_name, help_text) in COMMANDS.items():
         try:
@@ -76,7 +88,23 @@ def restrict_umask() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; return the process exit status."""
+    """Run the command line; return the process exit status.
+
+    Everything printed goes through `sparkbase.text.TerminalStream`: no user-controlled text
+    reaches the terminal with its control characters interpreted.
+    """
+    from sparkbase.text import TerminalStream
+
+    saved = sys.stdout, sys.stderr
+    sys.stdout = TerminalStream(saved[0])
+    sys.stderr = TerminalStream(saved[1])
+    try:
+        return _main(argv)
+    finally:
+        sys.stdout, sys.stderr = saved
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "_run", None):
@@ -97,7 +125,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("sparkbase: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # the one place an unexpected error becomes exit 70
+        return internal_error(exc, args.debug)
     return status
+
+
+def internal_error(exc: BaseException, debug: bool) -> int:
+    """Report an unexpected exception in one line (the traceback only with `debug`)."""
+    from sparkbase.text import shown
+
+    if debug:
+        import traceback
+
+        traceback.print_exception(exc, file=sys.stderr)
+    message = shown(str(exc))
+    if len(message) > INTERNAL_MESSAGE_LIMIT:
+        message = message[: INTERNAL_MESSAGE_LIMIT - 1] + "…"
+    hint = "" if debug else " (sparkbase --debug … prints the traceback)"
+    print(
+        f"sparkbase: internal error: {type(exc).__name__}: {message}{hint}; please report it",
+        file=sys.stderr,
+    )
+    return INTERNAL_ERROR
 
 
 if __name__ == "__main__":

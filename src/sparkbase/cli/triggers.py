@@ -1,8 +1,9 @@
 """Evaluate the re-open triggers in baselines/site.yaml, with evidence.
 
 kernel-pin triggers read the site contract (and, with --lab/--live, what the fleet runs);
-session-load triggers read Prometheus scrapes (--metrics URL or saved text file).
-Exit 0 when none fired, 1 when one fired, 2 bad configuration or unreadable metrics.
+session-load triggers read Prometheus scrapes (--metrics URL or saved text file: a regular
+file or an http(s) answer of at most 16 MiB, a URL answering in full within 10 seconds).
+Exit 0 when none fired, 1 when one fired, 2 bad configuration or unusable metrics.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING
 from sparkbase.cli.common import add_site_arguments, add_target_arguments
 
 if TYPE_CHECKING:
+    from sparkbase.gate.triggers import TriggerVerdict
     from sparkbase.model.site import Site
 
 
@@ -39,15 +41,19 @@ def run(args: argparse.Namespace) -> int:
     import json
 
     from sparkbase.cli.common import lab_path, load_site_or_exit, selected_nodes
-    from sparkbase.gate.triggers import evaluate, load_metrics, now, parse_scrapes
+    from sparkbase.gate.metrics import MetricsError, load_metrics, parse_scrapes, shown_source
+    from sparkbase.gate.triggers import evaluate, now
+    from sparkbase.text import shown
 
     site = load_site_or_exit(args)
     samples = None
     if args.metrics is not None:
+        wanted = {t.metric for t in site.rules.triggers if t.kind == "session-load"}
         try:
-            samples = parse_scrapes(load_metrics(args.metrics), now())
-        except (OSError, ValueError) as exc:
-            print(f"sparkbase: cannot read metrics from {args.metrics}: {exc}", file=sys.stderr)
+            text = load_metrics(args.metrics)
+            samples = parse_scrapes(text, now(), shown_source(args.metrics), wanted)
+        except MetricsError as exc:
+            print(f"sparkbase: metrics: {shown(exc)}", file=sys.stderr)
             return 2
     live = None
     if args.live or args.lab is not None:
@@ -75,13 +81,23 @@ def run(args: argparse.Namespace) -> int:
             )
         )
     else:
-        for v in verdicts:
-            print(f"{v.status.upper():7} {v.id} ({v.kind}): {v.description}")
-            for line in v.evidence:
-                print(f"        evidence: {line}")
-            if v.fired:
-                print(f"        re-opens: {v.reopens}")
+        for line in verdict_lines(verdicts):
+            print(line)
     return 1 if any(v.fired for v in verdicts) else 0
+
+
+def verdict_lines(verdicts: list[TriggerVerdict]) -> list[str]:
+    """The verdicts for people: one status line per trigger, then its evidence. Every field
+    is shown escaped, so a description cannot start a line of its own ("QUIET ...")."""
+    from sparkbase.text import shown
+
+    lines: list[str] = []
+    for v in verdicts:
+        lines.append(f"{v.status.upper():7} {shown(v.id)} ({shown(v.kind)}): {shown(v.description)}")
+        lines += [f"        evidence: {shown(line)}" for line in v.evidence]
+        if v.fired:
+            lines.append(f"        re-opens: {shown(v.reopens)}")
+    return lines
 
 
 def _live_kernels(site: Site, nodes: list[str], lab: Path | None) -> dict[str, tuple[str | None, int | None]]:

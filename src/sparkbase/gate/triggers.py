@@ -1,13 +1,15 @@
 """Re-open triggers with evidence: the site's written conditions for looking at a rejected
-decision again, evaluated against the site contract, the live fleet and Prometheus scrapes."""
+decision again, evaluated against the site contract, the live fleet and Prometheus scrapes
+(read and parsed by `sparkbase.gate.metrics`)."""
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+from sparkbase.gate.metrics import Sample
 
 if TYPE_CHECKING:
     from sparkbase.model.site import Site
@@ -16,16 +18,6 @@ if TYPE_CHECKING:
 FIRED = "fired"
 QUIET = "quiet"
 UNKNOWN = "unknown"
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One Prometheus sample: metric, labels, value, time (seconds)."""
-
-    metric: str
-    labels: dict[str, str]
-    value: float
-    time: float
 
 
 @dataclass(frozen=True)
@@ -43,51 +35,6 @@ class TriggerVerdict:
     def fired(self) -> bool:
         """The trigger's condition holds."""
         return self.status == FIRED
-
-
-_SAMPLE = re.compile(
-    r"^(?P<metric>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)(?:\s+(?P<ts>-?\d+))?\s*$"
-)
-_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
-_SCRAPE_TIME = re.compile(r"^#\s*scrape(?:d_at|_time)?[=:\s]\s*(?P<t>\d+(?:\.\d+)?)\s*$", re.IGNORECASE)
-
-
-def parse_scrapes(text: str, default_time: float) -> list[Sample]:
-    """Prometheus text exposition, one or more scrapes.
-
-    A sample's own timestamp (milliseconds) wins; otherwise the latest `# scrape_time <unix
-    seconds>` comment above it; otherwise `default_time`.
-    """
-    samples: list[Sample] = []
-    current = default_time
-    for line in text.splitlines():
-        line = line.strip()
-        if not line:
-            continue
-        if line.startswith("#"):
-            marker = _SCRAPE_TIME.match(line)
-            if marker:
-                current = float(marker["t"])
-            continue
-        match = _SAMPLE.match(line)
-        if match is None:
-            raise ValueError(f"not a Prometheus sample: {line!r}")
-        labels = dict(_LABEL.findall(match["labels"] or ""))
-        when = int(match["ts"]) / 1000.0 if match["ts"] else current
-        samples.append(Sample(match["metric"], labels, float(match["value"]), when))
-    return samples
-
-
-def load_metrics(source: str, timeout: float = 5.0) -> str:
-    """Text of a scrape: `http(s)://…` fetched with urllib, anything else read as a file."""
-    if source.startswith(("http://", "https://")):
-        import urllib.request
-
-        with urllib.request.urlopen(source, timeout=timeout) as response:  # noqa: S310 - http(s) only
-            data: bytes = response.read()
-            return data.decode("utf-8", errors="replace")
-    with open(source, encoding="utf-8") as handle:
-        return handle.read()
 
 
 def evaluate_session_load(trigger: SessionLoadTrigger, samples: list[Sample]) -> TriggerVerdict:

@@ -1,0 +1,227 @@
+"""Prometheus scrapes for the session-load triggers, read with bounds and parsed strictly.
+
+`--metrics` names a saved text file or an http(s) URL. Both are untrusted input:
+
+- a file must be a regular file (a FIFO, `/dev/zero`, a directory are refused before a
+  byte is read) of at most `MAX_BYTES`;
+- a URL's whole answer must arrive within `DEADLINE_SECONDS` (a server that trickles one
+  byte a second is cut off at the deadline) and be at most `MAX_BYTES`;
+- the text must be UTF-8 Prometheus exposition; anything else is one `MetricsError` that
+  names the source and line and never echoes what the file holds (`--metrics /etc/shadow`
+  must not print a password hash).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import stat
+import threading
+import time
+from collections.abc import Collection
+from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
+
+#: the largest scrape read, file or HTTP body (a real scrape is kilobytes)
+MAX_BYTES = 16 * 1024 * 1024
+#: the most samples of the wanted metrics kept (bounds memory for a hostile file)
+MAX_SAMPLES = 200_000
+#: how long a URL may take in all, connection to last byte
+DEADLINE_SECONDS = 10.0
+_CHUNK = 64 * 1024
+#: sample times outside this range (Unix seconds, year ~5138) are not a real scrape
+_MAX_TIME = 1e11
+
+
+class MetricsError(Exception):
+    """Metrics that cannot be used; the message is one line, located, without file content."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One Prometheus sample: metric, labels, value, time (seconds)."""
+
+    metric: str
+    labels: dict[str, str]
+    value: float
+    time: float
+
+
+_FLOAT = r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?|[+-]?Inf|NaN"
+_SAMPLE = re.compile(
+    r"(?P<metric>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?[ \t]+"
+    rf"(?P<value>{_FLOAT})(?:[ \t]+(?P<ts>-?\d{{1,19}}))?[ \t]*"
+)
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+_SCRAPE_TIME = re.compile(
+    r"#[ \t]*scrape(?:d_at|_time)?(?:[=:][ \t]*|[ \t]+)(?P<t>\d{1,15}(?:\.\d{1,9})?)[ \t]*",
+    re.IGNORECASE,
+)
+_SAMPLE_SHAPE = "a sample line reads `metric{label=\"value\"} VALUE [TIMESTAMP_MS]`"
+
+
+def shown_source(source: str) -> str:
+    """The source as it may be printed: a URL's user:password part masked."""
+    if not is_url(source):
+        return source
+    parts = urlsplit(source)
+    if parts.username is None and parts.password is None:
+        return source
+    host = parts.hostname or ""
+    netloc = f"***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def is_url(source: str) -> bool:
+    """`source` names an http(s) URL rather than a file."""
+    return source.startswith(("http://", "https://"))
+
+
+def load_metrics(source: str, deadline_seconds: float | None = None) -> str:
+    """The text of a scrape from a file or an http(s) URL, bounded; `MetricsError` otherwise.
+    A URL's deadline is `deadline_seconds`, else `DEADLINE_SECONDS`."""
+    if is_url(source):
+        data = fetch_url(source, DEADLINE_SECONDS if deadline_seconds is None else deadline_seconds)
+    else:
+        data = read_file(source)
+    return decode(data, shown_source(source))
+
+
+def read_file(path: str) -> bytes:
+    """A regular file's bytes, at most `MAX_BYTES`; anything else refused before reading."""
+    try:
+        # O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused just below)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    except OSError as exc:
+        raise MetricsError(f"{path}: cannot open: {exc.strerror}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise MetricsError(f"{path}: not a regular file ({_kind(mode)}); give a saved scrape")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= MAX_BYTES:
+            chunk = os.read(fd, _CHUNK)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        raise MetricsError(f"{path}: cannot read: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+    if size > MAX_BYTES:
+        raise MetricsError(f"{path}: larger than {MAX_BYTES // (1024 * 1024)} MiB; not a scrape")
+    return b"".join(chunks)
+
+
+def _kind(mode: int) -> str:
+    kinds = (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    )
+    return next((name for test, name in kinds if test(mode)), "not a plain file")
+
+
+def fetch_url(url: str, deadline_seconds: float) -> bytes:
+    """The body of `url`, complete within `deadline_seconds` and at most `MAX_BYTES`.
+
+    The request runs in a daemon thread so the deadline holds for every phase (connect,
+    headers, body), whatever the server does; a late answer is abandoned, not awaited.
+    """
+    shown = shown_source(url)
+    outcome: list[bytes | MetricsError] = []
+    deadline = time.monotonic() + deadline_seconds
+    worker = threading.Thread(
+        target=lambda: outcome.append(_fetch(url, shown, deadline)), daemon=True, name="metrics-fetch"
+    )
+    worker.start()
+    worker.join(deadline_seconds)
+    if not outcome:
+        raise MetricsError(f"{shown}: no complete answer within {deadline_seconds:g} s")
+    result = outcome[0]
+    if isinstance(result, MetricsError):
+        raise result
+    return result
+
+
+def _fetch(url: str, shown: str, deadline: float) -> bytes | MetricsError:
+    """One bounded GET (runs in the worker thread; errors are returned, not raised)."""
+    import http.client
+    import urllib.error
+    import urllib.request
+
+    try:
+        remaining = max(deadline - time.monotonic(), 0.01)
+        with urllib.request.urlopen(url, timeout=remaining) as response:  # noqa: S310 - http(s) only
+            chunks: list[bytes] = []
+            size = 0
+            while time.monotonic() < deadline:
+                chunk = response.read1(_CHUNK)
+                if not chunk:
+                    return b"".join(chunks)
+                chunks.append(chunk)
+                size += len(chunk)
+                if size > MAX_BYTES:
+                    return MetricsError(f"{shown}: answer larger than {MAX_BYTES // (1024 * 1024)} MiB")
+            return MetricsError(f"{shown}: answer not complete within the deadline")
+    except urllib.error.HTTPError as exc:
+        return MetricsError(f"{shown}: HTTP status {exc.code}")
+    except urllib.error.URLError as exc:
+        return MetricsError(f"{shown}: cannot fetch: {exc.reason}")
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        return MetricsError(f"{shown}: cannot fetch: {type(exc).__name__}")
+
+
+def decode(data: bytes, source: str) -> str:
+    """UTF-8 text, or a `MetricsError` naming the line that is not."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise MetricsError(f"{source}:{line}: not Prometheus text (not UTF-8)") from None
+
+
+def parse_scrapes(
+    text: str, default_time: float, source: str = "metrics", metrics: Collection[str] | None = None
+) -> list[Sample]:
+    """Prometheus text exposition, one or more scrapes; every line is checked.
+
+    A sample's own timestamp (milliseconds) wins; otherwise the latest `# scrape_time <unix
+    seconds>` comment above it; otherwise `default_time`. Only samples of `metrics` are kept
+    (all when None). Errors name `source` and the line, never its content.
+    """
+    samples: list[Sample] = []
+    current = default_time
+    for number, raw in enumerate(text.split("\n"), start=1):
+        line = raw.strip(" \t\r")
+        if not line:
+            continue
+        if line.startswith("#"):
+            marker = _SCRAPE_TIME.fullmatch(line)
+            if marker:
+                current = _checked_time(float(marker["t"]), source, number)
+            continue
+        match = _SAMPLE.fullmatch(line)
+        if match is None:
+            raise MetricsError(f"{source}:{number}: not Prometheus text ({_SAMPLE_SHAPE})")
+        if metrics is not None and match["metric"] not in metrics:
+            continue
+        if len(samples) >= MAX_SAMPLES:
+            raise MetricsError(f"{source}:{number}: more than {MAX_SAMPLES} samples; not one scrape")
+        when = current
+        if match["ts"]:
+            when = _checked_time(int(match["ts"]) / 1000.0, source, number)
+        labels = dict(_LABEL.findall(match["labels"] or ""))
+        samples.append(Sample(match["metric"], labels, float(match["value"]), when))
+    return samples
+
+
+def _checked_time(seconds: float, source: str, number: int) -> float:
+    if not math.isfinite(seconds) or abs(seconds) > _MAX_TIME:
+        raise MetricsError(f"{source}:{number}: timestamp out of range (not a Unix time)")
+    return seconds
