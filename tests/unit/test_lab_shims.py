@@ -1,4 +1,4 @@
-"""The light node commands (`node_query.py`) answer as the full ones would (no node needed)."""
+"""The node commands' layout and the pure parts of their answers (no node needed)."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ import json
 import pytest
 
 from sparkbase.lab import boot
-from sparkbase.lab.shims import node_query
+from sparkbase.lab.shims import cmd_net, common, registry
 
 
 def test_hardware_constants_and_macs_are_the_boot_helpers() -> None:
-    """node_query must not import the boot helpers, so it carries their values: the same."""
-    assert node_query.FABRIC == boot.FABRIC
-    assert node_query.MGMT_NETDEV == boot.MGMT_NETDEV
-    assert node_query.mac_address("spark3", "enP7s7") == boot.mac_address("spark3", "enP7s7")
+    """cmd_net must not import the boot helpers for `ip -j addr`, so it carries their values: the same."""
+    assert cmd_net.FABRIC == boot.FABRIC
+    assert cmd_net.MGMT_NETDEV == boot.MGMT_NETDEV
+    assert cmd_net.mac_address("spark3", "enP7s7") == boot.mac_address("spark3", "enP7s7")
 
 
 def test_dumps_prints_what_json_dumps_prints() -> None:
@@ -24,18 +24,57 @@ def test_dumps_prints_what_json_dumps_prints() -> None:
         {},
         [],
     ]
-    assert node_query.dumps(value) == json.dumps(value)
+    assert common.dumps(value) == json.dumps(value)
 
 
-def test_ip_json_is_what_the_facts_parser_reads(monkeypatch: pytest.MonkeyPatch) -> None:
-    from sparkbase.facts.parsers import parse_ip_addr_json
-
+def test_ip_json_has_iproute2_shape(monkeypatch: pytest.MonkeyPatch) -> None:
     net = {
         "enp1s0f0np0": {"mtu": 9000, "up": True, "addresses": ["192.168.101.1/24"], "mac": "4c:bb:47:0:0:1"},
         "enP7s7": {"mtu": 1500, "up": True, "addresses": [], "mac": "4c:bb:47:0:0:2"},
     }
-    monkeypatch.setattr(node_query, "read_json", lambda path, default: net if path == node_query.NET else {})
-    interfaces = parse_ip_addr_json(node_query.dumps(node_query.links()))
-    assert interfaces["enp1s0f0np0"].addresses == ("192.168.101.1/24",)
-    assert interfaces["enp1s0f0np0"].mtu == 9000 and interfaces["enP7s7"].operstate == "UP"
-    assert list(interfaces) == ["lo", "enP7s7", "enp1s0f0np0"]
+    monkeypatch.setattr(cmd_net, "read_json", lambda path, default: net if path == common.NET else {})
+    monkeypatch.setattr(cmd_net, "faults", dict)
+    links = {link["ifname"]: link for link in json.loads(common.dumps(cmd_net.links()))}
+    assert list(links) == ["lo", "enP7s7", "enp1s0f0np0"]
+    fabric = links["enp1s0f0np0"]
+    assert fabric["mtu"] == 9000 and fabric["operstate"] == "UP"
+    addresses = [(a["family"], a["local"], a["prefixlen"]) for a in fabric["addr_info"]]
+    assert addresses == [("inet", "192.168.101.1", 24)]
+    assert {"ifindex", "flags", "link_type", "address", "broadcast"} <= set(fabric)
+
+
+@pytest.mark.parametrize("command", sorted(registry.MODULES))
+def test_every_registered_command_resolves_to_its_function(command: str) -> None:
+    assert callable(registry.resolve(command))
+
+
+@pytest.mark.parametrize("module", sorted(set(registry.MODULES.values())))
+def test_every_module_command_is_registered_to_that_module(module: str) -> None:
+    import importlib
+
+    table = importlib.import_module(f"sparkbase.lab.shims.{module}").COMMANDS
+    assert {name: registry.MODULES.get(name) for name in table} == dict.fromkeys(table, module)
+
+
+#: the read-only commands an audit runs on every node: they must start cheaply
+LIGHT_COMMANDS = ("uname", "getconf", "nvidia-smi", "mokutil", "systemctl", "ip")
+
+
+@pytest.mark.parametrize("command", LIGHT_COMMANDS)
+def test_the_audits_commands_import_only_light_modules(command: str) -> None:
+    """Resolving them in a fresh interpreter loads neither json, re, pathlib nor the boot helpers."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\nfrom sparkbase.lab.shims import registry\n"
+        f"registry.resolve({command!r})\n"
+        "print(sorted(m for m in ('json', 're', 'pathlib', 'sparkbase.lab.boot') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_an_unknown_command_exits_127(capsys: pytest.CaptureFixture[str]) -> None:
+    assert registry.main("no-such-tool", []) == 127
+    assert "no-such-tool" in capsys.readouterr().err

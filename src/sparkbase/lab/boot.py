@@ -1,7 +1,7 @@
 """Pure boot computations of an emulated node: GRUB, kernel choice, command line, GIDs, swap.
 
 Standard library only: this module is also copied into every node (as
-`/usr/local/lib/sparkbase-lab/sparkbase_lab_boot.py`) where the shims, run by the node's
+`/usr/local/lib/sparkbase-lab/sparkbase/lab/boot.py`) where the shims, run by the node's
 `/usr/bin/python3`, import it. Nothing here touches a file system; callers pass text in.
 """
 

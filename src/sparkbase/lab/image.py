@@ -16,8 +16,9 @@ from sparkbase.lab import boot, packages
 
 FACTORY_FORMAT = 1
 SHIM_LIB = "usr/local/lib/sparkbase-lab"
-SHIM_SOURCE = Path(__file__).parent / "shims" / "node_commands.py"
-QUERY_SOURCE = Path(__file__).parent / "shims" / "node_query.py"
+SHIMS = Path(__file__).parent / "shims"
+#: files of earlier layouts that `refresh` removes from a kept disk (sparkbase wrote them)
+OLD_SHIM_FILES = ("node_commands.py", "node_query.py", "sparkbase_lab_boot.py")
 
 #: machine directories hidden in every node (the node starts with them empty)
 OPAQUE_DIRS = (
@@ -206,24 +207,37 @@ def refresh(upper: Path, name: str, index: int, port: int, host_key: Path, clien
     ssh_dir.mkdir(parents=True, exist_ok=True)
     ssh_dir.chmod(0o700)
     _write(upper, "root/.ssh/authorized_keys", client_pub, 0o600)
-    _write(upper, f"{SHIM_LIB}/node_commands.py", SHIM_SOURCE.read_text())
-    _write(upper, f"{SHIM_LIB}/node_query.py", QUERY_SOURCE.read_text())
-    _write(upper, f"{SHIM_LIB}/sparkbase_lab_boot.py", Path(boot.__file__).read_text())
-    from sparkbase.lab.shims import node_commands, node_query
+    install_shims(upper)
+    (upper / "var/lib/sparkbase-lab").mkdir(parents=True, exist_ok=True)
 
-    for command in node_commands.COMMANDS:
-        # the most-asked read-only commands load only the light module (node_query.py)
-        module = "node_query" if command in node_query.COMMANDS else "node_commands"
+
+def install_shims(upper: Path) -> None:
+    """The node commands: the `sparkbase.lab.shims` package (with `sparkbase.lab.boot`)
+    under /usr/local/lib/sparkbase-lab, one wrapper per command in /usr/local/bin, and
+    /usr/sbin shadows for commands that could reach the machine."""
+    from sparkbase.lab.shims import registry
+
+    lib = f"{SHIM_LIB}/sparkbase"
+    for package in ("", "/lab", "/lab/shims"):
+        _write(upper, f"{lib}{package}/__init__.py", "")
+    _write(upper, f"{lib}/lab/boot.py", Path(boot.__file__).read_text())
+    for source in sorted(SHIMS.glob("*.py")):
+        if source.name != "__init__.py":
+            _write(upper, f"{lib}/lab/shims/{source.name}", source.read_text())
+    _write(upper, f"{SHIM_LIB}/shim.py", (SHIMS / "shim.py").read_text())
+    for old in OLD_SHIM_FILES:
+        (upper / SHIM_LIB / old).unlink(missing_ok=True)
+    for command in registry.commands():
         _write(
             upper,
             f"usr/local/bin/{command}",
             # -I -S: isolated, no `site` (no .pth files, no dist-packages scan): the
             # commands need the standard library only (netplan adds dist-packages itself)
             "#!/usr/bin/python3 -IS\nimport sys\n"
-            f"sys.path.insert(0, '/{SHIM_LIB}')\nimport {module}\n"
-            f"sys.exit({module}.main({command!r}, sys.argv[1:]))\n",
+            f"sys.path.insert(0, '/{SHIM_LIB}')\n"
+            "from sparkbase.lab.shims.registry import main\n"
+            f"sys.exit(main({command!r}, sys.argv[1:]))\n",
             0o755,
         )
-    for command in node_commands.SBIN_SHADOWS:
+    for command in registry.SBIN_SHADOWS:
         _symlink(upper, f"usr/sbin/{command}", f"/usr/local/bin/{command}")
-    (upper / "var/lib/sparkbase-lab").mkdir(parents=True, exist_ok=True)

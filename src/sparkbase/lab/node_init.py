@@ -143,7 +143,7 @@ class Init:
         """Run the boot step, bind its outputs over /proc, start sshd."""
         started = time.monotonic()
         result = subprocess.run(
-            ["/usr/bin/python3", f"{SHIM_LIB}/node_commands.py", "__boot__"],
+            ["/usr/bin/python3", "-IS", f"{SHIM_LIB}/shim.py", "__boot__"],
             capture_output=True, text=True, env=self.env(), cwd="/", check=False,
         )
         if result.stderr:
@@ -207,7 +207,7 @@ class Init:
                 os.kill(self.sshd.pid, signal.SIGCONT)
             self.start_sshd()
         subprocess.run(
-            ["/usr/bin/python3", f"{SHIM_LIB}/node_commands.py", "__refresh__"],
+            ["/usr/bin/python3", "-IS", f"{SHIM_LIB}/shim.py", "__refresh__"],
             env=self.env(), cwd="/", check=False, stdout=self.log, stderr=self.log,
         )
 

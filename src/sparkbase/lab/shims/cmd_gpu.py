@@ -1,0 +1,94 @@
+"""`nvidia-smi`: the GB10 as the running driver sees it (clock latch as a fault)."""
+
+from __future__ import annotations
+
+from sparkbase.lab.shims.common import Fail, LazyModule, faults, node_info, read_text, state
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from sparkbase.lab import boot as B
+else:
+    B = LazyModule("sparkbase.lab.boot")
+
+
+def _utils_version() -> str | None:
+    """The user-space driver version (nvidia-utils), None when not installed."""
+    text = read_text("/usr/share/sparkbase-lab/nvidia-utils.version").strip()
+    return text or None
+
+
+def cmd_nvidia_smi(argv: list[str]) -> int:
+    """`nvidia-smi` (summary table) and `--query-gpu=... --format=csv[,noheader][,nounits]`."""
+    utils = _utils_version()
+    if utils is None:
+        raise Fail("nvidia-smi: command not found", 127)
+    st = state()
+    driver = st.get("driver")
+    if not driver:
+        raise Fail("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA "
+                   "driver. Make sure that the latest NVIDIA driver is installed and running.", 9)
+    if driver != utils:
+        print(f"Failed to initialize NVML: Driver/library version mismatch\n"
+              f"NVML library version: {utils}")
+        return 18
+    latched = bool(faults().get("gpu-latch"))
+    values = {
+        "name": "NVIDIA GB10", "driver_version": driver,
+        "clocks.sm": "611 MHz" if latched else "2418 MHz",
+        "clocks.current.sm": "611 MHz" if latched else "2418 MHz",
+        "clocks.max.sm": "3003 MHz", "clocks.max.graphics": "3003 MHz",
+        "power.draw": "10.12 W" if latched else "35.21 W",
+        "temperature.gpu": "41", "utilization.gpu": "0 %", "pstate": "P0",
+        "clocks_event_reasons.active": "0x0000000000000000",
+    }
+    if any("uuid" in arg for arg in argv):  # the boot helpers cost an import; only when asked
+        values["uuid"] = "GPU-" + B.mac_address(node_info().get("name", ""), "gpu").replace(":", "")
+    headers = {"clocks.sm": "clocks.current.sm [MHz]", "clocks.current.sm": "clocks.current.sm [MHz]",
+               "clocks.max.sm": "clocks.max.sm [MHz]", "clocks.max.graphics": "clocks.max.graphics [MHz]",
+               "power.draw": "power.draw [W]", "utilization.gpu": "utilization.gpu [%]"}
+    query = next((a.split("=", 1)[1] for a in argv if a.startswith("--query-gpu=")), None)
+    if query is None and "--query-gpu" in argv:
+        query = argv[argv.index("--query-gpu") + 1]
+    if query is not None:
+        fmt = next((a.split("=", 1)[1] for a in argv if a.startswith("--format=")), "csv")
+        opts = fmt.split(",")
+        if "csv" not in opts:
+            raise Fail("nvidia-smi: only --format=csv is emulated", 2)
+        fields = [f.strip() for f in query.split(",") if f.strip()]
+        for field in fields:
+            if field not in values:
+                print(f'Field "{field}" is not a valid field to query.')
+                return 2
+        if "noheader" not in opts:
+            print(", ".join(headers.get(f, f) for f in fields))
+        row = []
+        for field in fields:
+            value = values[field]
+            if "nounits" in opts:
+                for unit in (" MHz", " W", " %"):
+                    value = value.removesuffix(unit)
+            row.append(value)
+        print(", ".join(row))
+        return 0
+    import time
+
+    clock = values["clocks.sm"]
+    power = values["power.draw"].replace(" ", "")
+    print(f"""{time.strftime('%a %b %d %H:%M:%S %Y')}
++-----------------------------------------------------------------------------------------+
+| NVIDIA-SMI {driver:<10}             Driver Version: {driver:<10}     CUDA Version: 13.0     |
++-----------------------------------------+------------------------+----------------------+
+| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |
+| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |
+|=========================================+========================+======================|
+|   0  NVIDIA GB10                    On  |   0000000F:01:00.0 Off |                  N/A |
+| N/A   41C    P0             {power:>7} /  N/A  |             Not Supported  |      0%      Default |
++-----------------------------------------+------------------------+----------------------+
+| SM clock: {clock:<10}                                                                    |
++-----------------------------------------------------------------------------------------+""")
+    return 0
+
+
+COMMANDS: dict[str, Callable[[list[str]], int]] = {"nvidia-smi": cmd_nvidia_smi}

@@ -1,0 +1,74 @@
+"""`uname`, `getconf`, `nproc`: the running kernel and CPUs as the node's boot chose them."""
+
+from __future__ import annotations
+
+import os
+
+from sparkbase.lab.shims.common import ARCH, Fail, LazyModule, state
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from sparkbase.lab import boot as B
+else:
+    B = LazyModule("sparkbase.lab.boot")
+
+#: the kernel build line `uname -v` prints (Ubuntu's format)
+KERNEL_BUILD = "SMP PREEMPT_DYNAMIC Thu Oct  9 10:00:00 UTC 2025"
+
+
+def kernel_version(release: str) -> str:
+    """`uname -v` for a release: `#<ABI>-Ubuntu SMP PREEMPT_DYNAMIC <date>`."""
+    return f"#{release.split('-')[1]}-Ubuntu {KERNEL_BUILD}"
+
+
+def cmd_uname(argv: list[str]) -> int:
+    """`uname [-snrvmpioa]` and the long forms."""
+    release = state()["release"]
+    fields = {"s": "Linux", "n": os.uname().nodename, "r": release, "v": kernel_version(release),
+              "m": ARCH, "p": ARCH, "i": ARCH, "o": "GNU/Linux"}
+    long = {"--kernel-name": "s", "--nodename": "n", "--kernel-release": "r",
+            "--kernel-version": "v", "--machine": "m", "--processor": "p",
+            "--hardware-platform": "i", "--operating-system": "o", "--all": "a"}
+    wanted: list[str] = []
+    for arg in argv:
+        if arg in long:
+            wanted.append(long[arg])
+        elif arg.startswith("-") and not arg.startswith("--"):
+            wanted.extend(arg[1:])
+        else:
+            raise Fail(f"uname: extra operand '{arg}'")
+    if not wanted:
+        wanted = ["s"]
+    if "a" in wanted:
+        wanted = list("snrvmpio")
+    unknown = [w for w in wanted if w not in fields]
+    if unknown:
+        raise Fail(f"uname: invalid option -- '{unknown[0]}'")
+    print(" ".join(fields[k] for k in "snrvmpio" if k in wanted))
+    return 0
+
+
+def cmd_getconf(argv: list[str]) -> int:
+    """`getconf PAGESIZE` (the node's page size); other variables from the machine's getconf."""
+    if len(argv) == 1 and argv[0] in ("PAGESIZE", "PAGE_SIZE"):
+        print(state()["page_size"])
+        return 0
+    if len(argv) == 1 and argv[0] in ("_NPROCESSORS_ONLN", "_NPROCESSORS_CONF"):
+        print(B.NCPUS)
+        return 0
+    import subprocess
+
+    return subprocess.call(["/usr/bin/getconf", *argv])
+
+
+def cmd_nproc(argv: list[str]) -> int:
+    """`nproc`: the node's 20 CPUs."""
+    print(B.NCPUS)
+    return 0
+
+
+COMMANDS: dict[str, Callable[[list[str]], int]] = {
+    "uname": cmd_uname, "getconf": cmd_getconf, "nproc": cmd_nproc,
+}

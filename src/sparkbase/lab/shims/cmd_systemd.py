@@ -1,0 +1,312 @@
+"""`systemctl`: unit enablement as real symlinks, the active set in /run (no systemd runs).
+
+The read-only forms the audit asks (`show -p P... UNIT...`, `get-default`, `is-enabled`,
+`is-active`) use only `os`; enabling and disabling write the links systemd would.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from sparkbase.lab.shims.common import ACTIVE, SYSTEMD_ETC, SYSTEMD_LIB, Fail, read_text, write_text
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+#: units that are always running (sparkbase reaches the node through them)
+ALWAYS_ACTIVE = ("ssh.service", "sshd.service")
+
+
+def unit_path(unit: str) -> str | None:
+    """Where a unit file (or its link) is: /etc/systemd/system first, then /lib."""
+    for base in (SYSTEMD_ETC, SYSTEMD_LIB):
+        path = f"{base}/{unit}"
+        if os.path.lexists(path):
+            return path
+    return None
+
+
+def _listdir(path: str) -> list[str]:
+    """The visible names in a directory ([] when it is missing)."""
+    try:
+        return [name for name in os.listdir(path) if not name.startswith(".")]
+    except OSError:
+        return []
+
+
+def install_section(path: str) -> dict[str, list[str]]:
+    """The `[Install]` keys of a unit file (WantedBy, RequiredBy, Alias...)."""
+    out: dict[str, list[str]] = {}
+    section = ""
+    for raw in read_text(path).splitlines():
+        line = raw.strip()
+        if line.startswith("["):
+            section = line
+            continue
+        if section == "[Install]" and "=" in line:
+            key, _, value = line.partition("=")
+            out.setdefault(key.strip(), []).extend(value.split())
+    return out
+
+
+def unit_file_state(unit: str) -> str | None:
+    """`systemctl is-enabled` as systemd decides it from the links; None: no such unit."""
+    etc = f"{SYSTEMD_ETC}/{unit}"
+    if os.path.islink(etc) and os.readlink(etc) == "/dev/null":
+        return "masked"
+    path = unit_path(unit)
+    if path is None:
+        return None
+    names = _listdir(SYSTEMD_ETC)
+    if any(name.endswith(".wants") and os.path.lexists(f"{SYSTEMD_ETC}/{name}/{unit}") for name in names):
+        return "enabled"
+    real = os.path.realpath(path)
+    for name in names:
+        link = f"{SYSTEMD_ETC}/{name}"
+        if name.endswith(".service") and name != unit and os.path.islink(link) \
+                and os.path.realpath(link) == real:
+            return "enabled"
+    if os.path.islink(etc) and os.path.realpath(etc) != etc and unit != os.path.basename(real):
+        return "alias"
+    return "disabled" if install_section(real) else "static"
+
+
+def active_units() -> set[str]:
+    """Units running now (recomputed at every boot and start/stop)."""
+    return {line.strip() for line in read_text(ACTIVE).splitlines() if line.strip()}
+
+
+def show(unit: str, prop: str) -> str:
+    """One property as `systemctl show -p PROP UNIT` prints its value."""
+    if prop == "ActiveState":
+        path = unit_path(unit)
+        real = os.path.basename(os.path.realpath(path)) if path is not None else unit
+        active = active_units()
+        return "active" if real in active or unit in active else "inactive"
+    if prop == "UnitFileState":
+        return unit_file_state(unit) or ""
+    if prop == "Id":
+        return unit
+    value = ""
+    path = unit_path(unit)
+    files = [os.path.realpath(path)] if path is not None else []
+    for base in (SYSTEMD_LIB, SYSTEMD_ETC, "/run/systemd/system"):
+        directory = f"{base}/{unit}.d"
+        files += sorted(f"{directory}/{n}" for n in _listdir(directory) if n.endswith(".conf"))
+    for name in files:
+        for raw in read_text(name).splitlines():
+            key, sep, val = raw.strip().partition("=")
+            if sep and key.strip() == prop:
+                value = val.strip()
+    return value
+
+
+def default_target() -> str:
+    """The default systemd target: where /etc/systemd/system/default.target points."""
+    link = f"{SYSTEMD_ETC}/default.target"
+    if os.path.islink(link):
+        return os.path.basename(os.readlink(link))
+    return "graphical.target"
+
+
+def unit_name(unit: str) -> str:
+    """A unit name with its type (`foo` -> `foo.service`)."""
+    return unit if "." in unit else unit + ".service"
+
+
+def _is_enabled(unit: str) -> str:
+    value = unit_file_state(unit)
+    if value is None:
+        raise Fail(f"Failed to get unit file state for {unit}: No such file or directory", 1)
+    return value
+
+
+def set_active(units: set[str]) -> None:
+    """Replace the set of running units."""
+    write_text(ACTIVE, "".join(f"{u}\n" for u in sorted(units)))
+
+
+def resolve_alias(unit: str) -> str:
+    """The unit an alias (or the unit itself) names."""
+    path = unit_path(unit)
+    return os.path.basename(os.path.realpath(path)) if path is not None else unit
+
+
+def compute_active(target: str) -> list[str]:
+    """The units running after a boot into `target`."""
+    from sparkbase.lab.shims.common import glob
+
+    active = set(ALWAYS_ACTIVE)
+    for link in glob(f"{SYSTEMD_ETC}/multi-user.target.wants/*"):
+        active.add(os.path.basename(link))
+    if target == "graphical.target":
+        for link in glob(f"{SYSTEMD_ETC}/graphical.target.wants/*"):
+            active.add(os.path.basename(link))
+        dm = f"{SYSTEMD_ETC}/display-manager.service"
+        if os.path.lexists(dm):
+            active.add("display-manager.service")
+            active.add(os.path.basename(os.path.realpath(dm)))
+    return sorted(active)
+
+
+def _enable(unit: str, enable: bool) -> None:
+    path = unit_path(unit)
+    if path is None:
+        raise Fail(f"Failed to enable unit: Unit file {unit} does not exist.", 1)
+    real = os.path.realpath(path)
+    base = os.path.basename(real)
+    install = install_section(real)
+    if not install:
+        print("The unit files have no installation config (WantedBy=, RequiredBy=, Also=,\n"
+              "Alias= settings in the [Install] section, and DefaultInstance= for template\n"
+              "units). This means they are not meant to be enabled or disabled using systemctl.",
+              file=sys.stderr)
+        return
+    links = [f"{SYSTEMD_ETC}/{t}.wants/{base}" for t in install.get("WantedBy", [])]
+    links += [f"{SYSTEMD_ETC}/{t}.requires/{base}" for t in install.get("RequiredBy", [])]
+    links += [f"{SYSTEMD_ETC}/{alias}" for alias in install.get("Alias", [])]
+    for link in links:
+        if enable:
+            if not os.path.islink(link):
+                os.makedirs(os.path.dirname(link), exist_ok=True)
+                os.symlink(real, link)
+                print(f"Created symlink {link} \u2192 {real}.", file=sys.stderr)
+        elif os.path.islink(link):
+            os.unlink(link)
+            print(f"Removed \"{link}\".", file=sys.stderr)
+
+
+def _show_blocks(argv: list[str]) -> int:
+    """`systemctl show -p P [-p P...] [--value] UNIT...`: one block per unit, blank line between."""
+    props: list[str] = []
+    units: list[str] = []
+    value_only = False
+    words = iter(argv[1:])
+    for word in words:
+        if word in ("-p", "--property"):
+            props += next(words, "").split(",")
+        elif word.startswith("--property="):
+            props += word.split("=", 1)[1].split(",")
+        elif word == "--value":
+            value_only = True
+        elif not word.startswith("-"):
+            units.append(unit_name(word))
+    for index, unit in enumerate(units):
+        if index and not value_only:
+            print()
+        for prop in props or ["ActiveState", "UnitFileState"]:
+            value = show(unit, prop)
+            print(value if value_only else f"{prop}={value}")
+    return 0
+
+
+def _set_default(units: list[str]) -> int:
+    target = units[0] if units else ""
+    if not os.path.exists(f"{SYSTEMD_LIB}/{target}"):
+        raise Fail(f"Failed to set default target: Unit file {target} does not exist.")
+    link = f"{SYSTEMD_ETC}/default.target"
+    if os.path.islink(link):
+        os.unlink(link)
+    os.makedirs(SYSTEMD_ETC, exist_ok=True)
+    os.symlink(f"{SYSTEMD_LIB}/{target}", link)
+    print(f"Created symlink {link} \u2192 {SYSTEMD_LIB}/{target}.", file=sys.stderr)
+    return 0
+
+
+def _is_enabled_cmd(units: list[str], quiet: bool) -> int:
+    status = 0
+    for unit in units:
+        try:
+            value = _is_enabled(unit)
+        except Fail as exc:
+            if not quiet:
+                print(str(exc), file=sys.stderr)
+            status = 1
+            continue
+        if not quiet:
+            print(value)
+        if value not in ("enabled", "alias", "static"):
+            status = 1
+    return status
+
+
+def _is_active_cmd(units: list[str], quiet: bool) -> int:
+    active = active_units()
+    status = 0
+    for unit in units:
+        on = unit in active or resolve_alias(unit) in active
+        if not quiet:
+            print("active" if on else "inactive")
+        if not on:
+            status = 3
+    return status
+
+
+def _start_stop(verb: str, units: list[str]) -> int:
+    active = active_units()
+    for unit in units:
+        if unit_path(unit) is None:
+            raise Fail(f"Failed to {verb} {unit}: Unit {unit} not found.", 5)
+        if verb == "stop":
+            active.discard(resolve_alias(unit))
+        elif verb != "try-restart" or resolve_alias(unit) in active:
+            active.add(resolve_alias(unit))
+    set_active(active)
+    return 0
+
+
+def _mask(verb: str, units: list[str]) -> int:
+    for unit in units:
+        link = f"{SYSTEMD_ETC}/{unit}"
+        if verb == "mask":
+            if os.path.islink(link):
+                os.unlink(link)
+            os.symlink("/dev/null", link)
+        elif os.path.islink(link) and os.readlink(link) == "/dev/null":
+            os.unlink(link)
+    return 0
+
+
+def cmd_systemctl(argv: list[str]) -> int:
+    """`systemctl` verbs a baseline uses (see docs/emulation.md)."""
+    if argv and argv[0] == "show":
+        return _show_blocks(argv)
+    flags = [a for a in argv if a.startswith("-")]
+    args = [a for a in argv if not a.startswith("-")]
+    quiet = "-q" in flags or "--quiet" in flags
+    if not args:
+        raise Fail("systemctl: listing units is not emulated by the sparkbase lab", 1)
+    verb, units = args[0], [unit_name(u) for u in args[1:]]
+    if verb == "get-default":
+        print(default_target())
+        return 0
+    if verb == "set-default":
+        return _set_default(units)
+    if verb in ("daemon-reload", "daemon-reexec", "reset-failed"):
+        return 0
+    if verb in ("reboot", "kexec", "poweroff", "halt"):
+        from sparkbase.lab.shims.cmd_power import cmd_poweroff, cmd_reboot
+
+        return cmd_reboot([]) if verb in ("reboot", "kexec") else cmd_poweroff([])
+    if verb == "is-enabled":
+        return _is_enabled_cmd(units, quiet)
+    if verb == "is-active":
+        return _is_active_cmd(units, quiet)
+    if verb in ("enable", "disable"):
+        active = active_units()
+        for unit in units:
+            _enable(unit, verb == "enable")
+            if "--now" in flags:
+                (active.add if verb == "enable" else active.discard)(resolve_alias(unit))
+        set_active(active)
+        return 0
+    if verb in ("start", "stop", "restart", "reload", "try-restart", "reload-or-restart"):
+        return _start_stop(verb, units)
+    if verb in ("mask", "unmask"):
+        return _mask(verb, units)
+    raise Fail(f"systemctl: {verb} is not emulated by the sparkbase lab", 1)
+
+
+COMMANDS: dict[str, Callable[[list[str]], int]] = {"systemctl": cmd_systemctl}
