@@ -11,7 +11,16 @@ from test_audit_support import converged_node, grub_boot, shipped
 from sparkbase.audit.expected import expected_for
 from sparkbase.audit.registry import node_checks, planned_checks
 from sparkbase.audit.run import build_report, judge_fleet, judge_node
-from sparkbase.facts.model import FstabEntry, Gid, GpuFacts, Interface, NodeFacts, UnitState, Unreachable
+from sparkbase.facts.model import (
+    FstabEntry,
+    Gid,
+    GpuFacts,
+    Interface,
+    NodeFacts,
+    SecureBoot,
+    UnitState,
+    Unreachable,
+)
 from sparkbase.model.site import Site
 from sparkbase.render import render_node
 
@@ -126,7 +135,9 @@ SITE_DRIFTS: list[tuple[str, Callable[[NodeFacts], NodeFacts], set[str]]] = [
     ),
     ("THP never", _set(thp="never"), {"memory.thp"}),
     ("sysctl", _sysctl("vm.min_free_kbytes", "67584"), {"sysctl.vm.min_free_kbytes"}),
-    ("Secure Boot off", _set(secure_boot=False), {"secure_boot.state"}),
+    ("Secure Boot off", _set(secure_boot=SecureBoot.DISABLED), {"secure_boot.state"}),
+    ("Secure Boot not enforcing", _set(secure_boot=SecureBoot.NOT_ENFORCING), {"secure_boot.state"}),
+    ("Secure Boot setup mode", _set(secure_boot=SecureBoot.SETUP_MODE), {"secure_boot.state"}),
     (
         "modeset on",
         lambda f: replace(f, module_params={**f.module_params, "nvidia_drm.modeset": "Y"}),
@@ -139,7 +150,8 @@ SITE_DRIFTS: list[tuple[str, Callable[[NodeFacts], NodeFacts], set[str]]] = [
         {"host.display_manager"},
     ),
     ("cups enabled", _unit("cups.service", UnitState("enabled", "active")), {"service.cups.service"}),
-    ("slice", _set(slice_allowed_cpus="0-19"), {"cpuset.slice"}),
+    ("slice", _set(slice_allowed_cpus=frozenset(range(20))), {"cpuset.slice"}),
+    ("slice unset", _set(slice_allowed_cpus=None), {"cpuset.slice"}),
     (
         "sysctl.d edited",
         _with_file("/etc/sysctl.d/90-sparkbase.conf", None),
@@ -231,7 +243,13 @@ VARIANT_DRIFTS: list[tuple[str, Callable[[NodeFacts], NodeFacts], set[str]]] = [
         lambda f: replace(f, memory_saver=replace(f.memory_saver, sig_key=None)),  # type: ignore[type-var]
         {"memory_saver.signature"},
     ),
-    ("key not enrolled", _set(mok_fingerprints=()), {"memory_saver.signature", "secure_boot.mok"}),
+    ("key not enrolled", _set(mok_certificates=()), {"memory_saver.signature", "secure_boot.mok"}),
+    (
+        "signed by another key",
+        lambda f: replace(f, memory_saver=replace(f.memory_saver, sig_key="40:E5:D9:9D"),  # type: ignore[type-var]
+                          dkms_noise=("Deprecated feature: REMAKE_INITRD",)),
+        {"memory_saver.signature"},
+    ),
     (
         "saver not loaded",
         lambda f: replace(f, modules=f.modules - {"uvm_memory_saver"}),

@@ -12,8 +12,10 @@ from sparkbase.facts.model import (
     GpuFacts,
     GrubBoot,
     Interface,
+    MokCertificate,
     ModuleInfo,
     NodeFacts,
+    SecureBoot,
     SwapEntry,
     UnitState,
 )
@@ -23,6 +25,17 @@ from sparkbase.model.types import GB10_FAST_CPUS
 from sparkbase.render import kernel_cmdline
 
 REPO = Path(__file__).parents[2]
+#: the MOK of a converged node as `mokutil --list-enrolled` shows it, and the serial kmod
+#: prints as a signed module's `sig_key` (upper-case colon-hex, as kmod prints it)
+MOK_SERIAL = "40:8B:66:4E:BC:FF:14:EE:69:A1:B9:19:78:D5:F8:FF:38:3F:21:3A"
+MOK_CN = "sparkbase lab MOK (not for production)"
+UNPINNED_FINGERPRINT = "0a:1b:2c:3d:4e:5f:60:71:82:93:a4:b5:c6:d7:e8:f9:0a:1b:2c:3d"
+
+
+def mok_certificate(fingerprint: str | None) -> MokCertificate:
+    """The enrolled MOK certificate a converged node lists."""
+    return MokCertificate(fingerprint or UNPINNED_FINGERPRINT,
+                          MOK_SERIAL.replace(":", "").lower(), MOK_CN, MOK_CN)
 
 
 def shipped() -> Site:
@@ -71,7 +84,8 @@ def converged(expected: Expected) -> NodeFacts:
 
         dkms = (DkmsEntry(saver.dkms_name, saver.dkms_version, b.kernel.release, "aarch64", "installed"),)
         memory_saver = ModuleInfo(
-            filename="/lib/modules/x/updates/dkms/m.ko", signer="MOK", sig_key=b.secure_boot.mok_fingerprint
+            filename="/lib/modules/x/updates/dkms/m.ko", srcversion="BD5E76800A08DB052331F58",
+            signer=MOK_CN, sig_key=MOK_SERIAL, sig_hashalgo="sha512",
         )
     units = {"display-manager.service": UnitState("alias", "inactive")}
     units.update({unit: UnitState("disabled", "inactive") for unit in b.host.disable_services})
@@ -120,13 +134,13 @@ def converged(expected: Expected) -> NodeFacts:
         module_params=params,
         dkms=dkms,
         memory_saver=memory_saver,
-        secure_boot=b.secure_boot.enabled,
-        mok_fingerprints=(b.secure_boot.mok_fingerprint,) if b.secure_boot.mok_fingerprint else (),
+        secure_boot=SecureBoot.ENABLED if b.secure_boot.enabled else SecureBoot.DISABLED,
+        mok_certificates=(mok_certificate(b.secure_boot.mok_fingerprint),),
         swaps=(SwapEntry(swap.path, swap.size_gib * 1024**3),) if swap else (),
         swap_header_page_size={swap.path: swap.header_page_size} if swap else {},
         default_target=b.host.boot_target,
         units=units,
-        slice_allowed_cpus=b.cpuset.cpulist(),
+        slice_allowed_cpus=frozenset(b.cpuset.cpus),
         file_sha256=hashes,
         nccl_library_sha256=b.nccl.library.sha256,
         nccl_conf=nccl.content if nccl else None,
@@ -157,4 +171,4 @@ def converged_node(
     return expected, converged(expected)
 
 
-__all__ = ["converged", "converged_node", "grub_boot", "replace", "shipped"]
+__all__ = ["MOK_SERIAL", "converged", "converged_node", "grub_boot", "mok_certificate", "replace", "shipped"]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sparkbase.facts import parsers as p
-from sparkbase.facts.model import Gid
+from sparkbase.facts.model import Gid, SecureBoot
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "facts"
 
@@ -77,7 +77,7 @@ def test_nvidia_smi_failure_is_recorded() -> None:
 
 
 def test_dkms_status() -> None:
-    entries = p.parse_dkms_status(fixture("dkms-status.out"))
+    entries = p.parse_dkms_status(fixture("dkms-status.out")).entries
     assert [(e.name, e.version, e.kernel, e.status) for e in entries] == [
         ("uvm-memory-saver", "0.4.2", "7.0.0-1019-nvidia-64k", "installed"),
         ("uvm-memory-saver", "0.4.2", "6.17.0-1032-nvidia", "built"),
@@ -85,10 +85,11 @@ def test_dkms_status() -> None:
     ]
 
 
-def test_modinfo_signed_lowercases_the_key() -> None:
+def test_modinfo_signed_keeps_the_key_as_printed() -> None:
     info = p.parse_modinfo(fixture("modinfo-signed.out"), 0)
     assert info.signer == "sparkbase lab MOK"
-    assert info.sig_key == "de:68:7c:66:aa:de:f7:ac:da:f7:f1:c7:c8:0f:80:9d:81:86:73:f1"
+    assert info.sig_key == "DE:68:7C:66:AA:DE:F7:AC:DA:F7:F1:C7:C8:0F:80:9D:81:86:73:F1"
+    assert p.normalise_serial(info.sig_key) == "de687c66aadef7acdaf7f1c7c80f809d818673f1"
     assert info.vermagic is not None and info.vermagic.startswith("7.0.0-1019-nvidia-64k ")
 
 
@@ -98,8 +99,9 @@ def test_modinfo_missing_module() -> None:
 
 
 def test_mokutil() -> None:
-    assert p.parse_sb_state("SecureBoot enabled\n") is True
-    assert p.parse_sb_state("SecureBoot disabled\n") is False
+    assert p.parse_sb_state("SecureBoot enabled\n") is SecureBoot.ENABLED
+    assert p.parse_sb_state("SecureBoot disabled\n") is SecureBoot.DISABLED
+    assert p.parse_sb_state("EFI variables are not supported on this system\n") is SecureBoot.UNSUPPORTED
     assert p.parse_mok_enrolled(fixture("mokutil-list-enrolled.out"))[1].startswith("de:68:7c")
     with pytest.raises(ValueError):
         p.parse_sb_state("mokutil: command output nobody expected\n")

@@ -10,6 +10,7 @@ import pytest
 
 from sparkbase.audit.expected import expected_for
 from sparkbase.facts.assemble import assemble
+from sparkbase.facts.model import SecureBoot
 from sparkbase.facts.script import (
     Section,
     build_script,
@@ -102,7 +103,7 @@ def test_captured_factory_answer_assembles(site: Site) -> None:
     assert facts.thp == "madvise"
     assert facts.fast_cpus == (5, 6, 7, 8, 9, 15, 16, 17, 18, 19)
     assert facts.gpu.driver_version == "580.95.05"
-    assert facts.secure_boot is True
+    assert facts.secure_boot is SecureBoot.ENABLED
     assert facts.default_target == "graphical.target"
     assert facts.units["gdm3.service"].active
     assert facts.sysctls == {"vm.max_map_count": "65530", "vm.min_free_kbytes": "67584"}

@@ -10,8 +10,9 @@ import ipaddress
 
 from sparkbase.audit.expected import Expected
 from sparkbase.audit.registry import Outcome, fail, fleet_check, node_check, ok, skip
-from sparkbase.facts.model import NodeFacts
-from sparkbase.facts.parsers import parse_kv_conf
+from sparkbase.facts.model import NodeFacts, SecureBoot
+from sparkbase.facts.parsers import dgx_os_version, format_cpu_list, parse_kv_conf
+from sparkbase.facts.signing import judge_signature
 from sparkbase.render import NCCL_CONF_PATH, NETPLAN_PATH, kernel_cmdline
 
 #: below this SM clock (MHz) a GB10 is latched
@@ -408,27 +409,24 @@ def memory_saver(expected: Expected, facts: NodeFacts, item: str | None) -> Outc
             ),
             None,
         )
+        noise = f" (dkms also said: {'; '.join(facts.dkms_noise)})" if facts.dkms_noise else ""
         if entry is None:
             seen = ", ".join(f"{e.name}/{e.version} {e.kernel or ''} {e.status}" for e in facts.dkms)
             return fail(
                 want,
-                seen or "not installed",
+                (seen or "not installed") + noise,
                 f"dkms install {saver.dkms_name}/{saver.dkms_version} -k {release}: {_apply(expected)}",
             )
-        return ok(want, "installed")
+        return ok(want, "installed" + noise)
     if item == "signature":
         key = expected.baseline.secure_boot.mok_fingerprint
-        info = facts.memory_saver
-        want = f"signed with {key}"
-        if info is None or info.error:
-            return fail(want, info.error if info else "no modinfo", _apply(expected))
-        if not info.sig_key:
+        want = f"signed with MOK {key}" if key else "signed with an enrolled MOK"
+        verdict = judge_signature(facts.memory_saver, facts.mok_certificates, key)
+        if verdict.ok:
+            return ok(want, verdict.detail)
+        if verdict.detail == "unsigned":
             return fail(want, "unsigned", "rebuild with the MOK key present: " + _apply(expected))
-        enrolled = info.sig_key in facts.mok_fingerprints
-        if info.sig_key != key or not enrolled:
-            observed = f"signed with {info.sig_key}" + ("" if enrolled else " (not enrolled)")
-            return fail(want, observed, "re-sign with the enrolled MOK key: " + _apply(expected))
-        return ok(want, f"signed with {info.sig_key} ({info.signer or 'no signer'})")
+        return fail(want, verdict.detail, "re-sign with the enrolled MOK key: " + _apply(expected))
     param = f"{saver.module}.{saver.packing_parameter}"
     want = f"{saver.module} loaded, {saver.packing_parameter}={'on' if saver.packing else 'off'}"
     if saver.module not in facts.modules:
@@ -453,13 +451,22 @@ def _flag(value: str | None) -> bool | None:
 
 @node_check("secure_boot.state", "secure_boot", "Secure Boot is in the baseline's state")
 def secure_boot_state(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
-    want = "enabled" if expected.baseline.secure_boot.enabled else "disabled"
-    if facts.secure_boot is None:
+    want = SecureBoot.ENABLED.value if expected.baseline.secure_boot.enabled else "not enforcing"
+    state = facts.secure_boot
+    if state is None:
         return _unknown(facts, "sb-state", want)
-    seen = "enabled" if facts.secure_boot else "disabled"
-    if seen != want:
-        return fail(want, seen, "change it in the firmware setup (a person at the console)")
-    return ok(want, seen)
+    firmware = "change it in the firmware setup (a person at the console)"
+    if not expected.baseline.secure_boot.enabled:
+        if state.enforcing:
+            return fail(want, state.value, firmware)
+        return ok(want, state.value)
+    if state is SecureBoot.NOT_ENFORCING:
+        return fail(want, state.value + " (module signatures are not checked)",
+                    "re-enable shim validation: mokutil --enable-validation, then reboot and "
+                    "confirm at the console")
+    if state is not SecureBoot.ENABLED:
+        return fail(want, state.value, firmware)
+    return ok(want, state.value)
 
 
 def _mok_items(expected: Expected) -> list[str]:
@@ -557,12 +564,15 @@ def cpuset_slice(expected: Expected, facts: NodeFacts, _item: str | None) -> Out
     cpuset = expected.baseline.cpuset
     want = f"{cpuset.slice} AllowedCPUs={cpuset.cpulist()}"
     seen = facts.slice_allowed_cpus
-    if seen != cpuset.cpulist():
-        return fail(want, f"AllowedCPUs={seen or '(unset)'}", f"write the slice: {_apply(expected)}")
+    if seen is None and "units" in facts.errors:
+        return _unknown(facts, "units", want)
+    if seen != frozenset(cpuset.cpus):
+        shown = format_cpu_list(seen) if seen else "(unset)"
+        return fail(want, f"AllowedCPUs={shown}", f"write the slice: {_apply(expected)}")
     if facts.fast_cpus and not set(cpuset.cpus) <= set(facts.fast_cpus):
         slow = sorted(set(cpuset.cpus) - set(facts.fast_cpus))
         return fail(want, f"CPUs {slow} are not Cortex-X925 (CPU part 0xd85) here", "fix cpuset.cpus")
-    return ok(want, f"AllowedCPUs={seen}")
+    return ok(want, f"AllowedCPUs={format_cpu_list(seen)}")
 
 
 # --- rendered files and stamp -------------------------------------------------------
@@ -619,11 +629,6 @@ def stamp(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
 
 
 # --- OS image (warn) ----------------------------------------------------------------
-
-
-def dgx_os_version(release: dict[str, str]) -> str | None:
-    """The DGX OS version a node runs: the last OTA update's, else the installed build's."""
-    return release.get("DGX_OTA_VERSION") or release.get("DGX_SWBUILD_VERSION") or None
 
 
 @node_check("os.release", "host", "the node runs the DGX OS release the baseline was qualified on",

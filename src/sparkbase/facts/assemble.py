@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from sparkbase.facts import parsers as p
-from sparkbase.facts.model import Gid, GpuFacts, GrubBoot, NodeFacts
+from sparkbase.facts.model import DkmsStatus, Gid, GpuFacts, GrubBoot, NodeFacts
 from sparkbase.facts.script import FactPlan, Sections, expand_files, file_reads
 
 T = TypeVar("T")
@@ -58,7 +58,8 @@ def assemble(node: str, plan: FactPlan, sections: Sections, elapsed: float = 0.0
     units_all = [*plan.units, *([plan.slice_unit] if plan.slice_unit else [])]
     shown = r.parse("units", lambda text: p.parse_systemctl_show(text, units_all)) or {}
     units = {unit: p.unit_state(props) for unit, props in shown.items() if unit in plan.units}
-    slice_cpus = shown.get(plan.slice_unit or "", {}).get("AllowedCPUs") if plan.slice_unit else None
+    slice_text = shown.get(plan.slice_unit or "", {}).get("AllowedCPUs") if plan.slice_unit else None
+    slice_cpus = r.parse("units", lambda _text: p.parse_cpu_list(slice_text or "")) if slice_text else None
     saver = None
     if plan.memory_saver_module:
         modinfo = sections.get("modinfo")
@@ -76,6 +77,7 @@ def assemble(node: str, plan: FactPlan, sections: Sections, elapsed: float = 0.0
     stamp_section = sections.get("stamp")
     stamp = r.parse("stamp", p.parse_stamp, quiet=True) if stamp_section else None
     dpkg = sections.get("dpkg")
+    dkms = (r.parse("dkms", p.parse_dkms_status) or DkmsStatus()) if plan.memory_saver_module else DkmsStatus()
     hashes = _hashes(sections, plan)
     return NodeFacts(
         node=node,
@@ -92,15 +94,16 @@ def assemble(node: str, plan: FactPlan, sections: Sections, elapsed: float = 0.0
             f"{module}.{param}": r.parse(f"param:{module}.{param}", p.parse_single_line, quiet=True)
             for module, param in plan.module_params
         },
-        dkms=(r.parse("dkms", p.parse_dkms_status) or ()) if plan.memory_saver_module else (),
+        dkms=dkms.entries,
+        dkms_noise=dkms.noise,
         memory_saver=saver,
         secure_boot=r.parse("sb-state", p.parse_sb_state),
-        mok_fingerprints=(r.parse("mok-enrolled", p.parse_mok_enrolled) or ()) if plan.mok_keys else (),
+        mok_certificates=(r.parse("mok-enrolled", p.parse_mok_certificates) or ()) if plan.mok_keys else (),
         swaps=(r.parse("swapon", p.parse_swapon_show) or ()) if plan.swap_paths else (),
         swap_header_page_size=headers,
         default_target=r.parse("default-target", p.parse_single_line),
         units=units,
-        slice_allowed_cpus=slice_cpus or None,
+        slice_allowed_cpus=slice_cpus,
         file_sha256=hashes,
         nccl_library_sha256=hashes.get(plan.nccl_library_path or ""),
         nccl_conf=r.text("nccl-conf", quiet=True),

@@ -8,6 +8,7 @@ node *should* be: that is the baseline's job, and comparing the two is the audit
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 
 @dataclass(frozen=True)
@@ -22,25 +23,70 @@ class GpuFacts:
 
 @dataclass(frozen=True)
 class ModuleInfo:
-    """`modinfo NAME` fields of one kernel module file (for the running kernel)."""
+    """`modinfo NAME` fields of one kernel module file, as kmod prints them.
+
+    `sig_key` is what kmod prints under that name: the **serial number** of the signing
+    certificate (colon-hex), not its fingerprint; `signer` is that certificate's issuer CN.
+    """
 
     filename: str | None = None
     version: str | None = None
     vermagic: str | None = None
+    srcversion: str | None = None  # hex digest of the module's sources (upper case, as printed)
     signer: str | None = None
-    sig_key: str | None = None
+    sig_key: str | None = None  # signing certificate's serial, as printed (colon-hex)
+    sig_hashalgo: str | None = None
     error: str | None = None
 
 
 @dataclass(frozen=True)
 class DkmsEntry:
-    """One `dkms status` line: `name/version, kernel, arch: status`."""
+    """One `dkms status` line: `name/version, kernel, arch: status` (DKMS 3) or
+    `name, version, kernel, arch: status` (DKMS 2)."""
 
     name: str
     version: str
     kernel: str | None
     arch: str | None
     status: str
+
+
+@dataclass(frozen=True)
+class DkmsStatus:
+    """`dkms status`: the module lines, and every other line (warnings, errors about other
+    packages' trees) kept as noise: reported, never fatal."""
+
+    entries: tuple[DkmsEntry, ...] = ()
+    noise: tuple[str, ...] = ()
+
+
+class SecureBoot(StrEnum):
+    """What `mokutil --sb-state` says about signature enforcement."""
+
+    ENABLED = "enabled"
+    #: `SecureBoot enabled` + `SecureBoot validation is disabled in shim`: nothing is enforced
+    NOT_ENFORCING = "enabled, validation disabled in shim"
+    DISABLED = "disabled"
+    #: `SecureBoot disabled` + `Platform is in Setup Mode`: no platform key, nothing enforced
+    SETUP_MODE = "disabled, setup mode"
+    #: `EFI variables are not supported on this system` (legacy BIOS boot, or no efivarfs)
+    UNSUPPORTED = "not supported (no EFI variables)"
+
+    @property
+    def enforcing(self) -> bool:
+        """Whether the firmware and shim refuse unsigned or wrongly signed modules."""
+        return self is SecureBoot.ENABLED
+
+
+@dataclass(frozen=True)
+class MokCertificate:
+    """One certificate of `mokutil --list-enrolled`: how the baseline pins it (SHA-1
+    fingerprint) and how kmod names it in a module signature (serial, issuer CN)."""
+
+    fingerprint: str  # sha1, lower-case colon-hex
+    serial: str | None = None  # normalised: lower-case hex, no colons, no leading zeros
+    issuer_cn: str | None = None
+    subject_cn: str | None = None
 
 
 @dataclass(frozen=True)
@@ -106,8 +152,10 @@ class GrubEntry:
     """One bootable GRUB menu entry: its menu path and the kernel it boots."""
 
     path: str  # titles from the top menu, `Submenu>Title`
-    release: str | None  # from its `linux /boot/vmlinuz-<release>` line
+    release: str | None  # from its `linux /boot/vmlinuz-<release>` (or `/vmlinuz-…`) line
     recovery: bool = False
+    ident: str | None = None  # its `$menuentry_id_option 'gnulinux-…'` id
+    args: tuple[str, ...] = ()  # kernel arguments on its `linux` line
 
 
 @dataclass(frozen=True)
@@ -152,14 +200,15 @@ class NodeFacts:
     modules: frozenset[str] = frozenset()
     module_params: dict[str, str | None] = field(default_factory=dict)  # "module.param" -> value
     dkms: tuple[DkmsEntry, ...] = ()
+    dkms_noise: tuple[str, ...] = ()  # `dkms status` lines that name no module (warnings)
     memory_saver: ModuleInfo | None = None
-    secure_boot: bool | None = None
-    mok_fingerprints: tuple[str, ...] = ()
+    secure_boot: SecureBoot | None = None
+    mok_certificates: tuple[MokCertificate, ...] = ()
     swaps: tuple[SwapEntry, ...] = ()
     swap_header_page_size: dict[str, int | None] = field(default_factory=dict)
     default_target: str | None = None
     units: dict[str, UnitState] = field(default_factory=dict)
-    slice_allowed_cpus: str | None = None
+    slice_allowed_cpus: frozenset[int] | None = None  # the slice's `AllowedCPUs=`, as a set
     file_sha256: dict[str, str | None] = field(default_factory=dict)
     nccl_library_sha256: str | None = None
     nccl_conf: str | None = None
@@ -177,6 +226,11 @@ class NodeFacts:
     errors: dict[str, str] = field(default_factory=dict)  # section -> what went wrong
     elapsed_seconds: float = 0.0
     round_trips: int = 1
+
+    @property
+    def mok_fingerprints(self) -> tuple[str, ...]:
+        """SHA-1 fingerprints of the enrolled MOK certificates."""
+        return tuple(cert.fingerprint for cert in self.mok_certificates)
 
 
 @dataclass(frozen=True)

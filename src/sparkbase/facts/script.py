@@ -55,7 +55,7 @@ class FactPlan:
     memory_saver_module: str | None = None
     swap_paths: tuple[str, ...] = ()
     packages: tuple[str, ...] = ()
-    mok_keys: bool = True  # list enrolled MOK keys (only when the baseline names one)
+    mok_keys: bool = True  # list enrolled MOK keys (a pinned key, or a module to sign)
     core_only: bool = False  # only kernel release, machine and page size (triggers' evidence)
 
 
@@ -86,7 +86,8 @@ def plan_for(baseline: Baseline, file_paths: Sequence[str], stamp_path: str,
         memory_saver_module=saver.module if saver is not None else None,
         swap_paths=(swap.path,) if swap is not None else (),
         packages=tuple(dict.fromkeys([*(pin.name for pin in baseline.packages()), *foreign_packages])),
-        mok_keys=baseline.secure_boot.mok_fingerprint is not None,
+        # the enrolled certificates judge the memory-saver signature even with no pinned key
+        mok_keys=baseline.secure_boot.mok_fingerprint is not None or (saver is not None and saver.required),
     )
 
 

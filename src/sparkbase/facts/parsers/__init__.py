@@ -1,0 +1,104 @@
+"""Pure parsers: one command's output or file in, one typed value out; no host needed.
+
+One parser per command or file, used by the audit (`facts/assemble.py`), by plan/apply
+(the pyinfra facts in `deploy/facts.py` are thin adapters over these), and by `checks/`.
+Each reads what a real DGX OS node prints (samples with sources in
+`tests/fixtures/real/`) and raises `ValueError` on text it cannot read, so a garbled
+answer is recorded, never guessed at. One module per domain; every name is re-exported
+here, so `from sparkbase.facts.parsers import parse_grub` keeps working.
+"""
+
+from __future__ import annotations
+
+from sparkbase.facts.parsers.boot import parse_grub, parse_grubenv
+from sparkbase.facts.parsers.cpus import (
+    FAST_CPU_PART,
+    format_cpu_list,
+    parse_cpu_list,
+    parse_fast_cpus,
+    parse_governors,
+)
+from sparkbase.facts.parsers.fabric import parse_ip_addr_json, parse_ls
+from sparkbase.facts.parsers.gpu import parse_nvidia_smi_csv, parse_nvidia_smi_query
+from sparkbase.facts.parsers.kernel import (
+    parse_cmdline,
+    parse_page_size,
+    parse_single_line,
+    parse_uname_rm,
+)
+from sparkbase.facts.parsers.memory import (
+    SWAP_MAGIC,
+    parse_proc_swaps,
+    parse_swap_header,
+    parse_swap_header_probes,
+    parse_swapon_show,
+    parse_sysctl_output,
+    parse_thp,
+)
+from sparkbase.facts.parsers.modules import (
+    modinfo_fields,
+    parse_dkms_status,
+    parse_modinfo,
+    parse_module_attrs,
+    parse_proc_modules,
+)
+from sparkbase.facts.parsers.os_release import (
+    dgx_os_version,
+    parse_fstab,
+    parse_kv_conf,
+    parse_os_release,
+    parse_sha256sum,
+    parse_stamp,
+)
+from sparkbase.facts.parsers.packages import parse_dpkg_query, parse_showhold
+from sparkbase.facts.parsers.secure_boot import (
+    normalise_serial,
+    parse_mok_certificates,
+    parse_mok_enrolled,
+    parse_sb_state,
+)
+from sparkbase.facts.parsers.units import parse_systemctl_show, unit_state
+
+__all__ = [
+    "FAST_CPU_PART",
+    "SWAP_MAGIC",
+    "dgx_os_version",
+    "format_cpu_list",
+    "modinfo_fields",
+    "normalise_serial",
+    "parse_cmdline",
+    "parse_cpu_list",
+    "parse_dkms_status",
+    "parse_dpkg_query",
+    "parse_fast_cpus",
+    "parse_fstab",
+    "parse_governors",
+    "parse_grub",
+    "parse_grubenv",
+    "parse_ip_addr_json",
+    "parse_kv_conf",
+    "parse_ls",
+    "parse_mok_certificates",
+    "parse_mok_enrolled",
+    "parse_modinfo",
+    "parse_module_attrs",
+    "parse_nvidia_smi_csv",
+    "parse_nvidia_smi_query",
+    "parse_os_release",
+    "parse_page_size",
+    "parse_proc_modules",
+    "parse_proc_swaps",
+    "parse_sb_state",
+    "parse_sha256sum",
+    "parse_showhold",
+    "parse_single_line",
+    "parse_stamp",
+    "parse_swap_header",
+    "parse_swap_header_probes",
+    "parse_swapon_show",
+    "parse_sysctl_output",
+    "parse_systemctl_show",
+    "parse_thp",
+    "parse_uname_rm",
+    "unit_state",
+]

@@ -1,0 +1,66 @@
+"""CPUs: which are the GB10's fast cores, CPU lists as systemd and the kernel print them,
+and the cpufreq governors."""
+
+from __future__ import annotations
+
+import re
+
+#: `CPU part` of the GB10's Cortex-X925 (fast) cores
+FAST_CPU_PART = "0xd85"
+
+
+def parse_fast_cpus(cpuinfo: str) -> tuple[int, ...]:
+    """`/proc/cpuinfo` → processors whose `CPU part` is the Cortex-X925's (0xd85)."""
+    fast: list[int] = []
+    processor: int | None = None
+    for line in cpuinfo.splitlines():
+        key, sep, value = line.partition(":")
+        if not sep:
+            continue
+        key, value = key.strip(), value.strip()
+        if key == "processor":
+            processor = int(value)
+        elif key == "CPU part" and processor is not None and value.lower() == FAST_CPU_PART:
+            fast.append(processor)
+    return tuple(sorted(fast))
+
+
+def parse_cpu_list(text: str) -> frozenset[int]:
+    """A CPU list in any form Linux tools print → the set of CPUs.
+
+    systemd prints `AllowedCPUs=5-9 15-19` and `CPUAffinity=3 4 5 6 7` (space-separated),
+    the kernel and `cpuset.cpus` print `5-9,15-19`; both separators may mix. Empty → empty.
+    """
+    cpus: set[int] = set()
+    for part in re.split(r"[\s,]+", text.strip()):
+        if not part:
+            continue
+        low, sep, high = part.partition("-")
+        if not low.isdigit() or (sep and not high.isdigit()):
+            raise ValueError(f"not a CPU list: {text!r}")
+        first, last = int(low), int(high) if sep else int(low)
+        if last < first:
+            raise ValueError(f"descending CPU range {part!r} in {text!r}")
+        cpus.update(range(first, last + 1))
+    return frozenset(cpus)
+
+
+def format_cpu_list(cpus: frozenset[int] | set[int]) -> str:
+    """A CPU set as the kernel's list form (`5-9,15-19`)."""
+    ranges: list[str] = []
+    for cpu in sorted(cpus):
+        if ranges and ranges[-1].rsplit("-", 1)[-1] == str(cpu - 1):
+            ranges[-1] = f"{ranges[-1].split('-')[0]}-{cpu}"
+        else:
+            ranges.append(str(cpu))
+    return ",".join(ranges)
+
+
+def parse_governors(text: str) -> dict[int, str]:
+    """`grep . /sys/devices/system/cpu/cpu*/cpufreq/scaling_governor` → CPU → governor."""
+    governors: dict[int, str] = {}
+    for line in text.splitlines():
+        match = re.match(r"^/sys/devices/system/cpu/cpu(\d+)/cpufreq/scaling_governor:(.+)$", line)
+        if match:
+            governors[int(match[1])] = match[2].strip()
+    return governors

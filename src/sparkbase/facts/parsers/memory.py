@@ -1,0 +1,71 @@
+"""Memory settings: transparent huge pages, swap areas and swap headers, sysctls."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from sparkbase.facts.model import SwapEntry
+
+SWAP_MAGIC = "SWAPSPACE2"
+
+
+def parse_thp(text: str) -> str:
+    """THP `enabled`: `always [madvise] never` → `madvise`; a bare `never` → `never`."""
+    words = text.split()
+    selected = [word[1:-1] for word in words if word.startswith("[") and word.endswith("]")]
+    if len(selected) == 1:
+        return selected[0]
+    if len(words) == 1 and not selected:
+        return words[0]
+    raise ValueError(f"cannot tell the THP mode from {text!r}")
+
+
+def parse_swapon_show(text: str) -> tuple[SwapEntry, ...]:
+    """`swapon --show=NAME,SIZE --bytes --noheadings` → active swap areas."""
+    entries: list[SwapEntry] = []
+    for line in text.splitlines():
+        words = line.split()
+        if not words:
+            continue
+        if len(words) != 2 or not words[1].isdigit():
+            raise ValueError(f"unreadable swapon line: {line!r}")
+        entries.append(SwapEntry(name=words[0], size_bytes=int(words[1])))
+    return tuple(entries)
+
+
+def parse_proc_swaps(text: str) -> tuple[SwapEntry, ...]:
+    """`/proc/swaps` (`Filename Type Size Used Priority`, sizes in KiB) → active swap areas.
+
+    The kernel escapes spaces in names as `\\040`; the header line is skipped.
+    """
+    entries: list[SwapEntry] = []
+    for line in text.splitlines():
+        words = line.split()
+        if not words or words[0] == "Filename":
+            continue
+        if len(words) < 3 or not words[2].isdigit():
+            raise ValueError(f"unreadable /proc/swaps line: {line!r}")
+        entries.append(SwapEntry(name=words[0].replace("\\040", " "), size_bytes=int(words[2]) * 1024))
+    return tuple(entries)
+
+
+def parse_swap_header_probes(probes: Mapping[int, str]) -> int | None:
+    """Page size a swap header was written for: `probes` maps a page size to the 10 bytes
+    ending there; `mkswap` writes `SWAPSPACE2` so that it ends at byte `pagesize`.
+    None when no probe holds it (not a swap file, or an unreadable one)."""
+    return next((size for size, text in sorted(probes.items()) if text.strip() == SWAP_MAGIC), None)
+
+
+def parse_swap_header(at_4k: str, at_64k: str) -> int | None:
+    """`parse_swap_header_probes` for the two page sizes the fact script probes."""
+    return parse_swap_header_probes({4096: at_4k, 65536: at_64k})
+
+
+def parse_sysctl_output(text: str) -> dict[str, str]:
+    """`sysctl KEY…` (`key = value` lines) → key → value, whitespace normalised."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            out[key.strip()] = " ".join(value.split())
+    return out

@@ -1,0 +1,38 @@
+"""systemd: `systemctl show -p … UNIT…` blocks and the unit states read from them."""
+
+from __future__ import annotations
+
+from sparkbase.facts.model import UnitState
+
+
+def parse_systemctl_show(text: str, units: list[str]) -> dict[str, dict[str, str]]:
+    """`systemctl show -p P1 -p P2 U1 U2…` → unit → property → value.
+
+    systemd prints one block per unit, in the order given, blank lines between blocks; the
+    order of properties inside a block is D-Bus's, not the `-p` order. A block also ends
+    when a property repeats (an emulator or an old systemd without blank lines).
+    """
+    blocks: list[dict[str, str]] = [{}]
+    for line in text.splitlines():
+        if not line.strip():
+            if blocks[-1]:
+                blocks.append({})
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            raise ValueError(f"unreadable systemctl show line: {line!r}")
+        if key in blocks[-1]:
+            blocks.append({})
+        blocks[-1][key] = value.strip()
+    blocks = [block for block in blocks if block]
+    if len(blocks) != len(units):
+        raise ValueError(f"systemctl show gave {len(blocks)} blocks for {len(units)} units")
+    return dict(zip(units, blocks, strict=True))
+
+
+def unit_state(properties: dict[str, str]) -> UnitState:
+    """The two properties the audit and the deploy read, as a `UnitState`."""
+    return UnitState(
+        unit_file_state=properties.get("UnitFileState", ""),
+        active_state=properties.get("ActiveState", ""),
+    )
