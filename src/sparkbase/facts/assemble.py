@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from sparkbase.facts import parsers as p
-from sparkbase.facts.model import DkmsStatus, Gid, GpuFacts, GrubBoot, NodeFacts
+from sparkbase.facts.model import DkmsStatus, Gid, GpuFacts, GrubBoot, NodeFacts, SecureBoot
 from sparkbase.facts.script import FactPlan, Sections, expand_files, file_reads
 
 T = TypeVar("T")
@@ -27,7 +27,7 @@ class _Reader:
             return None
         if section.status != 0:
             if not quiet:
-                detail = " ".join(section.output.split())[:200] or "no output"
+                detail = " ".join((section.output + section.stderr).split())[:200] or "no output"
                 self.errors[name] = f"exit {section.status}: {detail}"
             return None
         return section.output
@@ -63,7 +63,8 @@ def assemble(node: str, plan: FactPlan, sections: Sections, elapsed: float = 0.0
     saver = None
     if plan.memory_saver_module:
         modinfo = sections.get("modinfo")
-        saver = p.parse_modinfo(modinfo.output, modinfo.status) if modinfo else None
+        saver = p.parse_modinfo(modinfo.output + (modinfo.stderr if modinfo.status else ""),
+                                modinfo.status) if modinfo else None
     gids: dict[str, Gid] = {}
     for hca in plan.hcas:
         gid = r.parse(f"gid:{hca}", p.parse_single_line, quiet=True)
@@ -77,7 +78,7 @@ def assemble(node: str, plan: FactPlan, sections: Sections, elapsed: float = 0.0
     stamp_section = sections.get("stamp")
     stamp = r.parse("stamp", p.parse_stamp, quiet=True) if stamp_section else None
     dpkg = sections.get("dpkg")
-    dkms = (r.parse("dkms", p.parse_dkms_status) or DkmsStatus()) if plan.memory_saver_module else DkmsStatus()
+    dkms = _dkms(sections) if plan.memory_saver_module else DkmsStatus()
     hashes = _hashes(sections, plan)
     return NodeFacts(
         node=node,
@@ -97,7 +98,7 @@ def assemble(node: str, plan: FactPlan, sections: Sections, elapsed: float = 0.0
         dkms=dkms.entries,
         dkms_noise=dkms.noise,
         memory_saver=saver,
-        secure_boot=r.parse("sb-state", p.parse_sb_state),
+        secure_boot=_secure_boot(r, sections),
         mok_certificates=(r.parse("mok-enrolled", p.parse_mok_certificates) or ()) if plan.mok_keys else (),
         swaps=(r.parse("swapon", p.parse_swapon_show) or ()) if plan.swap_paths else (),
         swap_header_page_size=headers,
@@ -127,6 +128,31 @@ def _hashes(sections: Sections, plan: FactPlan) -> dict[str, str | None]:
     section = sections.get("sha256")
     found = p.parse_sha256sum(section.output) if section is not None else {}
     return {path: found.get(path) for path in plan.hashed_paths}
+
+
+def _dkms(sections: Sections) -> DkmsStatus:
+    """`dkms status`: module lines from stdout, whatever the exit status (a broken tree of
+    another package makes dkms fail); its stderr and a failure are noise, never fatal."""
+    section = sections.get("dkms")
+    if section is None:
+        return DkmsStatus(noise=("dkms status: no answer",))
+    found = p.parse_dkms_status(section.output)
+    extra = [line.strip() for line in section.stderr.splitlines() if line.strip()]
+    if section.status != 0:
+        extra.append(f"dkms status exit {section.status}")
+    return DkmsStatus(found.entries, (*found.noise, *extra))
+
+
+def _secure_boot(r: _Reader, sections: Sections) -> SecureBoot | None:
+    """`mokutil --sb-state`: mokutil says `EFI variables are not supported…` on stderr and
+    fails, which is an answer too; anything else unreadable is an error."""
+    section = sections.get("sb-state")
+    if section is not None:
+        try:
+            return p.parse_sb_state(section.output + section.stderr)
+        except ValueError:
+            pass
+    return r.parse("sb-state", p.parse_sb_state)
 
 
 def _modules(r: _Reader, sections: Sections) -> frozenset[str]:

@@ -220,27 +220,57 @@ def new_marker() -> str:
     return f"@@sparkbase-facts-{secrets.token_hex(8)}@@"
 
 
-def build_script(plan: FactPlan, marker: str) -> str:
-    """The POSIX sh script: every section's command, fenced by the marker, stdin closed."""
-    lines = [
-        "#!/bin/sh",
-        "export LC_ALL=C",
-        f"M={shlex.quote(marker)}",
-        'b() { printf \'%s BEGIN %s\\n\' "$M" "$1"; }',
-        'e() { printf \'\\n%s END %s %s\\n\' "$M" "$1" "$2"; }',
-    ]
-    for name, command in sections(plan):
-        quoted = shlex.quote(name)
-        lines.append(f"b {quoted}; {{ {command}; }} </dev/null 2>&1; e {quoted} $?")
+#: sections whose parser needs clean stdout: the command's stderr is fenced apart
+#: (`Section.stderr`), so warnings (`Deprecated feature: …`, `Error! …`) never mix in
+STDERR_APART = frozenset({"dkms", "modinfo", "sb-state", "mok-enrolled", "dpkg"})
+#: the shell functions every fenced command needs (`b`/`e` print the fences; fd 3 is stdout)
+FENCE_PRELUDE = (
+    "export LC_ALL=C",
+    'b() { printf \'%s BEGIN %s\\n\' "$M" "$1"; }',
+    'e() { printf \'\\n%s END %s %s\\n\' "$M" "$1" "$2"; }',
+    "exec 3>&1",
+)
+
+
+def fence(name: str, command: str, *, stderr_apart: bool = False) -> str:
+    """One section's shell line: fences around `command`, stdin closed.
+
+    stderr is merged into the section, or with `stderr_apart` printed as lines
+    `<marker> ERR <name> <line>` (a subshell waits for them before the END fence, and
+    the exit status is the command's own).
+    """
+    quoted = shlex.quote(name)
+    if not stderr_apart:
+        return f"b {quoted}; {{ {command}; }} </dev/null 2>&1; e {quoted} $?"
+    tag = shlex.quote(f" ERR {name} /")
+    return (
+        f"b {quoted}; rc=$( {{ {{ ( {command} ) </dev/null 3>&- 4>&-; echo \"$?\" >&4; }} 2>&1 1>&3 "
+        f"| sed \"s/^/$M\"{tag} >&3; }} 4>&1 ); e {quoted} \"${{rc:-255}}\""
+    )
+
+
+def fenced_script(named: Sequence[tuple[str, str]], marker: str,
+                  apart: frozenset[str] = STDERR_APART) -> str:
+    """A POSIX sh script printing each (name, command) fenced by `marker` (the pure inverse
+    is `split_sections`); used by the audit's script and by the deploy's pyinfra facts."""
+    lines = [f"M={shlex.quote(marker)}", *FENCE_PRELUDE]
+    lines += [fence(name, command, stderr_apart=name in apart) for name, command in named]
     return "\n".join(lines) + "\n"
+
+
+def build_script(plan: FactPlan, marker: str) -> str:
+    """The POSIX sh script: every section's command, fenced by the marker."""
+    return "#!/bin/sh\n" + fenced_script(sections(plan), marker)
 
 
 @dataclass(frozen=True)
 class Section:
-    """One section of the answer: the command's output and exit status."""
+    """One section of the answer: the command's output and exit status (and its stderr,
+    for the sections that keep it apart)."""
 
     output: str
     status: int
+    stderr: str = ""
 
 
 @dataclass
@@ -255,15 +285,28 @@ class Sections:
 
 
 def split_sections(text: str, marker: str) -> Sections:
-    """Split the script's output into sections (pure; the inverse of `build_script`)."""
+    """Split the script's output into sections (pure; the inverse of `build_script`).
+
+    stderr lines fenced apart are taken out first, wherever they landed (a warning can
+    arrive in the middle of a line the command was still printing).
+    """
     found = Sections()
+    stderr: dict[str, list[str]] = {}
+
+    def take(match: re.Match[str]) -> str:
+        stderr.setdefault(match["name"], []).append(match["line"])
+        return ""
+
+    text = re.sub(rf"{re.escape(marker)} ERR (?P<name>\S+) (?P<line>[^\n]*)\n", take, text)
     pattern = re.compile(
         rf"^{re.escape(marker)} BEGIN (?P<name>[^\n]+)\n(?P<body>.*?)\n"
         rf"{re.escape(marker)} END (?P=name) (?P<rc>\d+)$",
         re.DOTALL | re.MULTILINE,
     )
     for match in pattern.finditer(text):
-        found.by_name[match["name"]] = Section(output=match["body"], status=int(match["rc"]))
+        name = match["name"]
+        errors = "".join(f"{line}\n" for line in stderr.get(name, []))
+        found.by_name[name] = Section(output=match["body"], status=int(match["rc"]), stderr=errors)
     return found
 
 
