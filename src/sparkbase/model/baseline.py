@@ -8,12 +8,15 @@ exact field to change.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
-from pydantic import BeforeValidator, Field, StringConstraints
+from pydantic import AfterValidator, BeforeValidator, Field, StringConstraints
 
+from sparkbase.model.paths import DisableableUnit, LibraryPath, MokKeyPath, SliceUnit, SwapFilePath
 from sparkbase.model.types import (
-    AbsPath,
+    MAX_CPU_ID,
+    CpuId,
     KernelArg,
     KernelRelease,
     Name,
@@ -25,7 +28,7 @@ from sparkbase.model.types import (
     Sha1Fingerprint,
     Sha256,
     StrictModel,
-    SystemdUnit,
+    ZeroOrOne,
 )
 
 ShapeName = Literal["ring4", "triangle3"]
@@ -35,13 +38,42 @@ Transport = Literal["nccl-ring", "oneshot-ring4"]
 SHAPE_NODES: dict[str, int] = {"ring4": 4, "triangle3": 3}
 
 NcclKey = Annotated[str, StringConstraints(pattern=r"^NCCL_[A-Z0-9_]{1,60}$")]
+#: NCCL keys a typed field renders, and that field: `extra` may not set them
+TYPED_NCCL_KEYS: dict[str, str] = {
+    "NCCL_IB_MERGE_NICS": "ib_merge_nics",
+    "NCCL_IB_HCA": "ib_hca",
+    "NCCL_SOCKET_IFNAME": "socket_ifname",
+    "NCCL_IB_GID_INDEX": "ib_gid_index",
+    "NCCL_MIN_NCHANNELS": "min_nchannels",
+    "NCCL_MAX_NCHANNELS": "max_nchannels",
+}
+
+
+def _not_a_typed_nccl_key(key: str) -> str:
+    """An `extra` key must not shadow a typed setting (the contract judges the typed one)."""
+    if key in TYPED_NCCL_KEYS:
+        raise ValueError(
+            f"{key} is a typed setting: set nccl.settings.{TYPED_NCCL_KEYS[key]}, not extra "
+            "(an extra key would override it in /etc/nccl.conf)"
+        )
+    return key
+
+
+NcclExtraKey = Annotated[NcclKey, AfterValidator(_not_a_typed_nccl_key)]
 NcclValue = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.,:=^/+-]{0,200}$")]
 SysctlKey = Annotated[str, StringConstraints(pattern=r"^(vm|kernel|net|fs)(\.[a-z0-9_]+){1,4}$")]
 SysctlValue = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_. -]{1,64}$")]
 
 
+_CPU_RANGE = re.compile(r"([0-9]{1,9})(?:-([0-9]{1,9}))?")
+
+
 def _cpu_list(value: object) -> object:
-    """Accept `[5, 6, 7]` or the kernel's cpulist text `5-9,15-19`."""
+    """Accept `[5, 6, 7]` or the kernel's cpulist text `5-9,15-19`.
+
+    Each range is checked against MAX_CPU_ID before it is expanded, so `5-99999999999999`
+    is an error, never a list built in memory.
+    """
     if not isinstance(value, str):
         return value
     cpus: list[int] = []
@@ -49,10 +81,16 @@ def _cpu_list(value: object) -> object:
         chunk = chunk.strip()
         if not chunk:
             continue
-        low, _, high = chunk.partition("-")
-        if not low.isdigit() or (high and not high.isdigit()):
-            raise ValueError(f"not a CPU list: {value!r} (write e.g. 5-9,15-19)")
-        cpus.extend(range(int(low), int(high or low) + 1))
+        match = _CPU_RANGE.fullmatch(chunk)
+        if match is None:
+            raise ValueError(f"not a CPU list: {chunk[:40]!r} (write e.g. 5-9,15-19)")
+        low = int(match.group(1))
+        high = int(match.group(2) or low)
+        if high > MAX_CPU_ID:
+            raise ValueError(f"CPU {high} is out of range (CPU ids go up to {MAX_CPU_ID})")
+        if low > high:
+            raise ValueError(f"range {chunk} runs backwards (write {high}-{low})")
+        cpus.extend(range(low, high + 1))
     return cpus
 
 
@@ -146,14 +184,14 @@ class NcclLibrary(StrictModel):
 
     package: PackageName = Field(description="Debian package that ships the library")
     version: PackageVersion = Field(description="exact package version")
-    path: AbsPath = Field(description="path of the shared object on the node")
+    path: LibraryPath = Field(description="path of the shared object on the node")
     sha256: Sha256 = Field(description="sha256 of the shared object file")
 
 
 class NcclSettings(StrictModel):
     """Settings written to /etc/nccl.conf (KEY=value lines NCCL reads at init)."""
 
-    ib_merge_nics: Literal[0, 1] = Field(
+    ib_merge_nics: ZeroOrOne = Field(
         description="NCCL_IB_MERGE_NICS; NCCL defaults to 1, so the site's 0 must be explicit"
     )
     ib_hca: list[Name] = Field(
@@ -163,12 +201,16 @@ class NcclSettings(StrictModel):
     ib_gid_index: int = Field(ge=0, le=255, description="NCCL_IB_GID_INDEX: RoCE v2 IPv4 GID")
     min_nchannels: int | None = Field(default=None, ge=1, le=64, description="NCCL_MIN_NCHANNELS")
     max_nchannels: int | None = Field(default=None, ge=1, le=64, description="NCCL_MAX_NCHANNELS")
-    extra: dict[NcclKey, Annotated[NcclValue, BeforeValidator(_text_value)]] = Field(
-        default_factory=dict, description="further NCCL_* settings, written as given"
+    extra: dict[NcclExtraKey, Annotated[NcclValue, BeforeValidator(_text_value)]] = Field(
+        default_factory=dict,
+        description="further NCCL_* settings, written as given (never a key a typed field sets)",
     )
 
     def as_env(self) -> dict[str, str]:
-        """Every setting as NCCL's KEY -> value text, typed fields first, then extras."""
+        """Every setting as NCCL's KEY -> value text, typed fields first, then extras.
+
+        This is exactly what /etc/nccl.conf holds, so rules that judge NCCL read it here.
+        """
         env = {
             "NCCL_IB_MERGE_NICS": str(self.ib_merge_nics),
             "NCCL_IB_HCA": ",".join(self.ib_hca),
@@ -196,7 +238,7 @@ class FabricPort(StrictModel):
 
     netdev: Netdev = Field(description="network device name, e.g. enp1s0f0np0")
     hca: Name = Field(description="RDMA device name, e.g. rocep1s0f0")
-    port: Literal[0, 1] = Field(description="physical 200 GbE port (cable) this view belongs to")
+    port: ZeroOrOne = Field(description="physical 200 GbE port (cable) this view belongs to")
 
 
 class FabricSpec(StrictModel):
@@ -223,7 +265,7 @@ class Shape(StrictModel):
 class SwapSpec(StrictModel):
     """A swap file."""
 
-    path: AbsPath = Field(description="swap file path")
+    path: SwapFilePath = Field(description="swap file path (not under a system tree)")
     size_gib: int = Field(ge=1, le=512, description="size in GiB")
     header_page_size: PageSize = Field(description="page size written in the swap header")
 
@@ -266,11 +308,11 @@ class SecureBootSpec(StrictModel):
     mok_fingerprint: Sha1Fingerprint | None = Field(
         default=None, description="SHA-1 fingerprint of the enrolled MOK certificate (never the key)"
     )
-    mok_certificate: AbsPath = Field(
+    mok_certificate: MokKeyPath = Field(
         default="/var/lib/shim-signed/mok/MOK.der",
         description="where the MOK certificate lives on the node (DKMS signs with it)",
     )
-    mok_private_key: AbsPath = Field(
+    mok_private_key: MokKeyPath = Field(
         default="/var/lib/shim-signed/mok/MOK.priv",
         description="where the MOK private key lives on the node; secret, never read or printed",
     )
@@ -297,7 +339,9 @@ class FanControlSpec(StrictModel):
 
     package: PackageName = Field(description="fan-control Debian package")
     version: PackageVersion = Field(description="exact package version")
-    service: SystemdUnit = Field(description="unit that must be enabled and active")
+    service: DisableableUnit = Field(
+        description="unit that must be enabled and active (disabled on other baselines' nodes)"
+    )
 
 
 class HostSpec(StrictModel):
@@ -310,7 +354,7 @@ class HostSpec(StrictModel):
     nvidia_drm: NvidiaDrmSpec = Field(description="nvidia-drm module parameters")
     nvme: NvmeSpec = Field(description="NVMe power settings")
     fan_control: FanControlSpec | None = Field(default=None, description="fan control, or none")
-    disable_services: list[SystemdUnit] = Field(
+    disable_services: list[DisableableUnit] = Field(
         default_factory=list, description="units that must be disabled and stopped"
     )
     packages: list[PackagePin] = Field(
@@ -321,9 +365,11 @@ class HostSpec(StrictModel):
 class CpusetSpec(StrictModel):
     """The systemd slice that serving runs in and the CPUs it may use."""
 
-    slice: SystemdUnit = Field(default="sparkbase-serving.slice", description="slice unit name")
-    cpus: Annotated[list[int], BeforeValidator(_cpu_list)] = Field(
-        min_length=1, description="AllowedCPUs of the slice (list or cpulist text like 5-9,15-19)"
+    slice: SliceUnit = Field(default="sparkbase-serving.slice", description="slice unit name")
+    cpus: Annotated[list[CpuId], BeforeValidator(_cpu_list)] = Field(
+        min_length=1,
+        max_length=MAX_CPU_ID + 1,
+        description="AllowedCPUs of the slice (list or cpulist text like 5-9,15-19)",
     )
 
     def cpulist(self) -> str:
