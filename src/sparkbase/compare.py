@@ -166,7 +166,9 @@ def _all_scalars(items: list[Any]) -> bool:
 
 
 def format_table(report: ComparisonReport) -> str:
-    """The report as an aligned text table plus one line per side on the contract."""
+    """The report as an aligned text table plus one line per side on the contract; names,
+    values and messages are user text, shown escaped (one line each, `sparkbase.text`)."""
+    from sparkbase.text import shown
 
     def show(value: Any) -> str:
         if value is None:
@@ -175,17 +177,18 @@ def format_table(report: ComparisonReport) -> str:
             return "true" if value else "false"
         if isinstance(value, list):
             return "[" + ", ".join(show(item) for item in value) + "]"
-        return str(value)
+        return shown(value)
 
-    header = ("FIELD", report.a.name, report.b.name, "CONTRACT", "BLOCKER")
+    a_name, b_name = shown(report.a.name), shown(report.b.name)
+    header = ("FIELD", a_name, b_name, "CONTRACT", "BLOCKER")
     rows = [
         (
-            dotted(d.path),
+            shown(dotted(d.path)),
             show(d.a),
             show(d.b),
             (
                 "broken by "
-                + " and ".join(report.a.name if s == "a" else report.b.name for s in d.breaks_contract)
+                + " and ".join(a_name if s == "a" else b_name for s in d.breaks_contract)
             )
             if d.breaks_contract
             else "",
@@ -198,17 +201,17 @@ def format_table(report: ComparisonReport) -> str:
         "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in [header, *rows]
     ]
     if not rows:
-        lines.append(f"(no differences between {report.a.name} and {report.b.name})")
+        lines.append(f"(no differences between {a_name} and {b_name})")
     lines.append("")
     for side in (report.a, report.b):
         if side.breaches:
             lines.append(
-                f"{side.name} {side.version} breaks the site contract "
+                f"{shown(side.name)} {shown(side.version)} breaks the site contract "
                 f"({len(side.breaches)} breach(es)); it cannot be assigned while the contract stands:"
             )
-            lines.extend(f"  - {dotted(b.path)}: {b.message()}" for b in side.breaches)
+            lines.extend(f"  - {shown(dotted(b.path))}: {shown(b.message())}" for b in side.breaches)
         else:
-            lines.append(f"{side.name} {side.version} satisfies the site contract.")
+            lines.append(f"{shown(side.name)} {shown(side.version)} satisfies the site contract.")
     blockers = sorted({d.blocker for d in report.differences if d.blocker})
     if blockers:
         lines.append(f"adoption blockers that differ: {', '.join(blockers)}")

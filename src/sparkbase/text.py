@@ -21,6 +21,8 @@ from typing import IO, Any
 #: paragraph separators, and lone surrogates (undecodable bytes kept by surrogateescape)
 _HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+#: letters and symbols that draw nothing (Hangul fillers, braille blank): not visible text
+_BLANK_GLYPHS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
 
 
 def is_hidden(char: str) -> bool:
@@ -40,26 +42,34 @@ def escape_char(char: str) -> str:
     return f"\\U{code:08x}"
 
 
-def shown(text: object) -> str:
+def shown(text: object, keep: str = "") -> str:
     """`text` (or `str(text)`) as one printable field: every hidden character escaped,
-    newlines included, so the result is always exactly one line."""
+    newlines included, so the result is always exactly one line. Characters in `keep`
+    (e.g. a tab in a diff line) pass as they are."""
     value = text if isinstance(text, str) else str(text)
     if value.isprintable():  # the common case: nothing to escape (isprintable rejects all of them)
         return value
-    return "".join(escape_char(char) if is_hidden(char) else char for char in value)
+    return "".join(escape_char(char) if char not in keep and is_hidden(char) else char for char in value)
 
 
 def shown_lines(text: str) -> str:
     """Several lines of text: like `shown`, but newlines and tabs stay as they are."""
-    return "".join(
-        escape_char(char) if char not in "\n\t" and is_hidden(char) else char for char in text
-    )
+    return shown(text, keep="\n\t")
 
 
 def visible(text: str) -> str:
-    """`text` without hidden characters and surrounding whitespace: what a person sees of it
-    (an override reason of only zero-width spaces has no visible text)."""
-    return "".join(char for char in text if not is_hidden(char)).strip()
+    """What a person sees of `text`: controls and line breaks become spaces, invisible format
+    characters (zero-width spaces, bidi overrides) are dropped, the ends are stripped. An
+    override reason of only zero-width spaces has no visible text."""
+    kept: list[str] = []
+    for char in text:
+        if char in _BLANK_GLYPHS:
+            continue
+        if not is_hidden(char):
+            kept.append(char)
+        elif unicodedata.category(char) in ("Cc", "Zl", "Zp"):
+            kept.append(" ")
+    return "".join(kept).strip()
 
 
 class TerminalStream:

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -23,7 +21,6 @@ from sparkbase.deploy.facts import (
 )
 from sparkbase.deploy.locks import LockHeld, Owner, local_locks, parse_acquire
 from sparkbase.deploy.operations import grub_stale, missing_pins
-from sparkbase.deploy.overrides import append_override, log_path, override_record
 from sparkbase.deploy.reboot import boot_mismatches, reboot_reasons
 from sparkbase.deploy.results import NodeResult, NodeStatus, OpResult, Report
 from sparkbase.deploy.steps import Step
@@ -106,20 +103,6 @@ def test_reboot_reasons_come_from_what_runs_not_only_from_this_run() -> None:
     assert reboot_reasons(baseline, running, mok, [grub, Step("thp", "thp")]) == ["grub drop-in changes"]
     drm = {**running, "drm_modeset": "Y"}
     assert "nvidia_drm modeset=Y loaded, baseline wants N" in reboot_reasons(baseline, drm, mok, [])
-
-
-def test_override_log_appends_one_json_line_per_override(tmp_path: Path) -> None:
-    when = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
-    first = override_record(["spark2"], "ds41f-7x-64k", "trial", ["kernel line"], who="ops@x", when=when)
-    append_override(tmp_path, first)
-    append_override(tmp_path, override_record(["spark3"], "b", "second", []))
-    lines = log_path(tmp_path).read_text().splitlines()
-    assert len(lines) == 2
-    assert json.loads(lines[0]) == {
-        "format": 1, "who": "ops@x", "when": "2026-11-29T12:00:00+00:00", "nodes": ["spark2"],
-        "baseline": "ds41f-7x-64k", "reason": "trial", "breaches": ["kernel line"],
-    }
-    assert json.loads(lines[1])["nodes"] == ["spark3"]
 
 
 def test_local_lock_refuses_a_second_holder_in_another_process(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Preflight decision logic (pure) and the append-only override log."""
+"""Preflight decision logic (pure), the gate's override rules and the one append-only override log."""
 
 from __future__ import annotations
 
@@ -6,15 +6,32 @@ import json
 import os
 import threading
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
+import pytest
+from ruamel.yaml import YAML
 from test_audit_support import converged_node, shipped
 
 from sparkbase.audit.expected import expected_for
 from sparkbase.audit.run import build_report
+from sparkbase.cli.main import main
 from sparkbase.facts.model import Gid, GpuFacts, Unreachable
-from sparkbase.gate.overrides import append_override, override_record
-from sparkbase.gate.preflight import decide, lane_refusals
+from sparkbase.gate import preflight as preflight_module
+from sparkbase.gate.preflight import PreflightResult, decide, lane_refusals
+from sparkbase.policy.overrides import (
+    LOG_FORMAT,
+    MAX_REASON_CHARS,
+    OverrideLogError,
+    OverrideRecord,
+    ReasonError,
+    RecordKind,
+    append_record,
+    checked_reason,
+    new_record,
+    read_log,
+)
 
 SITE = shipped()
 NODES = ("spark1", "spark2", "spark3", "spark4")
@@ -80,21 +97,57 @@ def test_fleet_disagreement_refuses() -> None:
     assert lines == [lines[0]] and lines[0].startswith("fleet: fleet.governor: nodes disagree")
 
 
-def test_override_log_appends_json_lines(tmp_path: Path) -> None:
+def test_override_log_appends_one_versioned_record_per_line(tmp_path: Path) -> None:
     log = tmp_path / ".sparkbase" / "overrides.log"
-    append_override(log, override_record("glm-fp8", "vendor asked", ["spark1: gpu.clock: ..."], now=0.0))
-    append_override(log, override_record("glm-fp8", "second", [], now=60.0))
+    when = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+    first = new_record(
+        RecordKind.PREFLIGHT, "vendor asked", lane="glm-fp8", baseline="b", nodes=["spark2", "spark1"],
+        refusals=["spark1: gpu.clock: ..."], who="ops@x", when=when,
+    )
+    append_record(log, first)
+    append_record(log, new_record(RecordKind.APPLY, "second", baseline="ds41f-7x-64k", nodes=["spark3"]))
     records = [json.loads(line) for line in log.read_text().splitlines()]
-    assert [r["reason"] for r in records] == ["vendor asked", "second"]
-    assert records[0]["time"] == "1970-01-01T00:00:00+00:00"
-    assert set(records[0]) == {"format", "time", "user", "lane", "reason", "failures"}
-    assert records[0]["failures"] == ["spark1: gpu.clock: ..."]
+    assert records[0] == {
+        "format": 2, "kind": "preflight-override", "who": "ops@x", "when": "2026-11-29T12:00:00+00:00",
+        "reason": "vendor asked", "lane": "glm-fp8", "baseline": "b", "nodes": ["spark1", "spark2"],
+        "refusals": ["spark1: gpu.clock: ..."],
+    }
+    assert records[1]["kind"] == "apply-override" and records[1]["lane"] is None
+    assert [r.reason for r in read_log(log)] == ["vendor asked", "second"]
+    assert (log.stat().st_mode & 0o777) == 0o640
+
+
+def test_readers_accept_both_format_1_shapes(tmp_path: Path) -> None:
+    """Lines written by the two writers sparkbase had before one log schema."""
+    log = tmp_path / "overrides.log"
+    old_gate = {"format": 1, "time": "1970-01-01T00:00:00+00:00", "user": "ops", "lane": "glm-fp8",
+                "reason": "old gate", "failures": ["spark1: x"]}
+    old_apply = {"format": 1, "who": "ops@x", "when": "2026-11-29T12:00:00+00:00", "nodes": ["spark2"],
+                 "baseline": "ds41f-7x-64k", "reason": "old apply", "breaches": ["kernel line"]}
+    log.write_text(json.dumps(old_gate) + "\n" + json.dumps(old_apply) + "\n")
+    append_record(log, new_record(RecordKind.LANE_SWITCH, "new", lane="glm-fp8"))
+    records = read_log(log)
+    assert [(r.kind, r.format) for r in records] == [
+        (RecordKind.PREFLIGHT, 1), (RecordKind.APPLY, 1), (RecordKind.LANE_SWITCH, LOG_FORMAT)
+    ]
+    assert records[0] == OverrideRecord(RecordKind.PREFLIGHT, "ops", "1970-01-01T00:00:00+00:00", "old gate",
+                                        lane="glm-fp8", refusals=["spark1: x"], format=1)
+    assert records[1].nodes == ["spark2"] and records[1].refusals == ["kernel line"]
+
+
+def test_a_line_that_is_no_record_is_located(tmp_path: Path) -> None:
+    log = tmp_path / "overrides.log"
+    log.write_text('{"format": 1, "who": "x"}\n')
+    with pytest.raises(ValueError, match=r"overrides.log:1: not an override record"):
+        read_log(log)
 
 
 def test_override_log_never_loses_a_concurrent_line(tmp_path: Path) -> None:
     log = tmp_path / "overrides.log"
     threads = [
-        threading.Thread(target=append_override, args=(log, override_record("l", f"r{i}", ["x" * 500])))
+        threading.Thread(
+            target=append_record, args=(log, new_record(RecordKind.PREFLIGHT, f"r{i}", refusals=["x" * 500]))
+        )
         for i in range(20)
     ]
     for thread in threads:
@@ -103,4 +156,138 @@ def test_override_log_never_loses_a_concurrent_line(tmp_path: Path) -> None:
         thread.join()
     reasons = sorted(json.loads(line)["reason"] for line in log.read_text().splitlines())
     assert reasons == sorted(f"r{i}" for i in range(20))
-    assert os.stat(log).st_size == len(log.read_bytes())
+
+
+def _plant(kind: str, tmp_path: Path) -> tuple[Path, Path]:
+    """(log path to append to, the file a followed link would have written)."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "overrides.log").write_text("precious\n")
+    site = tmp_path / "site"
+    site.mkdir()
+    log = site / ".sparkbase" / "overrides.log"
+    if kind == "symlinked-directory":
+        (site / ".sparkbase").symlink_to(victim)
+    elif kind == "symlinked-log":
+        log.parent.mkdir()
+        log.symlink_to(victim / "overrides.log")
+    elif kind == "dangling-symlinked-log":
+        log.parent.mkdir()
+        log.symlink_to(victim / "new.log")
+        return log, victim / "new.log"
+    elif kind == "fifo-log":
+        log.parent.mkdir()
+        os.mkfifo(log)
+    elif kind == "directory-log":
+        log.mkdir(parents=True)
+    elif kind == "file-as-directory":
+        (site / ".sparkbase").write_text("not a directory")
+    return log, victim / "overrides.log"
+
+
+UNSAFE_LOGS = ["symlinked-directory", "symlinked-log", "dangling-symlinked-log", "fifo-log", "directory-log",
+               "file-as-directory"]
+
+
+@pytest.mark.parametrize("kind", UNSAFE_LOGS)
+def test_the_override_log_never_follows_a_link_or_writes_a_non_file(kind: str, tmp_path: Path) -> None:
+    log, victim = _plant(kind, tmp_path)
+    before = victim.read_bytes() if victim.exists() else None
+    with pytest.raises(OverrideLogError, match=r"override log|log directory"):
+        append_record(log, new_record(RecordKind.PREFLIGHT, "reason"))
+    assert (victim.read_bytes() if victim.exists() else None) == before
+
+
+# --- override reasons: cases as data (tests/cases/gate/) ---
+
+REASON_CASES = sorted((Path(__file__).parents[1] / "cases" / "gate").glob("reason-*.yaml"))
+
+
+@pytest.mark.parametrize("path", REASON_CASES, ids=[p.stem for p in REASON_CASES])
+def test_override_reason_case(path: Path) -> None:
+    case: dict[str, Any] = YAML(typ="safe").load(path.read_text())
+    reason = case["reason"] if "reason" in case else case["repeat"] * case["times"]
+    if case["accepted"]:
+        assert checked_reason(reason) == case["recorded"]
+    else:
+        with pytest.raises(ReasonError, match=case["message"]):
+            checked_reason(reason)
+
+
+def test_reason_corpus_is_large_enough() -> None:
+    assert len(REASON_CASES) >= 12
+    assert MAX_REASON_CHARS == 500
+
+
+# --- the CLI gate, with the fleet's audit faked (pure decision on shipped facts) ---
+
+def _fake_gate(monkeypatch: pytest.MonkeyPatch, **drift: object) -> None:
+    def fake_preflight(site: Any, name: str, targets: Any, parallel: int = 16) -> PreflightResult:
+        report = _report(name, **drift)
+        return PreflightResult(name, tuple(decide(site, name, site.lanes[name], report)), report, 0.01)
+
+    monkeypatch.setattr(preflight_module, "preflight", fake_preflight)
+    monkeypatch.setattr("sparkbase.transport.ssh_targets", lambda site, lab=None: {})
+
+
+def _latched() -> dict[str, object]:
+    spark3 = converged_node(SITE, "spark3")[1]
+    return {"spark3": replace(spark3, gpu=replace(spark3.gpu, sm_clock_mhz=600, power_w=10.0))}
+
+
+def test_a_disabled_lane_cannot_be_overridden(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _fake_gate(monkeypatch)
+    log = tmp_path / "overrides.log"
+    argv = ["preflight", "ds41f-ring4", "--site", str(SITE.root), "--log", str(log)]
+    assert main([*argv, "--override", "just this once"]) == 1
+    out = capsys.readouterr().out
+    assert "--override cannot launch a disabled lane" in out and "enabled: true" in out
+    assert not log.exists()
+    assert main([*argv, "--override", "just this once", "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["overridden"] is False
+
+
+def test_an_enabled_lane_is_overridden_and_recorded(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _fake_gate(monkeypatch, **_latched())
+    log = tmp_path / "overrides.log"
+    argv = ["preflight", "glm-fp8", "--site", str(SITE.root), "--log", str(log)]
+    assert main(argv) == 1
+    assert main([*argv, "--override", "  bring-up\u200b test\n"]) == 0
+    err = capsys.readouterr().err
+    assert 'OVERRIDDEN by' in err and '"bring-up test"' in err
+    (record,) = read_log(log)
+    assert record.kind is RecordKind.PREFLIGHT and record.reason == "bring-up test"
+    assert record.lane == "glm-fp8" and any(line.startswith("spark3: gpu.") for line in record.refusals)
+
+
+@pytest.mark.parametrize("reason", ["", "   ", "\u200b\u200b", "\u202e\u2066", "\n\t\r", "\u3164"])
+def test_an_override_reason_without_visible_text_is_refused(
+    reason: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _fake_gate(monkeypatch, **_latched())
+    log = tmp_path / "overrides.log"
+    argv = ["preflight", "glm-fp8", "--site", str(SITE.root), "--log", str(log), "--override", reason]
+    assert main(argv) == 2
+    assert "no visible text" in capsys.readouterr().err and not log.exists()
+
+
+def test_an_unwritable_log_refuses_the_launch(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _fake_gate(monkeypatch, **_latched())
+    log, _victim = _plant("symlinked-log", tmp_path)
+    assert main(["preflight", "glm-fp8", "--site", str(SITE.root), "--log", str(log), "--override", "x"]) == 1
+    assert "the override could not be recorded" in capsys.readouterr().err
+
+
+def test_a_refusal_line_is_one_line_whatever_a_node_answers() -> None:
+    spark2 = converged_node(SITE, "spark2")[1]
+    hostile = replace(spark2, kernel_release="6.17\rQUIET\x1b[2K\nspark2: ok")
+    report = _report("glm-fp8", spark2=hostile)
+    lines = [r.line() for r in decide(SITE, "glm-fp8", SITE.lanes["glm-fp8"], report)]
+    assert lines and all("\n" not in line and "\r" not in line and "\x1b" not in line for line in lines)
+    assert any("6.17\\rQUIET\\x1b[2K\\nspark2: ok" in line for line in lines)

@@ -74,7 +74,12 @@ def to_json(report: AuditReport) -> str:
 
 
 def to_table(report: AuditReport, verbose: bool = False) -> str:
-    """A human table: failures (and with `verbose` every check), then a summary line."""
+    """A human table: failures (and with `verbose` every check), then a summary line.
+
+    Every cell is text from the site or a node, shown escaped (`sparkbase.text.shown`): one
+    cell cannot break its row or draw another.
+    """
+    from sparkbase.text import shown
     lines: list[str] = []
     rows: list[tuple[str, str, str, str, str, str]] = []
     for node in report.nodes:
@@ -90,11 +95,11 @@ def to_table(report: AuditReport, verbose: bool = False) -> str:
     header = ("NODE", "STATUS", "CHECK", "EXPECTED", "OBSERVED", "FIX")
     if rows:
         widths = [
-            min(max(len(row[i]) for row in [header, *rows]), cap)
+            min(max(len(shown(row[i])) for row in [header, *rows]), cap)
             for i, cap in enumerate((10, 11, 36, 48, 48, 200))
         ]
         for row in [header, *rows]:
-            cells = [_clip(cell, widths[i]).ljust(widths[i]) for i, cell in enumerate(row)]
+            cells = [_clip(shown(cell), widths[i]).ljust(widths[i]) for i, cell in enumerate(row)]
             lines.append("  ".join(cells).rstrip())
     results = report.all_results()
     failed = sum(r.blocking for r in results)

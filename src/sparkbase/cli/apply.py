@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from sparkbase.cli.common import (
     add_site_arguments,
@@ -16,6 +17,9 @@ from sparkbase.cli.common import (
     load_site_or_exit,
     selected_nodes,
 )
+
+if TYPE_CHECKING:
+    from sparkbase.model.site import Site
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -38,8 +42,9 @@ def run(args: argparse.Namespace) -> int:
     """Apply; exit 0 converged, 1 failed/refused/reboot pending, 2 bad config, 3 unreachable."""
     from sparkbase.deploy.assign import breaches_by_baseline
     from sparkbase.deploy.cliutil import check_buildable, mok_files, print_report, site_for_run
-    from sparkbase.deploy.overrides import append_override, override_record
     from sparkbase.deploy.runner import Options, apply, plan
+    from sparkbase.policy.overrides import ReasonError, checked_reason
+    from sparkbase.text import shown
 
     site = load_site_or_exit(args)
     nodes = selected_nodes(site, args)
@@ -47,18 +52,22 @@ def run(args: argparse.Namespace) -> int:
     lab = lab_path(args)
     mok = mok_files(args, lab)
     check_buildable(site, nodes, mok)
+    reason = None
+    if args.override_policy is not None:
+        try:
+            reason = checked_reason(args.override_policy)
+        except ReasonError as exc:
+            print(f"sparkbase: --override-policy: {exc}", file=sys.stderr)
+            return 2
     breaches = breaches_by_baseline(site, nodes)
-    if breaches and not args.override_policy:
+    if breaches and reason is None:
         for name, messages in breaches.items():
-            print(f"sparkbase: refusing: baseline '{name}' breaks the site contract:", file=sys.stderr)
+            print(f"sparkbase: refusing: baseline '{shown(name)}' breaks the site contract:", file=sys.stderr)
             for message in messages:
-                print(f"  - {message}", file=sys.stderr)
+                print(f"  - {shown(message)}", file=sys.stderr)
         print("sparkbase: pass --override-policy \"REASON\" to apply it anyway (the override is logged)",
               file=sys.stderr)
         return 1
-    if args.override_policy is not None and not args.override_policy.strip():
-        print("sparkbase: --override-policy needs a reason", file=sys.stderr)
-        return 2
     options = Options(lab=lab, mok=mok, allow_reboot=args.allow_reboot,
                       reboot_timeout=args.reboot_timeout)
     if not args.yes:
@@ -72,11 +81,32 @@ def run(args: argparse.Namespace) -> int:
         if input("apply these changes? [y/N] ").strip().lower() not in ("y", "yes"):
             print("sparkbase: nothing was done", file=sys.stderr)
             return 1
-    for name, messages in breaches.items():
-        moved = [n for n in nodes if site.inventory.nodes[n].baseline == name]
-        path = append_override(site.root, override_record(moved, name, args.override_policy, messages))
-        print(f"sparkbase: policy override for {', '.join(moved)} -> {name} recorded in {path}",
-              file=sys.stderr)
+    if reason is not None and not _record_overrides(site, nodes, breaches, reason):
+        return 1
     report = apply(site, nodes, options)
     print_report(report, args.json, details=False)
     return report.exit_code()
+
+
+def _record_overrides(site: Site, nodes: list[str], breaches: dict[str, list[str]], reason: str) -> bool:
+    """One `apply-override` record per contract-breaking baseline; False (nothing may be
+    applied) when the override log cannot be written."""
+    from sparkbase.policy.overrides import OverrideLogError, RecordKind, append_record, log_path, new_record
+    from sparkbase.text import shown
+
+    log = log_path(site.root)
+    for name, messages in breaches.items():
+        moved = [n for n in nodes if site.inventory.nodes[n].baseline == name]
+        record = new_record(RecordKind.APPLY, reason, baseline=name, nodes=moved, refusals=messages)
+        try:
+            append_record(log, record)
+        except OverrideLogError as exc:
+            print(f"sparkbase: {shown(exc)}", file=sys.stderr)
+            print("sparkbase: the override could not be recorded; nothing was applied", file=sys.stderr)
+            return False
+        print(
+            f"sparkbase: policy override for {shown(', '.join(moved))} -> {shown(name)} recorded in "
+            f"{shown(log)}",
+            file=sys.stderr,
+        )
+    return True

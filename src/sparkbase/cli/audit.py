@@ -50,6 +50,8 @@ def run(args: argparse.Namespace) -> int:
             print(render(report, "table").splitlines()[-1], file=sys.stderr)
     else:
         sys.stdout.write(text)
+    from sparkbase.text import shown
+
     for node in report.unreachable:
-        print(f"sparkbase: {node.node} unreachable: {node.reason}", file=sys.stderr)
+        print(f"sparkbase: {shown(node.node)} unreachable: {shown(node.reason)}", file=sys.stderr)
     return report.exit_code

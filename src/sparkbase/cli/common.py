@@ -77,8 +77,11 @@ def selected_nodes(site: Site, args: argparse.Namespace) -> list[str]:
         return nodes
     unknown = [name for name in limit if name not in site.inventory.nodes]
     if unknown:
+        from sparkbase.text import shown
+
         print(
-            f"sparkbase: no node {', '.join(unknown)} in the inventory (have: {', '.join(nodes)})",
+            f"sparkbase: no node {shown(', '.join(unknown))} in the inventory "
+            f"(have: {shown(', '.join(nodes))})",
             file=sys.stderr,
         )
         raise SystemExit(2)

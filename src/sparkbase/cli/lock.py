@@ -39,13 +39,14 @@ def run(args: argparse.Namespace) -> int:
         read_lock,
         write_atomic,
     )
+    from sparkbase.text import shown
 
     site = load_site_or_exit(args)
     path = site.root / LOCK_PATH
     try:
         recorded = read_lock(path)
     except LockFileError as exc:
-        print(f"sparkbase: {exc}", file=sys.stderr)
+        print(f"sparkbase: {shown(exc)}", file=sys.stderr)
         if args.check or not args.force:
             return 2
         recorded = None
@@ -55,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         if recorded is None:
             print(f"sparkbase: no lock at {path}; run `sparkbase lock`", file=sys.stderr)
         for issue in issues:
-            print(f"sparkbase: {issue.message}", file=sys.stderr)
+            print(f"sparkbase: {shown(issue.message)}", file=sys.stderr)
         if issues:
             print(f"sparkbase: the lock does not hold ({len(issues)} baseline(s))", file=sys.stderr)
             return 1
@@ -64,11 +65,11 @@ def run(args: argparse.Namespace) -> int:
     unbumped = [issue for issue in issues if issue.kind is IssueKind.UNBUMPED]
     if unbumped and not args.force:
         for issue in unbumped:
-            print(f"sparkbase: {issue.message}", file=sys.stderr)
+            print(f"sparkbase: {shown(issue.message)}", file=sys.stderr)
         print("sparkbase: lock not written (--force records the change anyway)", file=sys.stderr)
         return 1
     write_atomic(path, lock_text(current).encode())
     for name, entry in current.items():
-        print(f"{name} {entry.version} {entry.digest[:16]}")
+        print(f"{shown(name)} {shown(entry.version)} {entry.digest[:16]}")
     print(f"sparkbase: wrote {path}")
     return 0

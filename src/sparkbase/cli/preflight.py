@@ -3,7 +3,10 @@
 Qualified only if the lane is enabled, its shape is qualified for its baseline, the baseline
 satisfies the site contract, and every node is reachable, carries the lane's baseline and
 version (stamp) and passes every error check (fabric up, GIDs in place, no GPU latch), and
-the fleet agrees. Exit 0 qualified (or overridden), 1 refused, 2 bad configuration.
+the fleet agrees. `--override REASON` launches a refused lane anyway and records the
+refusals and REASON (visible text, at most 500 characters) in the override log; a disabled
+lane cannot be overridden (enable it in reviewed YAML). Exit 0 qualified (or overridden),
+1 refused, 2 bad configuration.
 """
 
 from __future__ import annotations
@@ -11,8 +14,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sparkbase.cli.common import add_site_arguments
+
+if TYPE_CHECKING:
+    from sparkbase.model.site import Site
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,7 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--override",
         metavar="REASON",
         default=None,
-        help="launch anyway; the refusals and REASON are appended to the override log",
+        help="launch anyway (not a disabled lane); the refusals and REASON are appended to "
+        "the override log",
     )
     parser.add_argument(
         "--log",
@@ -48,19 +56,28 @@ def run(args: argparse.Namespace) -> int:
     import json
 
     from sparkbase.cli.common import lab_path, load_site_or_exit
-    from sparkbase.gate.overrides import DEFAULT_LOG, append_override, override_record
     from sparkbase.gate.preflight import preflight
+    from sparkbase.policy.overrides import ReasonError, checked_reason
+    from sparkbase.text import shown
     from sparkbase.transport import ssh_targets
 
     site = load_site_or_exit(args)
     if args.lane not in site.lanes:
-        print(f"sparkbase: no lane {args.lane} (have: {', '.join(sorted(site.lanes))})", file=sys.stderr)
+        print(
+            f"sparkbase: no lane {shown(args.lane)} (have: {shown(', '.join(sorted(site.lanes)))})",
+            file=sys.stderr,
+        )
         return 2
-    if args.override is not None and not args.override.strip():
-        print("sparkbase: --override needs a reason a person can read later", file=sys.stderr)
-        return 2
+    reason = None
+    if args.override is not None:
+        try:
+            reason = checked_reason(args.override)
+        except ReasonError as exc:
+            print(f"sparkbase: --override: {exc}", file=sys.stderr)
+            return 2
     result = preflight(site, args.lane, ssh_targets(site, lab_path(args)), args.parallel)
     lines = [refusal.line() for refusal in result.refusals]
+    overridden = bool(lines) and reason is not None and not result.blocking_override
     if args.json:
         print(
             json.dumps(
@@ -68,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
                     "format": 1,
                     "lane": args.lane,
                     "qualified": result.qualified,
-                    "overridden": bool(lines) and args.override is not None,
+                    "overridden": overridden,
                     "refusals": [{"where": r.where, "reason": r.reason} for r in result.refusals],
                     "elapsed_seconds": round(result.elapsed_seconds, 3),
                 },
@@ -78,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     if result.qualified:
         if not args.json:
             print(
-                f"preflight {args.lane}: qualified ({len(result.report.nodes)} nodes, "
+                f"preflight {shown(args.lane)}: qualified ({len(result.report.nodes)} nodes, "
                 f"{result.elapsed_seconds:.2f}s)"
             )
         return 0
@@ -86,17 +103,44 @@ def run(args: argparse.Namespace) -> int:
     if not args.json:
         for line in lines:
             print(line, file=stream)
-    if args.override is None:
+    summary = f"preflight {shown(args.lane)}: REFUSED ({len(lines)} reason(s), {result.elapsed_seconds:.2f}s)"
+    if reason is None:
+        print(summary, file=stream)
+        return 1
+    if result.blocking_override:
         print(
-            f"preflight {args.lane}: REFUSED ({len(lines)} reason(s), {result.elapsed_seconds:.2f}s)",
+            f"{summary}; --override cannot launch a disabled lane: enable it (`enabled: true`) in "
+            f"lanes/{shown(args.lane)}.yaml through review first",
             file=stream,
         )
         return 1
-    log = args.log or site.root / DEFAULT_LOG
-    append_override(log, override_record(args.lane, args.override, lines))
+    return _record_override(args, site, lines, reason)
+
+
+def _record_override(args: argparse.Namespace, site: Site, lines: list[str], reason: str) -> int:
+    """Log the override (one record); only a recorded override launches: exit 0, else 1."""
+    from sparkbase.policy.overrides import OverrideLogError, RecordKind, append_record, log_path, new_record
+    from sparkbase.text import shown
+
+    lane = site.lanes[args.lane]
+    log = args.log or log_path(site.root)
+    record = new_record(
+        RecordKind.PREFLIGHT,
+        reason,
+        lane=args.lane,
+        baseline=lane.baseline,
+        nodes=list(lane.nodes),
+        refusals=lines,
+    )
+    try:
+        append_record(log, record)
+    except OverrideLogError as exc:
+        print(f"sparkbase: {shown(exc)}", file=sys.stderr)
+        print(f"preflight {shown(args.lane)}: REFUSED: the override could not be recorded", file=sys.stderr)
+        return 1
     print(
-        f"WARNING: preflight {args.lane} REFUSED for {len(lines)} reason(s) and OVERRIDDEN by "
-        f"{override_record(args.lane, args.override, [])['user']}: {args.override!r} (recorded in {log})",
+        f"WARNING: preflight {shown(args.lane)} REFUSED for {len(lines)} reason(s) and OVERRIDDEN by "
+        f"{shown(record.who)}: \"{shown(record.reason)}\" (recorded in {shown(log)})",
         file=sys.stderr,
     )
     return 0

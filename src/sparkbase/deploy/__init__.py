@@ -13,5 +13,6 @@ The pipeline, one module per room:
   the native deploy (`deploys/baseline.py`) and sparkbase's in-process runner.
 - `reboot`: why a node needs a reboot, and whether it came back right.
 - `runner`: plan/apply orchestration over pyinfra's API: locks, serial reboot rollout.
-- `locks`, `overrides`, `assign`, `results`: the small pieces around it.
+- `locks`, `assign`, `results`: the small pieces around it (the override log is
+  `sparkbase.policy.overrides`, shared with the gate).
 """

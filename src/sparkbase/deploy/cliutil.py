@@ -47,7 +47,9 @@ def site_for_run(site: Site, args: argparse.Namespace, nodes: list[str]) -> Site
     try:
         return with_assignment(site, nodes, args.baseline)
     except AssignmentError as exc:
-        print(f"sparkbase: {exc}", file=sys.stderr)
+        from sparkbase.text import shown
+
+        print(f"sparkbase: {shown(exc)}", file=sys.stderr)
         raise SystemExit(2) from None
 
 
@@ -81,29 +83,34 @@ def check_buildable(site: Site, nodes: list[str], mok: MokFiles | None) -> None:
         try:
             build_steps(site, node, mok)
         except DeployConfigError as exc:
-            print(f"sparkbase: {node}: {exc}", file=sys.stderr)
+            from sparkbase.text import shown
+
+            print(f"sparkbase: {shown(node)}: {shown(exc)}", file=sys.stderr)
             raise SystemExit(2) from None
 
 
 def print_report(report: Report, as_json: bool, details: bool) -> None:
-    """The report: JSON on stdout, or per-node changes (and diffs) and a summary."""
+    """The report: JSON on stdout, or per-node changes (and diffs) and a summary. Names,
+    reasons and notes are shown escaped; a diff line keeps its tabs (`sparkbase.text`)."""
+    from sparkbase.text import shown
+
     if as_json:
         print(json.dumps(report.to_json(), indent=2))
         return
     for node in report.nodes:
         if details and node.changes:
-            print(f"== {node.node} ({node.baseline})")
+            print(f"== {shown(node.node)} ({shown(node.baseline)})")
             for op in node.changes:
-                print(f"  ~ {op.name}")
+                print(f"  ~ {shown(op.name)}")
                 for line in op.diff:
-                    print(f"      {line}")
+                    print("      " + shown(line, keep="\t"))
             for op in node.operations:
                 if op.note:
-                    print(f"  . {op.name}: {op.reason}")
+                    print(f"  . {shown(op.name)}: {shown(op.reason)}")
             if node.reboot_reasons:
-                print(f"  reboot needed: {'; '.join(node.reboot_reasons)}")
+                print(f"  reboot needed: {shown('; '.join(node.reboot_reasons))}")
     for note in report.notes:
-        print(note)
+        print(shown(note))
     print(f"{report.command} summary:")
     for line in report.summary_lines():
-        print(f"  {line}")
+        print(f"  {shown(line)}")

@@ -23,14 +23,22 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Refusal:
-    """One reason the lane may not launch; `where` is a node, `lane` or `fleet`."""
+    """One reason the lane may not launch; `where` is a node, `lane` or `fleet`.
+
+    `overridable` is False for a reason `--override` cannot waive: a disabled lane must be
+    enabled in reviewed YAML, not launched past the gate.
+    """
 
     where: str
     reason: str
+    overridable: bool = True
 
     def line(self) -> str:
-        """`spark1: kernel.release: expected …, observed …` style text."""
-        return f"{self.where}: {self.reason}"
+        """`spark1: kernel.release: expected …, observed …` style text (one line: the parts
+        come from the site and the nodes, and are shown escaped)."""
+        from sparkbase.text import shown
+
+        return f"{shown(self.where)}: {shown(self.reason)}"
 
 
 @dataclass(frozen=True)
@@ -47,12 +55,23 @@ class PreflightResult:
         """No reason to refuse."""
         return not self.refusals
 
+    @property
+    def blocking_override(self) -> list[Refusal]:
+        """Refusals that `--override` cannot waive (a disabled lane)."""
+        return [refusal for refusal in self.refusals if not refusal.overridable]
+
 
 def lane_refusals(site: Site, name: str, lane: Lane) -> list[Refusal]:
     """Reasons in the lane and its baseline alone (no node asked)."""
     refusals: list[Refusal] = []
     if not lane.enabled:
-        refusals.append(Refusal("lane", f"lane {name} is disabled (evaluated and rejected by the site)"))
+        refusals.append(
+            Refusal(
+                "lane",
+                f"lane {name} is disabled (evaluated and rejected by the site)",
+                overridable=False,
+            )
+        )
     baseline = site.baselines.get(lane.baseline)
     if baseline is None:
         return [*refusals, Refusal("lane", f"no baseline {lane.baseline}")]

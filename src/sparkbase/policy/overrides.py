@@ -1,0 +1,244 @@
+"""The one override log: every overridden refusal, one versioned JSON line each, never rewritten.
+
+`<site>/.sparkbase/overrides.log` holds a record per decision a person took against the
+tool's advice: a preflight launched anyway (`preflight-override`), a contract-breaking
+baseline applied (`apply-override`), and later a lane switch (`lane-switch`). One schema
+(`LOG_FORMAT` 2) and one writer (`append_record`) for all of them:
+
+- the log is opened append-only without following links (O_APPEND|O_CREAT|O_NOFOLLOW,
+  O_NONBLOCK so a FIFO planted there is refused rather than waited on), a symlinked
+  `.sparkbase` directory or a log that is not a regular file is refused;
+- each record is one `write` followed by `fsync`, so concurrent appends never interleave
+  and earlier lines are never touched.
+
+Readers (`read_log`) also accept the two format-1 shapes written before (preflight's
+`time/user/failures`, apply's `who/when/breaches`).
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import socket
+import stat
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from sparkbase.text import visible
+
+#: version of the record schema below; bump on any change a reader could notice
+LOG_FORMAT = 2
+LOG_DIR = ".sparkbase"
+LOG_NAME = "overrides.log"
+#: the longest override reason kept (a reason is a sentence, not a document)
+MAX_REASON_CHARS = 500
+
+
+class RecordKind(StrEnum):
+    """What was overridden."""
+
+    PREFLIGHT = "preflight-override"
+    APPLY = "apply-override"
+    LANE_SWITCH = "lane-switch"
+
+
+class ReasonError(ValueError):
+    """An override reason a person could not read later (empty, invisible, too long)."""
+
+
+class OverrideLogError(OSError):
+    """The override log cannot be written safely (a link, not a regular file, I/O error)."""
+
+
+@dataclass(frozen=True)
+class OverrideRecord:
+    """One overridden refusal: who, when, what kind, why, and what was refused."""
+
+    kind: RecordKind
+    who: str
+    when: str
+    reason: str
+    lane: str | None = None
+    baseline: str | None = None
+    nodes: list[str] = field(default_factory=list)
+    refusals: list[str] = field(default_factory=list)
+    #: format of the line this record was read from (records written now: `LOG_FORMAT`)
+    format: int = LOG_FORMAT
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as it is written (format 2)."""
+        return {
+            "format": LOG_FORMAT,
+            "kind": str(self.kind),
+            "who": self.who,
+            "when": self.when,
+            "reason": self.reason,
+            "lane": self.lane,
+            "baseline": self.baseline,
+            "nodes": list(self.nodes),
+            "refusals": list(self.refusals),
+        }
+
+
+def log_path(site_root: Path) -> Path:
+    """Where a site's override log lives."""
+    return site_root / LOG_DIR / LOG_NAME
+
+
+def checked_reason(raw: str) -> str:
+    """The reason as recorded: hidden characters dropped, whitespace collapsed; `ReasonError`
+    when nothing visible is left or it is longer than `MAX_REASON_CHARS`."""
+    reason = " ".join(visible(raw).split())
+    if not reason:
+        raise ReasonError("the reason has no visible text; say why, in words a person can read later")
+    if len(reason) > MAX_REASON_CHARS:
+        raise ReasonError(f"the reason is {len(reason)} characters; at most {MAX_REASON_CHARS}")
+    return reason
+
+
+def current_user() -> str:
+    """`user@host` of whoever runs sparkbase (the sudo caller when run through sudo)."""
+    try:
+        user = os.environ.get("SUDO_USER") or getpass.getuser()
+    except (KeyError, OSError):
+        user = f"uid:{os.getuid()}"
+    return f"{user}@{socket.gethostname()}"
+
+
+def new_record(
+    kind: RecordKind,
+    reason: str,
+    *,
+    lane: str | None = None,
+    baseline: str | None = None,
+    nodes: list[str] | None = None,
+    refusals: list[str] | None = None,
+    who: str | None = None,
+    when: datetime | None = None,
+) -> OverrideRecord:
+    """A record for an override happening now; `reason` is checked (`checked_reason`)."""
+    return OverrideRecord(
+        kind=kind,
+        who=who or current_user(),
+        when=(when or datetime.now(UTC)).isoformat(timespec="seconds"),
+        reason=checked_reason(reason),
+        lane=lane,
+        baseline=baseline,
+        nodes=sorted(nodes or []),
+        refusals=list(refusals or []),
+    )
+
+
+def append_record(log: Path, record: OverrideRecord) -> None:
+    """Append `record` as one line to `log`, creating it (and its directory) if needed.
+
+    Neither the directory's last component nor the log may be a symbolic link, and the log
+    must be a regular file: `OverrideLogError` otherwise, with nothing written.
+    """
+    line = (json.dumps(record.to_json(), sort_keys=True, ensure_ascii=True) + "\n").encode()
+    directory = _open_directory(log.parent)
+    try:
+        try:
+            fd = os.open(
+                log.name,
+                os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
+                0o640,
+                dir_fd=directory,
+            )
+        except OSError as exc:
+            raise OverrideLogError(f"{log}: cannot open the override log safely: {_why(exc)}") from None
+    finally:
+        os.close(directory)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OverrideLogError(f"{log}: the override log is not a regular file; nothing was written")
+        written = os.write(fd, line)
+        if written != len(line):
+            raise OverrideLogError(f"{log}: short write ({written} of {len(line)} bytes)")
+        os.fsync(fd)
+    except OverrideLogError:
+        raise
+    except OSError as exc:
+        raise OverrideLogError(f"{log}: cannot write the override log: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+
+
+def _open_directory(directory: Path) -> int:
+    """A descriptor of `directory`, created if missing; a symbolic link there is refused."""
+    try:
+        directory.mkdir(mode=0o755, parents=True, exist_ok=True)
+    except FileExistsError:
+        pass  # a non-directory there: reported by the open below
+    except OSError as exc:
+        raise OverrideLogError(f"{directory}: cannot create the log directory: {exc.strerror}") from None
+    try:
+        return os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise OverrideLogError(f"{directory}: cannot use the log directory: {_why(exc)}") from None
+
+
+def _why(exc: OSError) -> str:
+    import errno
+
+    if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+        return "it is a symbolic link or not a directory (refused: the log never follows links)"
+    if exc.errno == errno.ENXIO:
+        return "it is a FIFO or device, not a regular file"
+    return exc.strerror or str(exc)
+
+
+def read_log(log: Path) -> list[OverrideRecord]:
+    """Every record of `log`, oldest first; format-1 lines are read as their format-2 meaning.
+    A line that is no record raises `ValueError` naming its line number."""
+    records: list[OverrideRecord] = []
+    for number, line in enumerate(log.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(parse_record(json.loads(line)))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"{log}:{number}: not an override record ({type(exc).__name__})") from None
+    return records
+
+
+def parse_record(data: dict[str, Any]) -> OverrideRecord:
+    """One decoded log line, format 1 (either writer's) or 2."""
+    version = data["format"]
+    if version == LOG_FORMAT:
+        return OverrideRecord(
+            kind=RecordKind(data["kind"]),
+            who=str(data["who"]),
+            when=str(data["when"]),
+            reason=str(data["reason"]),
+            lane=data.get("lane"),
+            baseline=data.get("baseline"),
+            nodes=[str(n) for n in data.get("nodes", [])],
+            refusals=[str(r) for r in data.get("refusals", [])],
+        )
+    if version != 1:
+        raise ValueError(f"unknown override log format {version!r}")
+    if "lane" in data:  # the preflight's format 1
+        return OverrideRecord(
+            kind=RecordKind.PREFLIGHT,
+            who=str(data["user"]),
+            when=str(data["time"]),
+            reason=str(data["reason"]),
+            lane=str(data["lane"]),
+            refusals=[str(r) for r in data.get("failures", [])],
+            format=1,
+        )
+    return OverrideRecord(  # apply's format 1
+        kind=RecordKind.APPLY,
+        who=str(data["who"]),
+        when=str(data["when"]),
+        reason=str(data["reason"]),
+        baseline=str(data["baseline"]),
+        nodes=[str(n) for n in data.get("nodes", [])],
+        refusals=[str(r) for r in data.get("breaches", [])],
+        format=1,
+    )
