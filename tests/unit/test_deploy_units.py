@@ -10,23 +10,25 @@ from pathlib import Path
 import pytest
 
 from sparkbase.deploy.facts import (
-    parse_boot_state,
-    parse_dkms_state,
+    boot_state,
+    dkms_state,
+    grub_state,
+    mok_state,
     parse_file_state,
-    parse_grub_cfg,
-    parse_mok_state,
-    parse_swap_file,
     parse_sysctls,
-    thp_selected,
+    swap_file_state,
 )
 from sparkbase.deploy.locks import LockHeld, Owner, local_locks, parse_acquire
-from sparkbase.deploy.operations import grub_stale, missing_pins
+from sparkbase.deploy.operations import decide_dkms_install, grub_stale, missing_pins
 from sparkbase.deploy.reboot import boot_mismatches, reboot_reasons
 from sparkbase.deploy.results import NodeResult, NodeStatus, OpResult, Report
 from sparkbase.deploy.steps import Step
+from sparkbase.facts.model import MokCertificate, SecureBoot
+from sparkbase.facts.script import Section, Sections, fenced_script, new_marker, split_sections
 from sparkbase.model.site import load_site
 
 REPO = Path(__file__).resolve().parents[2]
+REAL = REPO / "tests/fixtures/real"
 
 GRUB_CFG = """\
 if [ "${next_entry}" ] ; then
@@ -38,46 +40,115 @@ menuentry 'Ubuntu' --class ubuntu {
 \tlinux\t/boot/vmlinuz-6.17.0-1032-nvidia root=/dev/nvme0n1p2 ro quiet transparent_hugepage=madvise
 }
 submenu 'Advanced options for Ubuntu' {
+\tmenuentry 'Ubuntu, with Linux 6.17.0-1032-nvidia' --class ubuntu {
+\t\tlinux\t/boot/vmlinuz-6.17.0-1032-nvidia root=/dev/nvme0n1p2 ro quiet transparent_hugepage=madvise
+\t}
 \tmenuentry 'Ubuntu, with Linux 6.17.0-1008-nvidia' --class ubuntu {
 \t\tlinux\t/boot/vmlinuz-6.17.0-1008-nvidia root=/dev/nvme0n1p2 ro quiet splash
 \t}
 }
-""".splitlines()
+"""
 
 
-def test_grub_cfg_parse_and_staleness() -> None:
-    grub = parse_grub_cfg(GRUB_CFG)
+def answered(**outputs: str | tuple[str, int] | tuple[str, int, str]) -> Sections:
+    """Sections as a node answers them: name -> output (exit 0), or (output, status[, stderr])."""
+    found = Sections()
+    for name, value in outputs.items():
+        output, status, stderr = (value, 0, "") if isinstance(value, str) else (*value, "")[:3]
+        found.by_name[name.replace("_", "-") if name.startswith(("mok", "sb", "grub")) else name] = (
+            Section(str(output), int(status), str(stderr))
+        )
+    return found
+
+
+def test_deploy_facts_go_through_the_audits_fencing_and_parsers() -> None:
+    marker = new_marker()
+    named = [("uname", "echo 7.0.0-1019-nvidia-64k aarch64"), ("thp", "echo 'always [never]'")]
+    script = fenced_script(named, marker)
+    out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True).stdout
+    state = boot_state(split_sections(out, marker))
+    assert (state["kernel"], state["thp"], state["page_size"]) == ("7.0.0-1019-nvidia-64k", "never", 0)
+
+
+def test_grub_state_parse_and_staleness() -> None:
+    grub = grub_state(answered(grub_cfg=GRUB_CFG, grubenv=("", 1)))
     entry = "Advanced options for Ubuntu>Ubuntu, with Linux 6.17.0-1032-nvidia"
-    assert grub["default"] == entry
-    assert grub["entries"]["6.17.0-1008-nvidia"][-1] == "splash"
+    assert grub.default == entry
     wanted = ["quiet", "transparent_hugepage=madvise"]
     assert grub_stale(grub, "6.17.0-1032-nvidia", entry, wanted, ["splash"]) is None
     assert "no entry" in str(grub_stale(grub, "7.0.0-1019-nvidia-64k", None, wanted, []))
     assert "lacks kho=off" in str(grub_stale(grub, "6.17.0-1032-nvidia", entry, [*wanted, "kho=off"], []))
-    assert "default" in str(grub_stale(grub, "6.17.0-1032-nvidia", "0", wanted, []))
     assert "forbidden" in str(grub_stale(grub, "6.17.0-1008-nvidia", None, [], ["splash"]))
+    # the default is judged by what it boots, however GRUB names it
+    assert "default" in str(grub_stale(grub, "6.17.0-1008-nvidia", "x", [], []))
+    by_id = grub_state(answered(grub_cfg=GRUB_CFG.replace(entry, "${saved_entry}"),
+                                grubenv="saved_entry=1>1\n"))
+    assert grub_stale(by_id, "6.17.0-1008-nvidia", "pinned", [], []) is None
 
 
-def test_mok_state_parse() -> None:
-    out = ["SecureBoot enabled", "--enrolled--", "[key 1]", "SHA1 Fingerprint: AA:BB:cc", "Certificate:",
-           "--pending--", "MokNew is empty"]
-    assert parse_mok_state(out) == {"secure_boot": True, "enrolled": ["aa:bb:cc"], "pending": []}
-    assert parse_mok_state(["SecureBoot disabled", "--enrolled--", "--pending--",
-                            "SHA1 Fingerprint: 01:02"])["pending"] == ["01:02"]
+def test_grub_state_on_a_real_separate_boot_grub_cfg() -> None:
+    cfg = (REAL / "boot_grub_grub.cfg__ubuntu24.04_separate_boot__otus-hw07.txt").read_text()
+    grub = grub_state(answered(grub_cfg=cfg, grubenv=("", 1)))
+    assert grub_stale(grub, "6.8.0-88-generic", "0", ["ro"], ["splash"]) is None
+    assert "lacks quiet" in str(grub_stale(grub, "6.8.0-88-generic", None, ["quiet"], []))
 
 
-def test_dkms_and_file_and_swap_parsers() -> None:
-    lines = ["uvm-memory-saver/0.4.2, 7.0.0-1019-nvidia-64k, aarch64: installed", "sig_key=DE:68"]
-    assert parse_dkms_state(lines, "7.0.0-1019-nvidia-64k") == {"installed": True, "sig_key": "de:68"}
-    assert parse_dkms_state(lines, "6.17.0-1032-nvidia")["installed"] is False
-    assert parse_file_state(["600", "abc  /x"]) == (0o600, "abc")
+def test_mok_state_reads_every_sb_state_and_the_certificates() -> None:
+    enrolled = (REAL / "mokutil_--list-enrolled__ubuntu22.04_linux-surface-906.txt").read_text()
+    mok = mok_state(answered(sb_state="SecureBoot enabled\nSecureBoot validation is disabled in shim\n",
+                             mok_enrolled=enrolled, mok_pending=("MokNew is empty\n", 1)))
+    assert mok["secure_boot"] is SecureBoot.NOT_ENFORCING
+    assert mok["enrolled"][0] == "76:a0:92:06:58:00:bf:37:69:01:c3:72:cd:55:a9:0e:1f:de:d2:e0"
+    assert mok["certificates"][0].serial == "b94124a0182c9267" and mok["pending"] == []
+    unsupported = mok_state(answered(sb_state=("", 255, "EFI variables are not supported on this system\n")))
+    assert unsupported["secure_boot"] is SecureBoot.UNSUPPORTED and unsupported["enrolled"] == []
+
+
+SERIAL = "40:8B:66:4E:BC:FF:14:EE:69:A1:B9:19:78:D5:F8:FF:38:3F:21:3A"
+MOK = MokCertificate("de:68:7c:66:aa:de:f7:ac:da:f7:f1:c7:c8:0f:80:9d:81:86:73:f1",
+                     "408b664ebcff14ee69a1b91978d5f8ff383f213a", "sparkbase lab MOK", "sparkbase lab MOK")
+
+
+def _dkms(modinfo: str, dkms: str = "uvm-memory-saver/0.4.2, 7.0.0-1019-nvidia-64k, aarch64: installed\n",
+          ) -> dict[str, object]:
+    return dkms_state(answered(dkms=(dkms, 0, "Deprecated feature: REMAKE_INITRD\n"), modinfo=modinfo),
+                      "uvm-memory-saver", "0.4.2", "7.0.0-1019-nvidia-64k")
+
+
+MODINFO = (f"filename: /lib/modules/7.0.0-1019-nvidia-64k/updates/dkms/uvm.ko\n"
+           f"signer: sparkbase lab MOK\nsig_key: {SERIAL}\n")
+
+
+@pytest.mark.parametrize(
+    ("case", "current", "certs", "fingerprint", "commands"),
+    [
+        ("correctly signed: converged", _dkms(MODINFO), [MOK], MOK.fingerprint, []),
+        ("no key pinned", _dkms(MODINFO), [], None, []),
+        ("not installed", _dkms(MODINFO, dkms=""), [MOK], MOK.fingerprint,
+         [["dkms", "install", "uvm-memory-saver/0.4.2", "-k", "7.0.0-1019-nvidia-64k"]]),
+        ("signed by another key", _dkms(MODINFO.replace("40:8B", "40:E5")), [MOK], MOK.fingerprint,
+         [["dkms", "install", "uvm-memory-saver/0.4.2", "-k", "7.0.0-1019-nvidia-64k", "--force"]]),
+        ("unsigned", _dkms(MODINFO.split("signer")[0]), [MOK], MOK.fingerprint,
+         [["dkms", "install", "uvm-memory-saver/0.4.2", "-k", "7.0.0-1019-nvidia-64k", "--force"]]),
+    ],
+)
+def test_dkms_install_decision_judges_the_signature_like_the_audit(
+    case: str, current: dict[str, object], certs: list[MokCertificate], fingerprint: str | None,
+    commands: list[list[str]],
+) -> None:
+    decision = decide_dkms_install("uvm-memory-saver", "0.4.2", "7.0.0-1019-nvidia-64k", current, certs,
+                                   fingerprint)
+    assert decision.commands == commands, case
+
+
+def test_file_swap_and_sysctl_parsers() -> None:
+    assert parse_file_state(["600", "ab" * 32 + "  /x"]) == (0o600, "ab" * 32)
     assert parse_file_state(["__sparkbase_missing__"]) is None
-    swap = parse_swap_file(["size=17179869184", "mode=600", "header= 65536"])
+    swap = swap_file_state(answered(**{"stat": "17179869184 600\n", "hdr:4096": "..........\n",
+                                       "hdr:65536": "SWAPSPACE2\n"}))
     assert swap == {"size": 17179869184, "header_page_size": 65536, "mode": 0o600}
-    assert parse_swap_file(["size=10", "mode=644", "header="])["header_page_size"] is None  # type: ignore[index]
+    assert swap_file_state(answered(stat=("stat: cannot statx '/x': No such file or directory", 1))) is None
     assert parse_sysctls(["vm.min_free_kbytes = 1048576", "bad"]) == {"vm.min_free_kbytes": "1048576"}
-    assert thp_selected("always [madvise] never") == "madvise"
-    assert thp_selected("never") == "never"
 
 
 def test_missing_pins_compare_exact_versions() -> None:
@@ -88,12 +159,12 @@ def test_missing_pins_compare_exact_versions() -> None:
 def test_reboot_reasons_come_from_what_runs_not_only_from_this_run() -> None:
     site = load_site(REPO)
     baseline = site.baseline_of("spark1")
-    running = parse_boot_state([
-        "kernel=6.17.0-1032-nvidia", "page_size=4096",
-        "cmdline=BOOT_IMAGE=/boot/vmlinuz root=/dev/nvme0n1p2 ro quiet transparent_hugepage=madvise",
-        "modules=nvidia nvidia_drm", "drm_modeset=N", "drm_fbdev=N",
-    ])
-    mok = parse_mok_state([])
+    running = boot_state(answered(
+        uname="6.17.0-1032-nvidia aarch64\n", pagesize="4096\n",
+        cmdline="BOOT_IMAGE=/boot/vmlinuz root=/dev/nvme0n1p2 ro quiet transparent_hugepage=madvise\n",
+        modules="nvidia 1 0 - Live 0x0\nnvidia_drm 1 0 - Live 0x0\n", drm_modeset="N\n", drm_fbdev="N\n",
+    ))
+    mok = mok_state(Sections())
     assert reboot_reasons(baseline, running, mok, []) == []
     staged = {**running, "kernel": "6.17.0-1008-nvidia"}
     assert boot_mismatches(baseline, staged) == [

@@ -1,51 +1,92 @@
-"""pyinfra facts the deploy reads: each a shell command plus a pure parser.
+"""pyinfra facts the deploy reads: thin adapters over the one parser per command in
+`sparkbase.facts.parsers`.
 
-Commands always exit 0 (pyinfra marks a host failed when a fact command fails), quote
-every argument, and print `key=value` lines where a parser must tell fields apart. The
-`parse_*` functions need no host and are unit-tested on captured output.
+Each fact runs its commands fenced the way the audit's fact script fences them
+(`facts.script.fenced_script`: a nonce marker, stderr kept apart where a parser needs clean
+output), splits the answer with the same `split_sections`, and hands every section to the
+same parser the audit uses. So plan, apply and audit cannot disagree about what a node is.
+Commands always exit 0 (pyinfra marks a host failed when a fact command fails) and quote
+every argument.
 """
 
 from __future__ import annotations
 
-import re
 import shlex
-from typing import Any, NamedTuple
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple, TypeVar
 
 from pyinfra.api.facts import FactBase
 
+from sparkbase.facts import parsers as p
+from sparkbase.facts.model import DkmsStatus, GrubBoot, ModuleInfo, MokCertificate, SecureBoot
+from sparkbase.facts.model import UnitState as UnitStateValue
+from sparkbase.facts.script import (
+    GRUB_CFG,
+    GRUBENV,
+    THP_PATH,
+    Section,
+    Sections,
+    fenced_script,
+    header_bytes,
+    new_marker,
+    split_sections,
+)
+
+T = TypeVar("T")
 MISSING = "__sparkbase_missing__"
-_FINGERPRINT = re.compile(r"SHA1 Fingerprint:\s*([0-9A-Fa-f:]+)")
-_GRUB_DEFAULT = re.compile(r'^\s*set default="([^"$]*)"\s*$')
-_GRUB_LINUX = re.compile(r"^\s*linux\s+/boot/vmlinuz-(\S+)\s*(.*)$")
 
 
 def _q(value: str) -> str:
     return shlex.quote(value)
 
 
-def parse_key_values(lines: list[str]) -> dict[str, str]:
-    """`key=value` lines into a dict (later keys win; lines without `=` are ignored)."""
-    out: dict[str, str] = {}
-    for line in lines:
-        key, sep, value = line.partition("=")
-        if sep:
-            out[key.strip()] = value.strip()
-    return out
+def _cmd(*argv: str) -> str:
+    return " ".join(_q(arg) for arg in argv)
+
+
+class _Fenced(FactBase[T]):
+    """A fact whose command is several fenced sections, read back by `split_sections`."""
+
+    marker = ""
+
+    def fenced(self, named: Sequence[tuple[str, str]]) -> str:
+        """The command: each (name, command) fenced by a fresh marker; always exits 0."""
+        self.marker = new_marker()
+        return fenced_script(named, self.marker) + "true"
+
+    def sections(self, output: list[str]) -> Sections:
+        """The answer split back into sections."""
+        return split_sections("\n".join(output) + "\n", self.marker)
+
+
+def _parsed(section: Section | None, parser: Callable[[str], T], default: T) -> T:
+    """`parser(output)` of a section that exited 0, else `default` (never raises)."""
+    if section is None or section.status != 0:
+        return default
+    try:
+        return parser(section.output)
+    except (ValueError, KeyError, TypeError):
+        return default
 
 
 # --- files ------------------------------------------------------------------------------
 
-
-def parse_file_state(lines: list[str]) -> tuple[int, str] | None:
-    """`stat -c %a` then the sha256 -> (mode, sha256); None when the file is missing."""
-    if not lines or lines[0] == MISSING or len(lines) < 2:
-        return None
-    return int(lines[0], 8), lines[1].split()[0]
-
-
 #: where a file is uploaded before it is checked and renamed over the real path
 TEMP_SUFFIX = ".sparkbase-new"
 LEFTOVER = "__sparkbase_leftover__"
+
+
+def parse_key_values(lines: list[str]) -> dict[str, str]:
+    """`key=value` lines into a dict (later keys win; lines without `=` are ignored)."""
+    return p.parse_kv_conf("\n".join(lines))
+
+
+def parse_file_state(lines: list[str]) -> tuple[int, str] | None:
+    """`stat -c %a` then `sha256sum` -> (mode, sha256); None when the file is missing."""
+    if not lines or lines[0] == MISSING or len(lines) < 2 or not lines[0].isdigit():
+        return None
+    digests = [digest for digest in p.parse_sha256sum("\n".join(lines[1:])).values() if digest]
+    return (int(lines[0], 8), digests[0]) if digests else None
 
 
 class FileInfo(NamedTuple):
@@ -68,9 +109,8 @@ class FileState(FactBase[FileInfo | None]):
     """Mode and sha256 of a regular file (and any leftover upload), or None when it does not exist."""
 
     def command(self, path: str) -> str:
-        p = _q(path)
-        temp = _q(path + TEMP_SUFFIX)
-        return (f"if [ -f {p} ]; then stat -c %a {p}; sha256sum {p}; else echo {MISSING}; fi; "
+        p_, temp = _q(path), _q(path + TEMP_SUFFIX)
+        return (f"if [ -f {p_} ]; then stat -c %a {p_}; sha256sum {p_}; else echo {MISSING}; fi; "
                 f"if [ -e {temp} ]; then echo {LEFTOVER}; fi")
 
     def process(self, output: list[str]) -> FileInfo | None:
@@ -81,8 +121,8 @@ class FileText(FactBase[str | None]):
     """A file's text (for diffs of non-secret files), or None when it does not exist."""
 
     def command(self, path: str) -> str:
-        p = _q(path)
-        return f"if [ -f {p} ]; then cat {p}; else echo {MISSING}; fi"
+        p_ = _q(path)
+        return f"if [ -f {p_} ]; then cat {p_}; else echo {MISSING}; fi"
 
     def process(self, output: list[str]) -> str | None:
         if output == [MISSING]:
@@ -92,136 +132,132 @@ class FileText(FactBase[str | None]):
 
 # --- boot state -------------------------------------------------------------------------
 
-BOOT_COMMAND = "; ".join(
-    [
-        'printf "kernel=%s\\n" "$(uname -r)"',
-        'printf "page_size=%s\\n" "$(getconf PAGESIZE)"',
-        'printf "cmdline=%s\\n" "$(cat /proc/cmdline)"',
-        'printf "thp=%s\\n" "$(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null)"',
-        "printf \"modules=%s\\n\" \"$(lsmod 2>/dev/null | awk 'NR > 1 {print $1}' | tr '\\n' ' ')\"",
-        'printf "drm_modeset=%s\\n" "$(cat /sys/module/nvidia_drm/parameters/modeset 2>/dev/null)"',
-        'printf "drm_fbdev=%s\\n" "$(cat /sys/module/nvidia_drm/parameters/fbdev 2>/dev/null)"',
-    ]
+BOOT_SECTIONS = (
+    ("uname", _cmd("uname", "-r", "-m")),
+    ("pagesize", _cmd("getconf", "PAGESIZE")),
+    ("cmdline", _cmd("cat", "/proc/cmdline")),
+    ("thp", _cmd("cat", THP_PATH)),
+    ("modules", _cmd("cat", "/proc/modules")),
+    ("drm_modeset", _cmd("cat", "/sys/module/nvidia_drm/parameters/modeset")),
+    ("drm_fbdev", _cmd("cat", "/sys/module/nvidia_drm/parameters/fbdev")),
 )
 
 
-def thp_selected(text: str) -> str:
-    """The selected THP mode from `always [madvise] never` or a bare `never`."""
-    match = re.search(r"\[(\w+)\]", text)
-    if match:
-        return match.group(1)
-    return text.strip()
-
-
-def parse_boot_state(lines: list[str]) -> dict[str, Any]:
+def boot_state(found: Sections) -> dict[str, Any]:
     """What the node booted: kernel, page size, command line, THP, modules, drm params."""
-    raw = parse_key_values(lines)
-    page = raw.get("page_size", "")
+    uname = _parsed(found.get("uname"), p.parse_uname_rm, ("", ""))
     return {
-        "kernel": raw.get("kernel", ""),
-        "page_size": int(page) if page.isdigit() else 0,
-        "cmdline": raw.get("cmdline", "").split(),
-        "thp": thp_selected(raw.get("thp", "")),
-        "modules": sorted(raw.get("modules", "").split()),
-        "drm_modeset": raw.get("drm_modeset", ""),
-        "drm_fbdev": raw.get("drm_fbdev", ""),
+        "kernel": uname[0],
+        "page_size": _parsed(found.get("pagesize"), p.parse_page_size, 0),
+        "cmdline": list(_parsed(found.get("cmdline"), p.parse_cmdline, tuple[str, ...]())),
+        "thp": _parsed(found.get("thp"), p.parse_thp, ""),
+        "modules": sorted(_parsed(found.get("modules"), p.parse_proc_modules, frozenset[str]())),
+        "drm_modeset": _parsed(found.get("drm_modeset"), p.parse_single_line, ""),
+        "drm_fbdev": _parsed(found.get("drm_fbdev"), p.parse_single_line, ""),
     }
 
 
-class BootState(FactBase[dict[str, Any]]):
+class BootState(_Fenced[dict[str, Any]]):
     """Running kernel, page size, /proc/cmdline, THP mode, loaded modules, nvidia-drm params."""
 
     def command(self) -> str:
-        return BOOT_COMMAND
+        return self.fenced(BOOT_SECTIONS)
 
     @staticmethod
     def default() -> dict[str, Any]:
-        return parse_boot_state([])
+        return boot_state(Sections())
 
     def process(self, output: list[str]) -> dict[str, Any]:
-        return parse_boot_state(output)
+        return boot_state(self.sections(output))
 
 
 # --- Secure Boot / MOK / DKMS -----------------------------------------------------------
 
-
-def parse_mok_state(lines: list[str]) -> dict[str, Any]:
-    """`mokutil --sb-state`, `--list-enrolled`, `--list-new` output split by markers."""
-    section = "sb"
-    state: dict[str, Any] = {"secure_boot": False, "enrolled": [], "pending": []}
-    for line in lines:
-        if line == "--enrolled--":
-            section = "enrolled"
-            continue
-        if line == "--pending--":
-            section = "pending"
-            continue
-        if section == "sb" and "SecureBoot enabled" in line:
-            state["secure_boot"] = True
-        match = _FINGERPRINT.search(line)
-        if match and section in ("enrolled", "pending"):
-            state[section].append(match.group(1).lower())
-    return state
+MOK_SECTIONS = (
+    ("sb-state", _cmd("mokutil", "--sb-state")),
+    ("mok-enrolled", _cmd("mokutil", "--list-enrolled")),
+    ("mok-pending", _cmd("mokutil", "--list-new")),
+)
 
 
-class MokState(FactBase[dict[str, Any]]):
-    """Secure Boot state and the SHA-1 fingerprints of enrolled and pending MOK keys."""
+def mok_state(found: Sections) -> dict[str, Any]:
+    """Secure Boot state, and the enrolled and pending MOK certificates (and fingerprints)."""
+    sb = found.get("sb-state")
+    secure_boot: SecureBoot | None = None
+    if sb is not None:
+        try:
+            secure_boot = p.parse_sb_state(sb.output + sb.stderr)
+        except ValueError:
+            secure_boot = None
+    enrolled = _parsed(found.get("mok-enrolled"), p.parse_mok_certificates, tuple[MokCertificate, ...]())
+    pending_section = found.get("mok-pending")
+    # `mokutil --list-new` exits non-zero when nothing is pending ("MokNew is empty")
+    pending = p.parse_mok_certificates(pending_section.output) if pending_section else enrolled[:0]
+    return {
+        "secure_boot": secure_boot,
+        "certificates": list(enrolled),
+        "pending_certificates": list(pending),
+        "enrolled": [cert.fingerprint for cert in enrolled],
+        "pending": [cert.fingerprint for cert in pending],
+    }
+
+
+class MokState(_Fenced[dict[str, Any]]):
+    """Secure Boot state and the enrolled and pending MOK certificates."""
 
     def command(self) -> str:
-        return (
-            "mokutil --sb-state 2>&1 || true; echo --enrolled--; "
-            "mokutil --list-enrolled 2>/dev/null || true; echo --pending--; "
-            "mokutil --list-new 2>/dev/null || true"
-        )
+        return self.fenced(MOK_SECTIONS)
 
     @staticmethod
     def default() -> dict[str, Any]:
-        return parse_mok_state([])
+        return mok_state(Sections())
 
     def process(self, output: list[str]) -> dict[str, Any]:
-        return parse_mok_state(output)
+        return mok_state(self.sections(output))
 
 
-def parse_dkms_state(lines: list[str], kernel: str) -> dict[str, Any]:
-    """`dkms status NAME/VER -k REL` plus `sig_key=` from modinfo -> installed, sig_key."""
+def dkms_state(found: Sections, dkms_name: str, version: str, kernel: str) -> dict[str, Any]:
+    """Whether DKMS has `dkms_name/version` installed for `kernel`, and the target kernel's
+    `modinfo` of the module (its signature as kmod reports it)."""
+    status = _parsed(found.get("dkms"), p.parse_dkms_status, DkmsStatus())
     installed = any(
-        line.rstrip().endswith(": installed") and f", {kernel}," in line for line in lines
+        entry.name == dkms_name and entry.version == version and entry.kernel == kernel
+        and entry.status == "installed"
+        for entry in status.entries
     )
-    sig_key = parse_key_values([line for line in lines if line.startswith("sig_key=")]).get(
-        "sig_key", ""
-    )
-    return {"installed": installed, "sig_key": sig_key.lower()}
+    section = found.get("modinfo")
+    info = (p.parse_modinfo(section.output + (section.stderr if section.status else ""), section.status)
+            if section is not None else ModuleInfo(error="no modinfo answer"))
+    return {"installed": installed, "info": info, "noise": list(status.noise)}
 
 
-class DkmsState(FactBase[dict[str, Any]]):
-    """Whether a DKMS module is installed for a kernel and which key signed it."""
+class DkmsState(_Fenced[dict[str, Any]]):
+    """Whether a DKMS module is installed for a kernel, and its signature (`modinfo -k`)."""
 
     def command(self, dkms_name: str, version: str, kernel: str, module: str) -> str:
-        self.kernel = kernel
-        return (
-            f"dkms status {_q(f'{dkms_name}/{version}')} -k {_q(kernel)} 2>/dev/null || true; "
-            f'printf "sig_key=%s\\n" "$(modinfo -k {_q(kernel)} -F sig_key {_q(module)} 2>/dev/null)"'
-        )
+        self.target = (dkms_name, version, kernel)
+        return self.fenced([
+            ("dkms", _cmd("dkms", "status", f"{dkms_name}/{version}", "-k", kernel)),
+            ("modinfo", _cmd("modinfo", "-k", kernel, module)),
+        ])
 
     @staticmethod
     def default() -> dict[str, Any]:
-        return {"installed": False, "sig_key": ""}
+        return {"installed": False, "info": ModuleInfo(error="no answer"), "noise": []}
 
     def process(self, output: list[str]) -> dict[str, Any]:
-        return parse_dkms_state(output, getattr(self, "kernel", ""))
+        name, version, kernel = getattr(self, "target", ("", "", ""))
+        return dkms_state(self.sections(output), name, version, kernel)
 
 
 def parse_dkms_builds(lines: list[str], dkms_name: str, version: str) -> list[str]:
     """`dkms status NAME/VER` -> the kernels it is built for (`""` for an added-only tree)."""
-    prefix = f"{dkms_name}/{version}"
-    builds: list[str] = []
-    for line in lines:
-        line = line.strip()
-        if line.startswith(prefix + ","):
-            builds.append(line.split(",")[1].strip())
-        elif line.startswith(prefix + ":"):
-            builds.append("")
-    return builds
+    status = p.parse_dkms_status("\n".join(lines))
+    return [
+        entry.kernel or ""
+        for entry in status.entries
+        if entry.name == dkms_name and entry.version == version
+    ]
 
 
 class DkmsBuilds(FactBase[list[str]]):
@@ -229,7 +265,7 @@ class DkmsBuilds(FactBase[list[str]]):
 
     def command(self, dkms_name: str, version: str) -> str:
         self.target = (dkms_name, version)
-        return f"dkms status {_q(f'{dkms_name}/{version}')} 2>/dev/null || true"
+        return f"{_cmd('dkms', 'status', f'{dkms_name}/{version}')} 2>/dev/null || true"
 
     @staticmethod
     def default() -> list[str]:
@@ -278,49 +314,37 @@ class HeldPackages(FactBase[list[str]]):
         return []
 
     def process(self, output: list[str]) -> list[str]:
-        return sorted(line.strip() for line in output if line.strip())
+        return p.parse_showhold("\n".join(output))
 
 
 # --- GRUB, sysctl, swap, systemd --------------------------------------------------------
 
 
-def parse_grub_cfg(lines: list[str]) -> dict[str, Any]:
-    """grub.cfg -> its default entry and the kernel arguments of each release's entry."""
-    default: str | None = None
-    entries: dict[str, list[str]] = {}
-    for line in lines:
-        match = _GRUB_DEFAULT.match(line)
-        if match:
-            default = match.group(1)
-            continue
-        linux = _GRUB_LINUX.match(line)
-        if linux:
-            entries.setdefault(linux.group(1), linux.group(2).split())
-    return {"default": default, "entries": entries}
+def grub_state(found: Sections) -> GrubBoot:
+    """GRUB's menu and boot choice, read by the audit's parser (no grubenv: empty)."""
+    cfg = found.get("grub-cfg")
+    env = found.get("grubenv")
+    return p.parse_grub(cfg.output if cfg is not None and cfg.status == 0 else "",
+                        env.output if env is not None and env.status == 0 else "")
 
 
-class GrubConfig(FactBase[dict[str, Any]]):
-    """The generated /boot/grub/grub.cfg: default entry and per-release kernel arguments."""
+class GrubConfig(_Fenced[GrubBoot]):
+    """/boot/grub/grub.cfg and grubenv: entries (kernel, arguments) and what boots by default."""
 
     def command(self) -> str:
-        return "cat /boot/grub/grub.cfg 2>/dev/null || true"
+        return self.fenced([("grub-cfg", _cmd("cat", GRUB_CFG)), ("grubenv", _cmd("cat", GRUBENV))])
 
     @staticmethod
-    def default() -> dict[str, Any]:
-        return {"default": None, "entries": {}}
+    def default() -> GrubBoot:
+        return p.parse_grub("", "")
 
-    def process(self, output: list[str]) -> dict[str, Any]:
-        return parse_grub_cfg(output)
+    def process(self, output: list[str]) -> GrubBoot:
+        return grub_state(self.sections(output))
 
 
 def parse_sysctls(lines: list[str]) -> dict[str, str]:
     """`sysctl KEY…` output (`key = value`) -> key -> value with whitespace normalised."""
-    out: dict[str, str] = {}
-    for line in lines:
-        key, sep, value = line.partition("=")
-        if sep:
-            out[key.strip()] = " ".join(value.split())
-    return out
+    return p.parse_sysctl_output("\n".join(lines))
 
 
 class Sysctls(FactBase[dict[str, str]]):
@@ -337,72 +361,78 @@ class Sysctls(FactBase[dict[str, str]]):
         return parse_sysctls(output)
 
 
-SWAP_MAGIC = "SWAPSPACE2"
+#: page sizes a swap header is probed for (4 KiB, 16 KiB, 64 KiB kernels)
 SWAP_PAGE_SIZES = (4096, 16384, 65536)
 
 
-def parse_swap_file(lines: list[str]) -> dict[str, Any] | None:
-    """size= and header= lines -> {"size": bytes, "header_page_size": int | None}."""
-    if not lines or lines == [MISSING]:
+def swap_file_state(found: Sections) -> dict[str, Any] | None:
+    """Size, mode and header page size of a swap file; None when it does not exist."""
+    stat = found.get("stat")
+    if stat is None or stat.status != 0:
         return None
-    raw = parse_key_values(lines)
-    headers = [int(v) for v in raw.get("header", "").split() if v.isdigit()]
-    size = raw.get("size", "0")
+    words = stat.output.split()
+    if len(words) != 2 or not words[0].isdigit():
+        return None
+    probes = {size: probe.output for size in SWAP_PAGE_SIZES if (probe := found.get(f"hdr:{size}"))}
     return {
-        "size": int(size) if size.isdigit() else 0,
-        "header_page_size": headers[0] if headers else None,
-        "mode": int(raw["mode"], 8) if raw.get("mode", "").isdigit() else None,
+        "size": int(words[0]),
+        "header_page_size": p.parse_swap_header_probes(probes),
+        "mode": int(words[1], 8) if words[1].isdigit() else None,
     }
 
 
-class SwapFile(FactBase[dict[str, Any] | None]):
+class SwapFile(_Fenced[dict[str, Any] | None]):
     """Size, mode and swap-header page size of a swap file, or None when missing."""
 
     def command(self, path: str) -> str:
-        p = _q(path)
-        probes = " ".join(str(size) for size in SWAP_PAGE_SIZES)
-        return (
-            f"if [ -f {p} ]; then printf 'size=%s\\nmode=%s\\n' \"$(stat -c %s {p})\" "
-            f'"$(stat -c %a {p})"; h=""; for ps in {probes}; do '
-            f'if [ "$(dd if={p} bs=1 skip=$((ps - 10)) count=10 2>/dev/null)" = {SWAP_MAGIC} ]; '
-            f'then h="$h $ps"; fi; done; printf "header=%s\\n" "$h"; else echo {MISSING}; fi'
-        )
+        return self.fenced([
+            ("stat", _cmd("stat", "-c", "%s %a", path)),
+            *((f"hdr:{size}", header_bytes(path, size)) for size in SWAP_PAGE_SIZES),
+        ])
 
     def process(self, output: list[str]) -> dict[str, Any] | None:
-        return parse_swap_file(output)
+        return swap_file_state(self.sections(output))
 
 
 class ActiveSwaps(FactBase[list[str]]):
-    """Paths of active swap areas (`swapon --show=NAME`)."""
+    """Paths of active swap areas (`swapon --show`, read by the audit's parser)."""
 
     def command(self) -> str:
-        return "swapon --show=NAME --noheadings 2>/dev/null || true"
+        return "swapon --show=NAME,SIZE --bytes --noheadings 2>/dev/null || true"
 
     @staticmethod
     def default() -> list[str]:
         return []
 
     def process(self, output: list[str]) -> list[str]:
-        return sorted(line.strip() for line in output if line.strip())
+        try:
+            return sorted(entry.name for entry in p.parse_swapon_show("\n".join(output)))
+        except ValueError:
+            return []
 
 
-class UnitState(FactBase[dict[str, str]]):
-    """`systemctl is-enabled` / `is-active` of a unit (enabled is empty when it is missing)."""
+UNIT_PROPERTIES = ("UnitFileState", "ActiveState")
+
+
+class UnitState(FactBase[UnitStateValue]):
+    """A unit's `UnitFileState` and `ActiveState` (`systemctl show`, the audit's parser);
+    a unit that does not exist has an empty UnitFileState."""
 
     def command(self, unit: str) -> str:
-        u = _q(unit)
-        return (
-            f'printf "enabled=%s\\n" "$(systemctl is-enabled {u} 2>/dev/null)"; '
-            f'printf "active=%s\\n" "$(systemctl is-active {u} 2>/dev/null)"'
-        )
+        self.unit = unit
+        props = [word for prop in UNIT_PROPERTIES for word in ("-p", prop)]
+        return f"{_cmd('systemctl', 'show', *props, unit)} 2>/dev/null || true"
 
     @staticmethod
-    def default() -> dict[str, str]:
-        return {"enabled": "", "active": ""}
+    def default() -> UnitStateValue:
+        return UnitStateValue("", "")
 
-    def process(self, output: list[str]) -> dict[str, str]:
-        raw = parse_key_values(output)
-        return {"enabled": raw.get("enabled", ""), "active": raw.get("active", "")}
+    def process(self, output: list[str]) -> UnitStateValue:
+        unit = getattr(self, "unit", "")
+        try:
+            return p.unit_state(p.parse_systemctl_show("\n".join(output), [unit])[unit])
+        except ValueError:
+            return UnitStateValue("", "")
 
 
 class DefaultTarget(FactBase[str]):
@@ -416,18 +446,24 @@ class DefaultTarget(FactBase[str]):
         return ""
 
     def process(self, output: list[str]) -> str:
-        return output[0].strip() if output else ""
+        try:
+            return p.parse_single_line("\n".join(output))
+        except ValueError:
+            return ""
 
 
 class ThpMode(FactBase[str]):
     """The selected transparent hugepage mode."""
 
     def command(self) -> str:
-        return "cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null || true"
+        return f"cat {_q(THP_PATH)} 2>/dev/null || true"
 
     @staticmethod
     def default() -> str:
         return ""
 
     def process(self, output: list[str]) -> str:
-        return thp_selected(" ".join(output))
+        try:
+            return p.parse_thp(" ".join(output))
+        except ValueError:
+            return ""

@@ -40,6 +40,8 @@ from sparkbase.deploy.facts import (
     UnitState,
 )
 from sparkbase.deploy.results import DEFERRED, KEPT
+from sparkbase.facts.model import GrubBoot, MokCertificate
+from sparkbase.facts.signing import judge_signature
 
 #: host name -> operation hash -> the reason the operation did nothing
 NOOP_REASONS: dict[str, dict[str, str]] = {}
@@ -198,34 +200,51 @@ def mok_import(certificate: str, fingerprint: str) -> Any:
     yield _cmd("mokutil", "--import", certificate, "--root-pw")
 
 
+def decide_dkms_install(dkms_name: str, version: str, kernel: str, current: dict[str, Any],
+                        certificates: list[MokCertificate], fingerprint: str | None) -> Decision:
+    """Install the module for `kernel` unless DKMS has it installed and (with a pinned MOK)
+    kmod reports it signed by that certificate (serial and issuer, as the audit judges it);
+    a wrongly signed build is reinstalled with `--force`, which re-signs it."""
+    target = f"{dkms_name}/{version}"
+    install = ["dkms", "install", target, "-k", kernel]
+    if not current["installed"]:
+        return Decision([install])
+    if fingerprint is None:
+        return Decision([], f"{target} is installed for {kernel}")
+    verdict = judge_signature(current["info"], tuple(certificates), fingerprint)
+    if verdict.ok:
+        return Decision([], f"{target} is installed for {kernel}, {verdict.detail}")
+    return Decision([[*install, "--force"]], f"{target} for {kernel}: {verdict.detail}")
+
+
 @operation()
 def dkms_install(dkms_name: str, version: str, kernel: str, module: str, fingerprint: str | None) -> Any:
     """Build, sign and install a DKMS module for `kernel` (the target, not the running one)."""
-    name = dkms_name
-    current = host.get_fact(DkmsState, dkms_name=name, version=version, kernel=kernel, module=module)
-    signed_right = fingerprint is None or current["sig_key"] == fingerprint.lower()
-    if current["installed"] and signed_right:
-        _noop(f"{name}/{version} is installed for {kernel}" + (", signed by the MOK" if fingerprint else ""))
-        return
-    force = ["--force"] if current["installed"] else []
-    yield _cmd("dkms", "install", f"{name}/{version}", "-k", kernel, *force)
+    current = host.get_fact(DkmsState, dkms_name=dkms_name, version=version, kernel=kernel, module=module)
+    mok = host.get_fact(MokState) if fingerprint is not None and current["installed"] else None
+    # a MOK imported by this run's earlier step is pending until the reboot: it counts
+    certificates = [*mok["certificates"], *mok["pending_certificates"]] if mok else []
+    yield from _carry_out(decide_dkms_install(dkms_name, version, kernel, current, certificates, fingerprint))
 
 
 # --- activation ---------------------------------------------------------------------------
 
 
-def grub_stale(grub: dict[str, Any], release: str, default_entry: str | None, cmdline: list[str],
+def grub_stale(grub: GrubBoot, release: str, default_entry: str | None, cmdline: list[str],
                forbid: list[str]) -> str | None:
-    """Why grub.cfg does not reflect the baseline (None when it does)."""
-    args = grub["entries"].get(release)
-    if args is None:
+    """Why grub.cfg does not reflect the baseline (None when it does). With `default_entry`
+    (the baseline pins GRUB's default), the default must boot `release`, however GRUB names
+    it (title path, entry id, index, `${saved_entry}`), as the audit judges it."""
+    entry = next((e for e in grub.entries if e.release == release and not e.recovery), None)
+    if entry is None:
         return f"grub.cfg has no entry for {release}"
-    if default_entry is not None and grub["default"] != default_entry:
-        return f"grub.cfg default is {grub['default']!r}"
-    missing = [arg for arg in cmdline if arg not in args]
+    booted = grub.default_entry.release if grub.default_entry else None
+    if default_entry is not None and booted != release:
+        return f"grub.cfg default {grub.default!r} boots {booted or 'no entry'}"
+    missing = [arg for arg in cmdline if arg not in entry.args]
     if missing:
         return f"{release} entry lacks {' '.join(missing)}"
-    bad = [arg for arg in args if arg in forbid or arg.split("=")[0] in forbid]
+    bad = [arg for arg in entry.args if arg in forbid or arg.split("=")[0] in forbid]
     if bad:
         return f"{release} entry carries forbidden {' '.join(bad)}"
     return None
@@ -346,13 +365,14 @@ def default_target(target: str) -> Any:
 def unit_disabled(unit: str) -> Any:
     """The unit is neither enabled nor running (`disable --now`)."""
     current = host.get_fact(UnitState, unit=unit)
-    enabled = current["enabled"] in ("enabled", "enabled-runtime", "alias")
-    active = current["active"] == "active"
-    if not current["enabled"] and not active:
+    # `static` units cannot be disabled, only stopped (the audit's `enabled` counts them)
+    enabled = current.unit_file_state in ("enabled", "enabled-runtime", "alias")
+    active = current.active_state == "active"
+    if not current.unit_file_state and not active:
         _noop(f"{unit} is not installed")
         return
     if not enabled and not active:
-        _noop(f"{unit} is {current['enabled']} and inactive")
+        _noop(f"{unit} is {current.unit_file_state} and inactive")
         return
     yield _cmd("systemctl", "disable" if enabled else "stop", *(["--now"] if enabled else []), unit)
 
@@ -361,7 +381,7 @@ def unit_disabled(unit: str) -> Any:
 def unit_enabled(unit: str) -> Any:
     """The unit is enabled and running (`enable --now`)."""
     current = host.get_fact(UnitState, unit=unit)
-    if current["enabled"] == "enabled" and current["active"] == "active":
+    if current.unit_file_state == "enabled" and current.active_state == "active":
         _noop(f"{unit} is enabled and active")
         return
     yield _cmd("systemctl", "enable", "--now", unit)

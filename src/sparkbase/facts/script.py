@@ -107,7 +107,7 @@ def _cmd(*argv: str) -> str:
     return " ".join(shlex.quote(arg) for arg in argv)
 
 
-def _header_bytes(path: str, end: int) -> str:
+def header_bytes(path: str, end: int) -> str:
     """The 10 bytes ending at `end` in `path`, non-alphanumerics shown as dots."""
     return _cmd("dd", f"if={path}", "bs=1", f"skip={end - 10}", "count=10", "status=none") + (
         " | " + _cmd("tr", "-c", "A-Z0-9", ".")
@@ -208,8 +208,8 @@ def sections(plan: FactPlan) -> list[tuple[str, str]]:
     if plan.swap_paths:
         out.append(("swapon", _cmd("swapon", "--show=NAME,SIZE", "--bytes", "--noheadings")))
     for path in plan.swap_paths:
-        out.append((f"swaphdr4k:{path}", _header_bytes(path, 4096)))
-        out.append((f"swaphdr64k:{path}", _header_bytes(path, 65536)))
+        out.append((f"swaphdr4k:{path}", header_bytes(path, 4096)))
+        out.append((f"swaphdr64k:{path}", header_bytes(path, 65536)))
     if plan.packages:
         out.append(("dpkg", _cmd("dpkg-query", "-W", f"-f={DPKG_FORMAT}", *plan.packages)))
     return out

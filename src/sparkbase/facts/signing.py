@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sparkbase.facts.model import MokCertificate, ModuleInfo
+from sparkbase.facts.model import ModuleInfo, MokCertificate
 from sparkbase.facts.parsers.secure_boot import normalise_serial
 
 
@@ -53,7 +53,8 @@ def judge_signature(info: ModuleInfo | None, enrolled: tuple[MokCertificate, ...
         if wanted is None:
             return SignatureVerdict(False, f"signed by {signer}; MOK {fingerprint} is not enrolled")
         if wanted.serial is None:
-            return SignatureVerdict(False, f"signed by {signer}; mokutil shows no serial for MOK {fingerprint}")
+            return SignatureVerdict(False, f"signed by {signer}; mokutil shows no serial "
+                                           f"for MOK {fingerprint}")
         if signed_by(info, wanted):
             return SignatureVerdict(True, f"signed by {signer} (MOK {fingerprint})", wanted)
         return SignatureVerdict(False, f"signed by {signer}, not by MOK {fingerprint} "

@@ -26,7 +26,8 @@ def parse_nvidia_smi_csv(text: str, fields: Sequence[str]) -> list[dict[str, str
             raise ValueError(f"expected {len(fields)} fields, got {line!r}")
         if values[0].split(" [")[0] == fields[0]:
             continue  # the header
-        rows.append({key: (None if value in NOT_AVAILABLE else value) for key, value in zip(fields, values, strict=True)})
+        pairs = zip(fields, values, strict=True)
+        rows.append({key: (None if value in NOT_AVAILABLE else value) for key, value in pairs})
     return rows
 
 
@@ -47,8 +48,8 @@ def parse_nvidia_smi_query(text: str, status: int) -> GpuFacts:
     clock, power = row["clocks.sm"], row["power.draw"]
     return GpuFacts(
         driver_version=row["driver_version"],
-        sm_clock_mhz=int(float(clock)) if _is_number(clock) else None,
-        power_w=float(power) if _is_number(power) else None,
+        sm_clock_mhz=int(float(clock)) if clock is not None and _is_number(clock) else None,
+        power_w=float(power) if power is not None and _is_number(power) else None,
     )
 
 
