@@ -4,8 +4,8 @@ The lock (`baselines/sparkbase.lock`) pins, per concrete baseline, its version a
 digest of everything it renders. A digest that moves while the version stays is a silent
 change to a qualified baseline: `check_lock` names it so CI can refuse it.
 
-`export_node` writes what `render_node` gives for one node under `OUT/<node>/<path>`,
-atomically per node (a fresh tree is built beside the old one, then swapped in).
+`export_nodes` writes what `render_node` gives for each node under `OUT/<node>/<path>`,
+all or nothing: every node is rendered in memory before anything is written.
 """
 
 from __future__ import annotations
@@ -172,41 +172,57 @@ def check_lock(recorded: dict[str, LockEntry] | None, current: dict[str, LockEnt
     return issues
 
 
-def export_node(site: Site, node: str, out: Path) -> list[Path]:
-    """Write every file `node` must carry under `out/<node>/`; return the written paths.
+def export_nodes(site: Site, nodes: list[str], out: Path) -> dict[str, list[Path]]:
+    """Write every file each of `nodes` must carry under `out/<node>/`, all or nothing.
 
-    The node's tree is built in a temporary directory next to it and swapped in, so a
-    reader never sees half a render and no file from an older render is left behind.
-    A directory that is not a previous sparkbase render is never replaced.
+    Every target is checked and every node rendered in memory first: a node that cannot
+    be rendered, or a target that is not a previous sparkbase render (never replaced),
+    stops the export before anything is written. The trees are then built in one staging
+    directory and swapped in; when `out` does not exist yet, the whole staging directory
+    becomes `out` in one rename. Returns the written paths by node.
     """
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(f"{out} is not a directory")
+    for node in nodes:
+        target = out / node
+        if target.is_symlink() or (target.exists() and not _is_render(target)):
+            raise FileExistsError(f"{target} exists and is not a sparkbase render; not replacing it")
+    trees = {node: _node_files(site, node) for node in nodes}
+    fresh = not out.exists()
+    parent = out.parent if fresh else out
+    parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=parent, prefix=f".{out.name}.", suffix=".new"))
+    try:
+        written: dict[str, list[Path]] = {}
+        for node, files in trees.items():
+            written[node] = []
+            for relative, content, mode in files:
+                destination = staging / node / relative
+                destination.parent.mkdir(parents=True, exist_ok=True)
+                destination.write_bytes(content)
+                os.chmod(destination, mode)
+                written[node].append(out / node / relative)
+        _fix_dir_modes(staging)
+        if fresh:
+            os.replace(staging, out)
+        else:
+            _swap_in_all(staging, out, nodes)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return written
+
+
+def _node_files(site: Site, node: str) -> list[tuple[Path, bytes, int]]:
+    """(relative path, content, mode) of every file `node` must carry, rendered in memory."""
     from sparkbase.render import managed_lines, render_node
 
-    out.mkdir(parents=True, exist_ok=True)
-    target = out / node
-    if target.exists() and not _is_render(target):
-        raise FileExistsError(f"{target} exists and is not a sparkbase render; not replacing it")
-    staging = Path(tempfile.mkdtemp(dir=out, prefix=f".{node}.", suffix=".new"))
-    try:
-        written: list[Path] = []
-        files = [(f.path, f.content, f.mode) for f in render_node(site, node)]
-        by_path: dict[str, list[str]] = {}
-        for line in managed_lines(site.baseline_of(node)):
-            by_path.setdefault(line.path, []).append(line.line)
-        for path, lines in by_path.items():
-            files.append((path + MANAGED_SUFFIX, "".join(f"{line}\n" for line in lines), 0o644))
-        for path, content, mode in sorted(files):
-            relative = _relative(path)
-            destination = staging / relative
-            destination.parent.mkdir(parents=True, exist_ok=True)
-            destination.write_bytes(content.encode("utf-8"))
-            os.chmod(destination, mode)
-            written.append(target / relative)
-        _fix_dir_modes(staging)
-        _swap_in(staging, target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return written
+    files = [(f.path, f.content, f.mode) for f in render_node(site, node)]
+    by_path: dict[str, list[str]] = {}
+    for line in managed_lines(site.baseline_of(node)):
+        by_path.setdefault(line.path, []).append(line.line)
+    for path, lines in by_path.items():
+        files.append((path + MANAGED_SUFFIX, "".join(f"{line}\n" for line in lines), 0o644))
+    return [(_relative(path), content.encode("utf-8"), mode) for path, content, mode in sorted(files)]
 
 
 def _relative(path: str) -> Path:
@@ -229,12 +245,24 @@ def _fix_dir_modes(root: Path) -> None:
             os.chmod(directory, 0o755)  # noqa: S103 - as above
 
 
-def _swap_in(staging: Path, target: Path) -> None:
-    if not target.exists():
-        os.replace(staging, target)
-        return
-    retired = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".old"))
-    retired.rmdir()
-    os.replace(target, retired)
-    os.replace(staging, target)
-    shutil.rmtree(retired, ignore_errors=True)
+def _swap_in_all(staging: Path, out: Path, nodes: list[str]) -> None:
+    """Move each `staging/<node>` to `out/<node>`, retiring old trees; on failure put back."""
+    retired = staging / ".retired"
+    retired.mkdir()
+    moved: list[tuple[str, bool]] = []  # (node, an old tree was retired)
+    try:
+        for node in nodes:
+            target = out / node
+            had_old = target.exists()
+            if had_old:
+                os.replace(target, retired / node)
+            moved.append((node, had_old))
+            os.replace(staging / node, target)
+    except BaseException:
+        for node, had_old in reversed(moved):
+            target = out / node
+            if target.exists() and not (staging / node).exists():
+                os.replace(target, staging / node)
+            if had_old:
+                os.replace(retired / node, target)
+        raise

@@ -2,8 +2,9 @@
 
 Files keep the mode they are rendered with; lines sparkbase owns inside a shared file
 (the swap entry of /etc/fstab) are written as a fragment, e.g. OUT/<node>/etc/fstab.sparkbase-managed.
-Rendering is deterministic (byte-identical on re-run) and each node's tree is replaced
-atomically. Nothing is written when the site is invalid.
+Rendering is deterministic (byte-identical on re-run) and all or nothing: every node is
+rendered in memory first, and nothing is written when the site is invalid, a node cannot
+be rendered or an output directory is not a previous render (exit 2).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Render; exit 0, or 2 for an invalid site, an unknown node or an unwritable output."""
     from sparkbase.cli.common import load_site_or_exit
-    from sparkbase.release import export_node
+    from sparkbase.release import export_nodes
 
     site = load_site_or_exit(args)
     known = sorted(site.inventory.nodes, key=lambda name: site.inventory.nodes[name].rank)
@@ -38,14 +39,14 @@ def run(args: argparse.Namespace) -> int:
         )
         return 2
     chosen = [name for name in known if not args.nodes or name in args.nodes]
+    try:
+        written = export_nodes(site, chosen, args.out)
+    except (OSError, ValueError) as exc:
+        print(f"sparkbase: {exc}; nothing was written", file=sys.stderr)
+        return 2
     for node in chosen:
-        try:
-            written = export_node(site, node, args.out)
-        except (OSError, ValueError) as exc:
-            print(f"sparkbase: {node}: {exc}", file=sys.stderr)
-            return 2
         print(
-            f"{node}: {len(written)} file(s) under {args.out / node} ({site.baseline_of(node).version} "
-            f"of {site.inventory.nodes[node].baseline})"
+            f"{node}: {len(written[node])} file(s) under {args.out / node} "
+            f"({site.baseline_of(node).version} of {site.inventory.nodes[node].baseline})"
         )
     return 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from sparkbase.model.types import IPv4Interface, IPv4Network, Name, Netdev, StrictModel
+from sparkbase.model.types import IPv4Interface, IPv4Network, Name, Netdev, SshAlias, StrictModel
 
 
 class SshSettings(StrictModel):
@@ -45,17 +45,17 @@ class Link(StrictModel):
 class Node(StrictModel):
     """One DGX Spark."""
 
-    ssh_host: Name = Field(description="SSH alias (ssh_config Host); never a raw address")
+    ssh_host: SshAlias = Field(description="SSH alias (ssh_config Host); never a raw address")
     rank: int = Field(ge=0, le=255, description="rank in the ring (0-based)")
     management_address: str | None = Field(
         default=None, max_length=64, description="enP7s7 address; the site's to fill"
     )
     baseline: Name = Field(description="baseline this node must carry")
-    links: list[Link] = Field(default_factory=list, description="ring cables")
+    links: list[Link] = Field(default_factory=list, max_length=2, description="ring cables (one per port)")
 
 
 class Inventory(StrictModel):
     """`inventory/*.yaml`: nodes by name."""
 
     ssh: SshSettings = Field(default_factory=SshSettings, description="connection settings")
-    nodes: dict[Name, Node] = Field(min_length=1, description="the nodes, by name")
+    nodes: dict[Name, Node] = Field(min_length=1, max_length=256, description="the nodes, by name")

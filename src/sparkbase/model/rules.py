@@ -120,6 +120,7 @@ def baseline_findings(name: str, baseline: Baseline) -> Iterator[Finding]:
                 ("kernel", "cmdline_forbid", index),
                 f"'{arg}' is both required (cmdline_add) and forbidden",
             )
+    yield from _rendered_findings(doc, baseline)
     for index, shape in enumerate(baseline.shapes):
         if shape.transport == "oneshot-ring4" and SHAPE_NODES[shape.name] != 4:
             yield Finding(
@@ -138,8 +139,18 @@ def baseline_findings(name: str, baseline: Baseline) -> Iterator[Finding]:
         )
 
 
+def _rendered_findings(doc: DocRef, baseline: Baseline) -> Iterator[Finding]:
+    from sparkbase.model.rendered_rules import rendered_findings  # it imports Finding from here
+
+    yield from rendered_findings(doc, baseline)
+
+
 def contract_breaches(contract: SiteContract, baseline: Baseline) -> list[Breach]:
-    """Every way `baseline` breaks the site contract (empty when it satisfies it)."""
+    """Every way `baseline` breaks the site contract (empty when it satisfies it).
+
+    NCCL is judged on what /etc/nccl.conf will hold (`as_env()`: typed keys, which `extra`
+    cannot shadow, and the extras), so the verdict is about what is rendered.
+    """
     breaches: list[Breach] = []
     release = baseline.kernel.release
     if not release.startswith(contract.kernel_line + "."):
@@ -155,14 +166,14 @@ def contract_breaches(contract: SiteContract, baseline: Baseline) -> list[Breach
                 str(baseline.kernel.page_size),
             )
         )
-    merge = baseline.nccl.settings.ib_merge_nics
-    if merge != contract.nccl_ib_merge_nics:
+    merge = baseline.nccl.settings.as_env()["NCCL_IB_MERGE_NICS"]
+    if merge != str(contract.nccl_ib_merge_nics):
         breaches.append(
             Breach(
                 ("nccl", "settings", "ib_merge_nics"),
                 "NCCL_IB_MERGE_NICS",
                 str(contract.nccl_ib_merge_nics),
-                str(merge),
+                merge,
             )
         )
     saver = baseline.memory.memory_saver

@@ -32,6 +32,7 @@ from sparkbase.model.site_rules import SiteRules
 from sparkbase.model.yamlio import Location, PathKey, YamlDocument, dotted, load_yaml
 
 SITE_RULES_FILE = "site.yaml"
+LOCK_FILE = "sparkbase.lock"
 DEFAULT_INVENTORY = Path("inventory") / "site.yaml"
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
 
@@ -142,9 +143,7 @@ def load_site(root: Path, inventory: Path | None = None) -> Site:
     rules = loader.validate(("site", ""), SiteRules, rules_doc.data) if rules_doc else None
 
     raw_baselines: dict[str, YamlDocument] = {}
-    for file in sorted((root / "baselines").glob("*.yaml")):
-        if file.name == SITE_RULES_FILE:
-            continue
+    for file in _site_files(root / "baselines", loader, also=(SITE_RULES_FILE, LOCK_FILE)):
         name = file.stem
         ref: DocRef = ("baseline", name)
         doc = loader.read(ref, file)
@@ -157,7 +156,13 @@ def load_site(root: Path, inventory: Path | None = None) -> Site:
     baselines: dict[str, Baseline] = {}
     abstract: set[str] = set()
     for name, doc in merged.items():
-        if doc.data.get("abstract") is True:
+        flag = doc.data.get("abstract", False)
+        if not isinstance(flag, bool):
+            where = doc.locate(("abstract",))
+            message = f"must be true or false (got {_shown(flag)})"
+            loader.problems.append(Problem(where.file, where.line, where.column, "abstract", message))
+            continue
+        if flag:
             abstract.add(name)
             continue
         loader.docs[("baseline", name)] = doc
@@ -170,7 +175,7 @@ def load_site(root: Path, inventory: Path | None = None) -> Site:
     inv = loader.validate(("inventory", ""), Inventory, inv_doc.data) if inv_doc else None
 
     lanes: dict[str, Lane] = {}
-    for file in sorted((root / "lanes").glob("*.yaml")):
+    for file in _site_files(root / "lanes", loader):
         lane_ref: DocRef = ("lane", file.stem)
         lane_doc = loader.read(lane_ref, file)
         if lane_doc is None:
@@ -221,6 +226,51 @@ def load_site(root: Path, inventory: Path | None = None) -> Site:
         warnings=loader.problems,
         inventory_locations=inv_doc.locations if inv_doc else {},
     )
+
+
+def _site_files(directory: Path, loader: _Loader, also: tuple[str, ...] = ()) -> list[Path]:
+    """The `NAME.yaml` files of `directory`, sorted; every other entry is refused, located.
+
+    Nothing in baselines/ or lanes/ is silently skipped: a `glm.yml` (or a `README`) next
+    to the lanes would look read and not be. The only entries passed over are hidden ones
+    (a leading '.': editors' swap files, `.gitkeep`) and the names in `also` (read on
+    their own: `site.yaml`, the lock).
+    """
+    try:
+        entries = sorted(directory.iterdir())
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        loader.problems.append(Problem(directory, 1, 1, "", f"cannot list: {exc.strerror or exc}"))
+        return []
+    files: list[Path] = []
+    for entry in entries:
+        if entry.name.startswith(".") or entry.name in also:
+            continue
+        if entry.suffix == ".yaml":
+            files.append(entry)
+            continue
+        hint = (
+            f"rename it to {entry.stem}.yaml"
+            if entry.suffix.lower() in {".yml", ".yaml"}
+            else "move it out of this folder"
+        )
+        loader.problems.append(
+            Problem(
+                entry,
+                1,
+                1,
+                "",
+                f"not read: {directory.name}/ holds NAME.yaml files only ({hint})",
+            )
+        )
+    return files
+
+
+def _shown(value: object, limit: int = 60) -> str:
+    """A value's repr for a message: one line, at most `limit` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _valid_name(name: str) -> bool:
@@ -311,8 +361,9 @@ def _problem_from_error(doc: YamlDocument, model: type[BaseModel], error: Any) -
         message = str(error["msg"])
         if message.startswith("Value error, "):
             message = message[len("Value error, ") :]
-        if "input" in error and not isinstance(error["input"], dict | list):
-            message += f" (got {error['input']!r})"
+        is_key = "[key]" in error["loc"]  # the message names the key already
+        if "input" in error and not is_key and not isinstance(error["input"], dict | list):
+            message += f" (got {_shown(error['input'])})"
     return Problem(location.file, location.line, location.column, dotted(path), message)
 
 

@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from sparkbase.model.baseline import Transport
-from sparkbase.model.types import Name, PageSize, StrictModel
+from sparkbase.model.types import Name, PageSize, StrictModel, ZeroOrOne
 
 
 def _default_transports() -> list[Transport]:
@@ -26,7 +26,7 @@ class SiteContract(StrictModel):
         pattern=r"^[0-9]+\.[0-9]+$", description="kernel release line every node runs, e.g. 6.17"
     )
     page_size: PageSize = Field(description="page size every node runs")
-    nccl_ib_merge_nics: Literal[0, 1] = Field(description="NCCL_IB_MERGE_NICS every node sets")
+    nccl_ib_merge_nics: ZeroOrOne = Field(description="NCCL_IB_MERGE_NICS every node sets")
     shared_nccl_library: bool = Field(
         default=True, description="every node loads the same NCCL library (path and sha256)"
     )
@@ -69,9 +69,13 @@ class SessionLoadTrigger(StrictModel):
         pattern=r"^[a-zA-Z_:][a-zA-Z0-9_:]*$",
         description="Prometheus gauge: context length in tokens of each running request",
     )
-    min_context_tokens: int = Field(ge=1, description="a session counts from this many tokens")
-    more_than: int = Field(ge=0, description="fires when more than this many run at once")
-    window_minutes: int = Field(ge=1, description="window the load is judged over")
+    min_context_tokens: int = Field(
+        ge=1, le=100_000_000, description="a session counts from this many tokens"
+    )
+    more_than: int = Field(ge=0, le=100_000, description="fires when more than this many run at once")
+    window_minutes: int = Field(
+        ge=1, le=10_080, description="window the load is judged over (at most a week)"
+    )
     sustained_fraction: float = Field(
         gt=0, le=1, description="fraction of samples in the window that must exceed the threshold"
     )
@@ -85,4 +89,4 @@ class SiteRules(StrictModel):
 
     site: Name = Field(description="site name")
     contract: SiteContract = Field(description="what every node's baseline must satisfy")
-    triggers: list[Trigger] = Field(default_factory=list, description="re-open triggers")
+    triggers: list[Trigger] = Field(default_factory=list, max_length=100, description="re-open triggers")

@@ -4,15 +4,35 @@ where it lands (a shell line, a config file, a kernel command line)."""
 from __future__ import annotations
 
 import ipaddress
+import socket
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, StringConstraints
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 
 
 class StrictModel(BaseModel):
-    """Base of every sparkbase model: unknown keys are errors, values are immutable."""
+    """Base of every sparkbase model: unknown keys are errors, values are immutable.
 
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    Validation is strict: a value must already have its field's type (`abstract: 1` is not
+    true, `rank: "1"` is not a number, `enabled: "yes"` is not a boolean), so what a file
+    says is what the model holds. Integers are still accepted where a float is wanted.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, strict=True)
+
+
+def _not_a_boolean(value: object) -> object:
+    """`Literal[0, 1]` would take `true` as 1 (they compare equal); YAML's true is not 1."""
+    if isinstance(value, bool):
+        raise ValueError(f"must be the number 0 or 1, not {str(value).lower()}")
+    return value
+
+
+#: 0 or 1 as a number (NCCL_IB_MERGE_NICS, a ConnectX-7 port), never a YAML boolean
+ZeroOrOne = Annotated[Literal[0, 1], BeforeValidator(_not_a_boolean)]
+#: the highest CPU id a cpu list may name (the kernel's NR_CPUS on arm64 is 4096 at most)
+MAX_CPU_ID = 4095
+CpuId = Annotated[int, Field(ge=0, le=MAX_CPU_ID)]
 
 
 #: a name used for files, units and inventory keys: no spaces, quotes or shell characters
@@ -72,6 +92,23 @@ def _ipv4_network(value: str) -> str:
         raise ValueError(f"not an IPv4 network: {exc}") from None
 
 
+def _not_an_address(value: str) -> str:
+    """An SSH alias must not be something the resolver reads as an IPv4 address.
+
+    `inet_aton` also takes `10.1`, `0x7f000001` and `2130706433`, as ssh does.
+    """
+    try:
+        socket.inet_aton(value)
+    except OSError:
+        return value
+    raise ValueError(
+        "is an IP address; ssh_host is an SSH alias: define it in ssh_config (Host ALIAS, "
+        "HostName ADDRESS) and name the alias here"
+    )
+
+
+#: an ssh_config Host alias: a Name that is never a raw address
+SshAlias = Annotated[Name, AfterValidator(_not_an_address)]
 IPv4Interface = Annotated[str, AfterValidator(_ipv4_interface)]
 IPv4Network = Annotated[str, AfterValidator(_ipv4_network)]
 

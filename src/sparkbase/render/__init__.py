@@ -78,16 +78,13 @@ def _render(template: str, **context: object) -> str:
 
 
 def kernel_cmdline(baseline: Baseline) -> list[str]:
-    """Arguments sparkbase puts on the kernel command line (GRUB_CMDLINE_LINUX_DEFAULT)."""
-    args = ["quiet"]
-    args.append(f"transparent_hugepage={baseline.memory.transparent_hugepages}")
-    if baseline.host.nvme.apst == "disabled":
-        args.append("nvme_core.default_ps_max_latency_us=0")
-    for arg in baseline.kernel.cmdline_add:
-        if arg not in args:
-            args.append(arg)
-    forbidden = set(baseline.kernel.cmdline_forbid)
-    return [arg for arg in args if arg not in forbidden and arg.split("=")[0] not in forbidden]
+    """Arguments sparkbase puts on the kernel command line (GRUB_CMDLINE_LINUX_DEFAULT).
+
+    Built by `model.cmdline` from the same table the model's rules judge.
+    """
+    from sparkbase.model.cmdline import rendered_kernel_args
+
+    return rendered_kernel_args(baseline)
 
 
 def sysctls(baseline: Baseline) -> dict[str, str]:
