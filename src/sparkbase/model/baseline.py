@@ -13,9 +13,9 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, StringConstraints
 
+from sparkbase.model.paths import DisableableUnit, LibraryPath, MokKeyPath, SliceUnit, SwapFilePath
 from sparkbase.model.types import (
     MAX_CPU_ID,
-    AbsPath,
     CpuId,
     KernelArg,
     KernelRelease,
@@ -28,7 +28,6 @@ from sparkbase.model.types import (
     Sha1Fingerprint,
     Sha256,
     StrictModel,
-    SystemdUnit,
     ZeroOrOne,
 )
 
@@ -185,7 +184,7 @@ class NcclLibrary(StrictModel):
 
     package: PackageName = Field(description="Debian package that ships the library")
     version: PackageVersion = Field(description="exact package version")
-    path: AbsPath = Field(description="path of the shared object on the node")
+    path: LibraryPath = Field(description="path of the shared object on the node")
     sha256: Sha256 = Field(description="sha256 of the shared object file")
 
 
@@ -266,7 +265,7 @@ class Shape(StrictModel):
 class SwapSpec(StrictModel):
     """A swap file."""
 
-    path: AbsPath = Field(description="swap file path")
+    path: SwapFilePath = Field(description="swap file path (not under a system tree)")
     size_gib: int = Field(ge=1, le=512, description="size in GiB")
     header_page_size: PageSize = Field(description="page size written in the swap header")
 
@@ -309,11 +308,11 @@ class SecureBootSpec(StrictModel):
     mok_fingerprint: Sha1Fingerprint | None = Field(
         default=None, description="SHA-1 fingerprint of the enrolled MOK certificate (never the key)"
     )
-    mok_certificate: AbsPath = Field(
+    mok_certificate: MokKeyPath = Field(
         default="/var/lib/shim-signed/mok/MOK.der",
         description="where the MOK certificate lives on the node (DKMS signs with it)",
     )
-    mok_private_key: AbsPath = Field(
+    mok_private_key: MokKeyPath = Field(
         default="/var/lib/shim-signed/mok/MOK.priv",
         description="where the MOK private key lives on the node; secret, never read or printed",
     )
@@ -340,7 +339,9 @@ class FanControlSpec(StrictModel):
 
     package: PackageName = Field(description="fan-control Debian package")
     version: PackageVersion = Field(description="exact package version")
-    service: SystemdUnit = Field(description="unit that must be enabled and active")
+    service: DisableableUnit = Field(
+        description="unit that must be enabled and active (disabled on other baselines' nodes)"
+    )
 
 
 class HostSpec(StrictModel):
@@ -353,7 +354,7 @@ class HostSpec(StrictModel):
     nvidia_drm: NvidiaDrmSpec = Field(description="nvidia-drm module parameters")
     nvme: NvmeSpec = Field(description="NVMe power settings")
     fan_control: FanControlSpec | None = Field(default=None, description="fan control, or none")
-    disable_services: list[SystemdUnit] = Field(
+    disable_services: list[DisableableUnit] = Field(
         default_factory=list, description="units that must be disabled and stopped"
     )
     packages: list[PackagePin] = Field(
@@ -364,7 +365,7 @@ class HostSpec(StrictModel):
 class CpusetSpec(StrictModel):
     """The systemd slice that serving runs in and the CPUs it may use."""
 
-    slice: SystemdUnit = Field(default="sparkbase-serving.slice", description="slice unit name")
+    slice: SliceUnit = Field(default="sparkbase-serving.slice", description="slice unit name")
     cpus: Annotated[list[CpuId], BeforeValidator(_cpu_list)] = Field(
         min_length=1,
         max_length=MAX_CPU_ID + 1,
