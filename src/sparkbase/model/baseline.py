@@ -65,7 +65,7 @@ SysctlKey = Annotated[str, StringConstraints(pattern=r"^(vm|kernel|net|fs)(\.[a-
 SysctlValue = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_. -]{1,64}$")]
 
 
-_CPU_RANGE = re.compile(r"([0-9]{1,9})(?:-([0-9]{1,9}))?")
+_CPU_RANGE = re.compile(r"([0-9]+)(?:-([0-9]+))?")
 
 
 def _cpu_list(value: object) -> object:
@@ -84,8 +84,10 @@ def _cpu_list(value: object) -> object:
         match = _CPU_RANGE.fullmatch(chunk)
         if match is None:
             raise ValueError(f"not a CPU list: {chunk[:40]!r} (write e.g. 5-9,15-19)")
-        low = int(match.group(1))
-        high = int(match.group(2) or low)
+        low_text, high_text = match.group(1), match.group(2) or match.group(1)
+        if max(len(low_text), len(high_text)) > 9:  # no int() of a thousand digits
+            raise ValueError(f"CPU {chunk[:40]} is out of range (CPU ids go up to {MAX_CPU_ID})")
+        low, high = int(low_text), int(high_text)
         if high > MAX_CPU_ID:
             raise ValueError(f"CPU {high} is out of range (CPU ids go up to {MAX_CPU_ID})")
         if low > high:

@@ -13,6 +13,7 @@ that are not text (`1:` next to `"1":`) are refused with a located error.
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import re
@@ -125,8 +126,13 @@ class _Walker:
         if isinstance(node, dict | list):  # pragma: no cover - ruamel always gives Commented*
             raise _LimitError(path, "unexpected container type")
         if isinstance(node, TaggedScalar):
-            raise _LimitError(path, f"YAML tag {node.tag.value!r} is not allowed (plain values only)")
-        return _plain_scalar(node)
+            raise _LimitError(
+                path, f"YAML tag {node.tag.value!r} is not allowed (quote a value to make it text)"
+            )
+        try:
+            return _plain_scalar(node)
+        except ValueError as exc:
+            raise _LimitError(path, str(exc)) from None
 
     def _at(self, position: Any, parent: PathKey) -> Location:
         """ruamel's 0-based (line, column), or the parent's location when it has none."""
@@ -164,7 +170,10 @@ def _key_message(key: object) -> str:
 
 
 def _plain_scalar(value: Any) -> Any:
-    """ruamel wraps scalars (ScalarFloat, TaggedScalar…); hand pydantic plain types."""
+    """ruamel wraps scalars (ScalarFloat, ScalarInt…); hand pydantic plain types.
+
+    Binary data and sets (`!!binary`, `!!set`) are refused with ValueError.
+    """
     if value is None or isinstance(value, bool):
         return value
     if isinstance(value, int):
@@ -173,8 +182,11 @@ def _plain_scalar(value: Any) -> Any:
         return float(value)
     if isinstance(value, str):
         return str(value)
-    # dates, binary, tagged scalars: keep their text so pydantic reports a type error
-    return str(value)
+    if isinstance(value, datetime.date):  # an unquoted 2026-01-31: its text, as written
+        return str(value)
+    name = type(value).__name__.removeprefix("Commented").lower()
+    kind = "binary data" if isinstance(value, bytes) else f"a {name}"
+    raise ValueError(f"{kind} is not allowed here (plain text, numbers, booleans, lists and mappings)")
 
 
 def load_yaml(file: Path) -> YamlDocument:
