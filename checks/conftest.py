@@ -5,10 +5,14 @@
 
 - Each host's alias (`spark1`) is matched to the inventory node whose `ssh_host` it is, and
   the node gets its baseline's expectations (`sparkbase.audit.expected`).
-- testinfra's paramiko backend accepts any host key; here every backend gets a client with
-  the known_hosts file loaded and `RejectPolicy` (LAB-NOTES item 9): a wrong key fails.
-  known_hosts comes from `--sparkbase-known-hosts`, else the host's `UserKnownHostsFile` in
-  the ssh_config, else the inventory's `ssh.known_hosts`.
+- Host keys are checked strictly by every backend, or the backend is refused:
+  testinfra's paramiko backend accepts any host key, so it gets a client with the known_hosts
+  file loaded and `RejectPolicy`; the OpenSSH backends (`ssh://`, `safe-ssh://`) get
+  `StrictHostKeyChecking=yes`, that known_hosts file only and no multiplexing, ahead of any
+  option of their own (OpenSSH keeps the first value it is given). Every other backend
+  (`local`, `docker`, `ansible`, ...) cannot be held to the node's host key or does not talk
+  to a node, and is a usage error. known_hosts comes from `--sparkbase-known-hosts`, else the
+  host's `UserKnownHostsFile` in the ssh_config, else the inventory's `ssh.known_hosts`.
 - Facts are gathered once per host per session, in one round trip (the same fact script
   the audit runs, sent through testinfra's `host.run`).
 - Test functions come from the audit's check registry (`test_checks.py`): one per check
@@ -18,6 +22,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +47,63 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="known_hosts file the host keys are checked against (strictly)",
     )
+
+
+#: testinfra backends that sparkbase can hold to the node's host key
+STRICT_BACKENDS = ("paramiko", "ssh", "safe-ssh")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Refuse, before anything connects, hosts that the checks cannot reach strictly."""
+    if not hasattr(config.option, "hosts"):
+        return  # testinfra is not loaded: nothing will connect
+    specs = _hostspecs(config)
+    if not specs:
+        raise pytest.UsageError(
+            "sparkbase checks run against inventory nodes: give --hosts=paramiko://NODE,... "
+            "(or ssh://NODE); without hosts testinfra would check this machine"
+        )
+    if getattr(config.option, "force_ansible", False):
+        raise pytest.UsageError("--force-ansible: the ansible backend cannot be held to strict host keys")
+    for spec in specs:
+        backend = _backend_name(spec, getattr(config.option, "connection", None))
+        if backend not in STRICT_BACKENDS:
+            raise pytest.UsageError(
+                f"--hosts {spec}: backend {backend!r} cannot be held to the node's host key "
+                f"(or does not talk to a node); use one of: {', '.join(STRICT_BACKENDS)}"
+            )
+    ssh_config = getattr(config.option, "ssh_config", None)
+    if ssh_config:
+        from sparkbase.transport import ssh_config_problem
+
+        # checked before OpenSSH or paramiko reads it: both would echo a line of a wrong file
+        wrong = ssh_config_problem(Path(ssh_config))
+        if wrong is not None:
+            raise pytest.UsageError(f"--ssh-config: {wrong}")
+
+
+def _backend_name(spec: str, connection: str | None) -> str:
+    """The testinfra backend a host spec selects (the scheme, else --connection, else paramiko)."""
+    if "://" in spec:
+        return spec.split("://", 1)[0]
+    return connection or "paramiko"
+
+
+def strict_ssh_options(known_hosts: Path) -> str:
+    """OpenSSH options (shell-quoted) that make `ssh` check the host key against `known_hosts`
+    only, never record one, and never reuse a connection opened without those options."""
+    options = [
+        "StrictHostKeyChecking=yes",
+        f"UserKnownHostsFile={known_hosts}",
+        "GlobalKnownHostsFile=/dev/null",
+        "KnownHostsCommand=none",
+        "UpdateHostKeys=no",
+        "VerifyHostKeyDNS=no",
+        "CheckHostIP=no",
+        "ControlMaster=no",
+        "ControlPath=none",
+    ]
+    return " ".join(f"-o {shlex.quote(option)}" for option in options)
 
 
 def _hostspecs(config: pytest.Config) -> list[str]:
@@ -98,18 +160,27 @@ class SparkbaseSession:
         )
 
     def make_strict(self, host: Any) -> None:
-        """Give a paramiko backend a client that checks the host key strictly."""
+        """Hold the host's backend to strict host keys (see the module docstring); any
+        other backend is refused (`pytest_configure` refuses it first)."""
         from sparkbase.facts.collect import connect
 
         backend = host.backend
-        if getattr(backend, "NAME", "") != "paramiko" or "client" in backend.__dict__:
+        name = getattr(backend, "NAME", "")
+        if name in ("ssh", "safe-ssh"):
+            strict = strict_ssh_options(self.target(backend.host.name).known_hosts)
+            extra = backend.ssh_extra_args or ""
+            if not extra.startswith(strict):
+                backend.ssh_extra_args = f"{strict} {extra}".strip()
+            return
+        if name != "paramiko":
+            raise pytest.UsageError(f"backend {name!r} cannot be held to the node's host key")
+        if "client" in backend.__dict__:
             return
         backend.__dict__["client"] = connect(self.target(backend.host.name))
 
     def facts_of(self, host: Any) -> FactsResult:
         """The host's facts: gathered on first use, in one round trip."""
         from sparkbase.facts.assemble import assemble
-        from sparkbase.facts.collect import describe_failure
         from sparkbase.facts.script import build_script, new_marker, split_sections
 
         alias = host.backend.host.name if hasattr(host.backend, "host") else host.backend.hostname
@@ -131,7 +202,7 @@ class SparkbaseSession:
                 else Unreachable(node, f"no fact sections (exit {result.rc}): {result.stderr.strip()[:200]}")
             )
         except Exception as exc:  # one host's failure is that host's tests failing
-            facts = Unreachable(node, describe_failure(exc))
+            facts = Unreachable(node, _describe(exc))
         self.facts[alias] = facts
         return facts
 
@@ -150,9 +221,25 @@ class SparkbaseSession:
         return None
 
 
+def _describe(exc: Exception) -> str:
+    """Why a host could not be asked; OpenSSH's host key refusal said as the audit says it."""
+    from sparkbase.facts.collect import describe_failure
+    from sparkbase.transport import HOST_KEY_HELP
+
+    stderr = str(getattr(exc.args[0], "stderr", "")) if isinstance(exc, RuntimeError) and exc.args else ""
+    if "Host key verification failed" in stderr:
+        changed = "IDENTIFICATION HAS CHANGED" in stderr
+        kind = "host key mismatch" if changed else "host key not in known_hosts"
+        return f"{kind} (refused): OpenSSH with StrictHostKeyChecking=yes: {HOST_KEY_HELP}"
+    return describe_failure(exc)
+
+
 def _config_known_hosts(ssh_config: Path | None, alias: str) -> Path | None:
     if ssh_config is None:
         return None
+    from sparkbase.facts.collect import import_paramiko
+
+    import_paramiko()
     import paramiko
 
     entry = paramiko.SSHConfig.from_path(str(ssh_config)).lookup(alias)

@@ -8,6 +8,7 @@ Host keys are always checked strictly against the known_hosts file.
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +16,8 @@ from sparkbase.errors import ConfigError, Problem
 from sparkbase.model.site import Site
 
 DEFAULT_LAB_DIR = Path("/var/lib/sparkbase/lab")
+#: the largest ssh_config or known_hosts read (real ones are kilobytes)
+MAX_SSH_FILE_BYTES = 1024 * 1024
 
 #: what to do about a refused host key (README, "Host keys"); sparkbase never edits known_hosts
 HOST_KEY_HELP = (
@@ -78,7 +81,8 @@ def ssh_targets(site: Site, lab: Path | None = None) -> dict[str, SshTarget]:
 
 
 def _require_files(site: Site, lab: Path | None, config: Path | None, known_hosts: Path) -> None:
-    """Refuse, as a configuration error, to connect without the files that make SSH strict."""
+    """Refuse, as a configuration error, to connect without the files that make SSH strict,
+    or with files that are not what they should be (never echoing what they hold)."""
     if lab is not None:
         if not (lab / "ssh_config").is_file() or not known_hosts.is_file():
             message = (
@@ -86,9 +90,19 @@ def _require_files(site: Site, lab: Path | None, config: Path | None, known_host
                 "`sparkbase lab up` first, or point --lab / $SPARKBASE_LAB_DIR at it"
             )
             raise ConfigError([Problem(lab, 1, 1, "", message)])
+        lab_problems = [
+            Problem(path, 1, 1, "", message)
+            for path, message in (
+                (lab / "ssh_config", ssh_config_problem(lab / "ssh_config")),
+                (known_hosts, plain_file_problem(known_hosts)),
+            )
+            if message is not None
+        ]
+        if lab_problems:
+            raise ConfigError(lab_problems)
         return
     problems: list[Problem] = []
-    if config is not None and not config.is_file():
+    if config is not None and not config.exists():
         where = site.locate_inventory(("ssh", "config"))
         problems.append(
             Problem(
@@ -100,7 +114,7 @@ def _require_files(site: Site, lab: Path | None, config: Path | None, known_host
                 "(HostName, Port, User, IdentityFile), or use --lab for the emulated fleet",
             )
         )
-    if not known_hosts.is_file():
+    if not known_hosts.exists():
         where = site.locate_inventory(("ssh", "known_hosts"))
         problems.append(
             Problem(
@@ -112,5 +126,77 @@ def _require_files(site: Site, lab: Path | None, config: Path | None, known_host
                 "(README: Host keys); sparkbase never accepts an unknown host",
             )
         )
+    if not problems:
+        checks = [
+            ("config", config, ssh_config_problem),
+            ("known_hosts", known_hosts, plain_file_problem),
+        ]
+        for key, path, check in checks:
+            wrong = check(path) if path is not None else None
+            if wrong is not None:
+                where = site.locate_inventory(("ssh", key))
+                problems.append(Problem(where.file, where.line, where.column, f"ssh.{key}", wrong))
     if problems:
         raise ConfigError(problems)
+
+
+def read_plain_file(path: Path) -> bytes:
+    """A regular file's bytes (at most `MAX_SSH_FILE_BYTES`); `ValueError` saying what it is
+    instead. A FIFO or device is refused before reading (it would hang or never end)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot open: {exc.strerror}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"{path}: not a regular file")
+        data = os.read(fd, MAX_SSH_FILE_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) > MAX_SSH_FILE_BYTES:
+        raise ValueError(f"{path}: larger than {MAX_SSH_FILE_BYTES // 1024} KiB")
+    return data
+
+
+def plain_file_problem(path: Path) -> str | None:
+    """Why `path` cannot be read as a small regular file, or None."""
+    try:
+        read_plain_file(path)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def ssh_config_problem(path: Path) -> str | None:
+    """Why `path` is not an OpenSSH client config paramiko can read, or None. The message
+    names the file and the line, never the line's content (a wrong path may name a secret)."""
+    try:
+        text = read_plain_file(path).decode("utf-8")
+    except UnicodeDecodeError:
+        return f"{path}: not an OpenSSH client config (not UTF-8 text)"
+    except ValueError as exc:
+        return str(exc)
+    from sparkbase.facts.collect import import_paramiko
+
+    import_paramiko()
+    import paramiko
+
+    try:
+        paramiko.SSHConfig.from_text(text)
+    except paramiko.ConfigParseError:
+        line = _first_unparsable_line(text)
+        where = f" (line {line})" if line else ""
+        return f"{path}: not an OpenSSH client config{where}"
+    return None
+
+
+def _first_unparsable_line(text: str) -> int | None:
+    """The number of the first line paramiko cannot parse on its own, if one can be named."""
+    import paramiko
+
+    for number, line in enumerate(text.splitlines(), start=1):
+        try:
+            paramiko.SSHConfig.from_text(line)
+        except paramiko.ConfigParseError:
+            return number
+    return None

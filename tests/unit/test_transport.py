@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -55,3 +56,57 @@ def test_commands_exit_2_without_a_traceback(
     assert main([*command, "--site", str(site_dir)]) == 2
     err = capsys.readouterr().err
     assert "ssh.config" in err and "Traceback" not in err
+
+
+SECRET = "root:$6$saltsalt$c2VjcmV0aGFzaA:19000:0:99999:7:::"
+
+#: (case, which file, how to make it, what the error must say)
+WRONG_SSH_FILES = [
+    ("shadow-as-config", "ssh_config", "text:" + SECRET + "\n", "not an OpenSSH client config (line 1)"),
+    ("garbage-on-line-3", "ssh_config", "text:Host spark1\n  HostName 127.0.0.1\n" + SECRET + "\n",
+     "not an OpenSSH client config (line 3)"),
+    ("binary-config", "ssh_config", "bytes:7f454c46ff00fe", "not an OpenSSH client config (not UTF-8 text)"),
+    ("fifo-config", "ssh_config", "fifo", "not a regular file"),
+    ("dev-zero-config", "ssh_config", "link:/dev/zero", "not a regular file"),
+    ("directory-config", "ssh_config", "dir", "not a regular file"),
+    ("huge-config", "ssh_config", "huge", "larger than 1024 KiB"),
+    ("fifo-known-hosts", "known_hosts", "fifo", "not a regular file"),
+    ("dev-zero-known-hosts", "known_hosts", "link:/dev/zero", "not a regular file"),
+    ("directory-known-hosts", "known_hosts", "dir", "not a regular file"),
+]
+
+
+def _make(path: Path, how: str) -> None:
+    if how.startswith("text:"):
+        path.write_text(how[5:])
+    elif how.startswith("bytes:"):
+        path.write_bytes(bytes.fromhex(how[6:]))
+    elif how == "fifo":
+        os.mkfifo(path)
+    elif how.startswith("link:"):
+        path.symlink_to(how[5:])
+    elif how == "dir":
+        path.mkdir()
+    elif how == "huge":
+        path.write_text("# comment\n" * 110_000)
+
+
+@pytest.mark.parametrize(
+    ("case", "which", "how", "said"), WRONG_SSH_FILES, ids=[c[0] for c in WRONG_SSH_FILES]
+)
+def test_a_wrong_ssh_file_is_located_and_never_echoed(
+    site_dir: Path, case: str, which: str, how: str, said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`ssh.config: /etc/shadow` must not print the password hash; a FIFO must not hang."""
+    files = {"ssh_config": "Host spark1\n  HostName 127.0.0.1\n", "known_hosts": ""}
+    for name, text in files.items():
+        path = site_dir / "inventory" / name
+        if name == which:
+            _make(path, how)
+        else:
+            path.write_text(text)
+    assert main(["audit", "--site", str(site_dir)]) == 2
+    err = capsys.readouterr().err
+    assert f"ssh.{which.replace('ssh_', '')}: " in err and said in err, err
+    assert "inventory/site.yaml:" in err
+    assert "$6$" not in err and "Traceback" not in err
