@@ -208,8 +208,9 @@ def test_preflight_override_is_logged(lab: Lab, tmp_path: Path, capsys: pytest.C
     assert main([*argv, "--override", "bring-up test on a factory fleet"]) == 0
     assert "OVERRIDDEN" in capsys.readouterr().err
     record = json.loads(log.read_text())
-    assert record["lane"] == "glm-fp8" and record["reason"] == "bring-up test on a factory fleet"
-    assert any(line.startswith("spark1: kernel.release") for line in record["failures"])
+    assert record["kind"] == "preflight-override" and record["lane"] == "glm-fp8"
+    assert record["reason"] == "bring-up test on a factory fleet"
+    assert any(line.startswith("spark1: kernel.release") for line in record["refusals"])
 
 
 def test_triggers_report_the_live_fleet(lab: Lab, capsys: pytest.CaptureFixture[str]) -> None:

@@ -193,8 +193,9 @@ def test_variant_round_trip_on_one_node(fleet: Fleet, converged: dict[str, Any])
     assert "PRIVATE KEY" not in moved.stdout + moved.stderr
     log_text = (fleet.site / ".sparkbase" / "overrides.log").read_text()
     log = [json.loads(line) for line in log_text.splitlines()]
-    assert log[-1]["nodes"] == ["spark2"] and log[-1]["baseline"] == "ds41f-7x-64k"
-    assert log[-1]["reason"] == "e2e: variant trial on spark2" and log[-1]["breaches"]
+    assert log[-1]["kind"] == "apply-override" and log[-1]["nodes"] == ["spark2"]
+    assert log[-1]["baseline"] == "ds41f-7x-64k"
+    assert log[-1]["reason"] == "e2e: variant trial on spark2" and log[-1]["refusals"]
     assert fleet.sh("spark2", "uname -r").strip() == VARIANT_KERNEL
     assert fleet.sh("spark2", "getconf PAGESIZE").strip() == "65536"
     assert fleet.sh("spark2", "mokutil --sb-state").strip() == "SecureBoot enabled"

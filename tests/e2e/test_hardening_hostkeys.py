@@ -99,3 +99,25 @@ def test_native_checks_suite_refuses_the_node(fleet: Fleet, bad_key: tuple[str, 
     assert "PASSED checks/test_checks.py::test_kernel_page_size[kernel.page_size-paramiko://spark1]" in out
     assert "FAILED checks/test_checks.py::test_kernel_page_size[kernel.page_size-paramiko://spark2]" in out
     assert words in out and HELP in out
+
+
+def test_native_checks_over_openssh_refuse_the_node_even_with_a_lax_ssh_config(
+    fleet: Fleet, bad_key: tuple[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """`pytest checks/ --hosts=ssh://…` is held to the host key whatever the ssh_config says:
+    a config that turns strict checking off and reads no known_hosts is overruled."""
+    words, _ = bad_key
+    lax = tmp_path_factory.mktemp("lax") / "ssh_config"
+    text = fleet.lab.ssh_config_path.read_text()
+    text = text.replace("StrictHostKeyChecking yes", "StrictHostKeyChecking no")
+    text = text.replace(f"UserKnownHostsFile {fleet.lab.known_hosts_path}", "UserKnownHostsFile /dev/null")
+    assert "StrictHostKeyChecking no" in text and "UserKnownHostsFile /dev/null" in text
+    lax.write_text(text)
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(REPO / "checks"),
+            "--hosts=ssh://spark1,ssh://spark2", f"--ssh-config={lax}",
+            f"--sparkbase-site={fleet.site}", f"--sparkbase-known-hosts={fleet.lab.known_hosts_path}",
+            "-k", "kernel_page_size", "-rA"]
+    out = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, check=False, timeout=300).stdout
+    assert "PASSED checks/test_checks.py::test_kernel_page_size[kernel.page_size-ssh://spark1]" in out, out
+    assert "FAILED checks/test_checks.py::test_kernel_page_size[kernel.page_size-ssh://spark2]" in out, out
+    assert words in out and HELP in out

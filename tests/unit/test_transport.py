@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -110,3 +112,41 @@ def test_a_wrong_ssh_file_is_located_and_never_echoed(
     assert f"ssh.{which.replace('ssh_', '')}: " in err and said in err, err
     assert "inventory/site.yaml:" in err
     assert "$6$" not in err and "Traceback" not in err
+
+
+#: (extra pytest arguments, what the usage error says): backends the checks refuse
+REFUSED_BACKENDS = [
+    ([], "give --hosts=paramiko://NODE"),
+    (["--hosts=local://"], "backend 'local' cannot be held to the node's host key"),
+    (["--hosts=docker://spark1"], "backend 'docker'"),
+    (["--hosts=spark1", "--connection=ansible"], "backend 'ansible'"),
+    (["--hosts=paramiko://spark1", "--force-ansible"], "--force-ansible"),
+]
+
+
+@pytest.mark.parametrize(("extra", "said"), REFUSED_BACKENDS, ids=["no-hosts", "local", "docker", "ansible",
+                                                                   "force-ansible"])
+def test_the_checks_refuse_backends_that_cannot_be_strict(extra: list[str], said: str) -> None:
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(REPO / "checks"),
+            f"--sparkbase-site={REPO}", *extra]
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, check=False, timeout=120)
+    assert done.returncode == 4, done.stdout + done.stderr  # pytest's usage error
+    assert said in done.stderr
+
+
+def test_strict_openssh_options_come_first_and_are_quoted() -> None:
+    import importlib.util
+
+    name = "sparkbase_checks_conftest"
+    spec = importlib.util.spec_from_file_location(name, REPO / "checks" / "conftest.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules[name]
+    options = module.strict_ssh_options(Path("/site dir/known_hosts"))
+    assert options.startswith("-o StrictHostKeyChecking=yes ")
+    assert "-o 'UserKnownHostsFile=/site dir/known_hosts'" in options
+    assert "-o ControlMaster=no" in options and "-o UpdateHostKeys=no" in options
