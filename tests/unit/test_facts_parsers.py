@@ -235,3 +235,41 @@ def test_module_versions_from_sysfs() -> None:
 
     text = "/sys/module/nvidia/version:580.126.09\n/sys/module/nvidia/srcversion:A1B2C3\nnoise\n"
     assert parse_module_attrs(text) == {"nvidia.version": "580.126.09", "nvidia.srcversion": "A1B2C3"}
+
+
+@pytest.mark.parametrize(
+    ("text", "cpus"),
+    [
+        ("5-9 15-19", {*range(5, 10), *range(15, 20)}),  # systemd AllowedCPUs=
+        ("5-9,15-19", {*range(5, 10), *range(15, 20)}),  # cpuset.cpus
+        ("3 4 5 6 7", {3, 4, 5, 6, 7}),  # systemd CPUAffinity=
+        ("0, 2-3", {0, 2, 3}),
+        ("", set()),
+    ],
+)
+def test_cpu_lists_in_every_form_are_sets(text: str, cpus: set[int]) -> None:
+    assert p.parse_cpu_list(text) == cpus
+    assert p.parse_cpu_list(p.format_cpu_list(cpus)) == cpus
+
+
+@pytest.mark.parametrize("text", ["5-", "a-b", "9-5", "all"])
+def test_cpu_list_garbage_is_refused(text: str) -> None:
+    with pytest.raises(ValueError):
+        p.parse_cpu_list(text)
+
+
+def test_format_cpu_list() -> None:
+    assert p.format_cpu_list({5, 6, 7, 8, 9, 15, 16, 17, 18, 19}) == "5-9,15-19"
+    assert p.format_cpu_list({1, 3}) == "1,3"
+
+
+def test_dkms_status_unknown_lines_are_noise_never_fatal() -> None:
+    found = p.parse_dkms_status("WARNING: something odd\nuvm-memory-saver/0.2.0, 7.0.0-1019-nvidia-64k, "
+                                "aarch64: installed (WARNING! Diff between built and installed module!)\n")
+    assert [e.status for e in found.entries] == ["installed"]
+    assert found.noise == ("WARNING: something odd",)
+
+
+def test_modinfo_keeps_the_first_of_repeated_fields_and_joins_continuations() -> None:
+    fields = p.modinfo_fields("alias: a\nalias: b\nsig_key: 40:8B:\n\t\t66:4E\nparm: x:int\n")
+    assert fields == {"alias": "a", "sig_key": "40:8B:66:4E", "parm": "x:int"}

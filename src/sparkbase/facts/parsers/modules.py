@@ -76,8 +76,9 @@ def parse_dkms_status(text: str) -> DkmsStatus:
 
     Real output mixes in lines that name no module (`Deprecated feature: REMAKE_INITRD`,
     `Error! Could not locate dkms.conf file.`, `File: … does not exist.` from another
-    package's broken tree, a lone ` (original_module exists)`), and a warning printed on
-    stderr can land in the middle of a status line (`installedDeprecated feature: …`).
+    package's broken tree), and a warning printed on stderr can land in the middle of a
+    status line (`installedDeprecated feature: …`), pushing its note (`(original_module
+    exists)`) onto a line of its own.
     None of that is fatal: it is returned as noise.
     """
     entries: list[DkmsEntry] = []
@@ -88,6 +89,8 @@ def parse_dkms_status(text: str) -> DkmsStatus:
             continue
         match = _DKMS_NEW.match(line) or _DKMS_OLD.match(line)
         if match is None:
+            if entries and _DKMS_NOTE.fullmatch(line):
+                continue  # the note of the line above, pushed down by a warning on stderr
             noise.append(line)
             continue
         entries.append(

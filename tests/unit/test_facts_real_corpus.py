@@ -1,0 +1,103 @@
+"""Every parser against the real-output corpus (tests/fixtures/real/): each sample parses
+to the verdict a person wrote for it in verdicts.yaml, and every sample has a verdict."""
+
+from __future__ import annotations
+
+import dataclasses
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ruamel.yaml import YAML
+
+from sparkbase.facts import parsers
+
+REAL = Path(__file__).parents[1] / "fixtures" / "real"
+#: files of the corpus that are not samples
+NOT_SAMPLES = {"SOURCE.md", "verdicts.yaml"}
+SAMPLES: list[dict[str, Any]] = YAML(typ="safe").load((REAL / "verdicts.yaml").read_text())["samples"]
+
+
+def plain(value: Any) -> Any:
+    """A parsed value as the plain data verdicts are written in."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, frozenset | set):
+        return sorted(plain(v) for v in value)
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    return value
+
+
+def mismatches(expected: Any, actual: Any, where: str = "") -> list[str]:
+    """Where `actual` differs from the verdict (a mapping in the verdict names a subset)."""
+    if isinstance(expected, dict):
+        if not isinstance(actual, dict):
+            return [f"{where or '.'}: expected a mapping, got {actual!r}"]
+        return [m for key, value in expected.items()
+                for m in (mismatches(value, actual[key], f"{where}.{key}") if key in actual
+                          else [f"{where}.{key}: missing in {sorted(actual)}"])]
+    if isinstance(expected, list):
+        if not isinstance(actual, list) or len(actual) != len(expected):
+            return [f"{where or '.'}: expected {len(expected)} items, got {actual!r}"]
+        return [m for i, (e, a) in enumerate(zip(expected, actual, strict=True))
+                for m in mismatches(e, a, f"{where}[{i}]")]
+    return [] if expected == actual else [f"{where or '.'}: expected {expected!r}, got {actual!r}"]
+
+
+def _text(sample: dict[str, Any]) -> str:
+    text = (REAL / sample["file"]).read_text()
+    prop = (sample.get("text_from") or {}).get("property")
+    if prop is None:
+        return text
+    values = [line.split("=", 1)[1] for line in text.splitlines() if line.startswith(prop + "=")]
+    return values[-1]
+
+
+def _args(sample: dict[str, Any]) -> dict[str, Any]:
+    return {key: (REAL / value["file"]).read_text() if isinstance(value, dict) and "file" in value else value
+            for key, value in (sample.get("args") or {}).items()}
+
+
+def _project(result: Any, how: dict[str, Any]) -> Any:
+    value = result[how["field"]]
+    octets = value.split(":")
+    return {"count": len(octets), "first": ":".join(octets[:4]), "last": ":".join(octets[-3:])}
+
+
+def _id(sample: dict[str, Any]) -> str:
+    return f"{sample['file']}:{sample.get('parser')}"
+
+
+def test_every_sample_has_a_verdict_and_a_source() -> None:
+    files = {path.name for path in REAL.iterdir()} - NOT_SAMPLES
+    judged = {sample["file"] for sample in SAMPLES}
+    assert files - judged == set(), "samples without a verdict"
+    assert judged - files == set(), "verdicts without a sample"
+    source = (REAL / "SOURCE.md").read_text()
+    unsourced = sorted(name for name in files if name not in source)
+    assert unsourced == [], "samples not named in SOURCE.md"
+    for sample in SAMPLES:
+        assert sample.get("verdict") or sample.get("unused_because"), sample["file"]
+
+
+@pytest.mark.parametrize("sample", [s for s in SAMPLES if s.get("parser")], ids=_id)
+def test_sample_parses_to_the_verdict(sample: dict[str, Any]) -> None:
+    parser = getattr(parsers, sample["parser"])
+    text, args = _text(sample), _args(sample)
+    if sample["expect"] == "error":
+        with pytest.raises(ValueError):
+            parser(text, **args)
+        return
+    result = parser(text, **args)
+    if "project" in sample:
+        result = _project(result, sample["project"])
+    actual = plain(result)
+    assert mismatches(sample["expect"], actual) == []
+    for field, part in (sample.get("contains") or {}).items():
+        assert part in str(actual[field])
