@@ -59,6 +59,23 @@ class _Fenced(FactBase[T]):
         return split_sections("\n".join(output) + "\n", self.marker)
 
 
+class _FixedSections(_Fenced[T]):
+    """A fenced fact with fixed sections (`named`) read by one pure function (`read`)."""
+
+    named: Sequence[tuple[str, str]] = ()
+    read: Callable[[Sections], T]
+
+    def command(self) -> str:
+        return self.fenced(self.named)
+
+    # pyinfra declares `default` static but always calls it on an instance (`cls().default()`)
+    def default(self) -> T:  # type: ignore[override]
+        return type(self).read(Sections())
+
+    def process(self, output: list[str]) -> T:
+        return type(self).read(self.sections(output))
+
+
 def _parsed(section: Section | None, parser: Callable[[str], T], default: T) -> T:
     """`parser(output)` of a section that exited 0, else `default` (never raises)."""
     if section is None or section.status != 0:
@@ -157,18 +174,11 @@ def boot_state(found: Sections) -> dict[str, Any]:
     }
 
 
-class BootState(_Fenced[dict[str, Any]]):
+class BootState(_FixedSections[dict[str, Any]]):
     """Running kernel, page size, /proc/cmdline, THP mode, loaded modules, nvidia-drm params."""
 
-    def command(self) -> str:
-        return self.fenced(BOOT_SECTIONS)
-
-    @staticmethod
-    def default() -> dict[str, Any]:
-        return boot_state(Sections())
-
-    def process(self, output: list[str]) -> dict[str, Any]:
-        return boot_state(self.sections(output))
+    named = BOOT_SECTIONS
+    read = staticmethod(boot_state)
 
 
 # --- Secure Boot / MOK / DKMS -----------------------------------------------------------
@@ -202,18 +212,11 @@ def mok_state(found: Sections) -> dict[str, Any]:
     }
 
 
-class MokState(_Fenced[dict[str, Any]]):
+class MokState(_FixedSections[dict[str, Any]]):
     """Secure Boot state and the enrolled and pending MOK certificates."""
 
-    def command(self) -> str:
-        return self.fenced(MOK_SECTIONS)
-
-    @staticmethod
-    def default() -> dict[str, Any]:
-        return mok_state(Sections())
-
-    def process(self, output: list[str]) -> dict[str, Any]:
-        return mok_state(self.sections(output))
+    named = MOK_SECTIONS
+    read = staticmethod(mok_state)
 
 
 def dkms_state(found: Sections, dkms_name: str, version: str, kernel: str) -> dict[str, Any]:
@@ -328,18 +331,11 @@ def grub_state(found: Sections) -> GrubBoot:
                         env.output if env is not None and env.status == 0 else "")
 
 
-class GrubConfig(_Fenced[GrubBoot]):
+class GrubConfig(_FixedSections[GrubBoot]):
     """/boot/grub/grub.cfg and grubenv: entries (kernel, arguments) and what boots by default."""
 
-    def command(self) -> str:
-        return self.fenced([("grub-cfg", _cmd("cat", GRUB_CFG)), ("grubenv", _cmd("cat", GRUBENV))])
-
-    @staticmethod
-    def default() -> GrubBoot:
-        return p.parse_grub("", "")
-
-    def process(self, output: list[str]) -> GrubBoot:
-        return grub_state(self.sections(output))
+    named = (("grub-cfg", _cmd("cat", GRUB_CFG)), ("grubenv", _cmd("cat", GRUBENV)))
+    read = staticmethod(grub_state)
 
 
 def parse_sysctls(lines: list[str]) -> dict[str, str]:
