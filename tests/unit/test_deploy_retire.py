@@ -1,12 +1,14 @@
 """Retiring what other baselines left on a node: foreign pins, steps, and decisions as data.
 
 `retire_cases/*.json`: one case per file, an operation's arguments and the facts it reads
-in, the commands it yields (or the reason it does nothing) out.
+in (`owned`: the node's ownership record items), the commands it yields (or the reason it
+does nothing, or the refusal it raises) and the record entries it forgets out.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,18 +18,23 @@ import pytest
 import sparkbase.lab
 from sparkbase.deploy.assign import with_assignment
 from sparkbase.deploy.cliutil import print_report
-from sparkbase.deploy.facts import parse_dkms_builds, parse_key_dir
-from sparkbase.policy.foreign import foreign_for
-from sparkbase.deploy.operations import (
-    Decision,
+from sparkbase.deploy.facts import parse_dkms_builds
+from sparkbase.deploy.operations import Decision, NotSparkbases, decide_swap_file
+from sparkbase.deploy.results import KEPT, NodeResult, NodeStatus, OpResult, Report
+from sparkbase.deploy.retire import (
     decide_dkms_retire,
     decide_mok_dir_retire,
     decide_mok_kept,
+    decide_packages_kept,
     decide_packages_retire,
+    decide_swap_retire,
+    decide_unit_retire,
 )
-from sparkbase.deploy.results import NodeResult, NodeStatus, OpResult, Report
 from sparkbase.deploy.steps import MokFiles, build_steps
 from sparkbase.model.site import Site, load_site
+from sparkbase.policy import ownership
+from sparkbase.policy.foreign import foreign_for
+from sparkbase.policy.ownership import Entry, OwnershipRecord
 
 REPO = Path(__file__).resolve().parents[2]
 CASES = sorted((Path(__file__).parent / "retire_cases").glob("*.json"))
@@ -35,15 +42,30 @@ LAB_MOK = MokFiles.from_dir(Path(sparkbase.lab.__file__).parent / "mok")
 SITE_BASELINE = "site-stock-6.17-4k"
 VARIANT = "ds41f-7x-64k"
 STOCK_PAGES = "ds41f-stock-pages-262k"
-RETIRE_KINDS = {"dkms-retire", "packages-retire", "mok-dir-retire", "mok-kept"}
+RETIRE_KINDS = {"dkms-retire", "packages-retire", "packages-kept", "mok-dir-retire", "mok-kept",
+                "unit-retire"}
 
 #: operation -> its pure decision, called with the case's args and facts
 DECIDE: dict[str, Callable[..., Decision]] = {
     "packages_retire": decide_packages_retire,
+    "packages_kept": decide_packages_kept,
     "dkms_retire": decide_dkms_retire,
     "mok_dir_retire": decide_mok_dir_retire,
     "mok_kept": decide_mok_kept,
+    "swap_retire": decide_swap_retire,
+    "unit_retire": decide_unit_retire,
+    "swap_file": decide_swap_file,
 }
+
+
+def _facts(raw: dict[str, Any]) -> dict[str, Any]:
+    """The case's facts as the decisions take them (record and directory entries typed)."""
+    facts = dict(raw)
+    if "owned" in facts:
+        facts["owned"] = OwnershipRecord.model_validate({"items": facts["owned"]})
+    if facts.get("entries") is not None:
+        facts["entries"] = [Entry(**entry) for entry in facts["entries"]]
+    return facts
 
 
 @pytest.fixture(scope="module")
@@ -54,10 +76,25 @@ def site() -> Site:
 @pytest.mark.parametrize("case_file", CASES, ids=[c.stem for c in CASES])
 def test_retire_decision(case_file: Path) -> None:
     case: dict[str, Any] = json.loads(case_file.read_text())
-    decision = DECIDE[case["op"]](**case["args"], **case["facts"])
+    decide = DECIDE[case["op"]]
+    if "raises" in case:
+        with pytest.raises(NotSparkbases, match=re.escape(case["raises"])):
+            decide(**case["args"], **_facts(case["facts"]))
+        return
+    decision = decide(**case["args"], **_facts(case["facts"]))
     assert decision.commands == case["commands"]
     assert decision.reason == case["reason"]
     assert bool(decision.commands) != bool(decision.reason)  # a change, or why not: never both
+    assert [[kind, target] for kind, target in decision.forget] == case.get("forget", [])
+    if not decision.commands and ("owned" in case["facts"] or case["op"] == "mok_kept"):
+        assert decision.forget == ()  # nothing is forgotten that was not removed
+
+
+def test_every_retire_operation_has_a_case_that_keeps_what_is_not_sparkbases() -> None:
+    cases = [json.loads(c.read_text()) for c in CASES]
+    kept_ops = {c["op"] for c in cases if c["reason"].startswith(KEPT) or "raises" in c}
+    assert kept_ops >= set(DECIDE) - {"packages_retire"}  # packages_kept reports for it
+    assert KEPT == ownership.KEPT
 
 
 def test_foreign_pins_of_the_site_baseline_are_the_variants_leftovers(site: Site) -> None:
@@ -126,23 +163,18 @@ def test_every_node_and_baseline_names_its_retire_steps(site: Site) -> None:
         "retire: unhold and purge nccl-site-ring4 (pinned only by other baselines)",
         "retire: unhold and purge the 6.17.0-1032-nvidia kernel packages (4; once "
         "7.0.0-1019-nvidia-64k runs)",
+        "keep: other baselines' packages sparkbase did not install (reported)",
         "retire: swap file /swapfile (another baseline's)",
     ]
     assert all(s.name.startswith(("retire: ", "keep: ")) for s in _retire(site, "spark1"))
 
 
-def test_dkms_builds_and_key_dir_parsers() -> None:
+def test_dkms_builds_parser() -> None:
     lines = ["uvm-memory-saver/0.4.2, 7.0.0-1019-nvidia-64k, aarch64: installed",
              "uvm-memory-saver/0.4.20, 6.17.0-1032-nvidia, aarch64: built",
              "other/1.0: added", "uvm-memory-saver/0.4.2: added"]
     assert parse_dkms_builds(lines, "uvm-memory-saver", "0.4.2") == ["7.0.0-1019-nvidia-64k", ""]
     assert parse_dkms_builds([], "uvm-memory-saver", "0.4.2") == []
-    assert parse_key_dir(["__sparkbase_missing__"]) is None
-    assert parse_key_dir(["dir=yes"]) == {"fingerprint": None}
-    digest = "de687c66aadef7acdaf7f1c7c80f809d818673f1"
-    assert parse_key_dir(["dir=yes", f"sha1={digest}  /var/lib/shim-signed/mok/MOK.der"]) == {
-        "fingerprint": "de:68:7c:66:aa:de:f7:ac:da:f7:f1:c7:c8:0f:80:9d:81:86:73:f1"
-    }
 
 
 def test_plan_shows_deferred_and_kept_notes_only_beside_changes(capsys: pytest.CaptureFixture[str]) -> None:

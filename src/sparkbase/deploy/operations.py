@@ -9,39 +9,51 @@ take that step's `OperationMeta` (`trigger`) and act when it changed (or will ch
 from __future__ import annotations
 
 import difflib
+import hashlib
 import posixpath
 import shlex
+import uuid
+from collections.abc import Iterable
 from io import BytesIO
 from typing import Any, NamedTuple
 
 from pyinfra import logger
 from pyinfra.api.command import FileUploadCommand, StringCommand
+from pyinfra.api.exceptions import OperationError
 from pyinfra.api.operation import operation
 from pyinfra.context import host, state
 from pyinfra.facts.deb import DebPackages
-from pyinfra.facts.files import Directory, FindInFile
+from pyinfra.facts.files import Directory
 
 from sparkbase.deploy.facts import (
     TEMP_SUFFIX,
     ActiveSwaps,
     BootState,
     DefaultTarget,
-    DkmsBuilds,
     DkmsState,
     FileState,
     FileText,
     GrubConfig,
     HeldPackages,
-    MokKeyDir,
     MokState,
     SwapFile,
     Sysctls,
     ThpMode,
     UnitState,
 )
-from sparkbase.deploy.results import DEFERRED, KEPT
+from sparkbase.deploy.ownership_fact import OwnedRecord, SwapUuid
 from sparkbase.facts.model import GrubBoot, MokCertificate
 from sparkbase.facts.signing import judge_signature
+from sparkbase.policy.ownership import (
+    OWNERSHIP_DIR,
+    OWNERSHIP_PATH,
+    Kind,
+    OwnedItem,
+    OwnershipRecord,
+    created,
+    decide_identified,
+    now_utc,
+)
 
 #: host name -> operation hash -> the reason the operation did nothing
 NOOP_REASONS: dict[str, dict[str, str]] = {}
@@ -58,6 +70,23 @@ def _noop(reason: str) -> None:
 def _cmd(*words: str) -> StringCommand:
     """One shell command from separate words, each quoted."""
     return StringCommand(" ".join(shlex.quote(word) for word in words))
+
+
+class Decision(NamedTuple):
+    """What an operation does: commands (argv lists), or why it does nothing; and the
+    ownership record entries to forget once the commands ran (retire operations)."""
+
+    commands: list[list[str]]
+    reason: str = ""
+    forget: tuple[tuple[Kind, str], ...] = ()
+
+
+def carry_out(decision: Decision) -> Any:
+    """Yield the decision's commands, or record its no-op reason."""
+    if not decision.commands:
+        _noop(decision.reason)
+    for argv in decision.commands:
+        yield _cmd(*argv)
 
 
 def changed(meta: Any) -> bool:
@@ -90,6 +119,28 @@ def apt_update_for(pins: list[str]) -> Any:
         _noop(f"all {len(pins)} pinned packages are installed at their versions")
         return
     yield "DEBIAN_FRONTEND=noninteractive apt-get update -q"
+
+
+#: apt-get install options: keep local config files, allow a pin to move a held package up or down
+APT_INSTALL = ["env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "-y", "-q",
+               "-o", "Dpkg::Options::=--force-confdef", "-o", "Dpkg::Options::=--force-confold",
+               "install", "--allow-downgrades", "--allow-change-held-packages"]
+
+
+@operation()
+def pinned_packages(pins: list[str], baseline: str = "") -> Any:
+    """Install `name=version` pins not installed at that version; the packages that were not
+    installed at all before are recorded as sparkbase's (a package it only moved is not)."""
+    installed = host.get_fact(DebPackages) or {}
+    missing = missing_pins(pins, installed)
+    if not missing:
+        _noop(f"all {len(pins)} pinned packages are installed at their versions")
+        return
+    yield _cmd(*APT_INSTALL, *missing)
+    now = now_utc()
+    new = [pin.partition("=") for pin in missing if not installed.get(pin.partition("=")[0])]
+    yield from remember(*(created(Kind.PACKAGE, name, baseline, now, version=version)
+                          for name, _, version in new))
 
 
 @operation()
@@ -134,9 +185,40 @@ def _atomic_upload(src: Any, path: str, mode: int, sha256: str | None, temp: str
     yield _cmd("mv", "-f", temp, path)
 
 
+# --- the ownership record ---------------------------------------------------------------
+# Read live, after the commands that created or removed something ran (code after an
+# operation's first yield only runs when it executes), then written atomically.
+
+
+def _write_record(record: OwnershipRecord) -> Any:
+    data = record.to_json().encode()
+    yield _cmd("install", "-d", "-m", "700", OWNERSHIP_DIR)
+    yield from _atomic_upload(BytesIO(data), OWNERSHIP_PATH, 0o600, hashlib.sha256(data).hexdigest(),
+                              OWNERSHIP_PATH + TEMP_SUFFIX)
+
+
+def remember(*items: OwnedItem, only_if_recorded: bool = False) -> Any:
+    """Record `items` as created by sparkbase (with `only_if_recorded`: update them only where
+    the record already holds them, e.g. a file sparkbase rewrote but did not create)."""
+    record: OwnershipRecord = host.get_fact(OwnedRecord)
+    if only_if_recorded:
+        items = tuple(item for item in items if record.find(item.kind, item.target) is not None)
+    if items:
+        yield from _write_record(record.with_items(items))
+
+
+def forget(keys: Iterable[tuple[Kind, str]]) -> Any:
+    """Drop removed items from the record."""
+    record: OwnershipRecord = host.get_fact(OwnedRecord)
+    updated = record.without(keys)
+    if updated != record:
+        yield from _write_record(updated)
+
+
 @operation()
-def file(path: str, content: str, mode: int, sha256: str, secret: bool = False) -> Any:
-    """`path` holds exactly `content` with `mode`; written to a temp file, then renamed."""
+def file(path: str, content: str, mode: int, sha256: str, secret: bool = False, baseline: str = "") -> Any:
+    """`path` holds exactly `content` with `mode`; written to a temp file, then renamed (and
+    recorded as sparkbase's when it created the file)."""
     current = host.get_fact(FileState, path=path)
     if current is not None and current.sha256 == sha256:
         yield from _leftover(path, current.leftover)
@@ -153,10 +235,12 @@ def file(path: str, content: str, mode: int, sha256: str, secret: bool = False) 
     if current is None:
         yield _cmd("mkdir", "-p", posixpath.dirname(path))
     yield from _atomic_upload(BytesIO(content.encode()), path, mode, sha256, path + TEMP_SUFFIX)
+    yield from remember(created(Kind.FILE, path, baseline, now_utc(), sha256=sha256),
+                        only_if_recorded=current is not None)
 
 
 @operation()
-def upload(path: str, local: str, mode: int, sha256: str) -> Any:
+def upload(path: str, local: str, mode: int, sha256: str, baseline: str = "") -> Any:
     """Operator file `local` lands at `path` with `mode`; never diffed or printed.
 
     Used for the MOK key pair: the temp file sits in the (0700) target directory, and its
@@ -172,16 +256,20 @@ def upload(path: str, local: str, mode: int, sha256: str) -> Any:
         yield _cmd("chmod", f"{mode:o}", path)
         return
     yield from _atomic_upload(local, path, mode, sha256, path + TEMP_SUFFIX)
+    yield from remember(created(Kind.FILE, path, baseline, now_utc(), sha256=sha256),
+                        only_if_recorded=current is not None)
 
 
 @operation()
-def directory(path: str, mode: int) -> Any:
-    """A directory owned by root with exactly `mode`."""
+def directory(path: str, mode: int, baseline: str = "") -> Any:
+    """A directory owned by root with exactly `mode` (recorded as sparkbase's when it created it)."""
     info = host.get_fact(Directory, path=path)
     if info and info.get("mode") == int(f"{mode:o}"):
         _noop(f"{path} exists with mode {mode:o}")
         return
     yield _cmd("install", "-d", "-m", f"{mode:o}", path)
+    if not info:
+        yield from remember(created(Kind.DIRECTORY, path, baseline, now_utc()))
 
 
 # --- Secure Boot / MOK / DKMS -----------------------------------------------------------
@@ -218,13 +306,16 @@ def decide_dkms_install(dkms_name: str, version: str, kernel: str, current: dict
 
 
 @operation()
-def dkms_install(dkms_name: str, version: str, kernel: str, module: str, fingerprint: str | None) -> Any:
+def dkms_install(dkms_name: str, version: str, kernel: str, module: str, fingerprint: str | None,
+                 baseline: str = "") -> Any:
     """Build, sign and install a DKMS module for `kernel` (the target, not the running one)."""
     current = host.get_fact(DkmsState, dkms_name=dkms_name, version=version, kernel=kernel, module=module)
     mok = host.get_fact(MokState) if fingerprint is not None and current["installed"] else None
     # a MOK imported by this run's earlier step is pending until the reboot: it counts
     certificates = [*mok["certificates"], *mok["pending_certificates"]] if mok else []
-    yield from _carry_out(decide_dkms_install(dkms_name, version, kernel, current, certificates, fingerprint))
+    yield from carry_out(decide_dkms_install(dkms_name, version, kernel, current, certificates, fingerprint))
+    if not current["installed"]:
+        yield from remember(created(Kind.DKMS, f"{dkms_name}/{version}", baseline, now_utc()))
 
 
 # --- activation ---------------------------------------------------------------------------
@@ -288,41 +379,50 @@ def after_change(command: list[str], what: str, trigger: Any = None) -> Any:
 # --- swap -------------------------------------------------------------------------------
 
 
-@operation()
-def swap_retire(path: str) -> Any:
-    """A swap file another baseline used: off, out of /etc/fstab, deleted."""
-    info = host.get_fact(SwapFile, path=path)
-    lines = host.get_fact(FindInFile, path="/etc/fstab", pattern=f"^{path} ") or []
-    if info is None and not lines:
-        _noop(f"no swap file {path}")
-        return
-    if path in host.get_fact(ActiveSwaps):
-        yield _cmd("swapoff", path)
-    if lines:
-        escaped = path.replace("/", "\\/").replace(".", "\\.")
-        yield _cmd("sed", "-i", f"/^{escaped} /d", "/etc/fstab")
-    if info is not None:
-        yield _cmd("rm", "-f", path)
+class NotSparkbases(ValueError):
+    """Something sparkbase would have to overwrite is there and is not sparkbase's."""
 
 
-@operation()
-def swap_file(path: str, size_gib: int, header_page_size: int) -> Any:
-    """The swap file exists at its size, mode 0600, with a header for `header_page_size`."""
-    info = host.get_fact(SwapFile, path=path)
+def decide_swap_file(path: str, size_gib: int, header_page_size: int, found: dict[str, Any] | None,
+                     uuid: str | None, active: bool, owned: OwnershipRecord, new_uuid: str) -> Decision:
+    """Make the swap file (mkswap writes `new_uuid`, which the record keeps); a file at the
+    path that is not the right swap file is remade only when sparkbase created it, unchanged:
+    anything else raises `NotSparkbases`, and nothing is touched."""
     size = size_gib * 1024**3
-    if info is not None and info["size"] == size and info["header_page_size"] == header_page_size:
-        if info["mode"] == 0o600:
-            _noop(f"{path} is {size_gib} GiB with a {header_page_size}-byte header")
-            return
-        yield _cmd("chmod", "600", path)
-        return
-    if info is not None and path in host.get_fact(ActiveSwaps):
-        yield _cmd("swapoff", path)
-    if info is not None and info["size"] != size:
-        yield _cmd("rm", "-f", path)
-    yield _cmd("fallocate", "-l", f"{size_gib}G", path)
-    yield _cmd("chmod", "600", path)
-    yield _cmd("mkswap", "-p", str(header_page_size), path)
+    if found is not None and found["size"] == size and found["header_page_size"] == header_page_size:
+        if found["mode"] == 0o600:
+            return Decision([], f"{path} is {size_gib} GiB with a {header_page_size}-byte header")
+        return Decision([["chmod", "600", path]])
+    if found is not None:
+        verdict = decide_identified(Kind.SWAP, path, True, uuid, owned)
+        if not verdict.removable:
+            raise NotSparkbases(f"{path} exists ({found['size']} bytes) and was {verdict.verdict.value}: "
+                                "sparkbase will not overwrite it; move it away, then apply again")
+    commands = []
+    if found is not None and active:
+        commands.append(["swapoff", path])
+    if found is not None and found["size"] != size:
+        commands.append(["rm", "-f", "--", path])
+    return Decision([*commands, ["fallocate", "-l", f"{size_gib}G", path], ["chmod", "600", path],
+                     ["mkswap", "-U", new_uuid, "-p", str(header_page_size), path]])
+
+
+@operation()
+def swap_file(path: str, size_gib: int, header_page_size: int, baseline: str = "") -> Any:
+    """The swap file exists at its size, mode 0600, with a header for `header_page_size`;
+    recorded (with the UUID in its header) as sparkbase's when sparkbase makes it."""
+    info = host.get_fact(SwapFile, path=path)
+    uuid_now = host.get_fact(SwapUuid, path=path) if info is not None else None
+    active = info is not None and path in host.get_fact(ActiveSwaps)
+    owned = host.get_fact(OwnedRecord) if info is not None else OwnershipRecord()
+    new_uuid = str(uuid.uuid4())
+    try:
+        decision = decide_swap_file(path, size_gib, header_page_size, info, uuid_now, active, owned, new_uuid)
+    except NotSparkbases as exc:
+        raise OperationError(str(exc)) from None
+    yield from carry_out(decision)
+    if any(argv[0] == "mkswap" for argv in decision.commands):
+        yield from remember(created(Kind.SWAP, path, baseline, now_utc(), uuid=new_uuid))
 
 
 @operation()
@@ -378,110 +478,13 @@ def unit_disabled(unit: str) -> Any:
 
 
 @operation()
-def unit_enabled(unit: str) -> Any:
-    """The unit is enabled and running (`enable --now`)."""
+def unit_enabled(unit: str, baseline: str = "") -> Any:
+    """The unit is enabled and running (`enable --now`); recorded as sparkbase's when it was
+    not enabled before (so other baselines' nodes disable it only then)."""
     current = host.get_fact(UnitState, unit=unit)
     if current.unit_file_state == "enabled" and current.active_state == "active":
         _noop(f"{unit} is enabled and active")
         return
     yield _cmd("systemctl", "enable", "--now", unit)
-
-
-# --- retiring what other baselines left -------------------------------------------------
-# Each decision is a pure function of the facts (commands as argv lists, or the reason
-# nothing is done), so the cases are tested with no host (tests/unit/retire_cases/).
-
-
-class Decision(NamedTuple):
-    """What a retire operation does: commands (argv lists), or why it does nothing."""
-
-    commands: list[list[str]]
-    reason: str = ""
-
-
-def decide_packages_retire(names: list[str], installed: dict[str, list[str]], held: list[str],
-                           running: str, target_kernel: str | None) -> Decision:
-    """Unhold and purge those of `names` that are installed; kernel packages (`target_kernel`
-    set) only while the node runs the target kernel, then regenerate GRUB's menu."""
-    todo = [name for name in names if installed.get(name)]
-    if not todo:
-        return Decision([], f"none of {', '.join(names)} is installed")
-    if target_kernel is not None and running != target_kernel:
-        return Decision([], f"{DEFERRED}running {running or '?'}: {', '.join(todo)} are purged once "
-                            f"{target_kernel} runs (after the reboot)")
-    commands = []
-    unhold = [name for name in todo if name in held]
-    if unhold:
-        commands.append(["apt-mark", "unhold", *unhold])
-    commands.append(["env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "purge", "-y", "-q", *todo])
-    if target_kernel is not None:
-        commands.append(["update-grub"])
-    return Decision(commands)
-
-
-def decide_dkms_retire(dkms_name: str, version: str, builds: list[str]) -> Decision:
-    """`dkms remove NAME/VER --all` while DKMS knows the module at all."""
-    if not builds:
-        return Decision([], f"DKMS has no {dkms_name}/{version}")
-    return Decision([["dkms", "remove", f"{dkms_name}/{version}", "--all"]])
-
-
-def decide_mok_dir_retire(path: str, certificate: str, fingerprints: list[str],
-                          found: dict[str, Any] | None) -> Decision:
-    """Remove the key directory when its certificate is missing or one a baseline pins (the
-    pair sparkbase uploaded); a key pair someone else made is left alone, saying so."""
-    if found is None:
-        return Decision([], f"no MOK key directory {path}")
-    seen = found["fingerprint"]
-    if seen is not None and fingerprints and seen not in fingerprints:
-        return Decision([], f"{KEPT}{certificate} is key {seen[:11]}…, which no baseline pins: "
-                            "not sparkbase's, left alone")
-    return Decision([["rm", "-rf", "--", path]])
-
-
-def decide_mok_kept(fingerprints: list[str], enrolled: list[str]) -> Decision:
-    """Never a change: say which MOK keys of other baselines stay enrolled in firmware."""
-    kept = [key for key in fingerprints if key in enrolled]
-    if not kept:
-        return Decision([], "no MOK key of another baseline is enrolled")
-    keys = ", ".join(f"{key[:11]}…" for key in kept)
-    return Decision([], f"{KEPT}MOK {keys} stays enrolled in firmware (harmless; `mokutil --delete` "
-                        "at the console removes it)")
-
-
-def _carry_out(decision: Decision) -> Any:
-    """Yield the decision's commands, or record its no-op reason."""
-    if not decision.commands:
-        _noop(decision.reason)
-    for argv in decision.commands:
-        yield _cmd(*argv)
-
-
-@operation()
-def packages_retire(names: list[str], target_kernel: str | None) -> Any:
-    """Unhold and purge packages only other baselines pin (see `decide_packages_retire`)."""
-    installed = host.get_fact(DebPackages) or {}
-    held: list[str] = host.get_fact(HeldPackages)
-    running = host.get_fact(BootState)["kernel"] if target_kernel is not None else ""
-    yield from _carry_out(decide_packages_retire(names, installed, held, running, target_kernel))
-
-
-@operation()
-def dkms_retire(dkms_name: str, version: str) -> Any:
-    """Remove another baseline's memory-saver module from DKMS, for every kernel."""
-    builds = host.get_fact(DkmsBuilds, dkms_name=dkms_name, version=version)
-    yield from _carry_out(decide_dkms_retire(dkms_name, version, builds))
-
-
-@operation()
-def mok_dir_retire(path: str, certificate: str, fingerprints: list[str]) -> Any:
-    """Remove the MOK key directory sparkbase uploaded for another baseline."""
-    found = host.get_fact(MokKeyDir, path=path, certificate=certificate)
-    yield from _carry_out(decide_mok_dir_retire(path, certificate, fingerprints, found))
-
-
-@operation()
-def mok_kept(fingerprints: list[str]) -> Any:
-    """Report MOK keys other baselines enrolled: firmware state, kept, never removed."""
-    enrolled: list[str] = host.get_fact(MokState)["enrolled"]
-    yield from _carry_out(decide_mok_kept(fingerprints, enrolled))
+    if current.unit_file_state != "enabled":
+        yield from remember(created(Kind.UNIT, unit, baseline, now_utc()))

@@ -12,13 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pyinfra.operations import apt, files
+from pyinfra.operations import files
 
 from sparkbase.deploy import operations as ops
+from sparkbase.deploy import retire
 from sparkbase.deploy.steps import Step
-
-#: apt-get install flags: pins may move a held package, up or down
-APT_INSTALL_ARGS = "--allow-change-held-packages"
 
 
 @dataclass
@@ -41,6 +39,7 @@ def _file(step: Step, prior: dict[str, Any]) -> Any:
         content=content,
         mode=step.args["mode"],
         sha256=hashlib.sha256(content.encode()).hexdigest(),
+        baseline=step.args.get("baseline", ""),
     )
 
 
@@ -51,15 +50,7 @@ def _upload(step: Step, prior: dict[str, Any]) -> Any:
         local=step.args["local"],
         mode=step.args["mode"],
         sha256=_sha256_file(step.args["local"]),
-    )
-
-
-def _packages(step: Step, prior: dict[str, Any]) -> Any:
-    return apt.packages(
-        name=step.name,
-        packages=list(step.args["pins"]),
-        allow_downgrades=True,
-        extra_install_args=APT_INSTALL_ARGS,
+        baseline=step.args.get("baseline", ""),
     )
 
 
@@ -98,22 +89,24 @@ def _after(command: list[str], what: str) -> Callable[[Step, dict[str, Any]], An
 #: step kind -> adds the pyinfra operation for it (given earlier file ops by path)
 ADDERS: dict[str, Callable[[Step, dict[str, Any]], Any]] = {
     "apt-update": _simple(ops.apt_update_for),
-    "packages": _packages,
+    "packages": _simple(ops.pinned_packages),
     "hold": _simple(ops.hold),
     "directory": _simple(ops.directory),
     "upload": _upload,
     "mok-import": _simple(ops.mok_import),
     "dkms-install": _simple(ops.dkms_install),
-    "dkms-retire": _simple(ops.dkms_retire),
-    "packages-retire": _simple(ops.packages_retire),
-    "mok-dir-retire": _simple(ops.mok_dir_retire),
-    "mok-kept": _simple(ops.mok_kept),
+    "dkms-retire": _simple(retire.dkms_retire),
+    "packages-retire": _simple(retire.packages_retire),
+    "packages-kept": _simple(retire.packages_kept),
+    "mok-dir-retire": _simple(retire.mok_dir_retire),
+    "mok-kept": _simple(retire.mok_kept),
+    "unit-retire": _simple(retire.unit_retire),
     "file": _file,
     "grub-update": _grub,
     "sysctl-apply": _simple(ops.sysctl_apply),
     "daemon-reload": _after(["systemctl", "daemon-reload"], "the serving slice"),
     "netplan-apply": _after(["netplan", "apply"], "the fabric netplan"),
-    "swap-retire": _simple(ops.swap_retire),
+    "swap-retire": _simple(retire.swap_retire),
     "swap-file": _simple(ops.swap_file),
     "fstab-line": _fstab_line,
     "swapon": _simple(ops.swapon),

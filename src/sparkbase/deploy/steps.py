@@ -8,6 +8,7 @@ the typed baseline and the renderer: nothing here repeats a value.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -33,6 +34,10 @@ if TYPE_CHECKING:
 
 #: the display manager alias every desktop image enables (gdm3, lightdm, ...)
 DISPLAY_MANAGER_UNIT = "display-manager.service"
+#: step kinds whose operation records what it creates on the node, under the baseline's name
+#: (`sparkbase.policy.ownership`): only recorded things are ever retired
+RECORDING_KINDS = frozenset({"packages", "directory", "upload", "dkms-install", "file", "swap-file",
+                             "unit-enabled"})
 
 
 class DeployConfigError(ValueError):
@@ -107,7 +112,12 @@ def build_steps(site: Site, node: str, mok: MokFiles | None = None) -> list[Step
         *_service_steps(baseline),
         _file_step(stamp),
     ]
-    return steps
+    return [_recorded_as(step, name) if step.kind in RECORDING_KINDS else step for step in steps]
+
+
+def _recorded_as(step: Step, baseline: str) -> Step:
+    """The step, telling its operation which baseline to record what it creates under."""
+    return dataclasses.replace(step, args={**step.args, "baseline": baseline})
 
 
 def _package_steps(baseline: Baseline) -> list[Step]:
@@ -125,7 +135,9 @@ def _owners(baselines: tuple[str, ...]) -> str:
 
 
 def retire_steps(foreign: Foreign, baseline: Baseline) -> list[Step]:
-    """Retire what the site's other baselines put on a node and this baseline does not.
+    """Retire what the site's other baselines put on a node and this baseline does not, and
+    sparkbase recorded creating (each operation checks the node's ownership record; what it
+    did not create, or what changed since, is kept and reported).
 
     Services first (disabled while their unit file still exists), then DKMS builds (before
     their source package goes), then packages of no particular kernel; packages built for
@@ -133,7 +145,7 @@ def retire_steps(foreign: Foreign, baseline: Baseline) -> list[Step]:
     reboot), so neither the running kernel nor the next one to boot is ever removed.
     """
     steps = [
-        Step("unit-disabled", f"retire: {unit} disabled and stopped (run only by {_owners(owners)})",
+        Step("unit-retire", f"retire: {unit} disabled and stopped (run only by {_owners(owners)})",
              {"unit": unit})
         for unit, owners in foreign.services
     ]
@@ -156,6 +168,9 @@ def _retire_packages(foreign: Foreign, target: str) -> list[Step]:
         names = [pin.name for pin in foreign.pins if pin.kernel == kernel]
         steps.append(Step("packages-retire", f"retire: unhold and purge the {kernel} kernel packages "
                           f"({len(names)}; once {target} runs)", {"names": names, "target_kernel": target}))
+    if foreign.pins:
+        steps.append(Step("packages-kept", "keep: other baselines' packages sparkbase did not install "
+                          "(reported)", {"names": foreign.package_names()}))
     return steps
 
 
@@ -165,8 +180,7 @@ def _retire_mok(foreign: Foreign) -> list[Step]:
     fingerprints: list[str] = []
     for mok in foreign.mok_dirs:
         steps.append(Step("mok-dir-retire", f"retire: MOK key directory {mok.path} ({_owners(mok.baselines)} "
-                          "signs with it)", {"path": mok.path, "certificate": mok.certificate,
-                                             "fingerprints": list(mok.fingerprints)}))
+                          "signs with it)", {"path": mok.path}))
         fingerprints += [key for key in mok.fingerprints if key not in fingerprints]
     if fingerprints:
         steps.append(Step("mok-kept", "keep: MOK keys other baselines enrolled stay in firmware (reported)",

@@ -1,0 +1,269 @@
+"""What sparkbase created on a node, and whether a retire step may remove it.
+
+sparkbase never deletes what it did not make. When apply creates something (a file, a
+directory, a swap file, a package installed from nothing, a DKMS build, a unit it enabled)
+it records it on the node, in one versioned JSON file written atomically
+(`OWNERSHIP_PATH`): kind, target, the identity of what it made (sha256 of a file's content,
+the UUID it wrote into a swap header, the package version it installed), the baseline and
+the time. A retire step removes an item only when the record holds it and what is there
+now is still what sparkbase made; anything else is kept and reported:
+
+- `kept: … was not created by sparkbase` — no record: someone else made it;
+- `kept: … changed since sparkbase created it` — recorded, but the content differs.
+
+Pure: the record model, its JSON form and the decisions; no host, no pyinfra. The deploy
+(`deploy/operations.py`) turns decisions into commands.
+
+Record file format 1:
+
+    {"format": 1, "items": [{"kind": "swap", "target": "/swapfile.64k",
+      "uuid": "…", "baseline": "ds41f-7x-64k", "recorded_at": "2026-12-01T01:02:03Z"}, …]}
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+#: where each node keeps the record of what sparkbase created on it
+OWNERSHIP_DIR = "/var/lib/sparkbase"
+OWNERSHIP_PATH = f"{OWNERSHIP_DIR}/owned.json"
+#: version of the record file's format; a newer one is never overwritten
+RECORD_FORMAT = 1
+#: no-op reasons that start so are shown in plan and apply (deploy/results.KEPT)
+KEPT = "kept: "
+
+
+class _RecordModel(BaseModel):
+    """Record models: unknown keys are errors, values immutable; JSON types coerced (the file
+    is JSON, so a list stands for a tuple and a string for a kind)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Kind(StrEnum):
+    """What sort of thing sparkbase created."""
+
+    FILE = "file"
+    DIRECTORY = "directory"
+    SWAP = "swap"
+    PACKAGE = "package"
+    DKMS = "dkms"
+    UNIT = "unit"
+
+
+class OwnedItem(_RecordModel):
+    """One thing sparkbase created on the node."""
+
+    kind: Kind = Field(description="what sort of thing it is")
+    target: str = Field(
+        min_length=1, max_length=4096,
+        description="path (file, directory, swap), package or unit name, or DKMS NAME/VERSION",
+    )
+    baseline: str = Field(max_length=200, description="the baseline whose apply created it")
+    recorded_at: str = Field(max_length=64, description="when, ISO 8601 UTC")
+    sha256: str | None = Field(default=None, description="sha256 of a file's content as written")
+    uuid: str | None = Field(default=None, description="UUID sparkbase wrote into a swap header")
+    version: str | None = Field(default=None, description="package version sparkbase installed")
+
+
+class OwnershipRecord(_RecordModel):
+    """Everything sparkbase created on one node (the record file's content)."""
+
+    format: int = Field(default=RECORD_FORMAT, description="record file format version")
+    items: tuple[OwnedItem, ...] = Field(default=(), description="created items, by kind and target")
+
+    def find(self, kind: Kind, target: str) -> OwnedItem | None:
+        """The record of `target` as a `kind`, if sparkbase created it."""
+        return next((item for item in self.items if item.kind == kind and item.target == target), None)
+
+    def under(self, directory: str) -> list[OwnedItem]:
+        """Recorded files inside `directory` (at any depth)."""
+        prefix = directory.rstrip("/") + "/"
+        return [item for item in self.items if item.kind == Kind.FILE and item.target.startswith(prefix)]
+
+    def with_items(self, items: Iterable[OwnedItem]) -> OwnershipRecord:
+        """The record with `items` added, each replacing any record of the same kind and target."""
+        new = list(items)
+        keys = {(item.kind, item.target) for item in new}
+        kept = [item for item in self.items if (item.kind, item.target) not in keys]
+        return OwnershipRecord(items=tuple(sorted([*kept, *new], key=_order)))
+
+    def without(self, keys: Iterable[tuple[Kind, str]]) -> OwnershipRecord:
+        """The record with the items of these (kind, target) keys forgotten."""
+        drop = set(keys)
+        return OwnershipRecord(items=tuple(i for i in self.items if (i.kind, i.target) not in drop))
+
+    def to_json(self) -> str:
+        """The record file's text (stable order, one item per line)."""
+        lines = [json.dumps(item.model_dump(mode="json", exclude_none=True), sort_keys=True)
+                 for item in self.items]
+        body = ",\n  ".join(lines)
+        return f'{{"format": {RECORD_FORMAT}, "items": [\n  {body}\n]}}\n' if lines else \
+            f'{{"format": {RECORD_FORMAT}, "items": []}}\n'
+
+
+def _order(item: OwnedItem) -> tuple[str, str]:
+    return (item.kind.value, item.target)
+
+
+class RecordUnreadable(ValueError):
+    """The node's record file cannot be used: sparkbase neither trusts nor overwrites it."""
+
+
+def parse_record(text: str | None) -> OwnershipRecord:
+    """The record file's text (None: no file yet) -> the record; `RecordUnreadable` when the
+    file is not a record this sparkbase understands (broken, foreign or a newer format)."""
+    if text is None:
+        return OwnershipRecord()
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise RecordUnreadable(f"{OWNERSHIP_PATH} is not JSON ({exc.msg} at line {exc.lineno})") from None
+    except ValueError:
+        raise RecordUnreadable(f"{OWNERSHIP_PATH} is not JSON") from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("format"), int):
+        raise RecordUnreadable(f"{OWNERSHIP_PATH} has no format version: not a sparkbase record")
+    if raw["format"] > RECORD_FORMAT:
+        raise RecordUnreadable(f"{OWNERSHIP_PATH} has format {raw['format']}, newer than this sparkbase "
+                               f"understands ({RECORD_FORMAT}): upgrade sparkbase")
+    try:
+        return OwnershipRecord.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise RecordUnreadable(f"{OWNERSHIP_PATH}: {where}: {first['msg']}") from None
+
+
+def now_utc() -> str:
+    """The current time as the record writes it."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# --- decisions --------------------------------------------------------------------------------
+
+
+class Verdict(StrEnum):
+    """What a retire step may do with one target."""
+
+    ABSENT = "absent"  # nothing there: nothing to do
+    REMOVE = "remove"  # sparkbase created it and it is unchanged
+    NOT_OURS = "not created by sparkbase"
+    CHANGED = "changed since sparkbase created it"
+    HOLDS_OTHERS = "holds what sparkbase did not write"  # a directory sparkbase created
+
+
+@dataclass(frozen=True)
+class RetireDecision:
+    """The verdict on one target, with what tells it apart (for the kept note)."""
+
+    verdict: Verdict
+    target: str
+    detail: str = ""
+    #: record entries to forget once the target is removed
+    forget: tuple[tuple[Kind, str], ...] = ()
+
+    @property
+    def removable(self) -> bool:
+        """Whether the retire step removes the target."""
+        return self.verdict is Verdict.REMOVE
+
+    def kept_note(self) -> str:
+        """The plan/apply note for a target left in place (empty when it is removed or absent)."""
+        if self.verdict in (Verdict.REMOVE, Verdict.ABSENT):
+            return ""
+        detail = f" ({self.detail})" if self.detail else ""
+        return f"{KEPT}{self.target} {self.verdict.value}{detail}: left in place"
+
+
+def decide_identified(kind: Kind, target: str, present: bool, identity: str | None,
+                      record: OwnershipRecord) -> RetireDecision:
+    """A file (identity: sha256), swap file (identity: header UUID), package (identity:
+    installed version), DKMS build or unit (no identity): removable only when recorded and,
+    where there is an identity, the one recorded."""
+    if not present:
+        return RetireDecision(Verdict.ABSENT, target)
+    owned = record.find(kind, target)
+    if owned is None:
+        return RetireDecision(Verdict.NOT_OURS, target)
+    recorded = _identity(owned)
+    if recorded is not None and identity != recorded:
+        what = {Kind.FILE: "sha256", Kind.SWAP: "swap UUID", Kind.PACKAGE: "version"}.get(kind, "identity")
+        return RetireDecision(Verdict.CHANGED, target,
+                              f"{what} {_short(identity)}, sparkbase recorded {_short(recorded)}")
+    return RetireDecision(Verdict.REMOVE, target, forget=((kind, target),))
+
+
+def _identity(item: OwnedItem) -> str | None:
+    return item.sha256 or item.uuid or item.version
+
+
+def _short(value: str | None) -> str:
+    if value is None:
+        return "none"
+    return value[:12] + "…" if len(value) > 24 else value  # digests and UUIDs, not versions
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One entry found inside a directory: relative path, type (`f` regular file, `d`
+    directory, `l` symlink, … as `find -printf %y`), sha256 for regular files."""
+
+    name: str
+    type: str
+    sha256: str | None = None
+
+
+def decide_directory(path: str, entries: list[Entry] | None, record: OwnershipRecord) -> RetireDecision:
+    """A directory sparkbase created is removable only when everything in it is a file sparkbase
+    wrote there, unchanged; `entries` None means there is no directory."""
+    if entries is None:
+        return RetireDecision(Verdict.ABSENT, path)
+    if record.find(Kind.DIRECTORY, path) is None:
+        return RetireDecision(Verdict.NOT_OURS, path)
+    foreign: list[str] = []
+    changed: list[str] = []
+    forget: list[tuple[Kind, str]] = []
+    for entry in entries:
+        full = f"{path}/{entry.name}"
+        owned = record.find(Kind.FILE, full)
+        if entry.type != "f" or owned is None:
+            foreign.append(entry.name)
+        elif owned.sha256 != entry.sha256:
+            changed.append(entry.name)
+        else:
+            forget.append((Kind.FILE, full))
+    if foreign:
+        return RetireDecision(Verdict.HOLDS_OTHERS, path, _names(foreign))
+    if changed:
+        return RetireDecision(Verdict.CHANGED, path, _names(changed))
+    return RetireDecision(Verdict.REMOVE, path, forget=(*forget, (Kind.DIRECTORY, path)))
+
+
+def _names(names: list[str]) -> str:
+    shown = ", ".join(sorted(names)[:3])
+    return shown + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+def decide_packages(names: list[str], installed: Mapping[str, list[str]],
+                    record: OwnershipRecord) -> list[RetireDecision]:
+    """One decision per package of `names`: removable when sparkbase installed it (from
+    nothing) and it is still at the version sparkbase installed."""
+    decisions = []
+    for name in names:
+        versions = installed.get(name) or []
+        version = versions[0] if len(versions) == 1 else ",".join(versions) or None
+        decisions.append(decide_identified(Kind.PACKAGE, name, bool(versions), version, record))
+    return decisions
+
+
+def created(kind: Kind, target: str, baseline: str, when: str, *, sha256: str | None = None,
+            uuid: str | None = None, version: str | None = None) -> OwnedItem:
+    """The record of something sparkbase just created."""
+    return OwnedItem(kind=kind, target=target, baseline=baseline, recorded_at=when, sha256=sha256,
+                     uuid=uuid, version=version)
