@@ -163,3 +163,47 @@ def test_every_file_sparkbase_writes_on_a_node_has_its_owner_and_mode(fleet: Fle
         assert loose == "", (node, loose)
         left = fleet.sh(node, f"find {managed} -name '*.sparkbase-new' 2>/dev/null || true").strip()
         assert left == "" or node == "spark3", (node, left)
+
+
+def test_a_wrong_path_never_echoes_the_key(fleet: Fleet, tmp_path: Path) -> None:
+    """The private key named where sparkbase expects metrics, an ssh_config or the override
+    log: each is refused with a located one-line error that prints none of the key, and the
+    key file behind a planted log link is not written."""
+    import shutil
+
+    key = tmp_path / "MOK.priv"
+    shutil.copyfile(MOK_DIR / "MOK.priv", key)
+    body = secret_lines()
+    said: dict[str, str] = {}
+    metrics = fleet.sparkbase("triggers", "--metrics", str(key))
+    assert metrics.returncode == 2 and f"{key}:1: not Prometheus text" in metrics.stderr, metrics.stderr
+    said["triggers --metrics"] = metrics.stdout + metrics.stderr
+    site = tmp_path / "site"
+    shutil.copytree(fleet.site, site)
+    inventory = site / "inventory" / "site.yaml"
+    text = inventory.read_text()
+    assert "  config: inventory/ssh_config" in text
+    inventory.write_text(text.replace("  config: inventory/ssh_config", f"  config: {key}"))
+    (site / "inventory" / "known_hosts").write_text("")
+    audit = subprocess.run([sys.executable, "-m", "sparkbase.cli.main", "audit", "--site", str(site)],
+                           capture_output=True, text=True, timeout=120, check=False)
+    assert audit.returncode == 2 and "not an OpenSSH client config (line 1)" in audit.stderr, audit.stderr
+    said["audit with ssh.config: MOK.priv"] = audit.stdout + audit.stderr
+    checks = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         str(Path(__file__).parents[2] / "checks"), "--hosts=ssh://spark1", f"--ssh-config={key}",
+         f"--sparkbase-site={fleet.site}"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert checks.returncode == 4 and "not an OpenSSH client config" in checks.stderr, checks.stderr
+    said["pytest checks --ssh-config MOK.priv"] = checks.stdout + checks.stderr
+    before = key.read_bytes()
+    link = tmp_path / "logdir" / "overrides.log"
+    link.parent.mkdir()
+    link.symlink_to(key)
+    gate = fleet.sparkbase("preflight", "dsv41-flash", "--override", "e2e: link", "--log", str(link))
+    assert gate.returncode == 1 and "the override could not be recorded" in gate.stderr, gate.stderr
+    assert key.read_bytes() == before
+    said["preflight --log link to MOK.priv"] = gate.stdout + gate.stderr
+    leaks = [(name, line[:12]) for name, text in said.items() for line in body if line in text]
+    assert leaks == []
