@@ -73,3 +73,25 @@ def test_write_atomically_replaces_and_leaves_no_temp(tmp_path: Path) -> None:
 def test_write_to_a_device_writes_through() -> None:
     write_atomically(Path("/dev/null"), "discarded\n")
     assert Path("/dev/null").exists() and not Path("/dev/null").is_file()
+
+
+def _hostile_report() -> AuditReport:
+    """spark1 answers a kernel release with terminal controls in it; spark4 is unreachable
+    for a reason that tries to draw a passing line."""
+    site = shipped()
+    expectations = {node: expected_for(site, node) for node in NODES}
+    facts = {node: converged_node(site, node)[1] for node in NODES}
+    facts["spark1"] = replace(facts["spark1"], kernel_release="6.17\x1b[2K\rspark1  PASS\u202e")
+    gathered = {**facts, "spark4": Unreachable("spark4", "refused\nspark4  PASS\x07")}
+    return build_report("four-spark-ring", expectations, gathered, 1_700_000_000.0, 0.5)
+
+
+def test_table_and_junit_show_what_a_node_answered_escaped() -> None:
+    report = _hostile_report()
+    table = to_table(report)
+    assert all(char not in table for char in "\x1b\r\u202e\x07")
+    assert not any(line.startswith(("spark1  PASS", "spark4  PASS")) for line in table.splitlines())
+    assert "6.17\\x1b[2K\\rspark1" in table
+    junit = to_junit(report)
+    ET.fromstring(junit)  # still well-formed XML: no control character inside
+    assert "\x1b" not in junit and "\x07" not in junit and "refused\\nspark4  PASS\\x07" in junit

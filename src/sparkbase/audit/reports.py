@@ -123,12 +123,17 @@ def _clip(text: str, width: int) -> str:
 
 
 def to_junit(report: AuditReport) -> str:
-    """JUnit XML: one testsuite per node (and one for the fleet), one testcase per check."""
+    """JUnit XML: one testsuite per node (and one for the fleet), one testcase per check.
+    What a node answered is shown escaped (`sparkbase.text`): XML 1.0 cannot hold control
+    characters, and a CI page must not interpret them."""
     import xml.etree.ElementTree as ET
+
+    from sparkbase.text import shown
 
     suites = ET.Element("testsuites", name="sparkbase-audit")
     groups: list[tuple[str, list[CheckResult], str | None]] = [
-        (node.node, list(node.results), None if node.reachable else node.reason) for node in report.nodes
+        (node.node, list(node.results), None if node.reachable else shown(node.reason or ""))
+        for node in report.nodes
     ]
     groups.append(("fleet", list(report.fleet), None))
     for name, results, unreachable in groups:
@@ -140,15 +145,18 @@ def to_junit(report: AuditReport) -> str:
             errors += 1
         for r in results:
             case = ET.SubElement(suite, "testcase", classname=f"sparkbase.{name}.{r.area}", name=r.id)
-            text = f"expected: {r.expected}\nobserved: {r.observed}\nfix: {r.fix}"
+            text = "\n".join(
+                f"{label}: {shown(value)}"
+                for label, value in (("expected", r.expected), ("observed", r.observed), ("fix", r.fix))
+            )
             if r.status == "fail":
                 tag = "failure"
                 failures += 1
-                element = ET.SubElement(case, tag, message=f"{r.id}: {r.observed}", type=r.severity)
+                element = ET.SubElement(case, tag, message=shown(f"{r.id}: {r.observed}"), type=r.severity)
                 element.text = text
             elif r.status == "skip":
                 skipped += 1
-                ET.SubElement(case, "skipped", message=r.observed or "")
+                ET.SubElement(case, "skipped", message=shown(r.observed or ""))
         suite.set("tests", str(len(results) + (unreachable is not None)))
         suite.set("failures", str(failures))
         suite.set("errors", str(errors))

@@ -44,14 +44,18 @@ def run(args: argparse.Namespace) -> int:
     targets = ssh_targets(site, lab_path(args))
     report = run_audit(site.rules.site, expectations, targets, args.parallel)
     text = render(report, args.format, args.verbose)
+    from sparkbase.text import shown
+
     if args.output is not None:
-        write_atomically(args.output, text)
+        try:
+            write_atomically(args.output, text)
+        except OSError as exc:
+            print(f"sparkbase: --output {shown(args.output)}: cannot write: {exc.strerror}", file=sys.stderr)
+            return 2
         if args.format != "table":
             print(render(report, "table").splitlines()[-1], file=sys.stderr)
     else:
         sys.stdout.write(text)
-    from sparkbase.text import shown
-
     for node in report.unreachable:
         print(f"sparkbase: {shown(node.node)} unreachable: {shown(node.reason)}", file=sys.stderr)
     return report.exit_code
