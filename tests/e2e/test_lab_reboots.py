@@ -127,16 +127,25 @@ def test_dkms_module_needs_enrolled_mok_under_secure_boot(lab: Lab) -> None:
                   "openssl req -new -x509 -newkey rsa:2048 -nodes -days 3650 -subj '/CN=spark fleet MOK/' "
                   "-keyout MOK.priv -outform DER -out MOK.der 2>/dev/null")
     ok(lab, node, "dkms remove uvm-memory-saver/0.4.2 --all && dkms install uvm-memory-saver/0.4.2")
-    fingerprint = ok(lab, node, "modinfo -F sig_key uvm_memory_saver").strip()
-    assert fingerprint.count(":") == 19
-    assert "spark fleet MOK" in ok(lab, node, "modinfo -F signer uvm_memory_saver")
+    # kmod prints the signing certificate's serial number as sig_key (upper-case colon hex)
+    serial = ok(lab, node, "modinfo -F sig_key uvm_memory_saver").strip()
+    cert = "/var/lib/shim-signed/mok/MOK.der"
+    cert_serial = ok(lab, node, f"openssl x509 -inform DER -in {cert} -noout -serial")
+    assert serial == serial.upper() and serial.count(":") >= 7
+    assert int(serial.replace(":", ""), 16) == int(cert_serial.strip().split("=", 1)[1], 16)
+    assert ok(lab, node, "modinfo -F signer uvm_memory_saver") == "spark fleet MOK\n"
+    assert ok(lab, node, "modinfo -F sig_hashalgo uvm_memory_saver") == "sha512\n"
     ok(lab, node, "echo 'options uvm_memory_saver leaf_packing=1' > /etc/modprobe.d/uvm-memory-saver.conf")
     ok(lab, node, "mokutil --import /var/lib/shim-signed/mok/MOK.der --root-pw")
-    assert fingerprint in ok(lab, node, "mokutil --list-new")
+    fingerprint = ok(lab, node, "openssl x509 -inform DER -in /var/lib/shim-signed/mok/MOK.der -noout "
+                                "-fingerprint -sha1").strip().split("=", 1)[1].lower()
+    pending = ok(lab, node, "mokutil --list-new")
+    assert f"SHA1 Fingerprint: {fingerprint}" in pending
+    assert serial.lower() in pending and "Issuer: CN=spark fleet MOK" in pending
     rc, _, _ = lab.run(node, "mokutil --test-key /var/lib/shim-signed/mok/MOK.der")
     assert rc == 1, "pending is not enrolled yet"
     reboot_over_ssh(lab, node)
-    assert fingerprint in ok(lab, node, "mokutil --list-enrolled")
+    assert f"SHA1 Fingerprint: {fingerprint}" in ok(lab, node, "mokutil --list-enrolled")
     assert "uvm_memory_saver" in ok(lab, node, "lsmod")
     assert ok(lab, node, "cat /sys/module/uvm_memory_saver/parameters/leaf_packing") == "1\n"
     assert ok(lab, node, "mokutil --sb-state") == "SecureBoot enabled\n"

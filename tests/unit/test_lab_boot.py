@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from sparkbase.lab import boot
+
+REAL = Path(__file__).parent.parent / "fixtures" / "real"
 
 K8 = "6.17.0-1008-nvidia"
 K32 = "6.17.0-1032-nvidia"
@@ -44,12 +48,12 @@ def test_grub_cfg_lists_every_kernel_newest_first() -> None:
     sub = [e for e in m.entries if e.path.startswith(boot.SUBMENU + ">") and "recovery" not in e.path]
     assert [e.release for e in sub] == [K64, K32, K8]
     assert sub[0].path == boot.entry_path(K64)
-    assert sub[0].args == "root=/dev/nvme0n1p2 ro quiet splash"
+    assert sub[0].args == f"{boot.ROOT_ARGS} quiet splash"
 
 
 def test_default_zero_boots_newest() -> None:
     choice = boot.select_boot(menu(), {}, {K8, K32, K64}, set(), K8)
-    assert choice == boot.BootChoice(K64, "root=/dev/nvme0n1p2 ro quiet splash", None, False)
+    assert choice == boot.BootChoice(K64, f"{boot.ROOT_ARGS} quiet splash", None, False)
 
 
 def test_default_by_submenu_path() -> None:
@@ -182,3 +186,77 @@ def test_cpuinfo_marks_fast_cores() -> None:
 def test_mok_fingerprint_format() -> None:
     fp = boot.sha1_fingerprint(b"abc")
     assert fp == "a9:99:3e:36:47:06:81:6a:ba:3e:25:71:78:50:c2:6c:9c:d0:d8:9d"
+
+
+# --- GRUB as grub-mkconfig writes it, and as GRUB resolves names ----------------------------
+
+UUID = boot.root_uuid("spark2")
+
+
+def test_rendered_cfg_has_grub_mkconfig_shape() -> None:
+    text = boot.render_grub_cfg([K8, K64], boot.grub_settings(FACTORY_GRUB, []), UUID)
+    assert "### BEGIN /etc/grub.d/10_linux ###" in text
+    assert f"submenu 'Advanced options for Ubuntu' $menuentry_id_option 'gnulinux-advanced-{UUID}' {{" in text
+    assert (f"menuentry 'Ubuntu, with Linux {K64}' --class ubuntu --class gnu-linux --class gnu --class os "
+            f"$menuentry_id_option 'gnulinux-{K64}-advanced-{UUID}' {{") in text
+    assert f"\t\tlinux\t/boot/vmlinuz-{K8} root=UUID={UUID} ro quiet splash" in text
+    assert 'if [ "${next_entry}" ] ; then\n   set default="${next_entry}"' in text
+
+
+@pytest.mark.parametrize(
+    ("name", "release"),
+    [
+        ("0", K64),
+        ("1>0", K64),
+        ("1>2", K8),
+        (boot.entry_path(K8), K8),
+        (boot.entry_id_path(K8, UUID), K8),
+        (f"gnulinux-advanced-{UUID}>Ubuntu, with Linux {K8}", K8),
+        (f"gnulinux-simple-{UUID}", K64),
+    ],
+)
+def test_names_resolve_as_grub_resolves_them(name: str, release: str) -> None:
+    m = boot.parse_grub_cfg(boot.render_grub_cfg([K8, K64], boot.grub_settings(FACTORY_GRUB, []), UUID))
+    entry = boot.resolve_entry(m, name)
+    assert entry is not None and entry.release == release and "recovery" not in entry.path
+
+
+@pytest.mark.parametrize("name", [boot.entry_title(K8), "Advanced options for Ubuntu", "7", "gnulinux-nope"])
+def test_names_grub_cannot_resolve(name: str) -> None:
+    """A bare title of a submenu entry, a submenu itself, or a missing index boot nothing."""
+    m = boot.parse_grub_cfg(boot.render_grub_cfg([K8, K64], boot.grub_settings(FACTORY_GRUB, []), UUID))
+    assert boot.resolve_entry(m, name) is None
+
+
+def test_unresolvable_default_boots_entry_zero_as_grub_does() -> None:
+    m = menu(default=boot.entry_title(K8))
+    choice = boot.select_boot(m, {}, {K8, K32, K64}, set(), K8)
+    assert choice.release == K64 and "GRUB booted entry 0" in (choice.fallback_reason or "")
+
+
+def test_saved_entry_as_ubuntu_writes_it() -> None:
+    settings = boot.grub_settings(FACTORY_GRUB.replace("GRUB_DEFAULT=0", "GRUB_DEFAULT=saved"), [])
+    m = boot.parse_grub_cfg(boot.render_grub_cfg([K8, K32, K64], settings, UUID))
+    assert m.default == "${saved_entry}"
+    env = {"saved_entry": boot.entry_id_path(K32, UUID)}
+    assert boot.select_boot(m, env, {K8, K32, K64}, set(), None).release == K32
+
+
+def test_real_grub_mkconfig_output_parses() -> None:
+    """Ubuntu 24.04 with a separate /boot (`linux /vmlinuz-…`), ids on every entry."""
+    text = (REAL / "boot_grub_grub.cfg__ubuntu24.04_separate_boot__otus-hw07.txt").read_text()
+    m = boot.parse_grub_cfg(text)
+    assert m.default == "0"
+    uuid = "bae9d9ac-cfb9-4e94-a5e5-faa77306bffb"
+    assert [(e.path, e.release) for e in m.entries] == [
+        ("Ubuntu", "6.8.0-88-generic"),
+        (f"{boot.SUBMENU}>Ubuntu, with Linux 6.8.0-88-generic", "6.8.0-88-generic"),
+        (f"{boot.SUBMENU}>Ubuntu, with Linux 6.8.0-88-generic (recovery mode)", "6.8.0-88-generic"),
+    ]
+    entry = boot.resolve_entry(m, f"gnulinux-advanced-{uuid}>gnulinux-6.8.0-88-generic-advanced-{uuid}")
+    assert entry is not None and entry.args == "root=/dev/mapper/ubuntu--otus-ubuntu--lv ro"
+
+
+def test_real_grubenv_block_reads() -> None:
+    text = (REAL / "SECONDBEST__boot_grub_grubenv__next_entry.txt").read_text()
+    assert boot.parse_grubenv(text) == {"next_entry": f"{boot.SUBMENU}>Ubuntu, with Linux 6.8.0-88-generic"}

@@ -20,7 +20,7 @@ import os
 import sys
 
 FAULT_KINDS = ("gpu-latch", "gid-moved", "link-down", "unreachable", "hang", "kernel-panic",
-               "governor")
+               "governor", "sb-not-enforcing", "sb-disabled", "sb-setup-mode", "no-efi", "dkms-noise")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -5,6 +5,7 @@ the node at `/run/sparkbase-lab/firmware/faults.json`). Injecting or clearing on
 that file and sends SIGUSR1 to the node's PID 1, which re-applies it at once (sshd stopped,
 frozen or restarted; sysfs refreshed). Faults persist across reboots and `down`/`up` until
 cleared (a real GB10 clock latch also survives a reboot). Nothing on the machine changes.
+Secure Boot faults change what `mokutil` prints at once and module loading from the next boot.
 
 | kind | ARG | effect |
 | --- | --- | --- |
@@ -15,6 +16,11 @@ cleared (a real GB10 clock latch also survives a reboot). Nothing on the machine
 | hang | - | sshd frozen (SIGSTOP): connections time out |
 | kernel-panic | RELEASE | that kernel does not boot; the node falls back |
 | governor | - | scaling_governor `powersave` on every CPU |
+| sb-not-enforcing | - | `SecureBoot enabled` + `…validation is disabled in shim`; unsigned modules load |
+| sb-disabled | - | `SecureBoot disabled`; from the next boot signatures are not checked |
+| sb-setup-mode | - | `SecureBoot disabled` + `Platform is in Setup Mode` |
+| no-efi | - | `mokutil`: `EFI variables are not supported on this system` (exit 1) |
+| dkms-noise | - | `dkms status` adds DKMS 3 noise on stderr: `Deprecated feature: …`, `Error! …` |
 """
 
 from __future__ import annotations
@@ -28,7 +34,8 @@ from typing import Any
 from sparkbase.lab import boot, procs
 from sparkbase.lab.fleet import Lab, LabError
 
-KINDS = ("gpu-latch", "gid-moved", "link-down", "unreachable", "hang", "kernel-panic", "governor")
+KINDS = ("gpu-latch", "gid-moved", "link-down", "unreachable", "hang", "kernel-panic", "governor",
+         "sb-not-enforcing", "sb-disabled", "sb-setup-mode", "no-efi", "dkms-noise")
 LIST_KINDS = ("link-down", "kernel-panic")
 
 

@@ -263,7 +263,7 @@ class Lab:
                 _keygen(host_key, f"root@{name}")
             upper = nd / "upper"
             if not image.is_factory_built(upper):
-                image.build_factory(upper, nd / "firmware")
+                image.build_factory(upper, nd / "firmware", name)
             image.refresh(upper, name, index, port, host_key, client_pub)
             (nd / "node.json").write_text(json.dumps({
                 "name": name, "index": index, "port": port, "labdir": str(self.dir),

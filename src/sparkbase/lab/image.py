@@ -65,18 +65,30 @@ HOME_URL="https://www.ubuntu.com/"
 UBUNTU_CODENAME=noble
 """
 
-#: /etc/dgx-release as DGX OS writes it: the image's build, then one DGX_OTA_* pair per
-#: over-the-air update (appended; the last is what runs)
+#: /etc/dgx-release as DGX OS 7 writes it on a Spark (real samples:
+#: tests/fixtures/real/etc_dgx-release__*): the factory image's build, a blank line, then
+#: one DGX_OTA_* pair per over-the-air update (appended; the last is what runs). The serial
+#: number is per node (`dgx_release`).
 DGX_RELEASE = """\
 DGX_NAME="DGX Spark"
 DGX_PRETTY_NAME="NVIDIA DGX Spark"
-DGX_SWBUILD_DATE="2026-09-14-17-02-11"
-DGX_SWBUILD_VERSION="26.09.1"
-DGX_COMMIT_ID="4f1c2e9"
-DGX_PLATFORM="DGX Spark"
-DGX_OTA_VERSION="26.09.2"
-DGX_OTA_DATE="Tue Oct 13 09:12:44 UTC 2026"
+DGX_SWBUILD_DATE="2025-09-10-13-50-03"
+DGX_SWBUILD_VERSION="7.2.3"
+DGX_COMMIT_ID="833b4a7"
+DGX_PLATFORM="DGX Server for KVM"
+DGX_SERIAL_NUMBER="{serial}"
+
+DGX_OTA_VERSION="7.5.0"
+DGX_OTA_DATE="Thu Jun 18 17:40:28 EDT 2026"
 """
+
+
+def dgx_release(name: str) -> str:
+    """A node's /etc/dgx-release (its serial number derived from its name)."""
+    import hashlib
+
+    digits = int(hashlib.sha256(name.encode()).hexdigest(), 16) % 10**12
+    return DGX_RELEASE.format(serial=f"1{digits:012d}")
 
 SSHD_CONFIG = """\
 # sparkbase lab node sshd (loopback only)
@@ -104,6 +116,34 @@ LoginGraceTime 30
 
 CANONICAL_KEY_SUBJECT = "C=GB, ST=Isle of Man, L=Douglas, O=Canonical Ltd., CN=Canonical Ltd. Master Certificate Authority"  # noqa: E501
 CANONICAL_KEY_DER = b"0\x82\x04\x10" + b"sparkbase-lab stand-in: Canonical Ltd. Master CA" * 8
+#: the Canonical Master CA every Ubuntu shim trusts, as `mokutil --list-enrolled` shows it
+#: (fingerprint, serial, issuer and validity from the real sample
+#: tests/fixtures/real/mokutil_--list-enrolled__ubuntu22.04_linux-surface-906.txt; the
+#: public key is left out: the lab's stand-in DER is not the real certificate)
+CANONICAL_KEY_FINGERPRINT = "76:a0:92:06:58:00:bf:37:69:01:c3:72:cd:55:a9:0e:1f:de:d2:e0"
+CANONICAL_KEY_SERIAL = "B9:41:24:A0:18:2C:92:67"
+CANONICAL_KEY_TEXT = f"""\
+Certificate:
+    Data:
+        Version: 3 (0x2)
+        Serial Number:
+            {CANONICAL_KEY_SERIAL.lower()}
+        Signature Algorithm: sha256WithRSAEncryption
+        Issuer: {CANONICAL_KEY_SUBJECT}
+        Validity
+            Not Before: Apr 12 11:12:51 2012 GMT
+            Not After : Apr 11 11:12:51 2042 GMT
+        Subject: {CANONICAL_KEY_SUBJECT}
+        Subject Public Key Info:
+            Public Key Algorithm: rsaEncryption
+                Public-Key: (2048 bit)
+        X509v3 extensions:
+            X509v3 Basic Constraints: critical
+                CA:TRUE
+            X509v3 Key Usage:
+                Digital Signature, Certificate Sign, CRL Sign
+    Signature Algorithm: sha256WithRSAEncryption
+"""
 
 
 def _opaque(path: Path) -> None:
@@ -138,8 +178,11 @@ def factory_firmware() -> dict[str, object]:
         "secure_boot": True,
         "enrolled": [
             {
-                "fingerprint": boot.sha1_fingerprint(CANONICAL_KEY_DER),
+                "fingerprint": CANONICAL_KEY_FINGERPRINT,
+                "serial": CANONICAL_KEY_SERIAL,
+                "issuer": CANONICAL_KEY_SUBJECT,
                 "subject": CANONICAL_KEY_SUBJECT,
+                "text": CANONICAL_KEY_TEXT,
                 "der": base64.b64encode(CANONICAL_KEY_DER).decode(),
             }
         ],
@@ -147,7 +190,7 @@ def factory_firmware() -> dict[str, object]:
     }
 
 
-def build_factory(upper: Path, firmware_dir: Path) -> None:
+def build_factory(upper: Path, firmware_dir: Path, name: str = "spark") -> None:
     """Lay a factory-fresh DGX OS node into an empty upper dir."""
     for rel in OPAQUE_DIRS:
         _opaque(upper / rel)
@@ -161,11 +204,12 @@ def build_factory(upper: Path, firmware_dir: Path) -> None:
     _write(upper, "etc/apt/sources.list", "deb [trusted=yes] file:/srv/sparkbase-lab/apt ./\n")
     _write(upper, "etc/apt/apt.conf.d/99sparkbase-lab", APT_CONF)
     _write(upper, "etc/os-release", OS_RELEASE)
-    _write(upper, "etc/dgx-release", DGX_RELEASE)
+    _write(upper, "etc/dgx-release", dgx_release(name))
     _write(upper, "etc/default/grub", DEFAULT_GRUB)
     packages.install_offline(packages.factory_packages(), upper, Path("/var/lib/dpkg/status"))
     settings = boot.grub_settings(DEFAULT_GRUB, [])
-    _write(upper, "boot/grub/grub.cfg", boot.render_grub_cfg([packages.FACTORY_KERNEL], settings))
+    cfg = boot.render_grub_cfg([packages.FACTORY_KERNEL], settings, boot.root_uuid(name))
+    _write(upper, "boot/grub/grub.cfg", cfg)
     _write(upper, "boot/grub/grubenv", boot.render_grubenv({}))
     lib = "/lib/systemd/system"
     _symlink(upper, "etc/systemd/system/default.target", f"{lib}/graphical.target")

@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 import os
 
-from sparkbase.lab.shims.cmd_grub import GRUBENV, grub_settings, installed_kernels
-from sparkbase.lab.shims.cmd_modules import compute_modules, find_module, parse_ko, write_modules
+from sparkbase.lab.shims.cmd_grub import GRUBENV, installed_kernels, render
+from sparkbase.lab.shims.cmd_modules import compute_modules, find_module, write_modules
 from sparkbase.lab.shims.cmd_net import default_net, netplan_apply
 from sparkbase.lab.shims.cmd_swap import swap_activate
 from sparkbase.lab.shims.cmd_systemd import compute_active, default_target
@@ -33,6 +33,7 @@ from sparkbase.lab.shims.common import (
     write_json,
     write_text,
 )
+from sparkbase.lab.shims.modfile import parse_ko
 from sparkbase.lab.shims.sysfs import write_fabric_sysfs, write_governor, write_sysfs_static
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
@@ -51,8 +52,7 @@ def choose_kernel() -> B.BootChoice:
     grubenv = B.parse_grubenv(read_text(grubenv_path))
     menu = B.parse_grub_cfg(read_text("/boot/grub/grub.cfg"))
     if not menu.entries:
-        settings = grub_settings()
-        menu = B.parse_grub_cfg(B.render_grub_cfg(sorted(installed), settings))
+        menu = B.parse_grub_cfg(render(sorted(installed)))
     previous = read_text(f"{VAR}/last-release").strip() or None
     unbootable = set(faults().get("kernel-panic", []))
     choice = B.select_boot(menu, grubenv, installed, unbootable, previous)
@@ -80,7 +80,7 @@ def do_boot(argv: list[str]) -> int:
     boot_log(f"boot: {choice.release}{' (one-shot entry)' if choice.used_oneshot else ''}")
     cmdline = B.proc_cmdline(choice.release, choice.args)
     nvidia = find_module("nvidia", choice.release)
-    driver = parse_ko(nvidia).get("version") if nvidia else None
+    driver = parse_ko(str(nvidia)).get("version") if nvidia else None
     loaded, params = compute_modules(choice.release, fw)
     thp = B.cmdline_param(cmdline, "transparent_hugepage") or "madvise"
     if thp not in B.THP_MODES:

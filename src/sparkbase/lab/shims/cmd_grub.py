@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from sparkbase.lab.shims.common import Fail, LazyModule, glob, read_text, sorted_conf, write_text
+from sparkbase.lab.shims.common import Fail, LazyModule, glob, node_info, read_text, sorted_conf, write_text
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
@@ -28,6 +28,11 @@ def grub_settings() -> dict[str, str]:
     return B.grub_settings(read_text("/etc/default/grub"), sorted_conf("/etc/default/grub.d/*.cfg"))
 
 
+def render(releases: list[str]) -> str:
+    """grub.cfg for `releases` with this node's root file system UUID in every entry id."""
+    return B.render_grub_cfg(releases, grub_settings(), B.root_uuid(node_info().get("name", "spark")))
+
+
 def cmd_update_grub(argv: list[str]) -> int:
     """`update-grub` / `grub-mkconfig -o FILE`: write grub.cfg, saying what it found on stderr."""
     out = argv[1] if argv and argv[0] == "-o" and len(argv) > 1 else GRUB_CFG
@@ -38,7 +43,7 @@ def cmd_update_grub(argv: list[str]) -> int:
     releases = sorted(installed_kernels(), key=B.version_key, reverse=True)
     for release in releases:
         print(f"Found linux image: /boot/vmlinuz-{release}", file=sys.stderr)
-    write_text(out, B.render_grub_cfg(releases, grub_settings()))
+    write_text(out, render(releases))
     print("done", file=sys.stderr)
     return 0
 
@@ -47,7 +52,7 @@ def cmd_grub_mkconfig(argv: list[str]) -> int:
     """`grub-mkconfig` prints the configuration; with `-o FILE` writes it."""
     out = next((argv[i + 1] for i, a in enumerate(argv) if a == "-o" and i + 1 < len(argv)), None)
     if out is None:
-        print(B.render_grub_cfg(sorted(installed_kernels()), grub_settings()))
+        print(render(sorted(installed_kernels())), end="")
         return 0
     return cmd_update_grub(["-o", out])
 

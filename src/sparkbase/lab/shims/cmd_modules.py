@@ -6,8 +6,11 @@ Boot rule (a module must be signed by an enrolled key when Secure Boot is on).
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
+from sparkbase.lab.shims import modfile
 from sparkbase.lab.shims.cmd_secureboot import key_record
 from sparkbase.lab.shims.common import (
     ARCH,
@@ -16,6 +19,7 @@ from sparkbase.lab.shims.common import (
     Fail,
     LazyModule,
     boot_log,
+    faults,
     firmware,
     read_text,
     sorted_conf,
@@ -34,59 +38,51 @@ else:
     B = LazyModule("sparkbase.lab.boot")
 
 
-def parse_ko(path: Path | str) -> dict[str, str]:
-    """The key=value lines of a stand-in module file."""
-    out: dict[str, str] = {}
-    for line in read_text(path).splitlines():
-        key, sep, value = line.partition("=")
-        if sep:
-            out[key.strip()] = value.strip()
-    return out
-
-
 def find_module(name: str, release: str) -> Path | None:
-    """A module's file for a release: DKMS builds (`updates/dkms`) first, then `kernel/`."""
-    name = name.replace("-", "_")
+    """A module's file for a release as modprobe finds it: DKMS builds (`updates/dkms`)
+    first, then `kernel/` (file names may use `-` where the module name has `_`)."""
+    wanted = name.replace("-", "_")
     base = Path("/lib/modules") / release
-    for candidate in [base / "updates/dkms" / f"{name}.ko", *sorted(base.glob(f"kernel/**/{name}.ko"))]:
-        if candidate.is_file():
-            return candidate
-    return None
+    candidates = [*sorted(base.glob("updates/dkms/*.ko")), *sorted(base.glob("kernel/**/*.ko"))]
+    return next((c for c in candidates if c.is_file() and modfile.module_name(str(c)) == wanted), None)
 
 
-def load_refusal(info: dict[str, str], fw: dict[str, Any]) -> str | None:
-    """Why Secure Boot refuses a module (None when it may load)."""
-    if not fw.get("secure_boot"):
-        return None
-    if info.get("builtin_signed") == "yes":
-        return None
-    key = info.get("sig_key", "")
-    if not key:
-        return "module is unsigned"
-    if key not in {k.get("fingerprint") for k in fw.get("enrolled", [])}:
-        return f"module is signed by key {key}, which is not enrolled"
-    return None
+def refusal(path: Path, fw: dict[str, Any]) -> str | None:
+    """Why the running kernel refuses `path` (None: it loads)."""
+    from sparkbase.lab.shims.cmd_secureboot import enforcing
+
+    return modfile.load_refusal(str(path), fw, enforcing(fw, faults()))
+
+
+#: modules a Spark loads at boot when their files exist (the NVIDIA family needs nvidia.ko)
+NVIDIA_FAMILY = ("nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm")
+FABRIC_MODULES = ("mlx5_core", "mlx5_ib")
+#: parameters a module has before any modprobe.d option
+PARAM_DEFAULTS = {"nvidia_drm": {"modeset": "N", "fbdev": "N"}, "uvm_memory_saver": {"leaf_packing": "0"}}
 
 
 def compute_modules(release: str, fw: dict[str, Any]) -> tuple[list[str], dict[str, dict[str, str]]]:
     """The modules a boot loads (with the Secure Boot rule) and their parameters."""
+    wanted: list[str] = []
+    if find_module("nvidia", release) is not None:
+        wanted += NVIDIA_FAMILY
+    wanted += FABRIC_MODULES
+    dkms = Path("/lib/modules", release, "updates/dkms")
+    wanted += [modfile.module_name(str(ko)) for ko in sorted(dkms.glob("*.ko"))]
     loaded: list[str] = []
-    nvidia = find_module("nvidia", release)
-    if nvidia is not None:
-        loaded += ["nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm"]
-    loaded += ["mlx5_core", "mlx5_ib"]
-    for ko in sorted(Path("/lib/modules", release, "updates/dkms").glob("*.ko")):
-        info = parse_ko(ko)
-        why = load_refusal(info, fw)
-        if why:
-            boot_log(f"Secure Boot: refused to load {ko.stem} ({why})")
+    for module in dict.fromkeys(wanted):
+        path = find_module(module, release)
+        if path is None and module not in NVIDIA_FAMILY + FABRIC_MODULES:
             continue
-        loaded.append(ko.stem)
+        why = refusal(path, fw) if path is not None else None
+        if why:
+            boot_log(f"Secure Boot: refused to load {module} ({why})")
+            continue
+        loaded.append(module)
     options = B.parse_modprobe_options(sorted_conf("/etc/modprobe.d/*.conf"))
     params: dict[str, dict[str, str]] = {}
-    defaults = {"nvidia_drm": {"modeset": "N", "fbdev": "N"}, "uvm_memory_saver": {"leaf_packing": "0"}}
     for module in loaded:
-        merged = dict(defaults.get(module, {}))
+        merged = dict(PARAM_DEFAULTS.get(module, {}))
         merged.update(options.get(module, {}))
         if merged:
             params[module] = {
@@ -97,16 +93,20 @@ def compute_modules(release: str, fw: dict[str, Any]) -> tuple[list[str], dict[s
 
 def module_version(module: str, release: str) -> tuple[str, str] | None:
     """(version, srcversion) of a loaded module whose file carries a `version=` line (a
-    real module with MODULE_VERSION); the nvidia family shares nvidia.ko's stand-in.
-    srcversion is 23 upper-case hex digits, as modpost writes it, derived from the file."""
-    import hashlib
-    family = "nvidia" if module.startswith("nvidia") else module
-    path = find_module(family, release)
-    version = parse_ko(path).get("version") if path is not None else None
+    real module with MODULE_VERSION), as /sys/module/<m>/ shows them (the same values
+    `modinfo` prints). The NVIDIA family without files of their own take nvidia.ko's."""
+    path = find_module(module, release)
+    if path is None and module in NVIDIA_FAMILY:
+        path = find_module("nvidia", release)
+    version = modfile.parse_ko(str(path)).get("version") if path is not None else None
     if path is None or not version:
         return None
-    digest = hashlib.sha256(f"{module}\n{read_text(path)}".encode()).hexdigest().upper()
-    return version, digest[:23]
+    own = modfile.srcversion(str(path))
+    if modfile.module_name(str(path)) != module:  # a family member sharing nvidia.ko
+        import hashlib
+
+        own = hashlib.sha256(f"{module}\n{read_text(path)}".encode()).hexdigest().upper()[:23]
+    return version, own
 
 
 def write_modules(loaded: list[str], params: dict[str, dict[str, str]], release: str | None = None) -> None:
@@ -167,18 +167,30 @@ def _dkms_target(argv: list[str]) -> tuple[str, str, list[str], bool]:
     return name, version, kernels, all_kernels
 
 
-def _sign_info() -> dict[str, str]:
-    priv = Path("/var/lib/shim-signed/mok/MOK.priv")
-    der = Path("/var/lib/shim-signed/mok/MOK.der")
-    if priv.is_file() and der.is_file():
-        rec = key_record(str(der))
-        return {"signer": rec["subject"].replace("CN=", "").strip() or "MOK",
-                "sig_key": rec["fingerprint"], "sig_hashalgo": "sha512"}
-    return {}
+#: where Ubuntu's DKMS finds the MOK key pair it signs with
+MOK_PRIV = "/var/lib/shim-signed/mok/MOK.priv"
+MOK_DER = "/var/lib/shim-signed/mok/MOK.der"
+
+
+def _module_lines(
+    name: str, version: str, release: str, module: str, conf: dict[str, str]
+) -> list[tuple[str, str]]:
+    """The `.modinfo` of a DKMS build, from its source (parameters from `module_param`)."""
+    import re
+
+    source = read_text(Path("/usr/src") / f"{name}-{version}" / f"{module}.c")
+    params = re.findall(r"module_param\((\w+),\s*(\w+)", source)
+    digest = modfile._hex_digest(f"{name}/{version}\n{source}")[:23]
+    return [
+        ("version", conf.get("PACKAGE_VERSION", version)), ("license", "GPL"),
+        ("description", f"{name} (DKMS build)"), ("srcversion", digest),
+        ("depends", "nvidia" if module.startswith(("nvidia", "uvm")) else ""), ("name", module),
+        ("vermagic", f"{release} SMP preempt mod_unload modversions aarch64"),
+        *(("parm", f"{p}:{t}") for p, t in params),
+    ]
 
 
 def _dkms_build(name: str, version: str, release: str, install: bool) -> None:
-    import re
     import shutil
     conf = _dkms_conf(name, version)
     if not Path(f"/usr/src/linux-headers-{release}").is_dir():
@@ -187,21 +199,17 @@ def _dkms_build(name: str, version: str, release: str, install: bool) -> None:
     module = conf.get("BUILT_MODULE_NAME_0", name.replace("-", "_"))
     tree = Path("/var/lib/dkms") / name / version
     built = tree / release / ARCH / "module" / f"{module}.ko"
-    params = re.findall(r"module_param\((\w+),\s*(\w+)", read_text(
-        Path("/usr/src") / f"{name}-{version}" / f"{module}.c"))
-    lines = [
-        "sparkbase-lab module", f"name={module}", f"version={conf.get('PACKAGE_VERSION', version)}",
-        f"vermagic={release} SMP mod_unload aarch64", f"srcversion={name}-{version}",
-        *(f"parm={p}:{t}" for p, t in params),
-    ]
-    sign = _sign_info()
-    lines += [f"{k}={v}" for k, v in sign.items()]
-    write_text(built, "\n".join(lines) + "\n")
+    lines = _module_lines(name, version, release, module, conf)
+    signature: list[tuple[str, str]] = []
+    if os.path.isfile(MOK_PRIV) and os.path.isfile(MOK_DER):
+        signature = modfile.sign(lines, MOK_PRIV, key_record(MOK_DER))
+    body = "".join(f"{k}={v}\n" for k, v in [*lines, *signature])
+    write_text(built, f"{modfile.MAGIC}\n{body}")
     source = tree / "source"
     if not source.exists():
         source.symlink_to(f"/usr/src/{name}-{version}")
-    print("Sign command: /usr/lib/linux-kbuild/scripts/sign-file" if sign else
-          "Kernel module signing skipped: no MOK key pair in /var/lib/shim-signed/mok")
+    print(f"Sign command: /usr/bin/kmodsign\nSigning key: {MOK_PRIV}\nPublic certificate (MOK): {MOK_DER}"
+          if signature else f"Kernel module signing skipped: no MOK key pair in {os.path.dirname(MOK_PRIV)}")
     print("Building module(s)... done.")
     if install:
         dest = Path("/lib/modules") / release / "updates/dkms" / f"{module}.ko"
@@ -209,6 +217,56 @@ def _dkms_build(name: str, version: str, release: str, install: bool) -> None:
         shutil.copyfile(built, dest)
         write_text(tree / release / ARCH / "installed", "")
         print(f"Installing {dest}\nRunning depmod... done.")
+
+
+#: the package whose broken tree the `dkms-noise` fault adds (real sample:
+#: tests/fixtures/real/dkms_status__ubuntu24.04_missing_dkms_conf__system76-driver-336.txt)
+BROKEN_TREE = "/var/lib/dkms/system76/1.0.18~1743109511~24.04~8b1da53/source/dkms.conf"
+
+
+def _status_line(mod: str, ver: str, release: str, tree: Path) -> str:
+    """One DKMS 3.x status line: `name/version, kernel, arch: state[ (original_module exists)]`."""
+    status = "installed" if (tree / release / ARCH / "installed").exists() else "built"
+    module = _dkms_conf(mod, ver).get("BUILT_MODULE_NAME_0", mod.replace("-", "_")) \
+        if Path(f"/usr/src/{mod}-{ver}/dkms.conf").is_file() else mod.replace("-", "_")
+    stock = sorted((Path("/lib/modules") / release).glob(f"kernel/**/{module}.ko"))
+    original = " (original_module exists)" if status == "installed" and stock else ""
+    return f"{mod}/{ver}, {release}, {ARCH}: {status}{original}"
+
+
+def _dkms_status(name: str, kernels: list[str]) -> int:
+    """`dkms status [NAME[/VER]] [-k REL]`. Under the `dkms-noise` fault, real DKMS 3 noise
+    goes to stderr: another package's broken tree (`Error! … File: … does not exist.`) and a
+    `Deprecated feature: REMAKE_INITRD` warning written while each line is half printed (so
+    `2>&1` shows `installedDeprecated feature: …`, as the real samples do)."""
+    noisy = bool(faults().get("dkms-noise"))
+    if noisy and not name:
+        sys.stdout.flush()
+        print(f"Error! Could not locate dkms.conf file.\nFile: {BROKEN_TREE} does not exist.",
+              file=sys.stderr)
+        sys.stderr.flush()
+    for tree in sorted(Path("/var/lib/dkms").glob("*/*")):
+        if not tree.is_dir() or tree.name in ("source", "original_module"):
+            continue
+        mod, ver = tree.parent.name, tree.name
+        if name and mod != name:
+            continue
+        releases = [d.name for d in sorted(tree.iterdir()) if d.is_dir() and (d / ARCH).is_dir()]
+        lines = [_status_line(mod, ver, rel, tree) for rel in releases if not kernels or rel in kernels]
+        if not lines and not kernels:
+            lines = [f"{mod}/{ver}: added"]
+        for line in lines:
+            if noisy:
+                print("Deprecated feature: REMAKE_INITRD", file=sys.stderr)
+                sys.stderr.flush()
+                print(line, end="")
+                sys.stdout.flush()
+                print("Deprecated feature: REMAKE_INITRD", file=sys.stderr)
+                sys.stderr.flush()
+                print()
+            else:
+                print(line)
+    return 0
 
 
 def cmd_dkms(argv: list[str]) -> int:
@@ -220,23 +278,7 @@ def cmd_dkms(argv: list[str]) -> int:
     running = state()["release"]
     name, version, kernels, all_kernels = _dkms_target(rest)
     if action == "status":
-        for tree in sorted(Path("/var/lib/dkms").glob("*/*")):
-            if not tree.is_dir() or tree.name == "source":
-                continue
-            mod, ver = tree.parent.name, tree.name
-            if name and mod != name:
-                continue
-            releases = [d.name for d in sorted(tree.iterdir()) if d.is_dir() and (d / ARCH).is_dir()]
-            shown = False
-            for rel in releases:
-                if kernels and rel not in kernels:
-                    continue
-                status = "installed" if (tree / rel / ARCH / "installed").exists() else "built"
-                print(f"{mod}/{ver}, {rel}, {ARCH}: {status}")
-                shown = True
-            if not shown and not kernels:
-                print(f"{mod}/{ver}: added")
-        return 0
+        return _dkms_status(name, kernels)
     if not name or not version:
         raise Fail("Error! Arguments <module> and <module-version> are not specified.", 2)
     if action == "add":
@@ -275,16 +317,16 @@ def cmd_dkms(argv: list[str]) -> int:
 
 
 def cmd_modinfo(argv: list[str]) -> int:
-    """`modinfo [-k REL] [-F FIELD] NAME|FILE`."""
+    """`modinfo [-k REL] [-F FIELD] NAME|FILE`, printed as kmod prints it."""
     release = state()["release"]
     field = None
     name = None
     i = 0
     while i < len(argv):
-        if argv[i] == "-k":
+        if argv[i] == "-k" and i + 1 < len(argv):
             release = argv[i + 1]
             i += 1
-        elif argv[i] == "-F":
+        elif argv[i] == "-F" and i + 1 < len(argv):
             field = argv[i + 1]
             i += 1
         elif argv[i].startswith("--field="):
@@ -294,32 +336,17 @@ def cmd_modinfo(argv: list[str]) -> int:
         i += 1
     if not name:
         raise Fail("modinfo: ERROR: missing module or filename.")
-    path = Path(name) if name.endswith(".ko") else find_module(name, release)
+    path = Path(name) if ".ko" in name else find_module(name, release)
     if path is None or not path.is_file():
         raise Fail(f"modinfo: ERROR: Module {name} not found.")
-    info = parse_ko(path)
-    parms = [line.split("=", 1)[1] for line in read_text(path).splitlines() if line.startswith("parm=")]
-    rows = [("filename", str(path)), ("version", info.get("version", "")),
-            ("srcversion", info.get("srcversion", "")),
-            ("vermagic", info.get("vermagic", "")), ("name", info.get("name", path.stem))]
-    if info.get("sig_key"):
-        rows += [("sig_id", "PKCS#7"), ("signer", info.get("signer", "")),
-                 ("sig_key", info.get("sig_key", "")),
-                 ("sig_hashalgo", info.get("sig_hashalgo", "sha512"))]
+    rows = modfile.fields(str(path))
     if field is not None:
-        if field == "parm":
-            for p in parms:
-                print(p)
-            return 0
-        value = dict(rows).get(field, "")
-        if value:
-            print(value)
+        for key, value in rows:
+            if key == field:
+                print(value if key != "signature" else modfile.render_field(key, value)[16:])
         return 0
     for key, value in rows:
-        if value:
-            print(f"{key + ':':<16}{value}")
-    for p in parms:
-        print(f"{'parm:':<16}{p}")
+        print(modfile.render_field(key, value))
     return 0
 
 
@@ -345,7 +372,7 @@ def cmd_modprobe(argv: list[str]) -> int:
         path = find_module(name, release)
         if path is None:
             raise Fail(f"modprobe: FATAL: Module {name} not found in directory /lib/modules/{release}")
-        why = load_refusal(parse_ko(path), firmware())
+        why = refusal(path, firmware())
         if why:
             raise Fail(f"modprobe: ERROR: could not insert '{name}': Key was rejected by service")
         loaded.append(name)

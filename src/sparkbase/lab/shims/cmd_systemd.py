@@ -95,12 +95,44 @@ def show(unit: str, prop: str) -> str:
     for base in (SYSTEMD_LIB, SYSTEMD_ETC, "/run/systemd/system"):
         directory = f"{base}/{unit}.d"
         files += sorted(f"{directory}/{n}" for n in _listdir(directory) if n.endswith(".conf"))
+    cpu_set = prop in CPU_SET_PROPERTIES
     for name in files:
         for raw in read_text(name).splitlines():
             key, sep, val = raw.strip().partition("=")
             if sep and key.strip() == prop:
-                value = val.strip()
-    return value
+                # a CPU set grows with each assignment; an empty one resets it (systemd.resource-control)
+                value = f"{value} {val.strip()}" if cpu_set and val.strip() else val.strip()
+    return cpu_range_string(value) if cpu_set else value
+
+
+#: properties systemd stores as a CPU (or NUMA node) set and prints through
+#: `cpu_set_to_range_string()`: ranges joined by spaces (`5-9 15-19`)
+CPU_SET_PROPERTIES = frozenset({"AllowedCPUs", "StartupAllowedCPUs", "CPUAffinity",
+                                "AllowedMemoryNodes", "StartupAllowedMemoryNodes", "NUMAMask"})
+#: the largest CPU index read (systemd's own cap is 8192 CPUs)
+MAX_CPU = 8191
+
+
+def cpu_range_string(value: str) -> str:
+    """A unit file's CPU list (`5-9,15-19`, `5 6 7`) as systemd prints it: sorted ranges,
+    joined by spaces (`5-9 15-19`); an unreadable list prints empty, as systemd ignores it."""
+    cpus: set[int] = set()
+    for word in value.replace(",", " ").split():
+        low, sep, high = word.partition("-")
+        if not low.isdigit() or (sep and not high.isdigit()):
+            return ""
+        first, last = int(low), int(high) if sep else int(low)
+        if last < first or last > MAX_CPU:
+            return ""
+        cpus.update(range(first, last + 1))
+    ranges: list[str] = []
+    for cpu in sorted(cpus):
+        if ranges and cpu - 1 in cpus:
+            start = ranges[-1].split("-")[0]
+            ranges[-1] = f"{start}-{cpu}"
+        else:
+            ranges.append(str(cpu))
+    return " ".join(ranges)
 
 
 def default_target() -> str:
