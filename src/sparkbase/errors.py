@@ -32,9 +32,11 @@ class Problem:
         the file name, field path and message are user text, shown escaped (`sparkbase.text`)."""
         shown_file = self.file
         if relative_to is not None:
-            try:
-                shown_file = self.file.resolve().relative_to(relative_to.resolve())
-            except ValueError:
+            try:  # the name as the site has it: a site file that is a link is not followed
+                shown_file = (self.file.parent.resolve() / self.file.name).relative_to(
+                    relative_to.resolve()
+                )
+            except (ValueError, OSError, RuntimeError):  # elsewhere, or a link loop
                 shown_file = self.file
         where = f"{shown(shown_file)}:{self.line}:{self.column}"
         prefix = "warning: " if self.severity is Severity.WARNING else ""

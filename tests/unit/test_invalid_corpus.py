@@ -8,7 +8,7 @@ A case is a folder with `case.yaml`:
     write:       # whole files written as given (added or replacing)
       lanes/glm-fp8.yaml: "..."
     generate:    # inputs too big or too binary to keep as text
-      - {file: lanes/glm-fp8.yaml, kind: huge|deep|latin1|bytes, ...}
+      - {file: lanes/glm-fp8.yaml, kind: huge|deep|latin1|bytes|fifo|symlink|directory, ...}
     expect:      # problems that must be reported: site-relative file, line, message substring
       - {file: lanes/glm-fp8.yaml, line: 7, message: "needs 4 nodes"}
 
@@ -19,6 +19,7 @@ A case is a folder with `case.yaml`:
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -50,8 +51,27 @@ def build_site(case: dict[str, Any], root: Path, make_site: Callable[[Path], Pat
         (site / relative).parent.mkdir(parents=True, exist_ok=True)
         (site / relative).write_text(content)
     for spec in case.get("generate", []):
-        (site / spec["file"]).write_bytes(_generated(spec))
+        target = site / spec["file"]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.is_file() or target.is_symlink():
+            target.unlink()
+        if not _made_special(spec, target):
+            target.write_bytes(_generated(spec))
     return site
+
+
+def _made_special(spec: dict[str, Any], target: Path) -> bool:
+    """Site entries that are not regular files: a FIFO, a symlink, a directory."""
+    kind = spec["kind"]
+    if kind == "fifo":
+        os.mkfifo(target)
+    elif kind == "symlink":
+        target.symlink_to(spec["target"])
+    elif kind == "directory":
+        target.mkdir()
+    else:
+        return False
+    return True
 
 
 def _generated(spec: dict[str, Any]) -> bytes:
@@ -71,7 +91,7 @@ def _generated(spec: dict[str, Any]) -> bytes:
 
 
 def test_corpus_is_large_enough() -> None:
-    assert len(CASE_NAMES) >= 40
+    assert len(CASE_NAMES) >= 150
 
 
 @pytest.mark.parametrize("name", CASE_NAMES)

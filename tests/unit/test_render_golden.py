@@ -126,3 +126,82 @@ def test_netplan_carries_this_nodes_addresses(shipped_site: Path, tmp_path: Path
     assert "addresses: [192.168.103.1/24]" in netplan
     assert "192.168.101." not in netplan
     assert os.path.getsize(tmp_path / "spark3/etc/nccl.conf") > 0
+
+
+# --- all or nothing across nodes ------------------------------------------------------
+
+
+def test_a_foreign_directory_for_one_node_writes_no_node(shipped_site: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    precious = out / "spark3" / "notes.txt"
+    precious.parent.mkdir(parents=True)
+    precious.write_text("mine\n")
+    assert main(["render", "--site", str(shipped_site), "--out", str(out)]) == 2
+    assert sorted(p.name for p in out.iterdir()) == ["spark3"]  # no spark1/2/4, no staging
+    assert precious.read_text() == "mine\n"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_a_refused_render_leaves_the_previous_one_whole(site_copy: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    render_to(site_copy, out)
+    before = tree(out)
+    common = site_copy / "baselines" / "spark-common.yaml"
+    common.write_text(common.read_text().replace("  mtu: 9000\n", "  mtu: 4200\n"))
+    shutil.rmtree(out / "spark4")
+    (out / "spark4").mkdir()
+    (out / "spark4" / "notes.txt").write_text("mine\n")
+    assert main(["render", "--site", str(site_copy), "--out", str(out)]) == 2
+    after = tree(out)
+    assert {k: v for k, v in after.items() if not k.startswith("spark4/")} == {
+        k: v for k, v in before.items() if not k.startswith("spark4/")
+    }
+
+
+def test_a_node_that_cannot_be_rendered_writes_no_node(
+    shipped_site: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sparkbase.render
+
+    real = sparkbase.render.render_node
+
+    def failing(site: object, node: str) -> object:
+        if node == "spark3":
+            raise ValueError("refusing to write rendered path '/x/../y'")
+        return real(site, node)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sparkbase.render, "render_node", failing)
+    out = tmp_path / "out"
+    assert main(["render", "--site", str(shipped_site), "--out", str(out)]) == 2
+    assert not out.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_out_that_is_a_file_is_refused(shipped_site: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.write_text("mine\n")
+    assert main(["render", "--site", str(shipped_site), "--out", str(out)]) == 2
+    assert out.read_text() == "mine\n"
+
+
+def test_a_failed_swap_puts_every_previous_tree_back(
+    site_copy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "out"
+    render_to(site_copy, out)
+    before = tree(out)
+    common = site_copy / "baselines" / "spark-common.yaml"
+    common.write_text(common.read_text().replace("  mtu: 9000\n", "  mtu: 4200\n"))
+    real_replace = os.replace
+    failures = [OSError(28, "No space left on device")]  # the first move into spark3 fails
+
+    def replace(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+        if Path(dst) == out / "spark3" and failures:
+            raise failures.pop()
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    assert main(["render", "--site", str(site_copy), "--out", str(out)]) == 2
+    monkeypatch.undo()
+    assert tree(out) == before
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]

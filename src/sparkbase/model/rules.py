@@ -72,13 +72,14 @@ def baseline_findings(name: str, baseline: Baseline) -> Iterator[Finding]:
             f"{kernel.page_size}: the kernel would refuse to swap on it",
         )
     saver = baseline.memory.memory_saver
-    unsigned = not baseline.secure_boot.enabled or baseline.secure_boot.mok_fingerprint is None
-    if saver is not None and saver.required and unsigned:
+    # the MOK fingerprint may stay unpinned (a site still to confirm its key, the lab's own
+    # key): then any enrolled certificate that signed the module counts
+    if saver is not None and saver.required and not baseline.secure_boot.enabled:
         yield Finding(
             doc,
             ("memory", "memory_saver", "required"),
             "a required memory-saver module needs Secure Boot on with an enrolled MOK key "
-            "(set secure_boot.enabled: true and secure_boot.mok_fingerprint) to be signed",
+            "(set secure_boot.enabled: true; pin the key with secure_boot.mok_fingerprint)",
         )
     if baseline.memory.display_carveout and not baseline.host.nvidia_drm.modeset:
         yield Finding(
@@ -217,8 +218,13 @@ def inventory_findings(
     baselines: dict[str, Baseline],
     abstract: set[str],
     contract: SiteContract,
+    broken: frozenset[str] = frozenset(),
 ) -> Iterator[Finding]:
-    """Rules across the inventory, the baselines it names and the site contract."""
+    """Rules across the inventory, the baselines it names and the site contract.
+
+    A node naming a `broken` baseline (its file exists but has errors, reported there) is
+    not reported again as naming a missing one.
+    """
     doc: DocRef = ("inventory", "")
     nodes = inventory.nodes
     ranks: dict[int, str] = {}
@@ -235,6 +241,8 @@ def inventory_findings(
             )
             continue
         baseline = baselines.get(node.baseline)
+        if baseline is None and node.baseline in broken:
+            continue
         if baseline is None:
             yield Finding(
                 doc,
@@ -364,8 +372,10 @@ def lane_findings(
     lane: Lane,
     baselines: dict[str, Baseline],
     inventory: Inventory,
+    broken: frozenset[str] = frozenset(),
 ) -> Iterator[Finding]:
-    """Rules for one lane: its baseline, version, shape and nodes.
+    """Rules for one lane: its baseline, version, shape and nodes (none when its baseline
+    is `broken`: that file's own errors are reported).
 
     A disabled lane (one the site rejected) is still checked for references that do not
     exist, but not for being launchable: preflight refuses it anyway.
@@ -373,7 +383,8 @@ def lane_findings(
     doc: DocRef = ("lane", name)
     baseline = baselines.get(lane.baseline)
     if baseline is None:
-        yield Finding(doc, ("baseline",), f"no baseline '{lane.baseline}' in baselines/")
+        if lane.baseline not in broken:
+            yield Finding(doc, ("baseline",), f"no baseline '{lane.baseline}' in baselines/")
         return
     if lane.baseline_version != baseline.version:
         severity = Severity.ERROR if lane.enabled else Severity.WARNING

@@ -7,6 +7,7 @@ problem in every file is reported at once as `FILE:LINE:COL: field.path: message
 from __future__ import annotations
 
 import difflib
+import os
 import types
 import typing
 from dataclasses import dataclass, field
@@ -75,7 +76,7 @@ def find_site_root(start: Path) -> Path:
     """The site directory: `start`, or the nearest parent holding baselines/site.yaml."""
     start = start.resolve()
     for candidate in (start, *start.parents):
-        if (candidate / "baselines" / SITE_RULES_FILE).is_file():
+        if os.path.lexists(candidate / "baselines" / SITE_RULES_FILE):  # the loader checks its type
             return candidate
     raise ConfigError(
         [
@@ -143,7 +144,8 @@ def load_site(root: Path, inventory: Path | None = None) -> Site:
     rules = loader.validate(("site", ""), SiteRules, rules_doc.data) if rules_doc else None
 
     raw_baselines: dict[str, YamlDocument] = {}
-    for file in _site_files(root / "baselines", loader, also=(SITE_RULES_FILE, LOCK_FILE)):
+    baseline_files = _site_files(root / "baselines", loader, also=(SITE_RULES_FILE, LOCK_FILE))
+    for file in baseline_files:
         name = file.stem
         ref: DocRef = ("baseline", name)
         doc = loader.read(ref, file)
@@ -170,7 +172,9 @@ def load_site(root: Path, inventory: Path | None = None) -> Site:
         if baseline is not None:
             baselines[name] = baseline
 
-    inventory_file = (root / (inventory or DEFAULT_INVENTORY)).resolve()
+    # baselines whose file is there but did not load: their own errors say why
+    broken = frozenset(file.stem for file in baseline_files) - set(baselines) - abstract
+    inventory_file = Path(os.path.abspath(root / (inventory or DEFAULT_INVENTORY)))  # a link stays itself
     inv_doc = loader.read(("inventory", ""), inventory_file)
     inv = loader.validate(("inventory", ""), Inventory, inv_doc.data) if inv_doc else None
 
@@ -191,7 +195,7 @@ def load_site(root: Path, inventory: Path | None = None) -> Site:
         for finding in baseline_findings(name, baseline):
             loader.add(finding)
     if rules is not None and inv is not None:
-        for finding in inventory_findings(inv, baselines, abstract, rules.contract):
+        for finding in inventory_findings(inv, baselines, abstract, rules.contract, broken):
             loader.add(finding)
         assigned = {node.baseline for node in inv.nodes.values()}
         for name, baseline in baselines.items():
@@ -207,7 +211,7 @@ def load_site(root: Path, inventory: Path | None = None) -> Site:
                 )
     if inv is not None:
         for name, lane in lanes.items():
-            for finding in lane_findings(name, lane, baselines, inv):
+            for finding in lane_findings(name, lane, baselines, inv, broken):
                 loader.add(finding)
 
     # a mistake in a base file is seen once per baseline extending it: report it once
