@@ -3,9 +3,9 @@ the right owner and mode.
 
 One factory-fresh lab (port base 2821) for the module. Every sparkbase run here goes
 through `run_logged`: umask 000 (the worst an operator can have) and Python logging at
-DEBUG, so pyinfra's own debug output is captured too. The MOK key is the lab's pair
-(`sparkbase/lab/mok`), whose content the test knows; the grep looks for every base64 line
-of its body. Its path is not a secret and may appear.
+DEBUG, so pyinfra's own debug output is captured too. The MOK key is the pair the lab made
+in its directory (`<lab dir>/mok`), whose content the test knows; the grep looks for every
+base64 line of its body. Its path is not a secret and may appear.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ import pytest
 from hardening import NODES, VARIANT_KERNEL, Fleet, fleet_for_module
 from ports import port_base
 
-import sparkbase.lab
 from sparkbase.deploy.assign import with_assignment
 from sparkbase.model.site import load_site
 from sparkbase.render import render_node
@@ -31,7 +30,6 @@ from sparkbase.render import render_node
 pytestmark = pytest.mark.end_to_end
 
 PORT_BASE = port_base("SPARKBASE_TEST_HARDENING_SECRETS_PORT_BASE", 2821)
-MOK_DIR = Path(sparkbase.lab.__file__).parent / "mok"
 KEY_PATH = "/var/lib/shim-signed/mok/MOK.priv"
 VARIANT = "ds41f-7x-64k"
 OVERRIDE = ("--override-policy", "e2e: hardening secrets")
@@ -45,9 +43,9 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-def secret_lines() -> list[str]:
+def secret_lines(fleet: Fleet) -> list[str]:
     """The distinctive lines of the MOK private key (its base64 body)."""
-    lines = [line.strip() for line in (MOK_DIR / "MOK.priv").read_text().splitlines()]
+    lines = [line.strip() for line in (fleet.lab.mok_dir / "MOK.priv").read_text().splitlines()]
     body = [line for line in lines if line and not line.startswith("-----")]
     assert len(body) > 10
     return body
@@ -118,9 +116,9 @@ def runs(fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> Outputs:
 
 def test_the_mok_private_key_never_appears_in_any_output_or_file(fleet: Fleet, runs: Outputs) -> None:
     assert fleet.sh("spark2", "uname -r").strip() == VARIANT_KERNEL  # the key was really used
-    local = hashlib.sha256((MOK_DIR / "MOK.priv").read_bytes()).hexdigest()
+    local = hashlib.sha256((fleet.lab.mok_dir / "MOK.priv").read_bytes()).hexdigest()
     assert fleet.sh("spark2", f"sha256sum {KEY_PATH}").split()[0] == local  # and it was uploaded
-    body = secret_lines()
+    body = secret_lines(fleet)
     assert len(runs.texts) > 30
     assert any("DEBUG" in text for text in runs.texts.values())  # pyinfra's debug was captured
     leaks = [(name, line[:12]) for name, text in runs.texts.items() for line in body if line in text]
@@ -172,8 +170,8 @@ def test_a_wrong_path_never_echoes_the_key(fleet: Fleet, tmp_path: Path) -> None
     import shutil
 
     key = tmp_path / "MOK.priv"
-    shutil.copyfile(MOK_DIR / "MOK.priv", key)
-    body = secret_lines()
+    shutil.copyfile(fleet.lab.mok_dir / "MOK.priv", key)
+    body = secret_lines(fleet)
     said: dict[str, str] = {}
     metrics = fleet.sparkbase("triggers", "--metrics", str(key))
     assert metrics.returncode == 2 and f"{key}:1: not Prometheus text" in metrics.stderr, metrics.stderr

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
+from lab_mok_pair import lab_mok_dir
 
-import sparkbase.lab
 from sparkbase.deploy.assign import AssignmentError, breaches_by_baseline, with_assignment
 from sparkbase.deploy.steps import DeployConfigError, MokFiles, build_steps
 from sparkbase.model.site import Site, load_site
@@ -15,7 +15,7 @@ from sparkbase.render import STAMP_PATH, render_node
 
 REPO = Path(__file__).resolve().parents[2]
 CASES = sorted((Path(__file__).parent / "deploy_cases").glob("*.json"))
-LAB_MOK = MokFiles.from_dir(Path(sparkbase.lab.__file__).parent / "mok")
+LAB_MOK = MokFiles.from_dir(lab_mok_dir())
 
 
 @pytest.fixture(scope="module")
@@ -70,6 +70,14 @@ def test_variant_without_mok_pair_is_a_config_error(site: Site, tmp_path: Path) 
     variant = with_assignment(site, ["spark2"], "ds41f-7x-64k")
     with pytest.raises(DeployConfigError, match="--mok-dir"):
         build_steps(variant, "spark2", None)
+
+
+def test_a_pinned_mok_refuses_another_certificate(site_copy: Path, tmp_path: Path) -> None:
+    variant_file = site_copy / "baselines" / "ds41f-7x-64k.yaml"
+    pin = ":".join(["ab"] * 20)
+    pinned = variant_file.read_text().replace("mok_fingerprint: null", f'mok_fingerprint: "{pin}"')
+    variant_file.write_text(pinned)
+    variant = with_assignment(load_site(site_copy), ["spark2"], "ds41f-7x-64k")
     (tmp_path / "MOK.der").write_bytes(b"not the pinned certificate")
     (tmp_path / "MOK.priv").write_text("x")
     with pytest.raises(DeployConfigError, match="fingerprint"):

@@ -54,24 +54,59 @@ def site_for_run(site: Site, args: argparse.Namespace, nodes: list[str]) -> Site
 
 
 def mok_files(args: argparse.Namespace, lab: Path | None) -> MokFiles | None:
-    """The MOK key pair named by --mok-dir, else $SPARKBASE_MOK_DIR, else the lab's."""
-    from sparkbase.deploy.steps import MokFiles
+    """The MOK key pair named by --mok-dir, else $SPARKBASE_MOK_DIR, else the lab's; a lab
+    key for a target that is not the lab exits 2."""
+    from sparkbase.deploy.steps import DeployConfigError, MokFiles
 
-    if args.mok_dir is not None:
-        return MokFiles.from_dir(args.mok_dir)
-    return mok_dir_from_env(lab)
+    try:
+        if args.mok_dir is not None:
+            return refuse_lab_key(MokFiles.from_dir(args.mok_dir), lab)
+        return mok_dir_from_env(lab)
+    except DeployConfigError as exc:
+        from sparkbase.text import shown
+
+        print(f"sparkbase: {shown(exc)}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+#: the lab's key pair, inside a lab directory (`sparkbase lab up` makes it there)
+LAB_MOK_DIR = "mok"
+#: what marks a lab key: its certificate's subject CN (sparkbase.lab.mok.LAB_KEY_CN), and
+#: the fingerprint of the key pair sparkbase 0.1.0 shipped in its source tree
+LAB_KEY_MARK = b"sparkbase lab MOK (not for production)"
+RETIRED_LAB_FINGERPRINTS = frozenset({"de:68:7c:66:aa:de:f7:ac:da:f7:f1:c7:c8:0f:80:9d:81:86:73:f1"})
+
+
+def is_lab_key(mok: MokFiles) -> bool:
+    """Whether the certificate is a sparkbase lab key (made for the emulated fleet)."""
+    try:
+        data = mok.certificate.read_bytes()
+    except OSError:
+        return False
+    return LAB_KEY_MARK in data or mok.fingerprint() in RETIRED_LAB_FINGERPRINTS
+
+
+def refuse_lab_key(mok: MokFiles | None, lab: Path | None) -> MokFiles | None:
+    """`mok`, unless it is a lab key and the target is not the lab (DeployConfigError)."""
+    from sparkbase.deploy.steps import DeployConfigError
+
+    if mok is not None and lab is None and is_lab_key(mok):
+        raise DeployConfigError(
+            f"MOK certificate {mok.certificate} is a sparkbase lab key: it signs for the "
+            "emulated fleet only; give the site's own key pair with --mok-dir"
+        )
+    return mok
 
 
 def mok_dir_from_env(lab: Path | None) -> MokFiles | None:
-    """$SPARKBASE_MOK_DIR, or with a lab the lab-only key pair shipped in sparkbase.lab."""
+    """$SPARKBASE_MOK_DIR, or with a lab the key pair the lab made in its directory
+    (`<lab dir>/mok`); a lab key for a target that is not the lab raises DeployConfigError."""
     from sparkbase.deploy.steps import MokFiles
 
     if os.environ.get("SPARKBASE_MOK_DIR"):
-        return MokFiles.from_dir(Path(os.environ["SPARKBASE_MOK_DIR"]))
+        return refuse_lab_key(MokFiles.from_dir(Path(os.environ["SPARKBASE_MOK_DIR"])), lab)
     if lab is not None:
-        import sparkbase.lab
-
-        return MokFiles.from_dir(Path(sparkbase.lab.__file__).parent / "mok")
+        return MokFiles.from_dir(lab / LAB_MOK_DIR)
     return None
 
 

@@ -238,7 +238,10 @@ def _secure_boot_steps(baseline: Baseline, mok: MokFiles | None) -> list[Step]:
                 "version": saver.dkms_version,
                 "kernel": baseline.kernel.release,
                 "module": saver.module,
-                "fingerprint": secure.mok_fingerprint if secure.enabled else None,
+                # the pinned MOK, else the key this deploy signs with (a site still to confirm
+                # its key, the lab's own): a module signed by another key is re-signed
+                "fingerprint": (secure.mok_fingerprint or (mok.fingerprint() if mok else None))
+                if secure.enabled else None,
             },
             reboot=True,
         )

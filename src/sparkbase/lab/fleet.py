@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sparkbase.lab import image, packages, procs
+from sparkbase.lab import image, mok, packages, procs
 
 DEFAULT_DIR = "/var/lib/sparkbase/lab"
 DEFAULT_PORT_BASE = 2201
@@ -104,6 +104,11 @@ class Lab:
     def key_path(self) -> Path:
         """The lab's private client key (root on every node)."""
         return self.dir / "id_ed25519"
+
+    @property
+    def mok_dir(self) -> Path:
+        """The lab's own MOK key pair (`MOK.der`, `MOK.priv`), made when the lab is built."""
+        return mok.key_dir(self.dir)
 
     @property
     def inventory_path(self) -> Path:
@@ -251,6 +256,10 @@ class Lab:
         os.chmod(self.dir, 0o755)  # noqa: S103 (a directory nodes' sshd must traverse)
         if not self.key_path.exists():
             _keygen(self.key_path, "sparkbase-lab client")
+        try:
+            mok.ensure_key_pair(self.dir)
+        except mok.MokKeyError as exc:
+            raise LabError(str(exc)) from exc
         packages.build_repo(self.repo_path)
         client_pub = self.key_path.with_suffix(".pub").read_text()
         boot_delay = float(os.environ.get(ENV_BOOT_DELAY, "1.0"))
