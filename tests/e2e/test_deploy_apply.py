@@ -21,11 +21,11 @@ from typing import Any
 import pytest
 from ports import port_base
 
-from sparkbase.policy.foreign import foreign_for
 from sparkbase.deploy.locks import Owner, local_locks
 from sparkbase.facts.parsers import parse_dpkg_query
 from sparkbase.lab.fleet import Lab
 from sparkbase.model.site import load_site
+from sparkbase.policy.foreign import foreign_for
 from sparkbase.render import render_node
 
 pytestmark = pytest.mark.end_to_end
@@ -266,8 +266,9 @@ def _moving_back_leaves_no_trace_of_the_variant(fleet: Fleet, mok: str, leftover
     assert fleet.sparkbase("plan").returncode == 0
 
 
-def test_a_hand_installed_foreign_package_is_warned_then_retired(fleet: Fleet,
-                                                                 converged: dict[str, Any]) -> None:
+def test_a_hand_installed_foreign_package_is_warned_and_kept(fleet: Fleet,
+                                                             converged: dict[str, Any]) -> None:
+    """sparkbase did not install it, so it never purges it: apply keeps it and says so."""
     fleet.sh("spark3", "DEBIAN_FRONTEND=noninteractive apt-get install -y -q libnccl2 && "
                        "apt-mark hold libnccl2")
     status, checks = _audit(fleet, "spark3")
@@ -275,7 +276,11 @@ def test_a_hand_installed_foreign_package_is_warned_then_retired(fleet: Fleet,
     foreign = checks["packages.foreign"]
     assert (foreign["status"], foreign["severity"]) == ("fail", "warn")
     assert foreign["observed"].startswith("libnccl2 ")
-    applied = fleet.sparkbase("apply", "--limit", "spark3", "--yes")
+    applied = fleet.sparkbase("apply", "--limit", "spark3", "--yes", "--json")
     assert applied.returncode == 0, applied.stdout + applied.stderr
-    assert _installed(fleet, "spark3", ["libnccl2"]) == {}
-    assert _audit(fleet, "spark3")[1]["packages.foreign"]["status"] == "pass"
+    ops = json.loads(applied.stdout)["nodes"][0]["operations"]
+    kept = next(op for op in ops if op["kind"] == "packages-kept")
+    assert kept["reason"].startswith("kept: libnccl2 ") and "not installed by sparkbase" in kept["reason"]
+    assert set(_installed(fleet, "spark3", ["libnccl2"])) == {"libnccl2"}
+    fleet.sh("spark3", "apt-mark unhold libnccl2 && "
+                       "DEBIAN_FRONTEND=noninteractive apt-get purge -y -q libnccl2")

@@ -22,6 +22,7 @@ from sparkbase.policy.ownership import (
     Verdict,
     created,
     decide_identified,
+    decide_packages,
     parse_record,
 )
 
@@ -92,3 +93,12 @@ def test_directory_entries_parser_keeps_odd_names_as_not_sparkbases() -> None:
     ]
     assert parse_directory_entries([ABSENT]) is None
     assert parse_directory_entries([HASHES]) == []
+
+
+def test_packages_are_judged_on_pyinfras_sets_of_installed_versions() -> None:
+    nccl = created(Kind.PACKAGE, "libnccl2", "variant", T, version="2.28.9-1")
+    record = OwnershipRecord().with_items([nccl])
+    installed = {"libnccl2": {"2.28.9-1"}, "nccl-site-ring4": {"2.27.7-1"}}
+    names = ["libnccl2", "nccl-site-ring4", "absent"]
+    verdicts = [d.verdict for d in decide_packages(names, installed, record)]
+    assert verdicts == [Verdict.REMOVE, Verdict.NOT_OURS, Verdict.ABSENT]

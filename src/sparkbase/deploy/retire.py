@@ -10,7 +10,7 @@ found that sparkbase did not create, or that changed since, is kept and reported
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from pyinfra.api.operation import operation
@@ -73,7 +73,7 @@ def decide_swap_retire(path: str, found: bool, uuid: str | None, active: bool, f
     return Decision(commands, forget=verdict.forget)
 
 
-def decide_packages_retire(names: list[str], installed: Mapping[str, list[str]], held: list[str],
+def decide_packages_retire(names: list[str], installed: Mapping[str, Collection[str]], held: list[str],
                            running: str, target_kernel: str | None, owned: OwnershipRecord) -> Decision:
     """Unhold and purge those of `names` sparkbase installed (still at the version it installed);
     kernel packages (`target_kernel` set) only while the node runs the target kernel, then
@@ -97,7 +97,7 @@ def decide_packages_retire(names: list[str], installed: Mapping[str, list[str]],
     return Decision(commands, forget=tuple((Kind.PACKAGE, name) for name in todo))
 
 
-def decide_packages_kept(names: list[str], installed: Mapping[str, list[str]],
+def decide_packages_kept(names: list[str], installed: Mapping[str, Collection[str]],
                          owned: OwnershipRecord) -> Decision:
     """Never a change: name the packages of other baselines that are installed but are not
     sparkbase's to purge (it did not install them, or their version changed since)."""
@@ -108,7 +108,7 @@ def decide_packages_kept(names: list[str], installed: Mapping[str, list[str]],
     parts = []
     for d in kept:
         why = "not installed by sparkbase" if d.verdict is Verdict.NOT_OURS else f"changed since: {d.detail}"
-        parts.append(f"{d.target} {'/'.join(installed.get(d.target) or [])} ({why})")
+        parts.append(f"{d.target} {'/'.join(sorted(installed.get(d.target) or []))} ({why})")
     return Decision([], f"{KEPT}{'; '.join(parts)}: left installed")
 
 

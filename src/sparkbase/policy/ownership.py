@@ -23,7 +23,7 @@ Record file format 1:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -250,13 +250,14 @@ def _names(names: list[str]) -> str:
     return shown + (f" and {len(names) - 3} more" if len(names) > 3 else "")
 
 
-def decide_packages(names: list[str], installed: Mapping[str, list[str]],
+def decide_packages(names: list[str], installed: Mapping[str, Collection[str]],
                     record: OwnershipRecord) -> list[RetireDecision]:
     """One decision per package of `names`: removable when sparkbase installed it (from
-    nothing) and it is still at the version sparkbase installed."""
+    nothing) and it is still at the version sparkbase installed (`installed`: name ->
+    installed versions, as pyinfra's DebPackages fact gives them)."""
     decisions = []
     for name in names:
-        versions = installed.get(name) or []
+        versions = sorted(installed.get(name) or [])
         version = versions[0] if len(versions) == 1 else ",".join(versions) or None
         decisions.append(decide_identified(Kind.PACKAGE, name, bool(versions), version, record))
     return decisions

@@ -1,0 +1,153 @@
+"""End to end: apply removes only what sparkbase recorded creating, unchanged.
+
+One module-scoped fleet (own lab dir and ports). No reboots: every apply here stages what
+needs one and reports the node `reboot pending`, but runs every other step, retire steps
+included, so what is kept and what is removed is observed on the nodes themselves:
+
+- spark1 (site baseline) carries a hand-made /swapfile (active, in /etc/fstab) and a
+  hand-made MOK key directory: the site retires both paths for other baselines, yet apply
+  keeps them, and plan and apply say so;
+- spark2 goes to the stock-pages variant (sparkbase creates /swapfile, installs and enables
+  fan control, installs libnccl2: all recorded) and back: every one of them is removed;
+- spark3 does the same, but someone remakes its /swapfile meanwhile: kept as changed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ports import port_base
+
+from sparkbase.lab.fleet import Lab
+from sparkbase.policy.ownership import OWNERSHIP_PATH, Kind, parse_record
+
+pytestmark = pytest.mark.end_to_end
+
+REPO = Path(__file__).resolve().parents[2]
+PORT_BASE = port_base("SPARKBASE_TEST_OWNERSHIP_PORT_BASE", 2861)
+STOCK_PAGES = "ds41f-stock-pages-262k"
+SWAP = "/swapfile"
+MOK_DIR = "/var/lib/shim-signed/mok"
+FAN = "spark-fan-control.service"
+HAND_MADE_SWAP = (f"fallocate -l 64M {SWAP} && chmod 600 {SWAP} && mkswap {SWAP} >/dev/null && swapon {SWAP} "
+                  f"&& echo '{SWAP} none swap sw 0 0' >> /etc/fstab")
+
+
+class Fleet:
+    """A lab plus a private copy of the shipped site."""
+
+    def __init__(self, lab: Lab, site: Path) -> None:
+        self.lab = lab
+        self.site = site
+
+    def sparkbase(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """Run the sparkbase CLI against this fleet."""
+        argv = [sys.executable, "-m", "sparkbase.cli.main", args[0], "--site", str(self.site),
+                "--lab", str(self.lab.dir), *args[1:]]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False)
+
+    def sh(self, node: str, command: str) -> str:
+        """Run a shell command on a node; fail the test if it fails."""
+        status, out, err = self.lab.run(node, command)
+        assert status == 0, f"{node}: {command}: {err}"
+        return out
+
+    def exists(self, node: str, path: str) -> bool:
+        """Whether `path` exists on `node`."""
+        return self.lab.run(node, f"test -e {path}")[0] == 0
+
+    def apply(self, node: str, *extra: str) -> dict[str, dict[str, Any]]:
+        """`apply --limit NODE --yes --json` (reboots staged, not done): operations by name."""
+        done = self.sparkbase("apply", "--limit", node, "--yes", "--json", *extra)
+        report = json.loads(done.stdout)
+        result = report["nodes"][0]
+        assert result["status"] in ("changed", "reboot pending", "unchanged"), done.stdout + done.stderr
+        return {op["name"]: op for op in result["operations"]}
+
+    def owned(self, node: str) -> Any:
+        """The node's ownership record."""
+        return parse_record(self.sh(node, f"cat {OWNERSHIP_PATH}"))
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    if os.geteuid() != 0:
+        pytest.fail("end-to-end tests need root (namespaces, mounts); run them as root")
+    os.environ.setdefault("SPARKBASE_LAB_BOOT_DELAY", "0.3")
+    base = tmp_path_factory.mktemp("ownership")
+    site = base / "site"
+    for part in ("baselines", "inventory", "lanes"):
+        shutil.copytree(REPO / part, site / part)
+    lab = Lab(base / "lab", port_base=PORT_BASE)
+    lab.up(4, fresh=True)
+    try:
+        yield Fleet(lab, site)
+    finally:
+        lab.down()
+
+
+def _swap_uuid(fleet: Fleet, node: str) -> str:
+    return fleet.sh(node, f"swaplabel {SWAP}").split("UUID:")[1].split()[0]
+
+
+def test_what_sparkbase_did_not_create_survives_apply_and_is_reported(fleet: Fleet) -> None:
+    fleet.sh("spark1", HAND_MADE_SWAP)
+    fleet.sh("spark1", f"install -d -m 755 {MOK_DIR} && echo site-key > {MOK_DIR}/MOK.der")
+    uuid = _swap_uuid(fleet, "spark1")
+    shown = fleet.sparkbase("plan", "--limit", "spark1")
+    assert shown.returncode == 1, shown.stdout + shown.stderr
+    assert f". retire: swap file {SWAP} (another baseline's): kept: {SWAP} not created by sparkbase: " \
+           "left in place" in shown.stdout
+    assert f"kept: {MOK_DIR} not created by sparkbase: left in place" in shown.stdout
+    ops = fleet.apply("spark1")
+    swap = ops[f"retire: swap file {SWAP} (another baseline's)"]
+    assert swap["status"] == "unchanged"
+    assert swap["reason"] == f"kept: {SWAP} not created by sparkbase: left in place"
+    mok = next(op for name, op in ops.items() if name.startswith(f"retire: MOK key directory {MOK_DIR}"))
+    assert mok["status"] == "unchanged" and mok["reason"].startswith("kept: ")
+    assert _swap_uuid(fleet, "spark1") == uuid
+    assert fleet.sh("spark1", "swapon --show=NAME --noheadings").split() == [SWAP]
+    assert f"{SWAP} none swap" in fleet.sh("spark1", "cat /etc/fstab")
+    assert fleet.sh("spark1", f"cat {MOK_DIR}/MOK.der") == "site-key\n"
+    record = fleet.owned("spark1")
+    assert record.find(Kind.SWAP, SWAP) is None and record.find(Kind.DIRECTORY, MOK_DIR) is None
+    assert record.find(Kind.FILE, "/etc/nccl.conf") is not None  # what it did create is recorded
+    assert fleet.sh("spark1", f"stat -c %a {OWNERSHIP_PATH}").strip() == "600"
+
+
+def test_what_sparkbase_created_is_recorded_then_retired(fleet: Fleet) -> None:
+    fleet.apply("spark2", "--baseline", STOCK_PAGES, "--override-policy", "e2e: ownership round trip")
+    record = fleet.owned("spark2")
+    swap = record.find(Kind.SWAP, SWAP)
+    assert swap is not None and swap.uuid == _swap_uuid(fleet, "spark2") and swap.baseline == STOCK_PAGES
+    assert record.find(Kind.UNIT, FAN) is not None
+    assert record.find(Kind.PACKAGE, "libnccl2") is not None
+    assert fleet.sh("spark2", "swapon --show=NAME --noheadings").split() == [SWAP]
+    ops = fleet.apply("spark2")
+    assert ops[f"retire: swap file {SWAP} (another baseline's)"]["status"] == "changed"
+    assert not fleet.exists("spark2", SWAP)
+    assert SWAP not in fleet.sh("spark2", "cat /etc/fstab")
+    assert fleet.sh("spark2", "dpkg-query -W -f='${db:Status-Abbrev}' libnccl2 2>/dev/null || true").strip() \
+        in ("", "un", "rc")
+    assert fleet.lab.run("spark2", f"systemctl is-enabled {FAN}")[1].strip() != "enabled"
+    after = fleet.owned("spark2")
+    assert after.find(Kind.SWAP, SWAP) is None and after.find(Kind.PACKAGE, "libnccl2") is None
+    assert after.find(Kind.UNIT, FAN) is None
+
+
+def test_what_changed_since_sparkbase_created_it_is_kept(fleet: Fleet) -> None:
+    fleet.apply("spark3", "--baseline", STOCK_PAGES, "--override-policy", "e2e: ownership changed file")
+    fleet.sh("spark3", f"swapoff {SWAP} && mkswap {SWAP} >/dev/null")  # someone remakes it
+    ops = fleet.apply("spark3")
+    swap = ops[f"retire: swap file {SWAP} (another baseline's)"]
+    assert swap["status"] == "unchanged"
+    assert swap["reason"].startswith(f"kept: {SWAP} changed since sparkbase created it (swap UUID ")
+    assert fleet.exists("spark3", SWAP)
