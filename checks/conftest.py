@@ -215,7 +215,9 @@ class SparkbaseSession:
                 if candidate == check_id:
                     facts = self.facts_of(host)
                     if isinstance(facts, Unreachable):
-                        pytest.fail(f"{expected.node} unreachable: {facts.reason}", pytrace=False)
+                        from sparkbase.text import shown
+
+                        pytest.fail(shown(f"{expected.node} unreachable: {facts.reason}"), pytrace=False)
                     assert isinstance(facts, NodeFacts)
                     return check.run(expected, facts, item, check_id)
         return None

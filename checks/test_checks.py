@@ -11,6 +11,7 @@ import pytest
 from sparkbase.audit.registry import fleet_checks, node_checks
 from sparkbase.audit.run import judge_fleet
 from sparkbase.facts.model import NodeFacts
+from sparkbase.text import shown
 
 
 def _node_test(base: str) -> Callable[..., None]:
@@ -19,8 +20,8 @@ def _node_test(base: str) -> Callable[..., None]:
         if result is None:
             pytest.skip(f"{check_id} does not apply to this node's baseline")
         if result.status == "skip":
-            pytest.skip(result.observed or "not applicable")
-        message = (
+            pytest.skip(shown(result.observed or "not applicable"))
+        message = shown(  # what a node answered, shown escaped: one line, nothing interpreted
             f"{result.node}: {result.id}: expected {result.expected}, observed {result.observed}; "
             f"fix: {result.fix}"
         )
@@ -47,8 +48,8 @@ def _fleet_test(check_id: str) -> Callable[..., None]:
                 facts[gathered.node] = gathered
         result = next(r for r in judge_fleet(facts) if r.id == check_id)
         if result.status == "skip":
-            pytest.skip(result.observed or "fewer than two nodes")
-        assert result.status == "pass", f"{check_id}: {result.observed}"
+            pytest.skip(shown(result.observed or "fewer than two nodes"))
+        assert result.status == "pass", shown(f"{check_id}: {result.observed}")
 
     test.__name__ = "test_" + check_id.replace(".", "_")
     test.__doc__ = fleet_checks()[check_id].summary
