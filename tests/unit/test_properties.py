@@ -11,8 +11,10 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -294,3 +296,207 @@ def test_known_separators_are_refused_in_nccl_values(value: str) -> None:
     }
     with pytest.raises(ValidationError):
         Baseline.model_validate(data)
+
+
+# --- names, paths and numbers written into the site files -----------------------------
+
+FIELD_PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+#: (file, the exact line to replace, the line with {} where a YAML scalar goes, dotted field)
+NAME_SLOTS: list[tuple[str, str, str]] = [
+    ("inventory/site.yaml", "  spark1:\n    ssh_host: spark1\n", "  {}:\n    ssh_host: spark1\n"),
+    ("inventory/site.yaml", "    ssh_host: spark1\n", "    ssh_host: {}\n"),
+    (
+        "inventory/site.yaml",
+        "    baseline: site-stock-6.17-4k\n    links:\n      - port: 0\n        peer: spark2\n",
+        "    baseline: {}\n    links:\n      - port: 0\n        peer: spark2\n",
+    ),
+    (
+        "inventory/site.yaml",
+        "        peer: spark2\n        peer_port: 1\n",
+        "        peer: {}\n        peer_port: 1\n",
+    ),
+    ("lanes/glm-fp8.yaml", "baseline: site-stock-6.17-4k\n", "baseline: {}\n"),
+    ("lanes/glm-fp8.yaml", "nodes: [spark1, spark2, spark3, spark4]", "nodes: [{}, spark2, spark3, spark4]"),
+    ("baselines/site-stock-6.17-4k.yaml", "extends: spark-common\n", "extends: {}\n"),
+    ("baselines/site.yaml", "site: four-spark-ring\n", "site: {}\n"),
+    ("baselines/site.yaml", "  - id: kernel-pin-7x-64k\n", "  - id: {}\n"),
+    ("baselines/spark-common.yaml", "    socket_ifname: enP7s7\n", "    socket_ifname: {}\n"),
+]
+PATH_SLOTS: list[tuple[str, str, str]] = [
+    ("inventory/site.yaml", "  config: inventory/ssh_config ", "  config: {} "),
+    ("inventory/site.yaml", "  known_hosts: inventory/known_hosts ", "  known_hosts: {} "),
+    (
+        "baselines/site-stock-6.17-4k.yaml",
+        "    path: /opt/nccl-site/lib/libnccl.so.2.27.7\n",
+        "    path: {}\n",
+    ),
+    ("baselines/ds41f-7x-64k.yaml", "    path: /swapfile.64k\n", "    path: {}\n"),
+    ("baselines/spark-common.yaml", "  slice: sparkbase-serving.slice\n", "  slice: {}\n"),
+    ("baselines/spark-common.yaml", "  disable_services: [gdm3.service, ", "  disable_services: [{}, "),
+]
+
+
+def site_with_line(relative: str, old: str, new: str) -> dict[str, bytes]:
+    """The shipped `relative` with the one occurrence of `old` replaced by `new`."""
+    text = (REPO / relative).read_text()
+    assert text.count(old) == 1, (relative, old)
+    return {relative: text.replace(old, new).encode("utf-8", "surrogatepass")}
+
+
+def yaml_scalar(text: str) -> str:
+    """`text` as a YAML double-quoted scalar (JSON's escapes are YAML's)."""
+    return json.dumps(text)
+
+
+@FIELD_PROPERTY
+@given(slot=st.sampled_from(NAME_SLOTS), text=st.text(max_size=80))
+def test_any_text_in_a_name_field_loads_or_fails_located(slot: tuple[str, str, str], text: str) -> None:
+    relative, old, new = slot
+    with site_with(site_with_line(relative, old, new.format(yaml_scalar(text)))) as root:
+        load_or_problems(root)
+
+
+@FIELD_PROPERTY
+@given(
+    slot=st.sampled_from(PATH_SLOTS),
+    text=st.text(max_size=300)
+    | st.sampled_from(
+        [
+            "/dev/zero",
+            "/proc/self/mem",
+            "/etc/passwd",
+            "../../etc/shadow",
+            "/",
+            "//",
+            "~root/x",
+            "\x00",
+            "/a/./b",
+        ]
+    ),
+)
+def test_any_text_in_a_path_field_loads_or_fails_located(slot: tuple[str, str, str], text: str) -> None:
+    relative, old, new = slot
+    with site_with(site_with_line(relative, old, new.format(yaml_scalar(text)))) as root:
+        load_or_problems(root)
+
+
+@FIELD_PROPERTY
+@given(name=st.text(alphabet=st.characters(blacklist_characters="/\x00"), min_size=1, max_size=60))
+def test_any_lane_file_name_loads_or_fails_located(name: str) -> None:
+    if name in {".", ".."} or len(name.encode("utf-8", "surrogatepass")) > 200:
+        return
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate cannot be a file name here
+        return
+    lane = (REPO / "lanes/glm-fp8.yaml").read_bytes()
+    with site_with({f"lanes/{name}": lane}) as root:
+        load_or_problems(root)
+
+
+#: (file, the exact line, the line with {} for the number, dotted field, lowest and highest allowed)
+NUMBER_SLOTS: list[tuple[str, str, str, str, int, int]] = [
+    ("inventory/site.yaml", "    rank: 0\n", "    rank: {}\n", "nodes.spark1.rank", 0, 255),
+    (
+        "inventory/site.yaml",
+        "        peer_port: 1\n        subnet: 192.168.101.0/24\n        addresses: {enp1s0f0",
+        "        peer_port: {}\n        subnet: 192.168.101.0/24\n        addresses: {{enp1s0f0",
+        "nodes.spark1.links[0].peer_port",
+        0,
+        1,
+    ),
+    ("baselines/spark-common.yaml", "  mtu: 9000\n", "  mtu: {}\n", "fabric.mtu", 1280, 9216),
+    ("baselines/spark-common.yaml", "  gid_index: 3 ", "  gid_index: {} ", "fabric.gid_index", 0, 255),
+    (
+        "baselines/spark-common.yaml",
+        "    ib_gid_index: 3\n",
+        "    ib_gid_index: {}\n",
+        "nccl.settings.ib_gid_index",
+        0,
+        255,
+    ),
+    (
+        "baselines/ds41f-7x-64k.yaml",
+        "    size_gib: 16\n",
+        "    size_gib: {}\n",
+        "memory.swap.size_gib",
+        1,
+        512,
+    ),
+    (
+        "baselines/ds41f-7x-64k.yaml",
+        "    min_nchannels: 4\n",
+        "    min_nchannels: {}\n",
+        "nccl.settings.min_nchannels",
+        1,
+        64,
+    ),
+    ("baselines/site.yaml", "    more_than: 3\n", "    more_than: {}\n", "triggers[1].more_than", 0, 100_000),
+    (
+        "baselines/site.yaml",
+        "    window_minutes: 60\n",
+        "    window_minutes: {}\n",
+        "triggers[1].window_minutes",
+        1,
+        10_080,
+    ),
+    (
+        "baselines/site.yaml",
+        "    min_context_tokens: 500000\n",
+        "    min_context_tokens: {}\n",
+        "triggers[1].min_context_tokens",
+        1,
+        100_000_000,
+    ),
+]
+
+
+def line_of(relative: str, old: str) -> int:
+    """1-based line where `old` starts in the shipped `relative`."""
+    text = (REPO / relative).read_text()
+    return text[: text.index(old)].count("\n") + 1
+
+
+@FIELD_PROPERTY
+@given(
+    slot=st.sampled_from(NUMBER_SLOTS),
+    below=st.booleans(),
+    distance=st.integers(min_value=1, max_value=10**60),
+)
+def test_any_number_out_of_range_is_a_located_error(
+    slot: tuple[str, str, str, str, int, int], below: bool, distance: int
+) -> None:
+    relative, old, new, field, low, high = slot
+    value = low - distance if below else high + distance
+    expected_line = line_of(relative, old)
+    with site_with(site_with_line(relative, old, new.format(value))) as root:
+        try:
+            load_site(root)
+        except ConfigError as exc:
+            hits = [
+                p
+                for p in exc.problems
+                if p.file.name == Path(relative).name
+                and p.line == expected_line
+                and (p.path == field or "out of range" in p.message)
+            ]
+            assert hits, [p.format() for p in exc.problems]
+        else:
+            raise AssertionError(f"{field}: {value} was accepted")
+
+
+@FIELD_PROPERTY
+@given(
+    cpus=st.from_regex(r"[0-9]{1,20}(-[0-9]{1,20})?(,[0-9]{1,20}(-[0-9]{1,20})?){0,3}", fullmatch=True)
+    | st.text(max_size=40)
+)
+def test_any_cpu_list_is_bounded(cpus: str) -> None:
+    started = time.monotonic()
+    line = "  cpus: 5-9,15-19  # the ten Cortex-X925 cores\n"
+    files = site_with_line("baselines/spark-common.yaml", line, f"  cpus: {yaml_scalar(cpus)}\n")
+    with site_with(files) as root:
+        site = load_or_problems(root)
+    assert time.monotonic() - started < 10  # never expanded into memory
+    if site is not None:
+        assert all(0 <= cpu <= 4095 for b in site.baselines.values() for cpu in b.cpuset.cpus)
