@@ -94,7 +94,7 @@ def _require_files(site: Site, lab: Path | None, config: Path | None, known_host
             Problem(path, 1, 1, "", message)
             for path, message in (
                 (lab / "ssh_config", ssh_config_problem(lab / "ssh_config")),
-                (known_hosts, plain_file_problem(known_hosts)),
+                (known_hosts, known_hosts_problem(known_hosts)),
             )
             if message is not None
         ]
@@ -129,7 +129,7 @@ def _require_files(site: Site, lab: Path | None, config: Path | None, known_host
     if not problems:
         checks = [
             ("config", config, ssh_config_problem),
-            ("known_hosts", known_hosts, plain_file_problem),
+            ("known_hosts", known_hosts, known_hosts_problem),
         ]
         for key, path, check in checks:
             wrong = check(path) if path is not None else None
@@ -187,6 +187,34 @@ def ssh_config_problem(path: Path) -> str | None:
         line = _first_unparsable_line(text)
         where = f" (line {line})" if line else ""
         return f"{path}: not an OpenSSH client config{where}"
+    return None
+
+
+def known_hosts_problem(path: Path) -> str | None:
+    """Why `path` is not an OpenSSH known_hosts file, or None. Lines paramiko cannot use are
+    tolerated as OpenSSH tolerates them, unless no line holds a key or one line would stop
+    paramiko's reader; the message names the line, never its content."""
+    try:
+        text = read_plain_file(path).decode("utf-8")
+    except UnicodeDecodeError:
+        return f"{path}: not an OpenSSH known_hosts file (not UTF-8 text)"
+    except ValueError as exc:
+        return str(exc)
+    from sparkbase.facts.collect import import_paramiko
+
+    import_paramiko()
+    from paramiko.hostkeys import HostKeyEntry
+
+    lines = [(n, line.strip()) for n, line in enumerate(text.splitlines(), start=1)]
+    entries = [(n, line) for n, line in lines if line and not line.startswith("#")]
+    usable = 0
+    for number, line in entries:
+        try:
+            usable += HostKeyEntry.from_line(line, number) is not None
+        except Exception:  # paramiko's reader raises InvalidHostKey(line, …) for such a line
+            return f"{path}: not an OpenSSH known_hosts file (line {number})"
+    if entries and not usable:
+        return f"{path}: not an OpenSSH known_hosts file (no host key on any line; line {entries[0][0]})"
     return None
 
 

@@ -75,6 +75,11 @@ WRONG_SSH_FILES = [
     ("fifo-known-hosts", "known_hosts", "fifo", "not a regular file"),
     ("dev-zero-known-hosts", "known_hosts", "link:/dev/zero", "not a regular file"),
     ("directory-known-hosts", "known_hosts", "dir", "not a regular file"),
+    ("shadow-as-known-hosts", "known_hosts", "text:" + SECRET + "\n",
+     "not an OpenSSH known_hosts file (no host key on any line; line 1)"),
+    ("bad-key-in-known-hosts", "known_hosts", "text:# enrolled by hand\nspark1 ssh-ed25519 $6$notbase64!\n",
+     "not an OpenSSH known_hosts file (line 2)"),
+    ("binary-known-hosts", "known_hosts", "bytes:ff00fe", "not an OpenSSH known_hosts file (not UTF-8 text)"),
 ]
 
 
