@@ -69,4 +69,6 @@ def deploy_current_host() -> None:
     will = [op.step for op in added if op.meta.will_change]
     reasons = reboot_reasons(site.baseline_of(node), boot, mok, will)
     if reasons:
-        logger.warning(f"[{host.name}] reboot pending: {'; '.join(reasons)}")
+        from sparkbase.text import shown
+
+        logger.warning(f"[{shown(host.name)}] reboot pending: {shown('; '.join(reasons))}")
