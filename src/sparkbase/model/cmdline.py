@@ -26,6 +26,11 @@ HUGE_PAGE_SIZES: dict[int, frozenset[str]] = {
 }
 #: parameters whose value is a huge page size
 HUGE_PAGE_PARAMETERS = frozenset({"hugepagesz", "default_hugepagesz"})
+#: the arm64 kernel keeps this many bytes of command line (COMMAND_LINE_SIZE,
+#: arch/arm64/include/uapi/asm/setup.h); GRUB's own arguments need part of it
+COMMAND_LINE_SIZE = 2048
+#: what sparkbase leaves for GRUB's BOOT_IMAGE=…, root=UUID=… and ro
+GRUB_RESERVE = 256
 
 
 @dataclass(frozen=True)

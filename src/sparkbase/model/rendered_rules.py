@@ -3,9 +3,10 @@
 The contract and the other rules read typed fields; these rules make sure the rendered
 result says the same thing. A free-form kernel argument may not set a parameter a typed
 field decides, nor set one parameter twice, nor forbid what a typed field renders; a
-huge page size must exist for the base page size; a package pinned in `host.packages` may
-not re-pin one a typed field pins; a unit the baseline needs may not also be disabled.
-(`nccl.settings.extra` cannot name a typed NCCL key: the model refuses that itself.)
+huge page size must exist for the base page size; the command line must fit the
+kernel's; a package pinned in `host.packages` may not re-pin one a typed field pins; a
+unit the baseline needs may not also be disabled. (`nccl.settings.extra` cannot name a
+typed NCCL key: the model refuses that itself.)
 """
 
 from __future__ import annotations
@@ -15,9 +16,12 @@ from collections.abc import Iterator
 from sparkbase.model.baseline import Baseline
 from sparkbase.model.cmdline import (
     ALWAYS,
+    COMMAND_LINE_SIZE,
+    GRUB_RESERVE,
     HUGE_PAGE_PARAMETERS,
     HUGE_PAGE_SIZES,
     parameter_name,
+    rendered_kernel_args,
     typed_parameters,
 )
 from sparkbase.model.rules import DocRef, Finding
@@ -27,6 +31,7 @@ from sparkbase.model.yamlio import dotted
 def rendered_findings(doc: DocRef, baseline: Baseline) -> Iterator[Finding]:
     """Every way a free-form entry of `baseline` contradicts what its typed fields render."""
     yield from _cmdline_add_findings(doc, baseline)
+    yield from _cmdline_length_findings(doc, baseline)
     yield from _cmdline_forbid_findings(doc, baseline)
     yield from _package_findings(doc, baseline)
     yield from _service_findings(doc, baseline)
@@ -69,6 +74,19 @@ def _cmdline_add_findings(doc: DocRef, baseline: Baseline) -> Iterator[Finding]:
                 f"huge page size {value} does not exist with {page_size // 1024} KiB pages "
                 f"(kernel.page_size); arm64 offers {', '.join(sorted(allowed))}",
             )
+
+
+def _cmdline_length_findings(doc: DocRef, baseline: Baseline) -> Iterator[Finding]:
+    length = len(" ".join(rendered_kernel_args(baseline)))
+    budget = COMMAND_LINE_SIZE - GRUB_RESERVE
+    if length > budget:
+        yield Finding(
+            doc,
+            ("kernel", "cmdline_add"),
+            f"the rendered command line is {length} bytes; the arm64 kernel keeps "
+            f"{COMMAND_LINE_SIZE}, of which sparkbase may use {budget} (GRUB needs the rest): "
+            "the end would be cut off",
+        )
 
 
 def _cmdline_forbid_findings(doc: DocRef, baseline: Baseline) -> Iterator[Finding]:
