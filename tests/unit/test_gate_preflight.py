@@ -280,8 +280,11 @@ def test_an_unwritable_log_refuses_the_launch(
 ) -> None:
     _fake_gate(monkeypatch, **_latched())
     log, _victim = _plant("symlinked-log", tmp_path)
-    assert main(["preflight", "glm-fp8", "--site", str(SITE.root), "--log", str(log), "--override", "x"]) == 1
+    argv = ["preflight", "glm-fp8", "--site", str(SITE.root), "--log", str(log), "--override", "x"]
+    assert main(argv) == 1
     assert "the override could not be recorded" in capsys.readouterr().err
+    assert main([*argv, "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["overridden"] is False
 
 
 def test_a_refusal_line_is_one_line_whatever_a_node_answers() -> None:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from sparkbase.cli.common import add_site_arguments
 
 if TYPE_CHECKING:
+    from sparkbase.gate.preflight import PreflightResult
     from sparkbase.model.site import Site
 
 
@@ -53,8 +54,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the gate."""
-    import json
-
     from sparkbase.cli.common import lab_path, load_site_or_exit
     from sparkbase.gate.preflight import preflight
     from sparkbase.policy.overrides import ReasonError, checked_reason
@@ -77,22 +76,8 @@ def run(args: argparse.Namespace) -> int:
             return 2
     result = preflight(site, args.lane, ssh_targets(site, lab_path(args)), args.parallel)
     lines = [refusal.line() for refusal in result.refusals]
-    overridden = bool(lines) and reason is not None and not result.blocking_override
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "format": 1,
-                    "lane": args.lane,
-                    "qualified": result.qualified,
-                    "overridden": overridden,
-                    "refusals": [{"where": r.where, "reason": r.reason} for r in result.refusals],
-                    "elapsed_seconds": round(result.elapsed_seconds, 3),
-                },
-                indent=2,
-            )
-        )
     if result.qualified:
+        _print_json(args, result, overridden=False)
         if not args.json:
             print(
                 f"preflight {shown(args.lane)}: qualified ({len(result.report.nodes)} nodes, "
@@ -104,21 +89,40 @@ def run(args: argparse.Namespace) -> int:
         for line in lines:
             print(line, file=stream)
     summary = f"preflight {shown(args.lane)}: REFUSED ({len(lines)} reason(s), {result.elapsed_seconds:.2f}s)"
-    if reason is None:
+    if reason is None or result.blocking_override:
+        _print_json(args, result, overridden=False)
+        if reason is not None:
+            summary += (
+                "; --override cannot launch a disabled lane: enable it (`enabled: true`) in "
+                f"lanes/{shown(args.lane)}.yaml through review first"
+            )
         print(summary, file=stream)
         return 1
-    if result.blocking_override:
-        print(
-            f"{summary}; --override cannot launch a disabled lane: enable it (`enabled: true`) in "
-            f"lanes/{shown(args.lane)}.yaml through review first",
-            file=stream,
-        )
-        return 1
-    return _record_override(args, site, lines, reason)
+    recorded = _record_override(args, site, lines, reason)
+    _print_json(args, result, overridden=recorded)
+    return 0 if recorded else 1
 
 
-def _record_override(args: argparse.Namespace, site: Site, lines: list[str], reason: str) -> int:
-    """Log the override (one record); only a recorded override launches: exit 0, else 1."""
+def _print_json(args: argparse.Namespace, result: PreflightResult, overridden: bool) -> None:
+    """With --json, the verdict as one JSON document (format 1) on stdout."""
+    import json
+
+    if not args.json:
+        return
+    document = {
+        "format": 1,
+        "lane": args.lane,
+        "qualified": result.qualified,
+        "overridden": overridden,
+        "refusals": [{"where": r.where, "reason": r.reason} for r in result.refusals],
+        "elapsed_seconds": round(result.elapsed_seconds, 3),
+    }
+    print(json.dumps(document, indent=2))
+
+
+def _record_override(args: argparse.Namespace, site: Site, lines: list[str], reason: str) -> bool:
+    """Log the override (one record) and warn; False when it could not be recorded (only a
+    recorded override launches)."""
     from sparkbase.policy.overrides import OverrideLogError, RecordKind, append_record, log_path, new_record
     from sparkbase.text import shown
 
@@ -137,10 +141,10 @@ def _record_override(args: argparse.Namespace, site: Site, lines: list[str], rea
     except OverrideLogError as exc:
         print(f"sparkbase: {shown(exc)}", file=sys.stderr)
         print(f"preflight {shown(args.lane)}: REFUSED: the override could not be recorded", file=sys.stderr)
-        return 1
+        return False
     print(
         f"WARNING: preflight {shown(args.lane)} REFUSED for {len(lines)} reason(s) and OVERRIDDEN by "
         f"{shown(record.who)}: \"{shown(record.reason)}\" (recorded in {shown(log)})",
         file=sys.stderr,
     )
-    return 0
+    return True
