@@ -229,9 +229,18 @@ def test_drift_names_the_right_check(
             assert result.fix and result.expected is not None and result.observed is not None
 
 
+def _variant_pins_a_mok() -> bool:
+    return SITE.baselines[VARIANT].secure_boot.mok_fingerprint is not None
+
+
 VARIANT_DRIFTS: list[tuple[str, Callable[[NodeFacts], NodeFacts], set[str]]] = [
     ("swap off", _set(swaps=()), {"memory.swap"}),
     ("swap 4k header", _set(swap_header_page_size={"/swapfile.64k": 4096}), {"memory.swap"}),
+    (
+        "swap less its header page, as the kernel counts it",
+        lambda f: replace(f, swaps=(replace(f.swaps[0], size_bytes=16 * 1024**3 - 65536),)),
+        set(),
+    ),
     (
         "swap too small",
         lambda f: replace(f, swaps=(replace(f.swaps[0], size_bytes=8 * 1024**3),)),
@@ -248,7 +257,8 @@ VARIANT_DRIFTS: list[tuple[str, Callable[[NodeFacts], NodeFacts], set[str]]] = [
         "signed by another key",
         lambda f: replace(f, memory_saver=replace(f.memory_saver, sig_key="40:E5:D9:9D"),  # type: ignore[type-var]
                           dkms_noise=("Deprecated feature: REMAKE_INITRD",)),
-        {"memory_saver.signature"},
+        # with no pinned MOK, a signer no enrolled certificate matches is also a missing enrolment
+        {"memory_saver.signature"} | ({"secure_boot.mok"} if not _variant_pins_a_mok() else set()),
     ),
     (
         "saver not loaded",
@@ -409,3 +419,21 @@ def test_fleet_agrees_on_free_memory_reserve_and_nvidia_modules(site: Site) -> N
     assert failed == {"fleet.min_free_kbytes", "fleet.nvidia_modules"}
     assert "spark2=67584" in str(results["fleet.min_free_kbytes"].observed)
     assert "DKMSBUILT" in str(results["fleet.nvidia_modules"].observed)
+
+
+OTHER_MOK = "0a:0b:0c:0d:0e:0f:10:11:12:13:14:15:16:17:18:19:1a:1b:1c:1d"
+
+
+@pytest.mark.parametrize(("pin", "fails"), [
+    ("converged", set()),
+    (OTHER_MOK, {"memory_saver.signature", "secure_boot.mok"}),
+])
+def test_a_pinned_mok_is_found_by_fingerprint_and_judged_by_serial(site: Site, pin: str,
+                                                                   fails: set[str]) -> None:
+    expected, facts = converged_node(site, "spark1", VARIANT)
+    fingerprint = facts.mok_certificates[0].fingerprint if pin == "converged" else pin
+    secure = expected.baseline.secure_boot.model_copy(update={"mok_fingerprint": fingerprint})
+    pinned = replace(expected, baseline=expected.baseline.model_copy(update={"secure_boot": secure}))
+    results = {r.id: r for r in judge_node(pinned, facts)}
+    assert {i for i, r in results.items() if r.status == "fail"} == fails
+    assert results["memory_saver.signature"].expected == f"signed with MOK {fingerprint}"

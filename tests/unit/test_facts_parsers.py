@@ -273,3 +273,14 @@ def test_dkms_status_unknown_lines_are_noise_never_fatal() -> None:
 def test_modinfo_keeps_the_first_of_repeated_fields_and_joins_continuations() -> None:
     fields = p.modinfo_fields("alias: a\nalias: b\nsig_key: 40:8B:\n\t\t66:4E\nparm: x:int\n")
     assert fields == {"alias": "a", "sig_key": "40:8B:66:4E", "parm": "x:int"}
+
+
+def test_mok_certificate_names_in_both_openssl_styles() -> None:
+    text = ("[key 1]\nSHA1 Fingerprint: 9c:ca:60\nCertificate:\n    Data:\n        Serial Number:\n"
+            "            30:b5:1f\n        Issuer: CN = sparkbase lab MOK (not for production)\n"
+            "        Subject: CN = sparkbase lab MOK (not for production)\n[key 2]\n"
+            "SHA1 Fingerprint: 01:02\n        Serial Number: 4660 (0x1234)\n"
+            "        Issuer: C=GB, O=Canonical Ltd., CN=Canonical Ltd. Master Certificate Authority\n")
+    first, second = p.parse_mok_certificates(text)
+    assert (first.serial, first.issuer_cn) == ("30b51f", "sparkbase lab MOK (not for production)")
+    assert (second.serial, second.issuer_cn) == ("1234", "Canonical Ltd. Master Certificate Authority")

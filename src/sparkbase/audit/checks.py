@@ -326,7 +326,9 @@ def memory_swap(expected: Expected, facts: NodeFacts, _item: str | None) -> Outc
     problems = []
     if entry is None:
         problems.append("not active")
-    elif entry.size_bytes != size:
+    elif entry.size_bytes not in (size, size - swap.header_page_size):
+        # the kernel counts the usable area: the file less its header page (real swapon and
+        # /proc/swaps show 16 GiB - 64 KiB for a 16 GiB file made with `mkswap -p 65536`)
         problems.append(f"size {entry.size_bytes} bytes")
     if header != swap.header_page_size:
         problems.append(f"header page size {header or 'none (no swap signature)'}")
@@ -470,19 +472,28 @@ def secure_boot_state(expected: Expected, facts: NodeFacts, _item: str | None) -
 
 
 def _mok_items(expected: Expected) -> list[str]:
-    return ["mok"] if expected.baseline.secure_boot.mok_fingerprint else []
+    secure = expected.baseline.secure_boot
+    saver = expected.baseline.memory.memory_saver
+    signs = secure.enabled and saver is not None and saver.required
+    return ["mok"] if secure.mok_fingerprint or signs else []
 
 
 @node_check("secure_boot", "secure_boot", "the MOK key the baseline signs with is enrolled", items=_mok_items)
 def secure_boot_mok(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
     key = expected.baseline.secure_boot.mok_fingerprint
-    if key in facts.mok_fingerprints:
-        return ok(key, key)
-    return fail(
-        key,
-        ", ".join(facts.mok_fingerprints) or "no key enrolled",
-        "mokutil --import the MOK certificate, then reboot and accept it: " + _apply(expected, True),
-    )
+    enroll = "mokutil --import the MOK certificate, then reboot and accept it: " + _apply(expected, True)
+    enrolled = ", ".join(facts.mok_fingerprints) or "no key enrolled"
+    if key is not None:
+        return ok(key, key) if key in facts.mok_fingerprints else fail(key, enrolled, enroll)
+    # no pinned key (a site still to confirm its own): the key that signed the module
+    want = "the key that signed the memory-saver module"
+    info = facts.memory_saver
+    if info is None or info.error or not info.sig_key:
+        return skip("no MOK is pinned and no signed module names one (see memory_saver.signature)")
+    verdict = judge_signature(info, facts.mok_certificates, None)
+    if verdict.ok and verdict.certificate is not None:
+        return ok(want, f"MOK {verdict.certificate.fingerprint} enrolled")
+    return fail(want, f"{verdict.detail}; enrolled: {enrolled}", enroll)
 
 
 # --- host ---------------------------------------------------------------------------

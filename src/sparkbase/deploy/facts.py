@@ -23,11 +23,13 @@ from sparkbase.facts.model import UnitState as UnitStateValue
 from sparkbase.facts.script import (
     GRUB_CFG,
     GRUBENV,
+    MODULES_SYS_COMMAND,
     THP_PATH,
     Section,
     Sections,
     fenced_script,
     header_bytes,
+    modules_section,
     new_marker,
     split_sections,
 )
@@ -155,6 +157,7 @@ BOOT_SECTIONS = (
     ("cmdline", _cmd("cat", "/proc/cmdline")),
     ("thp", _cmd("cat", THP_PATH)),
     ("modules", _cmd("cat", "/proc/modules")),
+    ("modules-sys", MODULES_SYS_COMMAND),
     ("drm_modeset", _cmd("cat", "/sys/module/nvidia_drm/parameters/modeset")),
     ("drm_fbdev", _cmd("cat", "/sys/module/nvidia_drm/parameters/fbdev")),
 )
@@ -168,7 +171,7 @@ def boot_state(found: Sections) -> dict[str, Any]:
         "page_size": _parsed(found.get("pagesize"), p.parse_page_size, 0),
         "cmdline": list(_parsed(found.get("cmdline"), p.parse_cmdline, tuple[str, ...]())),
         "thp": _parsed(found.get("thp"), p.parse_thp, ""),
-        "modules": sorted(_parsed(found.get("modules"), p.parse_proc_modules, frozenset[str]())),
+        "modules": sorted(_parsed(found.get(modules_section(found)), p.parse_proc_modules, frozenset[str]())),
         "drm_modeset": _parsed(found.get("drm_modeset"), p.parse_single_line, ""),
         "drm_fbdev": _parsed(found.get("drm_fbdev"), p.parse_single_line, ""),
     }

@@ -7,7 +7,7 @@ from typing import TypeVar
 
 from sparkbase.facts import parsers as p
 from sparkbase.facts.model import DkmsStatus, Gid, GpuFacts, GrubBoot, NodeFacts, SecureBoot
-from sparkbase.facts.script import FactPlan, Sections, expand_files, file_reads
+from sparkbase.facts.script import FactPlan, Sections, expand_files, file_reads, modules_section
 
 T = TypeVar("T")
 
@@ -157,10 +157,7 @@ def _secure_boot(r: _Reader, sections: Sections) -> SecureBoot | None:
 
 def _modules(r: _Reader, sections: Sections) -> frozenset[str]:
     """Loaded modules from /proc/modules, else from `ls /sys/module` (`modules-sys`)."""
-    fallback = sections.get("modules-sys")
-    if fallback is not None and fallback.status == 0 and fallback.output.strip():
-        return r.parse("modules-sys", p.parse_proc_modules) or frozenset()
-    return r.parse("modules", p.parse_proc_modules) or frozenset()
+    return r.parse(modules_section(sections), p.parse_proc_modules) or frozenset()
 
 
 def _grub(r: _Reader, plan: FactPlan) -> GrubBoot | None:

@@ -172,9 +172,7 @@ def sections(plan: FactPlan) -> list[tuple[str, str]]:
             ),
         ),
         (FILES_SECTION, _files_command(file_reads(plan))),
-        # kernels without /proc/modules: the same first column from /sys/module (`[` is
-        # built into sh, so this costs no process when /proc/modules exists)
-        ("modules-sys", "[ -e /proc/modules ] || " + _cmd("ls", "-1", "/sys/module")),
+        ("modules-sys", MODULES_SYS_COMMAND),
         ("sb-state", _cmd("mokutil", "--sb-state")),
         ("default-target", _cmd("systemctl", "get-default")),
         ("ip-addr", _cmd("ip", "-j", "addr", "show")),
@@ -213,6 +211,20 @@ def sections(plan: FactPlan) -> list[tuple[str, str]]:
     if plan.packages:
         out.append(("dpkg", _cmd("dpkg-query", "-W", f"-f={DPKG_FORMAT}", *plan.packages)))
     return out
+
+
+#: kernels (and lab nodes) without /proc/modules: the same first column from /sys/module
+#: (`[` is built into sh, so this costs no process when /proc/modules exists)
+MODULES_SYS_COMMAND = "[ -e /proc/modules ] || " + _cmd("ls", "-1", "/sys/module")
+
+
+def modules_section(found: Sections) -> str:
+    """Which section lists the loaded modules: `modules-sys` when /proc/modules was missing
+    and /sys/module answered, else `modules` (/proc/modules)."""
+    fallback = found.get("modules-sys")
+    if fallback is not None and fallback.status == 0 and fallback.output.strip():
+        return "modules-sys"
+    return "modules"
 
 
 def new_marker() -> str:

@@ -9,7 +9,8 @@ from sparkbase.facts.model import MokCertificate, SecureBoot
 _FINGERPRINT = re.compile(r"^SHA1 Fingerprint:\s*(?P<fp>[0-9A-Fa-f:]+)\s*$")
 _SERIAL_INLINE = re.compile(r"^Serial Number:\s*(?P<dec>\d+)\s*\(0x(?P<hex>[0-9A-Fa-f]+)\)")
 _HEX_LINE = re.compile(r"^[0-9A-Fa-f]{2}(?::[0-9A-Fa-f]{2})*:?$")
-_CN = re.compile(r"(?:^|[,/]\s*)CN\s*=\s*(?P<cn>[^,/]+)")
+#: `CN=x` as X509_print writes names (`C=GB, …, CN=x`), or `CN = x` (openssl ≥ 1.1 CLI)
+_CN = re.compile(r"(?:^|[,/])\s*CN\s*=\s*(?P<cn>[^,/]+)")
 
 
 def parse_sb_state(text: str) -> SecureBoot:
@@ -40,7 +41,7 @@ def normalise_serial(text: str) -> str:
 
 
 def _cn(name: str) -> str | None:
-    found = _CN.search(name)
+    found = _CN.search(name.strip())
     return found["cn"].strip() if found else None
 
 

@@ -1,0 +1,193 @@
+"""Issue 11 end to end: the emulated fleet prints what real tools print, and sparkbase reads
+it right. The five misjudgements (cpuset by set, signature by serial, Secure Boot not
+enforcing, dkms noise, real grub.cfg) on a node converged to the variant, which then audits
+clean and applies no change. Own lab (port base SPARKBASE_TEST_FACTS_PORT_BASE)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ports import port_base
+
+from sparkbase.audit.expected import expected_for
+from sparkbase.audit.run import judge_node
+from sparkbase.facts.collect import gather_fleet
+from sparkbase.facts.model import NodeFacts, SecureBoot
+from sparkbase.facts.parsers import normalise_serial, parse_grubenv, parse_modinfo, parse_mok_certificates
+from sparkbase.lab import faults
+from sparkbase.lab.fleet import Lab
+from sparkbase.model.site import load_site
+from sparkbase.transport import ssh_targets
+
+pytestmark = pytest.mark.end_to_end
+
+REPO = Path(__file__).parents[2]
+PORT_BASE = port_base("SPARKBASE_TEST_FACTS_PORT_BASE", 2871)
+NODE = "spark2"
+VARIANT = "ds41f-7x-64k"
+VARIANT_KERNEL = "7.0.0-1019-nvidia-64k"
+SAVER = "uvm_memory_saver"
+
+
+class Fleet:
+    """A lab plus a private copy of the shipped site."""
+
+    def __init__(self, lab: Lab, site: Path) -> None:
+        self.lab = lab
+        self.site = site
+
+    def sparkbase(self, *args: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "sparkbase.cli.main", args[0], "--site", str(self.site),
+                "--lab", str(self.lab.dir), *args[1:]]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False)
+
+    def sh(self, command: str) -> str:
+        status, out, err = self.lab.run(NODE, command)
+        assert status == 0, f"{NODE}: {command}: {err}"
+        return out
+
+    def facts(self) -> tuple[Any, NodeFacts]:
+        """What the audit reads on the node, judged against the variant."""
+        site = load_site(self.site)
+        expected = expected_for(site, NODE, VARIANT)
+        found = gather_fleet(ssh_targets(site, self.lab.dir), {NODE: expected.plan()})[NODE]
+        assert isinstance(found, NodeFacts), found
+        return expected, found
+
+    def failed(self) -> dict[str, Any]:
+        expected, found = self.facts()
+        return {r.id: r for r in judge_node(expected, found) if r.status == "fail"}
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    if os.geteuid() != 0:
+        pytest.fail("end-to-end tests need root (namespaces, mounts); run them as root")
+    os.environ.setdefault("SPARKBASE_LAB_BOOT_DELAY", "0.3")
+    base = tmp_path_factory.mktemp("facts")
+    site = base / "site"
+    for part in ("baselines", "inventory", "lanes"):
+        shutil.copytree(REPO / part, site / part)
+    lab = Lab(base / "lab", port_base=PORT_BASE)
+    lab.up(4, fresh=True)
+    try:
+        yield Fleet(lab, site)
+    finally:
+        lab.down()
+
+
+@pytest.fixture(scope="module")
+def variant(fleet: Fleet) -> dict[str, Any]:
+    """spark2 converged to the variant (policy override), as the apply's JSON report."""
+    done = fleet.sparkbase("apply", "--limit", NODE, "--baseline", VARIANT, "--allow-reboot", "--yes",
+                           "--override-policy", "e2e: real formats on the variant", "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert fleet.sh("uname -r").strip() == VARIANT_KERNEL
+    report: dict[str, Any] = json.loads(done.stdout)
+    return report
+
+
+def test_the_node_prints_kmod_signatures_as_kmod_does(fleet: Fleet, variant: dict[str, Any]) -> None:
+    info = parse_modinfo(fleet.sh(f"modinfo -k {VARIANT_KERNEL} {SAVER}"), 0)
+    assert info.filename is not None and "/updates/dkms/" in info.filename
+    assert info.srcversion is not None and int(info.srcversion, 16) >= 0
+    assert info.sig_key is not None and info.sig_key == info.sig_key.upper() and ":" in info.sig_key
+    enrolled = parse_mok_certificates(fleet.sh("mokutil --list-enrolled"))
+    signer = [cert for cert in enrolled if cert.serial == normalise_serial(info.sig_key)]
+    assert len(signer) == 1, (info.sig_key, enrolled)
+    # the serial, not the SHA-1 fingerprint the baseline pins: the misjudgement of 0.1.0
+    assert normalise_serial(info.sig_key) != signer[0].fingerprint.replace(":", "").lstrip("0")
+    pinned = load_site(fleet.site).baselines[VARIANT].secure_boot.mok_fingerprint
+    if pinned is not None:
+        assert signer[0].fingerprint == pinned
+    assert info.signer == signer[0].issuer_cn
+
+
+def test_variant_node_audits_clean_and_a_second_apply_changes_nothing(
+    fleet: Fleet, variant: dict[str, Any]
+) -> None:
+    shown = fleet.sh("systemctl show -p AllowedCPUs sparkbase-serving.slice").strip()
+    assert shown == "AllowedCPUs=5-9 15-19"  # systemd's own format: ranges joined by spaces
+    expected, found = fleet.facts()
+    assert found.errors == {}, found.errors
+    assert found.slice_allowed_cpus == frozenset({*range(5, 10), *range(15, 20)})
+    assert found.secure_boot is SecureBoot.ENABLED
+    results = {r.id: r for r in judge_node(expected, found)}
+    assert [(i, r.observed) for i, r in results.items() if r.blocking] == []
+    for check in ("cpuset.slice", "memory_saver.signature", "memory_saver.dkms", "secure_boot.state",
+                  "boot.grub_default"):
+        assert results[check].status == "pass", check
+    again = fleet.sparkbase("apply", "--limit", NODE, "--baseline", VARIANT, "--yes",
+                            "--override-policy", "e2e: idempotence on real formats", "--json")
+    assert again.returncode == 0, again.stdout + again.stderr
+    node = json.loads(again.stdout)["nodes"][0]
+    assert node["status"] == "unchanged"
+    assert [op["name"] for op in node["operations"] if op["status"] != "unchanged"] == []
+    dkms = next(op for op in node["operations"] if op["kind"] == "dkms-install")
+    assert "signed by" in dkms["reason"]  # judged by the signing certificate, as the audit does
+
+
+def test_dkms_noise_is_reported_never_fatal(fleet: Fleet, variant: dict[str, Any]) -> None:
+    faults.inject(fleet.lab, NODE, "dkms-noise")
+    try:
+        _, found = fleet.facts()
+        assert [(e.name, e.kernel, e.status) for e in found.dkms] == [
+            ("uvm-memory-saver", VARIANT_KERNEL, "installed")
+        ]
+        assert any("Deprecated feature" in line for line in found.dkms_noise)
+        assert "memory_saver.dkms" not in fleet.failed()
+        plan = fleet.sparkbase("plan", "--limit", NODE, "--baseline", VARIANT,
+                               "--override-policy", "e2e: dkms noise")
+        assert "build and sign" not in plan.stdout.split("apply summary")[0].replace("=", "")
+    finally:
+        faults.clear(fleet.lab, NODE, "dkms-noise")
+
+
+@pytest.mark.parametrize(
+    ("fault", "state", "observed"),
+    [
+        ("sb-not-enforcing", SecureBoot.NOT_ENFORCING, "validation disabled in shim"),
+        ("sb-setup-mode", SecureBoot.SETUP_MODE, "setup mode"),
+        ("no-efi", SecureBoot.UNSUPPORTED, "not supported"),
+    ],
+)
+def test_secure_boot_that_does_not_enforce_fails_with_its_own_words(
+    fleet: Fleet, variant: dict[str, Any], fault: str, state: SecureBoot, observed: str
+) -> None:
+    faults.inject(fleet.lab, NODE, fault)
+    try:
+        _, found = fleet.facts()
+        assert found.secure_boot is state
+        failed = fleet.failed()
+        assert "secure_boot.state" in failed
+        assert observed in str(failed["secure_boot.state"].observed)
+        if state is SecureBoot.NOT_ENFORCING:
+            assert "mokutil --enable-validation" in str(failed["secure_boot.state"].fix)
+    finally:
+        faults.clear(fleet.lab, NODE, fault)
+
+
+def test_grub_cfg_as_grub_mkconfig_writes_it(fleet: Fleet, variant: dict[str, Any]) -> None:
+    cfg = fleet.sh("cat /boot/grub/grub.cfg")
+    assert "$menuentry_id_option 'gnulinux-" in cfg
+    _, found = fleet.facts()
+    assert found.grub is not None and found.grub.default_entry is not None
+    assert found.grub.default_entry.release == VARIANT_KERNEL
+    assert all(entry.ident for entry in found.grub.entries if entry.release)
+    listed = parse_grubenv(fleet.sh("grub-editenv /boot/grub/grubenv list"))
+    assert listed == parse_grubenv(fleet.sh("cat /boot/grub/grubenv"))
+
+
+def test_dgx_release_in_dgx_os_7_numbering(fleet: Fleet, variant: dict[str, Any]) -> None:
+    _, found = fleet.facts()
+    assert found.dgx_release is not None
+    assert found.dgx_release["DGX_NAME"] == "DGX Spark"
+    assert found.dgx_release.get("DGX_SWBUILD_VERSION", "").startswith("7.")
