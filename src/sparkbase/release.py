@@ -104,11 +104,15 @@ def lock_text(entries: dict[str, LockEntry]) -> str:
 
 def read_lock(path: Path) -> dict[str, LockEntry] | None:
     """The entries recorded in the lock at `path`; None when there is no lock yet."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    from sparkbase.model.yamlio import FileRefused, read_site_file
+
+    if not os.path.lexists(path):
         return None
-    except (OSError, UnicodeDecodeError) as exc:
+    try:  # a regular file of bounded size only: a FIFO or /dev/zero here must not hang
+        text = read_site_file(path).decode("utf-8")
+    except FileRefused as exc:
+        raise LockFileError(f"{path}: {exc.message}") from None
+    except UnicodeDecodeError as exc:
         raise LockFileError(f"{path}: cannot read: {exc}") from None
     try:
         document: Any = json.loads(text)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -97,6 +99,24 @@ def test_unreadable_lock_is_a_usage_error(site_copy: Path, capsys: pytest.Captur
     (site_copy / "baselines" / "sparkbase.lock").write_text("{not json")
     assert main(["lock", "--check", "--site", str(site_copy)]) == 2
     assert "not JSON" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("make", "said"),
+    [
+        (lambda p: os.mkfifo(p), "is a FIFO"),
+        (lambda p: p.symlink_to("/dev/zero"), "is a character device"),
+        (lambda p: p.mkdir(), "is a directory"),
+    ],
+)
+def test_a_lock_that_is_not_a_regular_file_is_refused_not_read(
+    site_copy: Path, capsys: pytest.CaptureFixture[str], make: Callable[[Path], object], said: str
+) -> None:
+    lock = site_copy / "baselines" / "sparkbase.lock"
+    lock.unlink()
+    make(lock)
+    assert main(["lock", "--check", "--site", str(site_copy)]) == 2
+    assert said in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
