@@ -40,8 +40,10 @@ def test_catalogue_names_others_rely_on() -> None:
 def test_module_versions_match_driver() -> None:
     for p in packages.CATALOGUE:
         if p.name.startswith("linux-modules-nvidia-580-open-"):
-            (ko,) = p.files
-            assert f"version={packages.nvidia_module_version(p.version)}\n".encode() in ko.content
+            names = sorted(f.path.rsplit("/", 1)[1] for f in p.files)
+            assert names == ["nvidia-drm.ko", "nvidia-modeset.ko", "nvidia-uvm.ko", "nvidia.ko"]
+            for ko in p.files:
+                assert f"version={packages.nvidia_module_version(p.version)}\n".encode() in ko.content
 
 
 def test_nccl_files_are_stable_and_hashed() -> None:

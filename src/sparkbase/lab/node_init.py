@@ -153,7 +153,7 @@ class Init:
         keys: list[str] = json.loads(result.stdout.strip().splitlines()[-1])["sysctls"]
         self.boot_time = time.monotonic()
         self.write_uptime()
-        for name in ("cmdline", "cpuinfo", "modules", "uptime"):
+        for name in ("cmdline", "cpuinfo", "modules", "swaps", "uptime"):
             if os.path.exists(f"/proc/{name}"):
                 self.bind(f"/run/sparkbase-lab/proc/{name}", f"/proc/{name}")
             # A kernel built without module support has no /proc/modules (procfs cannot

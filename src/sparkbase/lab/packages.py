@@ -124,13 +124,32 @@ def _text(path: str, text: str, mode: int = 0o644) -> PackageFile:
     return PackageFile(path, text.encode(), mode)
 
 
-_UPDATE_GRUB_POSTINST = """#!/bin/sh
+def _kernel_postinst(release: str) -> str:
+    """A kernel image's postinst as Ubuntu's hooks run it: the initramfs, then GRUB."""
+    return f"""#!/bin/sh
 set -e
-if [ "$1" = configure ] && command -v update-grub >/dev/null 2>&1; then
-    update-grub >/dev/null 2>&1 || true
+if [ "$1" = configure ]; then
+    if command -v update-initramfs >/dev/null 2>&1; then
+        update-initramfs -c -k {release} >/dev/null 2>&1 || true
+    fi
+    if command -v update-grub >/dev/null 2>&1; then
+        update-grub >/dev/null 2>&1 || true
+    fi
 fi
 exit 0
 """
+
+
+def _module_file(
+    path: str, name: str, release: str, version: str | None = None, **fields: str
+) -> PackageFile:
+    """A stand-in stock module file (`key=value` lines in kmod's field order)."""
+    lines = ["sparkbase-lab module"]
+    if version:
+        lines.append(f"version={version}")
+    lines += [f"{key}={value}" for key, value in fields.items()]
+    lines += [f"name={name}", f"vermagic={release} SMP preempt mod_unload modversions aarch64"]
+    return _text(path, "\n".join(lines) + "\n")
 
 
 def _kernel_packages(release: str, kver: str) -> list[Package]:
@@ -145,7 +164,7 @@ def _kernel_packages(release: str, kver: str) -> list[Package]:
             _text(f"/boot/config-{release}", f"CONFIG_LOCALVERSION=\"-{abi}\"\n"),
             _text(f"/boot/System.map-{release}", f"{release}\n"),
         ),
-        postinst=_UPDATE_GRUB_POSTINST,
+        postinst=_kernel_postinst(release),
     )
     headers = Package(
         f"linux-headers-{release}",
@@ -158,6 +177,7 @@ def _kernel_packages(release: str, kver: str) -> list[Package]:
                 f"# sparkbase-lab stand-in headers\nKERNELRELEASE = {release}\n",
             ),
         ),
+        symlinks=((f"/lib/modules/{release}/build", f"/usr/src/linux-headers-{release}"),),
     )
     modules = Package(
         f"linux-modules-{release}",
@@ -167,10 +187,14 @@ def _kernel_packages(release: str, kver: str) -> list[Package]:
         files=(
             _text(f"/lib/modules/{release}/modules.dep", ""),
             _text(f"/lib/modules/{release}/modules.order", ""),
-            _text(
-                f"/lib/modules/{release}/kernel/drivers/net/ethernet/mellanox/mlx5/core/mlx5_core.ko",
-                f"sparkbase-lab module\nname=mlx5_core\nvermagic={release} SMP mod_unload aarch64\n",
-            ),
+            _module_file(f"/lib/modules/{release}/kernel/drivers/net/ethernet/mellanox/mlx5/core/mlx5_core.ko",
+                         "mlx5_core", release, license="Dual BSD/GPL",
+                         description="Mellanox 5th generation network adapters (ConnectX series) core driver",
+                         depends="mlxfw,psample,tls,pci-hyperv-intf"),
+            _module_file(f"/lib/modules/{release}/kernel/drivers/infiniband/hw/mlx5/mlx5_ib.ko",
+                         "mlx5_ib", release, license="Dual BSD/GPL",
+                         description="Mellanox 5th generation network adapters (ConnectX series) IB driver",
+                         depends="mlx5_core,ib_uverbs,ib_core"),
         ),
     )
     out = [image, headers, modules]
@@ -181,12 +205,15 @@ def _kernel_packages(release: str, kver: str) -> list[Package]:
                 f"{driver}-0ubuntu1+{kver}",
                 f"NVIDIA 580 open kernel modules for {release} (lab stand-in)",
                 section="kernel",
-                files=(
-                    _text(
-                        f"/lib/modules/{release}/kernel/nvidia-580-open/nvidia.ko",
-                        "sparkbase-lab module\nname=nvidia\n"
-                        f"version={driver}\nvermagic={release} SMP mod_unload aarch64\n",
-                    ),
+                files=tuple(
+                    _module_file(f"/lib/modules/{release}/kernel/nvidia-580-open/{file}.ko",
+                                 file.replace("-", "_"), release, driver, license=lic, depends=deps)
+                    for file, lic, deps in (
+                        ("nvidia", "Dual MIT/GPL", ""),
+                        ("nvidia-uvm", "Dual MIT/GPL", "nvidia"),
+                        ("nvidia-modeset", "Dual MIT/GPL", "nvidia"),
+                        ("nvidia-drm", "Dual MIT/GPL", "nvidia-modeset,drm_kms_helper,drm"),
+                    )
                 ),
             )
         )

@@ -12,7 +12,7 @@ import os
 from sparkbase.lab.shims.cmd_grub import GRUBENV, installed_kernels, render
 from sparkbase.lab.shims.cmd_modules import compute_modules, find_module, write_modules
 from sparkbase.lab.shims.cmd_net import default_net, netplan_apply
-from sparkbase.lab.shims.cmd_swap import swap_activate
+from sparkbase.lab.shims.cmd_swap import save_swaps, swap_activate
 from sparkbase.lab.shims.cmd_systemd import compute_active, default_target
 from sparkbase.lab.shims.common import (
     ACTIVE,
@@ -20,7 +20,6 @@ from sparkbase.lab.shims.common import (
     NET,
     RUN,
     STATE,
-    SWAPS,
     VAR,
     Fail,
     LazyModule,
@@ -107,8 +106,12 @@ def do_boot(argv: list[str]) -> int:
             sysctls[key] = value
     for key, value in sysctls.items():
         write_text(f"{RUN}/sysctl/{key}", value + "\n")
+    # read-only kernel facts a program reads from /proc/sys (bound the same way)
+    kernel_files = {"kernel.osrelease": choice.release}
+    for key, value in kernel_files.items():
+        write_text(f"{RUN}/sysctl/{key}", value + "\n")
     write_text(ACTIVE, "".join(f"{u}\n" for u in compute_active(target)))
-    write_json(SWAPS, [])
+    save_swaps([])
     for line in read_text("/etc/fstab").splitlines():
         words = line.split("#", 1)[0].split()
         if len(words) >= 3 and words[2] == "swap" and "noauto" not in words[3:4]:
@@ -122,7 +125,7 @@ def do_boot(argv: list[str]) -> int:
     except Fail as exc:
         boot_log(f"netplan: {exc}")
     write_fabric_sysfs()
-    print(json.dumps({"sysctls": sorted(sysctls)}))
+    print(json.dumps({"sysctls": sorted([*sysctls, *kernel_files])}))
     return 0
 
 

@@ -69,6 +69,43 @@ def cmd_nproc(argv: list[str]) -> int:
     return 0
 
 
+def initrd_text(release: str) -> str:
+    """A stand-in initramfs image for `release` (text; what it would pack is named)."""
+    return f"sparkbase-lab initramfs\nrelease={release}\nmodules=/lib/modules/{release}\n"
+
+
+def cmd_update_initramfs(argv: list[str]) -> int:
+    """`update-initramfs -c|-u|-d -k RELEASE|all`: create, update or delete
+    `/boot/initrd.img-RELEASE` (`-u` without `-k`: the newest kernel's)."""
+    from sparkbase.lab.shims.common import glob, write_text
+
+    mode = next((a for a in argv if a in ("-c", "-u", "-d")), "")
+    if not mode:
+        raise Fail("Usage: update-initramfs {-c|-d|-u} [-k version] [-v] [-b directory]", 2)
+    version = argv[argv.index("-k") + 1] if "-k" in argv and argv.index("-k") + 1 < len(argv) else ""
+    installed = sorted((p[len("/boot/vmlinuz-"):] for p in glob("/boot/vmlinuz-*")), key=B.version_key)
+    if version == "all":
+        releases = installed
+    elif version:
+        releases = [version]
+    else:
+        releases = installed[-1:]
+    for release in releases:
+        image = f"/boot/initrd.img-{release}"
+        if mode == "-d":
+            if os.path.exists(image):
+                os.unlink(image)
+            continue
+        if mode == "-c" and not os.path.isdir(f"/lib/modules/{release}"):
+            raise Fail(f"update-initramfs: /lib/modules/{release} does not exist. Cannot continue.", 1)
+        if mode == "-u" and not os.path.exists(image):
+            continue
+        print(f"update-initramfs: Generating {image}")
+        write_text(image, initrd_text(release))
+    return 0
+
+
 COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "uname": cmd_uname, "getconf": cmd_getconf, "nproc": cmd_nproc,
+    "update-initramfs": cmd_update_initramfs,
 }

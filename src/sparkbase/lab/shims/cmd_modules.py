@@ -57,6 +57,8 @@ def refusal(path: Path, fw: dict[str, Any]) -> str | None:
 #: modules a Spark loads at boot when their files exist (the NVIDIA family needs nvidia.ko)
 NVIDIA_FAMILY = ("nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm")
 FABRIC_MODULES = ("mlx5_core", "mlx5_ib")
+#: modules built into the kernel: always in /sys/module, never in /proc/modules
+BUILTIN_MODULES = ("nvme_core",)
 #: parameters a module has before any modprobe.d option
 PARAM_DEFAULTS = {"nvidia_drm": {"modeset": "N", "fbdev": "N"}, "uvm_memory_saver": {"leaf_packing": "0"}}
 
@@ -121,7 +123,9 @@ def write_modules(loaded: list[str], params: dict[str, dict[str, str]], release:
     write_text(f"{RUN}/proc/modules", B.modules_text(rows))
     sys_module = Path("/sys/module")
     if sys_module.exists():
-        shutil.rmtree(sys_module, ignore_errors=True)
+        for entry in sys_module.iterdir():
+            if entry.name not in BUILTIN_MODULES:
+                shutil.rmtree(entry, ignore_errors=True)
     for module in loaded:
         (sys_module / module / "parameters").mkdir(parents=True, exist_ok=True)
         write_text(sys_module / module / "initstate", "live\n")
@@ -193,7 +197,7 @@ def _module_lines(
 def _dkms_build(name: str, version: str, release: str, install: bool) -> None:
     import shutil
     conf = _dkms_conf(name, version)
-    if not Path(f"/usr/src/linux-headers-{release}").is_dir():
+    if not Path(f"/lib/modules/{release}/build").is_dir():
         raise Fail(f"Error! Your kernel headers for kernel {release} cannot be found at "
                    f"/lib/modules/{release}/build or /lib/modules/{release}/source.", 1)
     module = conf.get("BUILT_MODULE_NAME_0", name.replace("-", "_"))
@@ -404,12 +408,11 @@ def cmd_lsmod(argv: list[str]) -> int:
 
 
 def cmd_noop(argv: list[str]) -> int:
-    """`depmod`, `update-initramfs`: nothing to do in the lab."""
+    """`depmod`: nothing to do in the lab (module lookups read the tree)."""
     return 0
 
 
 COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "dkms": cmd_dkms, "modinfo": cmd_modinfo, "modprobe": cmd_modprobe, "insmod": cmd_modprobe,
     "rmmod": lambda argv: cmd_modprobe(["-r", *argv]), "depmod": cmd_noop, "lsmod": cmd_lsmod,
-    "update-initramfs": cmd_noop,
 }

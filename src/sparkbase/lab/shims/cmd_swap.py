@@ -5,7 +5,17 @@ from __future__ import annotations
 import os
 import sys
 
-from sparkbase.lab.shims.common import SWAPS, Fail, LazyModule, read_json, read_text, state, write_json
+from sparkbase.lab.shims.common import (
+    RUN,
+    SWAPS,
+    Fail,
+    LazyModule,
+    read_json,
+    read_text,
+    state,
+    write_json,
+    write_text,
+)
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
@@ -23,6 +33,34 @@ def active_swaps() -> list[dict[str, Any]]:
     return data
 
 
+#: the node's /proc/swaps (bind-mounted over /proc/swaps at boot; rewritten in place)
+PROC_SWAPS = f"{RUN}/proc/swaps"
+
+
+def proc_swaps_text(swaps: list[dict[str, Any]]) -> str:
+    """/proc/swaps as the kernel prints it (mm/swapfile.c `swap_show`): the name padded to
+    40 columns, sizes in KiB, an extra tab after a size of fewer than 8 digits."""
+    lines = ["Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority"]
+    for swap in swaps:
+        name = swap["path"].replace(" ", "\\040").replace("\t", "\\011").replace("\n", "\\012")
+        size, used = swap["size"] // 1024, 0
+        lines.append(f"{name}{' ' * max(1, 40 - len(name))}file\t\t{size}\t{chr(9) if size < 10**7 else ''}"
+                     f"{used}\t{chr(9) if used < 10**7 else ''}{swap['prio']}")
+    return "\n".join(lines) + "\n"
+
+
+def save_swaps(swaps: list[dict[str, Any]]) -> None:
+    """Record the active swap areas and show them in the node's /proc/swaps."""
+    write_json(SWAPS, swaps)
+    write_text(PROC_SWAPS, proc_swaps_text(swaps))
+
+
+def usable_size(file_size: int, page_size: int) -> int:
+    """What the kernel swaps on: every whole page but the header page (`swapon --show`
+    SIZE and /proc/swaps report this, not the file's size)."""
+    return max(file_size // page_size - 1, 0) * page_size
+
+
 def swap_activate(path: str, prio: int) -> None:
     """`swapon FILE`: refuse what the kernel would refuse, else add it to the active swaps."""
     real = os.path.realpath(path)
@@ -37,14 +75,15 @@ def swap_activate(path: str, prio: int) -> None:
     found = B.swap_header_page_size(header)
     if found is None:
         raise Fail(f"swapon: {path}: read swap header failed", 255)
-    if found != state()["page_size"]:
+    page_size = state()["page_size"]
+    if found != page_size:
         raise Fail(f"swapon: {path}: swapspace has wrong page size", 255)
     mode = os.stat(real).st_mode & 0o777
     if mode & 0o077:
         print(f"swapon: {path}: insecure permissions {mode:04o}, 0600 suggested.", file=sys.stderr)
     swaps = active_swaps()
-    swaps.append({"path": real, "size": size, "prio": prio})
-    write_json(SWAPS, swaps)
+    swaps.append({"path": real, "size": usable_size(size, page_size), "prio": prio})
+    save_swaps(swaps)
 
 
 def _human(size: int) -> str:
@@ -127,14 +166,14 @@ def cmd_swapoff(argv: list[str]) -> int:
     """`swapoff FILE|-a`."""
     swaps = active_swaps()
     if "-a" in argv or "--all" in argv:
-        write_json(SWAPS, [])
+        save_swaps([])
         return 0
     for f in [a for a in argv if not a.startswith("-")]:
         real = os.path.realpath(f)
         if real not in {s["path"] for s in swaps}:
             raise Fail(f"swapoff: {f}: swapoff failed: Invalid argument", 255)
         swaps = [s for s in swaps if s["path"] != real]
-    write_json(SWAPS, swaps)
+    save_swaps(swaps)
     return 0
 
 

@@ -23,13 +23,14 @@ MODULES: dict[str, str] = {
     "mokutil": "cmd_secureboot",
     "dkms": "cmd_modules", "modinfo": "cmd_modules", "modprobe": "cmd_modules",
     "insmod": "cmd_modules", "rmmod": "cmd_modules", "depmod": "cmd_modules",
-    "lsmod": "cmd_modules", "update-initramfs": "cmd_modules",
+    "lsmod": "cmd_modules", "update-initramfs": "cmd_kernel",
     "fallocate": "cmd_swap", "mkswap": "cmd_swap", "swapon": "cmd_swap", "swapoff": "cmd_swap",
     "systemctl": "cmd_systemd",
     "update-grub": "cmd_grub", "update-grub2": "cmd_grub", "grub-mkconfig": "cmd_grub",
     "grub-reboot": "cmd_grub", "grub-set-default": "cmd_grub", "grub-editenv": "cmd_grub",
     "reboot": "cmd_power", "shutdown": "cmd_power", "poweroff": "cmd_power", "halt": "cmd_power",
     "netplan": "cmd_net", "ip": "cmd_net", "rdma": "cmd_net", "lspci": "cmd_net",
+    "efibootmgr": "cmd_hw", "nvme": "cmd_hw",
     "__boot__": "boot_step", "__refresh__": "boot_step",
 }
 

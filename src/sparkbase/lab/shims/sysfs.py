@@ -16,25 +16,99 @@ else:
     B = LazyModule("sparkbase.lab.boot")
 
 
+CPU = Path("/sys/devices/system/cpu")
+#: the GB10's CPPC frequency limits (kHz): Cortex-X925 and Cortex-A725 cores
+MAX_FREQ_FAST, MAX_FREQ_SLOW, MIN_FREQ = 3900000, 2808000, 338000
+GOVERNORS = "conservative ondemand userspace powersave performance schedutil"
+
+
+def _relink(link: Path, target: str) -> None:
+    """`link` -> `target` (replacing a directory or file an older boot left there)."""
+    import shutil
+
+    if link.is_symlink() or link.is_file():
+        link.unlink()
+    elif link.is_dir():
+        shutil.rmtree(link)
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(target)
+
+
 def write_sysfs_static(node: str) -> None:
-    """Directories and files of the emulated /sys that never change (EFI, CPUs)."""
-    Path("/sys/firmware/efi/efivars").mkdir(parents=True, exist_ok=True)
+    """Directories and files of the emulated /sys that never change: EFI, CPUs with one
+    cpufreq policy each (`cpu<N>/cpufreq` -> `../cpufreq/policy<N>`, as cppc_cpufreq makes
+    them), the GB10's DRM device, the NVMe controller."""
+    if not faults().get("no-efi"):
+        Path("/sys/firmware/efi/efivars").mkdir(parents=True, exist_ok=True)
     Path("/sys/kernel/mm/transparent_hugepage").mkdir(parents=True, exist_ok=True)
     for cpu in range(B.NCPUS):
-        Path(f"/sys/devices/system/cpu/cpu{cpu}/cpufreq").mkdir(parents=True, exist_ok=True)
-    write_text(Path("/sys/devices/system/cpu/online"), f"0-{B.NCPUS - 1}\n")
-    write_text(Path("/sys/devices/system/cpu/possible"), f"0-{B.NCPUS - 1}\n")
+        policy = CPU / "cpufreq" / f"policy{cpu}"
+        policy.mkdir(parents=True, exist_ok=True)
+        fast = cpu in B.FAST_CPUS
+        for name, value in (
+            ("related_cpus", str(cpu)), ("affected_cpus", str(cpu)), ("scaling_driver", "cppc_cpufreq"),
+            ("cpuinfo_max_freq", str(MAX_FREQ_FAST if fast else MAX_FREQ_SLOW)),
+            ("cpuinfo_min_freq", str(MIN_FREQ)), ("scaling_min_freq", str(MIN_FREQ)),
+            ("scaling_max_freq", str(MAX_FREQ_FAST if fast else MAX_FREQ_SLOW)),
+            ("scaling_available_governors", GOVERNORS),
+        ):
+            write_text(policy / name, value + "\n")
+        _relink(CPU / f"cpu{cpu}" / "cpufreq", f"../cpufreq/policy{cpu}")
+    write_text(CPU / "online", f"0-{B.NCPUS - 1}\n")
+    write_text(CPU / "possible", f"0-{B.NCPUS - 1}\n")
+    write_drm()
+    write_nvme()
 
 
 def write_governor() -> None:
-    """cpufreq governor files of every CPU (`powersave` under the `governor` fault)."""
+    """The governor of every cpufreq policy (`powersave` under the `governor` fault)."""
     governor = "powersave" if faults().get("governor") else "performance"
     for cpu in range(B.NCPUS):
-        base = Path(f"/sys/devices/system/cpu/cpu{cpu}/cpufreq")
-        write_text(base / "scaling_governor", governor + "\n")
-        write_text(base / "scaling_available_governors",
-                   "conservative ondemand userspace powersave performance schedutil\n")
-        write_text(base / "scaling_max_freq", "3900000\n" if cpu in B.FAST_CPUS else "2808000\n")
+        write_text(CPU / "cpufreq" / f"policy{cpu}" / "scaling_governor", governor + "\n")
+
+
+#: the GB10's display controller as DRM shows it (PCI 000f:01:00.0, NVIDIA)
+DRM_DEVICE = "/sys/devices/pci000f:00/000f:00:00.0/000f:01:00.0"
+
+
+def write_drm() -> None:
+    """/sys/class/drm: card and render node of the GB10 (when nvidia_drm is loaded), its
+    HDMI connector disconnected (a headless node)."""
+    import shutil
+
+    drm = Path("/sys/class/drm")
+    shutil.rmtree(drm, ignore_errors=True)
+    device = Path(DRM_DEVICE)
+    write_text(device / "vendor", "0x10de\n")
+    write_text(device / "class", "0x030000\n")
+    if not Path("/sys/module/nvidia_drm").is_dir():
+        return
+    write_text(drm / "version", "drm 1.1.0 20060810\n")
+    devices = f"../..{DRM_DEVICE.removeprefix('/sys')}/drm"
+    for name, dev in (("card0", "226:0"), ("renderD128", "226:128")):
+        write_text(device / "drm" / name / "dev", dev + "\n")
+        _relink(drm / name, f"{devices}/{name}")
+    connector = device / "drm" / "card0" / "card0-HDMI-A-1"
+    write_text(connector / "status", "disconnected\n")
+    write_text(connector / "enabled", "disabled\n")
+    _relink(drm / "card0-HDMI-A-1", f"{devices}/card0/card0-HDMI-A-1")
+
+
+#: the node's NVMe controller (a lab model name: no real Spark sample names the drive)
+NVME_MODEL = "sparkbase lab NVMe"
+
+
+def write_nvme() -> None:
+    """/sys/class/nvme/nvme0 and the nvme_core parameter APST depends on."""
+    from sparkbase.lab.shims.common import RUN, read_text
+
+    node = Path("/sys/class/nvme/nvme0")
+    for name, value in (("model", NVME_MODEL), ("serial", "SPARKBASELAB0001"), ("firmware_rev", "ERFM11.0"),
+                        ("state", "live"), ("transport", "pcie")):
+        write_text(node / name, value + "\n")
+    cmdline = read_text(f"{RUN}/proc/cmdline")
+    latency = B.cmdline_param(cmdline, "nvme_core.default_ps_max_latency_us") or "100000"
+    write_text(Path("/sys/module/nvme_core/parameters/default_ps_max_latency_us"), latency + "\n")
 
 
 def write_fabric_sysfs() -> None:
