@@ -64,4 +64,5 @@ def test_judge_signature(case: str, info: ModuleInfo, enrolled: tuple[MokCertifi
                          fingerprint: str | None, ok: bool) -> None:
     verdict = judge_signature(info, enrolled, fingerprint)
     assert verdict.ok is ok, f"{case}: {verdict.detail}"
+    assert (verdict.problem is None) is ok
     assert verdict.detail

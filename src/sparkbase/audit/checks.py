@@ -12,7 +12,7 @@ from sparkbase.audit.expected import Expected
 from sparkbase.audit.registry import Outcome, fail, fleet_check, node_check, ok, skip
 from sparkbase.facts.model import NodeFacts, SecureBoot
 from sparkbase.facts.parsers import dgx_os_version, format_cpu_list, parse_kv_conf
-from sparkbase.facts.signing import judge_signature
+from sparkbase.facts.signing import SignatureProblem, judge_signature
 from sparkbase.render import NCCL_CONF_PATH, NETPLAN_PATH, kernel_cmdline
 
 #: below this SM clock (MHz) a GB10 is latched
@@ -426,7 +426,7 @@ def memory_saver(expected: Expected, facts: NodeFacts, item: str | None) -> Outc
         verdict = judge_signature(facts.memory_saver, facts.mok_certificates, key)
         if verdict.ok:
             return ok(want, verdict.detail)
-        if verdict.detail == "unsigned":
+        if verdict.problem is SignatureProblem.UNSIGNED:
             return fail(want, "unsigned", "rebuild with the MOK key present: " + _apply(expected))
         return fail(want, verdict.detail, "re-sign with the enrolled MOK key: " + _apply(expected))
     param = f"{saver.module}.{saver.packing_parameter}"
