@@ -50,14 +50,15 @@ submenu 'Advanced options for Ubuntu' {
 """
 
 
-def answered(**outputs: str | tuple[str, int] | tuple[str, int, str]) -> Sections:
+Answer = str | tuple[str, int] | tuple[str, int, str]
+
+
+def answered(outputs: dict[str, Answer]) -> Sections:
     """Sections as a node answers them: name -> output (exit 0), or (output, status[, stderr])."""
     found = Sections()
     for name, value in outputs.items():
         output, status, stderr = (value, 0, "") if isinstance(value, str) else (*value, "")[:3]
-        found.by_name[name.replace("_", "-") if name.startswith(("mok", "sb", "grub")) else name] = (
-            Section(str(output), int(status), str(stderr))
-        )
+        found.by_name[name] = Section(str(output), int(status), str(stderr))
     return found
 
 
@@ -71,7 +72,7 @@ def test_deploy_facts_go_through_the_audits_fencing_and_parsers() -> None:
 
 
 def test_grub_state_parse_and_staleness() -> None:
-    grub = grub_state(answered(grub_cfg=GRUB_CFG, grubenv=("", 1)))
+    grub = grub_state(answered({"grub-cfg": GRUB_CFG, "grubenv": ("", 1)}))
     entry = "Advanced options for Ubuntu>Ubuntu, with Linux 6.17.0-1032-nvidia"
     assert grub.default == entry
     wanted = ["quiet", "transparent_hugepage=madvise"]
@@ -81,26 +82,27 @@ def test_grub_state_parse_and_staleness() -> None:
     assert "forbidden" in str(grub_stale(grub, "6.17.0-1008-nvidia", None, [], ["splash"]))
     # the default is judged by what it boots, however GRUB names it
     assert "default" in str(grub_stale(grub, "6.17.0-1008-nvidia", "x", [], []))
-    by_id = grub_state(answered(grub_cfg=GRUB_CFG.replace(entry, "${saved_entry}"),
-                                grubenv="saved_entry=1>1\n"))
+    by_id = grub_state(answered({"grub-cfg": GRUB_CFG.replace(entry, "${saved_entry}"),
+                                 "grubenv": "saved_entry=1>1\n"}))
     assert grub_stale(by_id, "6.17.0-1008-nvidia", "pinned", [], []) is None
 
 
 def test_grub_state_on_a_real_separate_boot_grub_cfg() -> None:
     cfg = (REAL / "boot_grub_grub.cfg__ubuntu24.04_separate_boot__otus-hw07.txt").read_text()
-    grub = grub_state(answered(grub_cfg=cfg, grubenv=("", 1)))
+    grub = grub_state(answered({"grub-cfg": cfg, "grubenv": ("", 1)}))
     assert grub_stale(grub, "6.8.0-88-generic", "0", ["ro"], ["splash"]) is None
     assert "lacks quiet" in str(grub_stale(grub, "6.8.0-88-generic", None, ["quiet"], []))
 
 
 def test_mok_state_reads_every_sb_state_and_the_certificates() -> None:
     enrolled = (REAL / "mokutil_--list-enrolled__ubuntu22.04_linux-surface-906.txt").read_text()
-    mok = mok_state(answered(sb_state="SecureBoot enabled\nSecureBoot validation is disabled in shim\n",
-                             mok_enrolled=enrolled, mok_pending=("MokNew is empty\n", 1)))
+    mok = mok_state(answered({"sb-state": "SecureBoot enabled\nSecureBoot validation is disabled in shim\n",
+                              "mok-enrolled": enrolled, "mok-pending": ("MokNew is empty\n", 1)}))
     assert mok["secure_boot"] is SecureBoot.NOT_ENFORCING
     assert mok["enrolled"][0] == "76:a0:92:06:58:00:bf:37:69:01:c3:72:cd:55:a9:0e:1f:de:d2:e0"
     assert mok["certificates"][0].serial == "b94124a0182c9267" and mok["pending"] == []
-    unsupported = mok_state(answered(sb_state=("", 255, "EFI variables are not supported on this system\n")))
+    no_efi = ("", 255, "EFI variables are not supported on this system\n")
+    unsupported = mok_state(answered({"sb-state": no_efi}))
     assert unsupported["secure_boot"] is SecureBoot.UNSUPPORTED and unsupported["enrolled"] == []
 
 
@@ -111,7 +113,8 @@ MOK = MokCertificate("de:68:7c:66:aa:de:f7:ac:da:f7:f1:c7:c8:0f:80:9d:81:86:73:f
 
 def _dkms(modinfo: str, dkms: str = "uvm-memory-saver/0.4.2, 7.0.0-1019-nvidia-64k, aarch64: installed\n",
           ) -> dict[str, object]:
-    return dkms_state(answered(dkms=(dkms, 0, "Deprecated feature: REMAKE_INITRD\n"), modinfo=modinfo),
+    noisy = (dkms, 0, "Deprecated feature: REMAKE_INITRD\n")
+    return dkms_state(answered({"dkms": noisy, "modinfo": modinfo}),
                       "uvm-memory-saver", "0.4.2", "7.0.0-1019-nvidia-64k")
 
 
@@ -144,10 +147,11 @@ def test_dkms_install_decision_judges_the_signature_like_the_audit(
 def test_file_swap_and_sysctl_parsers() -> None:
     assert parse_file_state(["600", "ab" * 32 + "  /x"]) == (0o600, "ab" * 32)
     assert parse_file_state(["__sparkbase_missing__"]) is None
-    swap = swap_file_state(answered(**{"stat": "17179869184 600\n", "hdr:4096": "..........\n",
-                                       "hdr:65536": "SWAPSPACE2\n"}))
+    swap = swap_file_state(answered({"stat": "17179869184 600\n", "hdr:4096": "..........\n",
+                                     "hdr:65536": "SWAPSPACE2\n"}))
     assert swap == {"size": 17179869184, "header_page_size": 65536, "mode": 0o600}
-    assert swap_file_state(answered(stat=("stat: cannot statx '/x': No such file or directory", 1))) is None
+    missing = ("stat: cannot statx '/x': No such file or directory", 1)
+    assert swap_file_state(answered({"stat": missing})) is None
     assert parse_sysctls(["vm.min_free_kbytes = 1048576", "bad"]) == {"vm.min_free_kbytes": "1048576"}
 
 
@@ -159,11 +163,12 @@ def test_missing_pins_compare_exact_versions() -> None:
 def test_reboot_reasons_come_from_what_runs_not_only_from_this_run() -> None:
     site = load_site(REPO)
     baseline = site.baseline_of("spark1")
-    running = boot_state(answered(
-        uname="6.17.0-1032-nvidia aarch64\n", pagesize="4096\n",
-        cmdline="BOOT_IMAGE=/boot/vmlinuz root=/dev/nvme0n1p2 ro quiet transparent_hugepage=madvise\n",
-        modules="nvidia 1 0 - Live 0x0\nnvidia_drm 1 0 - Live 0x0\n", drm_modeset="N\n", drm_fbdev="N\n",
-    ))
+    running = boot_state(answered({
+        "uname": "6.17.0-1032-nvidia aarch64\n", "pagesize": "4096\n",
+        "cmdline": "BOOT_IMAGE=/boot/vmlinuz root=/dev/nvme0n1p2 ro quiet transparent_hugepage=madvise\n",
+        "modules": "nvidia 1 0 - Live 0x0\nnvidia_drm 1 0 - Live 0x0\n", "drm_modeset": "N\n",
+        "drm_fbdev": "N\n",
+    }))
     mok = mok_state(Sections())
     assert reboot_reasons(baseline, running, mok, []) == []
     staged = {**running, "kernel": "6.17.0-1008-nvidia"}
@@ -217,3 +222,9 @@ def test_report_json_contract_and_exit_codes() -> None:
     assert Report("apply", [NodeResult("a", "b", NodeStatus.UNREACHABLE)]).exit_code() == 3
     assert Report("plan", [NodeResult("a", "b", NodeStatus.WOULD_CHANGE)]).exit_code() == 1
     assert Report("plan", [NodeResult("a", "b")]).exit_code() == 0
+
+
+def test_boot_state_reads_modules_from_sys_module_when_proc_modules_is_missing() -> None:
+    state = boot_state(answered({"modules": ("cat: /proc/modules: No such file or directory\n", 1),
+                                 "modules-sys": "mlx5_core\nuvm_memory_saver\n"}))
+    assert state["modules"] == ["mlx5_core", "uvm_memory_saver"]
