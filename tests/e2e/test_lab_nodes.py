@@ -65,7 +65,13 @@ def test_factory_facts_over_openssh(lab: Lab) -> None:
     assert ok(lab, node, "systemctl get-default") == "graphical.target\n"
     assert ok(lab, node, "systemctl is-enabled gdm3") == "enabled\n"
     assert ok(lab, node, "systemctl is-active display-manager") == "active\n"
-    assert ok(lab, node, "swapon --show") == ""
+    # the installer's 4 KiB-page swap file, as curtin writes it into fstab
+    assert "/swap.img\tnone\tswap\tsw\t0\t0\n" in ok(lab, node, "cat /etc/fstab")
+    assert ok(lab, node, "swapon --show=NAME,SIZE --bytes --noheadings").split() == [
+        "/swap.img", str((8 << 30) - 4096)]
+    for unit in ("snapd", "nv-cpu-governor", "dgx-dashboard", "bluetooth"):
+        assert ok(lab, node, f"systemctl is-active {unit}") == "active\n", unit
+    assert ok(lab, node, "systemctl is-enabled fwupd") == "static\n"
     assert "[madvise]" in ok(lab, node, "cat /sys/kernel/mm/transparent_hugepage/enabled")
     assert ok(lab, node, "cat /sys/devices/system/cpu/cpu7/cpufreq/scaling_governor") == "performance\n"
     assert "quiet splash" in ok(lab, node, "cat /proc/cmdline")

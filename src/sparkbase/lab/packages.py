@@ -251,6 +251,66 @@ def _desktop_packages() -> list[Package]:
             ),
         ),
         Package(
+            "bluez",
+            "5.72-0ubuntu5",
+            "Bluetooth tools and daemons (lab stand-in)",
+            files=(
+                unit(
+                    "bluetooth.service",
+                    "[Unit]\nDescription=Bluetooth service\n\n[Service]\n"
+                    "ExecStart=/usr/libexec/bluetooth/bluetoothd\n\n"
+                    "[Install]\nWantedBy=bluetooth.target\nAlias=dbus-org.bluez.service\n",
+                ),
+            ),
+        ),
+        Package(
+            "snapd",
+            "2.67.1+24.04",
+            "Daemon and tooling that enable snap packages (lab stand-in)",
+            files=(
+                unit(
+                    "snapd.service",
+                    "[Unit]\nDescription=Snap Daemon\n\n[Service]\nExecStart=/usr/lib/snapd/snapd\n\n"
+                    "[Install]\nWantedBy=multi-user.target\n",
+                ),
+            ),
+        ),
+        Package(
+            "fwupd",
+            "1.9.24-1~24.04.1",
+            "Firmware update daemon (lab stand-in)",
+            files=(
+                # D-Bus activated: no [Install] section, so `static`
+                unit("fwupd.service", "[Unit]\nDescription=Firmware update daemon\n\n[Service]\n"
+                                      "Type=dbus\nBusName=org.freedesktop.fwupd\nExecStart=/usr/libexec/fwupd/fwupd\n"),
+            ),
+        ),
+        Package(
+            "nv-cpu-governor",
+            "1.0-1",
+            "DGX OS CPU frequency governor setup (lab stand-in; the package name is the lab's)",
+            files=(
+                unit(
+                    "nv-cpu-governor.service",
+                    "[Unit]\nDescription=NVIDIA CPU governor\n\n[Service]\nType=oneshot\n"
+                    "ExecStart=/usr/sbin/nv-cpu-governor\nRemainAfterExit=yes\n\n"
+                    "[Install]\nWantedBy=multi-user.target\n",
+                ),
+            ),
+        ),
+        Package(
+            "dgx-dashboard",
+            "1.0-1",
+            "DGX Spark dashboard (lab stand-in; package and unit names are the lab's)",
+            files=(
+                unit(
+                    "dgx-dashboard.service",
+                    "[Unit]\nDescription=DGX Dashboard\n\n[Service]\nExecStart=/usr/bin/dgx-dashboard\n\n"
+                    "[Install]\nWantedBy=multi-user.target\n",
+                ),
+            ),
+        ),
+        Package(
             "cups",
             "2.4.7-1.2ubuntu7",
             "Common UNIX Printing System (lab stand-in)",
@@ -387,8 +447,19 @@ def factory_packages() -> list[Package]:
         ("gdm3", "46.2-1ubuntu1"),
         ("gnome-remote-desktop", "46.3-0ubuntu1"),
         ("cups", "2.4.7-1.2ubuntu7"),
+        *FACTORY_SERVICE_PACKAGES,
     ]
     return [find(name, version) for name, version in names]
+
+
+#: the services DGX OS ships enabled besides the desktop (package, version)
+FACTORY_SERVICE_PACKAGES = (
+    ("bluez", "5.72-0ubuntu5"),
+    ("snapd", "2.67.1+24.04"),
+    ("fwupd", "1.9.24-1~24.04.1"),
+    ("nv-cpu-governor", "1.0-1"),
+    ("dgx-dashboard", "1.0-1"),
+)
 
 
 def catalogue_hash() -> str:

@@ -171,8 +171,10 @@ def compute_active(target: str) -> list[str]:
     from sparkbase.lab.shims.common import glob
 
     active = set(ALWAYS_ACTIVE)
-    for link in glob(f"{SYSTEMD_ETC}/multi-user.target.wants/*"):
-        active.add(os.path.basename(link))
+    # a Spark has Bluetooth hardware, so bluetooth.target is reached at every boot
+    for wants in ("multi-user.target.wants", "bluetooth.target.wants"):
+        for link in glob(f"{SYSTEMD_ETC}/{wants}/*"):
+            active.add(os.path.basename(link))
     if target == "graphical.target":
         for link in glob(f"{SYSTEMD_ETC}/graphical.target.wants/*"):
             active.add(os.path.basename(link))
