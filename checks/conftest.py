@@ -195,7 +195,7 @@ class SparkbaseSession:
             # testinfra's own --sudo already wraps every command; else the inventory decides
             sudo = self.target(alias).sudo and not getattr(host.backend, "sudo", False)
             result = host.run(("sudo -n " if sudo else "") + "sh -c %s", build_script(plan, marker))
-            sections = split_sections(result.stdout, marker)
+            sections = split_sections(result.stdout, marker, result.stderr)
             facts: FactsResult = (
                 assemble(node, plan, sections)
                 if sections.by_name

@@ -171,3 +171,23 @@ def test_expand_files_attributes_every_line_to_its_file() -> None:
     assert found.get("gov") == Section("/sys/cpu3/gov:performance\n", 0)
     nvidia = found.get("nv")
     assert nvidia is not None and nvidia.status == 2
+
+
+def test_stderr_of_apart_sections_is_fenced_on_the_scripts_stderr() -> None:
+    """dkms prints its warnings on stderr, sometimes into the middle of a status line on a
+    terminal; the script keeps them out of what the parser reads, with the exit status."""
+    import subprocess
+
+    from sparkbase.facts.script import fenced_script
+
+    marker = new_marker()
+    noisy = ("printf 'm/1, k, aarch64: installed'; echo 'Deprecated feature: REMAKE_INITRD' >&2; echo; "
+             "sh -c 'exit 3'")
+    script = fenced_script([("dkms", noisy), ("uname", "echo r m; echo oops >&2")], marker)
+    done = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True)
+    found = split_sections(done.stdout, marker, done.stderr)
+    dkms = found.get("dkms")
+    assert dkms is not None and dkms.output == "m/1, k, aarch64: installed\n" and dkms.status == 3
+    assert dkms.stderr == "Deprecated feature: REMAKE_INITRD\n"
+    uname = found.get("uname")
+    assert uname is not None and uname.output == "r m\noops\n" and uname.stderr == ""  # merged

@@ -2,8 +2,8 @@
 `sparkbase.facts.parsers`.
 
 Each fact runs its commands fenced the way the audit's fact script fences them
-(`facts.script.fenced_script`: a nonce marker, stderr kept apart where a parser needs clean
-output), splits the answer with the same `split_sections`, and hands every section to the
+(`facts.script.fenced_script`: a nonce marker; stderr merged, as pyinfra passes facts
+stdout alone), splits the answer with the same `split_sections`, and hands every section to the
 same parser the audit uses. So plan, apply and audit cannot disagree about what a node is.
 Commands always exit 0 (pyinfra marks a host failed when a fact command fails) and quote
 every argument.
@@ -54,7 +54,8 @@ class _Fenced(FactBase[T]):
     def fenced(self, named: Sequence[tuple[str, str]]) -> str:
         """The command: each (name, command) fenced by a fresh marker; always exits 0."""
         self.marker = new_marker()
-        return fenced_script(named, self.marker) + "true"
+        # pyinfra hands `process` stdout alone: stderr stays merged into each section
+        return fenced_script(named, self.marker, apart=frozenset()) + "true"
 
     def sections(self, output: list[str]) -> Sections:
         """The answer split back into sections."""

@@ -149,8 +149,8 @@ class ScriptCut(RuntimeError):
 
 
 def run_script(client: paramiko.SSHClient, script: str, timeout: float = COMMAND_TIMEOUT,
-               sudo: bool = False) -> str:
-    """Run `script` under `sh -c` in one exec channel; its stdout as text.
+               sudo: bool = False) -> tuple[str, str]:
+    """Run `script` under `sh -c` in one exec channel; its stdout and stderr as text.
 
     `timeout` bounds the whole run (not only each read): a node that freezes or trickles
     output is given up on at the deadline. A connection that ends without an exit status
@@ -162,7 +162,10 @@ def run_script(client: paramiko.SSHClient, script: str, timeout: float = COMMAND
     _stdin, stdout, _stderr = client.exec_command(command, timeout=timeout)
     channel = stdout.channel
     chunks: list[bytes] = []
+    errors: list[bytes] = []
     while True:
+        while channel.recv_stderr_ready():
+            errors.append(channel.recv_stderr(65536))
         left = deadline - time.monotonic()
         if left <= 0:
             channel.close()
@@ -179,6 +182,12 @@ def run_script(client: paramiko.SSHClient, script: str, timeout: float = COMMAND
         time.sleep(0.01)
     if not channel.exit_status_ready() or channel.recv_exit_status() == -1:
         raise ScriptCut("the connection closed before the fact script finished")
+    while channel.recv_stderr_ready():
+        errors.append(channel.recv_stderr(65536))
+    return _text(chunks), _text(errors)
+
+
+def _text(chunks: list[bytes]) -> str:
     return b"".join(chunks).decode("utf-8", errors="replace")
 
 
@@ -217,12 +226,13 @@ def gather_node(node: str, target: SshTarget, plan: FactPlan) -> FactsResult:
     except Exception as exc:  # one node's failure must not stop the others
         return Unreachable(node, describe_failure(exc))
     try:
-        output = run_script(client, build_script(plan, marker), target.command_timeout, target.sudo)
+        script = build_script(plan, marker)
+        output, stderr = run_script(client, script, target.command_timeout, target.sudo)
     except Exception as exc:
         return Unreachable(node, f"fact script failed: {describe_failure(exc)}")
     finally:
         client.close()
-    sections = split_sections(output, marker)
+    sections = split_sections(output, marker, stderr)
     if not sections.by_name:
         return Unreachable(node, "the node answered, but not with the fact script's sections")
     wanted = [name for name, _ in script_sections(plan)]

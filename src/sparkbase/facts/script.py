@@ -14,7 +14,7 @@ import fnmatch
 import re
 import secrets
 import shlex
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -232,33 +232,28 @@ def new_marker() -> str:
     return f"@@sparkbase-facts-{secrets.token_hex(8)}@@"
 
 
-#: sections whose parser needs clean stdout: the command's stderr is fenced apart
-#: (`Section.stderr`), so warnings (`Deprecated feature: …`, `Error! …`) never mix in
+#: sections whose parser needs clean stdout: the command's stderr goes to the script's own
+#: stderr, fenced there by the same marker (`Section.stderr`), so warnings (`Deprecated
+#: feature: …`, `Error! …`) never mix into what the parser reads
 STDERR_APART = frozenset({"dkms", "modinfo", "sb-state", "mok-enrolled", "dpkg"})
-#: the shell functions every fenced command needs (`b`/`e` print the fences; fd 3 is stdout)
+#: the shell functions every fenced command needs (`b`/`e` print the fences)
 FENCE_PRELUDE = (
     "export LC_ALL=C",
     'b() { printf \'%s BEGIN %s\\n\' "$M" "$1"; }',
     'e() { printf \'\\n%s END %s %s\\n\' "$M" "$1" "$2"; }',
-    "exec 3>&1",
 )
 
 
 def fence(name: str, command: str, *, stderr_apart: bool = False) -> str:
     """One section's shell line: fences around `command`, stdin closed.
 
-    stderr is merged into the section, or with `stderr_apart` printed as lines
-    `<marker> ERR <name> <line>` (a subshell waits for them before the END fence, and
-    the exit status is the command's own).
+    stderr is merged into the section, or with `stderr_apart` left on the script's stderr
+    between fences of its own (builtins only: no process is added).
     """
     quoted = shlex.quote(name)
     if not stderr_apart:
         return f"b {quoted}; {{ {command}; }} </dev/null 2>&1; e {quoted} $?"
-    tag = shlex.quote(f" ERR {name} /")
-    return (
-        f"b {quoted}; rc=$( {{ {{ ( {command} ) </dev/null 3>&- 4>&-; echo \"$?\" >&4; }} 2>&1 1>&3 "
-        f"| sed \"s/^/$M\"{tag} >&3; }} 4>&1 ); e {quoted} \"${{rc:-255}}\""
-    )
+    return f"b {quoted}; b {quoted} >&2; {{ {command}; }} </dev/null; r=$?; e {quoted} $r >&2; e {quoted} $r"
 
 
 def fenced_script(named: Sequence[tuple[str, str]], marker: str,
@@ -296,29 +291,23 @@ class Sections:
         return self.by_name.get(name)
 
 
-def split_sections(text: str, marker: str) -> Sections:
-    """Split the script's output into sections (pure; the inverse of `build_script`).
-
-    stderr lines fenced apart are taken out first, wherever they landed (a warning can
-    arrive in the middle of a line the command was still printing).
-    """
-    found = Sections()
-    stderr: dict[str, list[str]] = {}
-
-    def take(match: re.Match[str]) -> str:
-        stderr.setdefault(match["name"], []).append(match["line"])
-        return ""
-
-    text = re.sub(rf"{re.escape(marker)} ERR (?P<name>\S+) (?P<line>[^\n]*)\n", take, text)
+def _fenced(text: str, marker: str) -> Iterator[re.Match[str]]:
     pattern = re.compile(
         rf"^{re.escape(marker)} BEGIN (?P<name>[^\n]+)\n(?P<body>.*?)\n"
         rf"{re.escape(marker)} END (?P=name) (?P<rc>\d+)$",
         re.DOTALL | re.MULTILINE,
     )
-    for match in pattern.finditer(text):
+    return pattern.finditer(text)
+
+
+def split_sections(text: str, marker: str, stderr: str = "") -> Sections:
+    """Split the script's output into sections (pure; the inverse of `build_script`);
+    `stderr` is the script's stderr, whose fenced parts are the sections' own stderr."""
+    found = Sections()
+    errors = {match["name"]: match["body"] for match in _fenced(stderr, marker)}
+    for match in _fenced(text, marker):
         name = match["name"]
-        errors = "".join(f"{line}\n" for line in stderr.get(name, []))
-        found.by_name[name] = Section(output=match["body"], status=int(match["rc"]), stderr=errors)
+        found.by_name[name] = Section(match["body"], int(match["rc"]), errors.get(name, ""))
     return found
 
 
