@@ -284,3 +284,40 @@ def test_mok_certificate_names_in_both_openssl_styles() -> None:
     first, second = p.parse_mok_certificates(text)
     assert (first.serial, first.issuer_cn) == ("30b51f", "sparkbase lab MOK (not for production)")
     assert (second.serial, second.issuer_cn) == ("1234", "Canonical Ltd. Master Certificate Authority")
+
+
+#: a real grub-mkconfig grub.cfg (separate /boot), as GRUB_DEFAULT=saved would write it
+REAL = Path(__file__).parents[1] / "fixtures" / "real"
+REAL_GRUB = (REAL / "boot_grub_grub.cfg__ubuntu24.04_separate_boot__otus-hw07.txt").read_text().replace(
+    '   set default="0"', '   set default="${saved_entry}"')
+UUID = "bae9d9ac-cfb9-4e94-a5e5-faa77306bffb"
+
+
+@pytest.mark.parametrize(
+    ("saved", "path"),
+    [
+        (f"gnulinux-advanced-{UUID}>gnulinux-6.8.0-88-generic-recovery-{UUID}",
+         "Advanced options for Ubuntu>Ubuntu, with Linux 6.8.0-88-generic (recovery mode)"),  # ids
+        ("Advanced options for Ubuntu>Ubuntu, with Linux 6.8.0-88-generic",
+         "Advanced options for Ubuntu>Ubuntu, with Linux 6.8.0-88-generic"),  # titles
+        ("1>1", "Advanced options for Ubuntu>Ubuntu, with Linux 6.8.0-88-generic (recovery mode)"),  # indexes
+        (f"gnulinux-simple-{UUID}", "Ubuntu"),  # a top-level id
+        ("", "Ubuntu"),  # nothing saved: entry 0
+        ("Ubuntu, with Linux 6.8.0-88-generic", None),  # a nested title without its submenu: no entry
+        ("1", None),  # a submenu is not bootable
+    ],
+)
+def test_saved_entry_on_a_real_grub_cfg_by_id_title_and_index(saved: str, path: str | None) -> None:
+    grub = p.parse_grub(REAL_GRUB, f"# GRUB Environment Block\nsaved_entry={saved}\n" + "#" * 900)
+    assert grub.default == (saved or "0")
+    assert (grub.default_entry.path if grub.default_entry else None) == path
+    assert grub.oneshot is None
+
+
+def test_grub_editenv_list_reads_as_the_block_does() -> None:
+    listed = "saved_entry=1>1\nnext_entry=0\nboot_success=1\n"
+    block = "# GRUB Environment Block\n" + listed + "#" * 900
+    assert p.parse_grubenv(listed) == p.parse_grubenv(block)
+    grub = p.parse_grub(REAL_GRUB, listed)
+    assert grub.oneshot == "0" and grub.oneshot_entry is not None and grub.oneshot_entry.path == "Ubuntu"
+    assert grub.default_entry is not None and grub.default_entry.recovery
