@@ -187,3 +187,21 @@ def test_nvme_features_follow_the_kernel_argument_and_set_feature(lab: Lab) -> N
     assert "Current value:0x00000a01" in ok(lab, NODE, "nvme get-feature /dev/nvme0 -f 8")
     ok(lab, NODE, "nvme set-feature /dev/nvme0 -f 8 -v 0")
     assert "BootOrder: 0001,0000" in ok(lab, NODE, "efibootmgr")
+
+
+PROBE = "python3 -c \"import os, platform; print(platform.release(), os.sysconf('SC_PAGE_SIZE'))\""
+
+
+def test_programs_see_the_nodes_kernel_release_and_page_size(lab: Lab) -> None:
+    """Through the C library (uname(2), sysconf): the preload library in the node only."""
+    release = ok(lab, NODE, "uname -r").strip()
+    assert ok(lab, NODE, PROBE) == f"{release} 4096\n"
+    assert ok(lab, NODE, "cat /etc/ld.so.preload") == "/usr/local/lib/sparkbase-lab/libsparkbase-node.so\n"
+    big = "7.0.0-1019-nvidia-64k"
+    # the image's postinst runs update-grub and update-initramfs from /usr/sbin (apt's PATH)
+    ok(lab, NODE, f"apt-get update -q && apt-get install -y -q linux-image-{big} linux-modules-{big} "
+                  f">/dev/null && grub-reboot 'Advanced options for Ubuntu>Ubuntu, with Linux {big}'")
+    assert f"initrd.img-{big}" in ok(lab, NODE, "ls /boot")
+    lab.reboot(NODE)
+    assert ok(lab, NODE, PROBE) == f"{big} 65536\n"
+    assert ok(lab, NODE, "getconf PAGESIZE") == "65536\n"

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sparkbase.lab import image, mok, packages, procs
+from sparkbase.lab import image, mok, packages, preload, procs
 
 DEFAULT_DIR = "/var/lib/sparkbase/lab"
 DEFAULT_PORT_BASE = 2201
@@ -261,6 +261,7 @@ class Lab:
         except mok.MokKeyError as exc:
             raise LabError(str(exc)) from exc
         packages.build_repo(self.repo_path)
+        library = preload.build(self.dir / "preload")
         client_pub = self.key_path.with_suffix(".pub").read_text()
         boot_delay = float(os.environ.get(ENV_BOOT_DELAY, "1.0"))
         for index, (name, port) in enumerate(zip(names, ports, strict=True), 1):
@@ -273,7 +274,7 @@ class Lab:
             upper = nd / "upper"
             if not image.is_factory_built(upper):
                 image.build_factory(upper, nd / "firmware", name)
-            image.refresh(upper, name, index, port, host_key, client_pub)
+            image.refresh(upper, name, index, port, host_key, client_pub, library)
             (nd / "node.json").write_text(json.dumps({
                 "name": name, "index": index, "port": port, "labdir": str(self.dir),
                 "apt": str(self.repo_path), "boot_delay": boot_delay,

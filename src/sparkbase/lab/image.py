@@ -281,8 +281,12 @@ def is_factory_built(upper: Path) -> bool:
     return (upper / "etc/sparkbase-lab/factory").exists()
 
 
-def refresh(upper: Path, name: str, index: int, port: int, host_key: Path, client_pub: str) -> None:
-    """Files written at every `lab up`: identity, sshd, keys, shims."""
+def refresh(
+    upper: Path, name: str, index: int, port: int, host_key: Path, client_pub: str,
+    preload: Path | None = None,
+) -> None:
+    """Files written at every `lab up`: identity, sshd, keys, shims, and the node's
+    `/etc/ld.so.preload` naming the preload library (`preload`; none: no preload file)."""
     _write(upper, "etc/hostname", f"{name}\n")
     _write(upper, "etc/hosts", f"127.0.0.1\tlocalhost\n127.0.1.1\t{name}\n"
            "::1\tlocalhost ip6-localhost ip6-loopback\n")
@@ -295,7 +299,25 @@ def refresh(upper: Path, name: str, index: int, port: int, host_key: Path, clien
     ssh_dir.chmod(0o700)
     _write(upper, "root/.ssh/authorized_keys", client_pub, 0o600)
     install_shims(upper)
+    install_preload(upper, preload)
     (upper / "var/lib/sparkbase-lab").mkdir(parents=True, exist_ok=True)
+
+
+def install_preload(upper: Path, library: Path | None) -> None:
+    """The preload library and the node's /etc/ld.so.preload naming it, or neither (a
+    preload file naming a missing library would make every program complain)."""
+    from sparkbase.lab import preload
+
+    target = upper / preload.NODE_PATH.lstrip("/")
+    if library is None:
+        (upper / "etc/ld.so.preload").unlink(missing_ok=True)
+        target.unlink(missing_ok=True)
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(library, target.with_name(target.name + ".tmp"))
+    target.with_name(target.name + ".tmp").chmod(0o755)
+    os.replace(target.with_name(target.name + ".tmp"), target)
+    _write(upper, "etc/ld.so.preload", preload.NODE_PATH + "\n")
 
 
 def install_shims(upper: Path) -> None:

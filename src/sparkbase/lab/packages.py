@@ -140,6 +140,17 @@ exit 0
 """
 
 
+def _initramfs_postinst(release: str) -> str:
+    """Build the initramfs once both the kernel image and its modules are there."""
+    return f"""#!/bin/sh
+set -e
+if [ "$1" = configure ] && [ -e /boot/vmlinuz-{release} ]; then
+    update-initramfs -c -k {release} >/dev/null 2>&1 || true
+fi
+exit 0
+"""
+
+
 def _module_file(
     path: str, name: str, release: str, version: str | None = None, **fields: str
 ) -> PackageFile:
@@ -196,6 +207,10 @@ def _kernel_packages(release: str, kver: str) -> list[Package]:
                          description="Mellanox 5th generation network adapters (ConnectX series) IB driver",
                          depends="mlx5_core,ib_uverbs,ib_core"),
         ),
+        # Ubuntu's image depends on its modules, so its postinst always finds them; the
+        # stand-ins have no dependencies, so whichever of the two is configured last builds
+        # the initramfs
+        postinst=_initramfs_postinst(release),
     )
     out = [image, headers, modules]
     for driver in DRIVERS:

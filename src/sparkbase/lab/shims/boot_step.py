@@ -91,6 +91,12 @@ def do_boot(argv: list[str]) -> int:
         "default_target": target, "booted_at": time.time(), "node": node,
         "fallback": choice.fallback_reason,
     })
+    # what the preload library answers uname(2) and sysconf(_SC_PAGESIZE) with
+    from sparkbase.lab.shims.cmd_kernel import kernel_version
+
+    write_text(f"{RUN}/release", choice.release + "\n")
+    write_text(f"{RUN}/kernel_version", kernel_version(choice.release) + "\n")
+    write_text(f"{RUN}/page_size", f"{B.page_size(choice.release)}\n")
     write_text(f"{RUN}/proc/cmdline", cmdline + "\n")
     write_text(f"{RUN}/proc/cpuinfo", B.cpuinfo_text())
     write_modules(loaded, params, choice.release)

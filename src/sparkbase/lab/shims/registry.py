@@ -37,9 +37,12 @@ MODULES: dict[str, str] = {
 #: internal entry points (run by node init), not commands in /usr/local/bin
 INTERNAL = ("__boot__", "__refresh__")
 
-#: commands also shadowed in /usr/sbin (absolute paths must not reach the machine)
+#: commands also shadowed in /usr/sbin: absolute paths must not reach the machine, and
+#: maintainer scripts run by apt get PATH=/usr/sbin:/usr/bin:/sbin:/bin (no /usr/local),
+#: so the tools a kernel's postinst calls live where Ubuntu has them
 SBIN_SHADOWS = ("reboot", "shutdown", "poweroff", "halt", "swapon", "swapoff", "modprobe",
-                "insmod", "rmmod", "depmod", "lsmod", "ip")
+                "insmod", "rmmod", "depmod", "lsmod", "ip", "update-grub", "update-initramfs",
+                "grub-mkconfig", "grub-reboot", "grub-set-default", "dkms")
 
 
 def commands() -> list[str]:
