@@ -140,3 +140,37 @@ def test_the_cli_offers_every_fault() -> None:
     from sparkbase.cli.lab import FAULT_KINDS
 
     assert FAULT_KINDS == faults.KINDS
+
+
+def test_nvidia_smi_summary_is_the_real_gb10_table() -> None:
+    from sparkbase.lab.shims.cmd_gpu import SUMMARY
+
+    real = (REAL / "nvidia-smi__summary_table__GB10__k8s-device-plugin-1482.txt").read_text().splitlines()
+    ours = SUMMARY.format(driver=f"{'580.95.05':<23}", driver2=f"{'580.95.05':<15}", power=f"{'4W':>16}",
+                          perf="P8", temp="40").splitlines()
+    assert ours[: len(real)] == real
+
+
+def test_nvidia_smi_queries_print_as_on_a_gb10(monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    from sparkbase.lab.shims import cmd_gpu
+
+    monkeypatch.setattr(cmd_gpu, "_utils_version", lambda: "580.159.03")
+    monkeypatch.setattr(cmd_gpu, "state", lambda: {"driver": "580.159.03"})
+    monkeypatch.setattr(cmd_gpu, "faults", dict)
+    name = "nvidia-smi__query-gpu_name,driver_version,memory.total,memory.used,memory.free__csv__GB10.txt"
+    query = "--query-gpu=name,driver_version,memory.total,memory.used,memory.free"
+    assert cmd_gpu.cmd_nvidia_smi([query, "--format=csv,noheader"]) == 0
+    assert capsys.readouterr().out == (REAL / name).read_text()
+    monkeypatch.setattr(cmd_gpu, "state", lambda: {"driver": "580.173.02"})
+    monkeypatch.setattr(cmd_gpu, "_utils_version", lambda: "580.178.04")
+    assert cmd_gpu.cmd_nvidia_smi([]) == 18
+    assert capsys.readouterr().out == (REAL / "nvidia-smi__driver_library_mismatch_580.txt").read_text()
+
+
+def test_cpuinfo_blocks_are_the_real_ones() -> None:
+    from sparkbase.lab import boot
+
+    real = (REAL / "proc_cpuinfo__GB10_DellProMax__processors0-1__arm-socs-table-133.txt").read_text()
+    ours = boot.cpuinfo_text()
+    assert ours.startswith(real.rstrip("\n") + "\n")

@@ -716,7 +716,8 @@ def parse_size(text: str) -> int:
 
 
 def cpuinfo_text() -> str:
-    """`/proc/cpuinfo` of a GB10 (20 CPUs: A725 = 0xd87, X925 = 0xd85)."""
+    """`/proc/cpuinfo` of a GB10 (20 CPUs: A725 = 0xd87, X925 = 0xd85), each block as the real
+    sample (tests/fixtures/real/proc_cpuinfo__GB10_DellProMax__processors0-1__…)."""
     blocks = []
     for cpu in range(NCPUS):
         part = "0xd85" if cpu in FAST_CPUS else "0xd87"
@@ -725,7 +726,7 @@ def cpuinfo_text() -> str:
             "Features\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp "
             "cpuid asimdrdm jscvt fcma lrcpc dcpop sha3 sm3 sm4 asimddp sha512 sve asimdfhm "
             "dit uscat ilrcpc flagm sb paca pacg dcpodp sve2 sveaes svepmull svebitperm "
-            "svesha3 svesm4 flagm2 frint svei8mm svebf16 i8mm bf16 dgh bti\n"
+            "svesha3 svesm4 flagm2 frint svei8mm svebf16 i8mm bf16 dgh bti ecv afp wfxt\n"
             "CPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: 0x0\n"
             f"CPU part\t: {part}\nCPU revision\t: 1\n"
         )

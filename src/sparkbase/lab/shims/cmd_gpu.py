@@ -30,8 +30,9 @@ def cmd_nvidia_smi(argv: list[str]) -> int:
         raise Fail("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA "
                    "driver. Make sure that the latest NVIDIA driver is installed and running.", 9)
     if driver != utils:
+        # NVML names its own version by major.minor (real sample: nvidia-smi__driver_library_mismatch_580)
         print(f"Failed to initialize NVML: Driver/library version mismatch\n"
-              f"NVML library version: {utils}")
+              f"NVML library version: {'.'.join(utils.split('.')[:2])}")
         return 18
     latched = bool(faults().get("gpu-latch"))
     values = {
@@ -41,13 +42,17 @@ def cmd_nvidia_smi(argv: list[str]) -> int:
         "clocks.max.sm": "3003 MHz", "clocks.max.graphics": "3003 MHz",
         "power.draw": "10.12 W" if latched else "35.21 W",
         "temperature.gpu": "41", "utilization.gpu": "0 %", "pstate": "P0",
-        "clocks_event_reasons.active": "0x0000000000000000",
+        "clocks_event_reasons.active": "0x0000000000000000", "pci.bus_id": "0000000F:01:00.0",
+        # unified memory: NVML reports no framebuffer (real sample: …memory.total…__GB10)
+        "memory.total": "[N/A]", "memory.used": "[N/A]", "memory.free": "[N/A]",
     }
     if any("uuid" in arg for arg in argv):  # the boot helpers cost an import; only when asked
         values["uuid"] = "GPU-" + B.mac_address(node_info().get("name", ""), "gpu").replace(":", "")
     headers = {"clocks.sm": "clocks.current.sm [MHz]", "clocks.current.sm": "clocks.current.sm [MHz]",
                "clocks.max.sm": "clocks.max.sm [MHz]", "clocks.max.graphics": "clocks.max.graphics [MHz]",
-               "power.draw": "power.draw [W]", "utilization.gpu": "utilization.gpu [%]"}
+               "power.draw": "power.draw [W]", "utilization.gpu": "utilization.gpu [%]",
+               "memory.total": "memory.total [MiB]", "memory.used": "memory.used [MiB]",
+               "memory.free": "memory.free [MiB]"}
     query = next((a.split("=", 1)[1] for a in argv if a.startswith("--query-gpu=")), None)
     if query is None and "--query-gpu" in argv:
         query = argv[argv.index("--query-gpu") + 1]
@@ -74,21 +79,37 @@ def cmd_nvidia_smi(argv: list[str]) -> int:
         return 0
     import time
 
-    clock = values["clocks.sm"]
-    power = values["power.draw"].replace(" ", "")
-    print(f"""{time.strftime('%a %b %d %H:%M:%S %Y')}
+    watts = f"{round(float(values['power.draw'].split()[0]))}W"
+    perf = "P0"
+    print(time.strftime("%a %b %d %H:%M:%S %Y"))
+    print(SUMMARY.format(driver=f"{driver:<23}", driver2=f"{driver:<15}", power=f"{watts:>16}", perf=perf,
+                         temp=values["temperature.gpu"]))
+    return 0
+
+
+#: the summary table as nvidia-smi 580 prints it on a GB10 (real sample:
+#: tests/fixtures/real/nvidia-smi__summary_table__GB10__k8s-device-plugin-1482.txt), then
+#: the processes table
+SUMMARY = """\
 +-----------------------------------------------------------------------------------------+
-| NVIDIA-SMI {driver:<10}             Driver Version: {driver:<10}     CUDA Version: 13.0     |
+| NVIDIA-SMI {driver}Driver Version: {driver2}CUDA Version: 13.0     |
 +-----------------------------------------+------------------------+----------------------+
 | GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |
 | Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |
+|                                         |                        |               MIG M. |
 |=========================================+========================+======================|
 |   0  NVIDIA GB10                    On  |   0000000F:01:00.0 Off |                  N/A |
-| N/A   41C    P0             {power:>7} /  N/A  |             Not Supported  |      0%      Default |
+| N/A   {temp}C    {perf}{power} /  N/A  | Not Supported          |      0%      Default |
+|                                         |                        |                  N/A |
 +-----------------------------------------+------------------------+----------------------+
-| SM clock: {clock:<10}                                                                    |
-+-----------------------------------------------------------------------------------------+""")
-    return 0
+
++-----------------------------------------------------------------------------------------+
+| Processes:                                                                              |
+|  GPU   GI   CI              PID   Type   Process name                        GPU Memory |
+|        ID   ID                                                               Usage      |
+|=========================================================================================|
+|  No running processes found                                                             |
++-----------------------------------------------------------------------------------------+"""
 
 
 COMMANDS: dict[str, Callable[[list[str]], int]] = {"nvidia-smi": cmd_nvidia_smi}
