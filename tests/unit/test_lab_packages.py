@@ -26,6 +26,19 @@ def test_catalogue_has_every_kernel_and_driver_combination() -> None:
         assert ("nvidia-utils-580", driver) in have
 
 
+def test_catalogue_has_ubuntus_versions_of_the_pinned_kernels_and_drivers() -> None:
+    """As Ubuntu's archive versions them: `~24.04.N` kernels, the NVIDIA module package at the
+    kernel's version `+1`, nvidia-utils at `<driver>-0ubuntu0.24.04.1`."""
+    have = names_versions()
+    for release, (kver, _driver) in packages.UBUNTU_KERNELS.items():
+        for prefix in ("linux-image-", "linux-headers-", "linux-modules-"):
+            assert (prefix + release, kver) in have
+        assert (f"linux-modules-nvidia-580-open-{release}", f"{kver}+1") in have
+    for version in packages.UBUNTU_UTILS.values():
+        assert ("nvidia-utils-580", version) in have
+    assert len(have) == len(packages.CATALOGUE), "no package version twice"
+
+
 def test_catalogue_names_others_rely_on() -> None:
     have = names_versions()
     for pair in [
@@ -43,7 +56,9 @@ def test_module_versions_match_driver() -> None:
             names = sorted(f.path.rsplit("/", 1)[1] for f in p.files)
             assert names == ["nvidia-drm.ko", "nvidia-modeset.ko", "nvidia-uvm.ko", "nvidia.ko"]
             for ko in p.files:
-                assert f"version={packages.nvidia_module_version(p.version)}\n".encode() in ko.content
+                release = p.name.removeprefix("linux-modules-nvidia-580-open-")
+                driver = packages.nvidia_module_version(p.version, release)
+                assert f"version={driver}\n".encode() in ko.content
 
 
 def test_nccl_files_are_stable_and_hashed() -> None:

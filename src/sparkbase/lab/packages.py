@@ -31,6 +31,17 @@ FACTORY_KERNEL = "6.17.0-1008-nvidia"
 FACTORY_DRIVER = "580.95.05"
 SITE_DRIVER = "580.126.09"
 VARIANT_DRIVER = "580.178.04"
+#: kernels as Ubuntu's archive versions them (`~24.04.N` for backports), each with the one
+#: NVIDIA module package built for it: versioned as the kernel package plus `+1` (as
+#: linux-modules-nvidia-580-open-6.17.0-1032-nvidia=6.17.0-1032.32+1 on a real fleet), the
+#: driver it carries named here. release -> (kernel package version, driver)
+UBUNTU_KERNELS: dict[str, tuple[str, str]] = {
+    "6.17.0-1032-nvidia": ("6.17.0-1032.32", SITE_DRIVER),
+    "7.0.0-1019-nvidia-64k": ("7.0.0-1019.19~24.04.2", VARIANT_DRIVER),
+    "7.0.0-1019-nvidia": ("7.0.0-1019.19~24.04.2", VARIANT_DRIVER),
+}
+#: nvidia-utils-580 as Ubuntu versions it (`<driver>-0ubuntu0.24.04.1`)
+UBUNTU_UTILS: dict[str, str] = {d: f"{d}-0ubuntu0.24.04.1" for d in (SITE_DRIVER, VARIANT_DRIVER)}
 
 NCCL_SITE_PACKAGE = "nccl-site-ring4"
 NCCL_SITE_VERSION = "2.27.7-1+site.ring4.p3"
@@ -115,8 +126,12 @@ def library_sha256(path: str) -> str:
     return {NCCL_SITE_PATH: NCCL_SITE_SHA256, NCCL_STOCK_PATH: NCCL_STOCK_SHA256}[path]
 
 
-def nvidia_module_version(package_version: str) -> str:
-    """Driver version from a `linux-modules-nvidia-580-open-*` package version."""
+def nvidia_module_version(package_version: str, release: str = "") -> str:
+    """Driver version from a `linux-modules-nvidia-580-open-<release>` package version:
+    `<driver>-0ubuntu1+<kver>`, or Ubuntu's `<kver>+1` (then the driver is the one
+    UBUNTU_KERNELS names for `release`)."""
+    if release in UBUNTU_KERNELS and package_version == f"{UBUNTU_KERNELS[release][0]}+1":
+        return UBUNTU_KERNELS[release][1]
     return package_version.split("-", 1)[0]
 
 
@@ -163,7 +178,9 @@ def _module_file(
     return _text(path, "\n".join(lines) + "\n")
 
 
-def _kernel_packages(release: str, kver: str) -> list[Package]:
+def _kernel_packages(release: str, kver: str, lrms: list[tuple[str, str]] | None = None) -> list[Package]:
+    """Image, headers and modules of `release` at `kver`, and the NVIDIA module packages
+    `lrms` ((package version, driver); default one per driver, `<driver>-0ubuntu1+<kver>`)."""
     abi = release.split("-")[1]
     image = Package(
         f"linux-image-{release}",
@@ -213,11 +230,11 @@ def _kernel_packages(release: str, kver: str) -> list[Package]:
         postinst=_initramfs_postinst(release),
     )
     out = [image, headers, modules]
-    for driver in DRIVERS:
+    for lrm_version, driver in lrms if lrms is not None else [(f"{d}-0ubuntu1+{kver}", d) for d in DRIVERS]:
         out.append(
             Package(
                 f"linux-modules-nvidia-580-open-{release}",
-                f"{driver}-0ubuntu1+{kver}",
+                lrm_version,
                 f"NVIDIA 580 open kernel modules for {release} (lab stand-in)",
                 section="kernel",
                 files=tuple(
@@ -351,6 +368,15 @@ def _site_packages() -> list[Package]:
                 files=(_text(NVIDIA_UTILS_VERSION_FILE, f"{driver}\n"),),
             )
         )
+    for driver, version in UBUNTU_UTILS.items():
+        out.append(
+            Package(
+                "nvidia-utils-580",
+                version,
+                "NVIDIA driver support binaries (lab stand-in)",
+                files=(_text(NVIDIA_UTILS_VERSION_FILE, f"{driver}\n"),),
+            )
+        )
     out.append(
         Package(
             NCCL_SITE_PACKAGE,
@@ -433,6 +459,12 @@ def _build_catalogue() -> tuple[Package, ...]:
     out: list[Package] = []
     for release, kver in KERNELS.items():
         out.extend(_kernel_packages(release, kver))
+    for release, (kver, driver) in UBUNTU_KERNELS.items():
+        lrm = [(f"{kver}+1", driver)]
+        if KERNELS.get(release) == kver:
+            out.append(_kernel_packages(release, kver, lrm)[-1])
+        else:
+            out.extend(_kernel_packages(release, kver, lrm))
     out.extend(_site_packages())
     out.extend(_desktop_packages())
     return tuple(out)
