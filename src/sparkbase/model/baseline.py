@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BeforeValidator, Field, StringConstraints
 
 from sparkbase.model.paths import DisableableUnit, LibraryPath, MokKeyPath, SliceUnit, SwapFilePath
+from sparkbase.model.provenance import Source, SourceKey
 from sparkbase.model.types import (
     MAX_CPU_ID,
     CpuId,
@@ -32,10 +33,15 @@ from sparkbase.model.types import (
 )
 
 ShapeName = Literal["ring4", "triangle3"]
-Transport = Literal["nccl-ring", "oneshot-ring4"]
+#: nccl-ring: NCCL's ring; oneshot-ring4 / oneshot-direct: the variant's one-shot transports for
+#: the four-node ring and the three-node triangle (spark-ds41f config/cluster-tp4.json,
+#: config/cluster-64k.json)
+Transport = Literal["nccl-ring", "oneshot-ring4", "oneshot-direct"]
 
 #: how many nodes each shape spans
 SHAPE_NODES: dict[str, int] = {"ring4": 4, "triangle3": 3}
+#: the one-shot transports and the only shape each runs on
+ONESHOT_SHAPES: dict[str, str] = {"oneshot-ring4": "ring4", "oneshot-direct": "triangle3"}
 
 NcclKey = Annotated[str, StringConstraints(pattern=r"^NCCL_[A-Z0-9_]{1,60}$")]
 #: NCCL keys a typed field renders, and that field: `extra` may not set them
@@ -160,23 +166,28 @@ class KernelSpec(StrictModel):
 
 
 class DriverSpec(StrictModel):
-    """The NVIDIA driver: one version for the user space and the kernel module."""
+    """The NVIDIA driver: one version for the user space and the kernel module.
+
+    Debian versions as DGX OS 24.04 ships them (spark-ds41f
+    experiments/2026-10-02-driver-cuda-refresh/runs/packages.json): the user-space packages
+    are `<driver>-0ubuntu0.24.04.N` (N is not derivable: confirm or capture it), the kernel
+    module package for a kernel is that kernel's package version plus `+1`.
+    """
 
     version: PackageVersion = Field(description="driver version, as `nvidia-smi` reports it")
-    branch: Literal["580-open"] = Field(default="580-open", description="driver branch")
-    confirmed: bool = Field(
-        default=False,
-        description="false while the version is a placeholder the site has yet to confirm",
+    package_version: PackageVersion = Field(
+        description="Debian version of nvidia-utils-<major> (`<driver>-0ubuntu0.24.04.N`)"
     )
+    branch: Literal["580-open"] = Field(default="580-open", description="driver branch")
 
     def packages(self, kernel: KernelSpec) -> list[PackagePin]:
         """User-space utilities and the kernel module package built for `kernel`."""
         major = self.branch.split("-")[0]
         return [
-            PackagePin(name=f"nvidia-utils-{major}", version=self.version),
+            PackagePin(name=f"nvidia-utils-{major}", version=self.package_version),
             PackagePin(
                 name=f"linux-modules-nvidia-{self.branch}-{kernel.release}",
-                version=f"{self.version}-0ubuntu1+{kernel.package_version}",
+                version=f"{kernel.package_version}+1",
             ),
         ]
 
@@ -408,6 +419,12 @@ class Baseline(StrictModel):
     host: HostSpec = Field(description="host settings")
     cpuset: CpusetSpec = Field(description="serving cpuset")
     shapes: list[Shape] = Field(min_length=1, description="shapes this baseline is qualified for")
+    sources: dict[SourceKey, Source] = Field(
+        default_factory=dict,
+        max_length=500,
+        exclude=True,  # where a value comes from is not what is rendered or pinned
+        description="where each value comes from: dotted field path -> source (see provenance.py)",
+    )
 
     def shape(self, name: str) -> Shape | None:
         """The qualified shape called `name`, if any."""

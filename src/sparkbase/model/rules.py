@@ -8,12 +8,13 @@ gate, so the site contract is judged in exactly one place.
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sparkbase.errors import Severity
-from sparkbase.model.baseline import SHAPE_NODES, Baseline
+from sparkbase.model.baseline import ONESHOT_SHAPES, SHAPE_NODES, Baseline
 from sparkbase.model.types import GB10_FAST_CPUS
 from sparkbase.model.yamlio import PathKey
 
@@ -123,19 +124,78 @@ def baseline_findings(name: str, baseline: Baseline) -> Iterator[Finding]:
             )
     yield from _rendered_findings(doc, baseline)
     for index, shape in enumerate(baseline.shapes):
-        if shape.transport == "oneshot-ring4" and SHAPE_NODES[shape.name] != 4:
+        home = ONESHOT_SHAPES.get(shape.transport)
+        if home is not None and home != shape.name:
             yield Finding(
                 doc,
                 ("shapes", index, "transport"),
-                f"transport oneshot-ring4 needs four nodes; shape {shape.name} has "
-                f"{SHAPE_NODES[shape.name]}",
+                f"transport {shape.transport} needs {_spelled(SHAPE_NODES[home])} nodes "
+                f"(shape {home}); shape {shape.name} has {SHAPE_NODES[shape.name]}",
             )
-    if not baseline.driver.confirmed:
+    yield from _version_form_findings(doc, baseline)
+    yield from _provenance_findings(doc, baseline)
+
+
+def _spelled(count: int) -> str:
+    return {3: "three", 4: "four"}.get(count, str(count))
+
+
+#: Ubuntu kernel package version of release U-ABI-FLAVOUR: U-ABI.UPLOAD, and on a backport
+#: the series suffix ~24.04.N (7.0.0-1019.19~24.04.2; 6.17.0-1032.32 has none)
+_KERNEL_PACKAGE_VERSION = r"{upstream}-{abi}\.[0-9]+(~[0-9]{{2}}\.[0-9]{{2}}\.[0-9]+)?"
+#: Debian version of the NVIDIA user-space packages: DRIVER-0ubuntu0.24.04.N and the like
+_DRIVER_PACKAGE_VERSION = r"{driver}-[0-9]+ubuntu[0-9][0-9.]*"
+
+
+def _version_form_findings(doc: DocRef, baseline: Baseline) -> Iterator[Finding]:
+    """Package versions in forms no Ubuntu archive can have (apt would fail on the node)."""
+    kernel = baseline.kernel
+    upstream, abi = kernel.release.split("-")[:2]
+    form = _KERNEL_PACKAGE_VERSION.format(upstream=re.escape(upstream), abi=abi)
+    if re.fullmatch(form, kernel.package_version) is None:
         yield Finding(
             doc,
-            ("driver", "version"),
-            f"driver {baseline.driver.version} is a placeholder the site has yet to confirm "
-            "(set driver.confirmed: true once it is)",
+            ("kernel", "package_version"),
+            f"{kernel.package_version} cannot be the package version of kernel {kernel.release}: "
+            f"Ubuntu versions its packages {upstream}-{abi}.UPLOAD, with a series suffix on "
+            "backports (e.g. 7.0.0-1019.19~24.04.2; read it with `dpkg-query -W linux-image-$(uname -r)`)",
+        )
+    driver = baseline.driver
+    form = _DRIVER_PACKAGE_VERSION.format(driver=re.escape(driver.version))
+    if re.fullmatch(form, driver.package_version) is None:
+        yield Finding(
+            doc,
+            ("driver", "package_version"),
+            f"{driver.package_version} cannot be the package version of driver {driver.version}: "
+            f"DGX OS ships it as {driver.version}-0ubuntu0.24.04.N "
+            "(read it with `dpkg-query -W nvidia-utils-580`)",
+        )
+
+
+def _provenance_findings(doc: DocRef, baseline: Baseline) -> Iterator[Finding]:
+    """Sources entries that name no field (errors) and every placeholder (a warning each).
+
+    No message names the baseline: an entry in a shared base file is then reported once,
+    however many baselines extend it.
+    """
+    from sparkbase.model.provenance import key_problem, placeholders, uncovered
+
+    for key in baseline.sources:
+        problem = key_problem(key, baseline)
+        if problem is not None:
+            yield Finding(doc, ("sources", key), f"names no baseline field: {problem}")
+    for key, source in placeholders(baseline):
+        yield Finding(doc, ("sources", key), f"placeholder: {source.note}", Severity.WARNING)
+    missing: dict[str, list[str]] = {}
+    for path in uncovered(baseline):
+        missing.setdefault(str(path[0]), []).append(".".join(str(part) for part in path))
+    for block, fields in missing.items():
+        shown_fields = ", ".join(fields[:4]) + (f" and {len(fields) - 4} more" if len(fields) > 4 else "")
+        yield Finding(
+            doc,
+            (block,),
+            f"no source recorded for {shown_fields}: add a sources entry "
+            f"(e.g. `{block}: {{kind: placeholder, note: ...}}`)",
             Severity.WARNING,
         )
 

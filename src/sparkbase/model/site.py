@@ -20,6 +20,7 @@ from sparkbase.errors import ConfigError, Problem, Severity
 from sparkbase.model.baseline import Baseline
 from sparkbase.model.inventory import Inventory
 from sparkbase.model.lanes import Lane
+from sparkbase.model.provenance import covering_key, dotted_key, leaf_paths, merge_sources
 from sparkbase.model.rules import (
     DocRef,
     Finding,
@@ -155,6 +156,7 @@ def load_site(root: Path, inventory: Path | None = None) -> Site:
                 continue
             raw_baselines[name] = doc
     merged = _resolve_extends(raw_baselines, loader)
+    loader.problems.extend(inherited_source_problems(raw_baselines, merged))
     baselines: dict[str, Baseline] = {}
     abstract: set[str] = set()
     for name, doc in merged.items():
@@ -317,6 +319,8 @@ def _resolve_extends(raw: dict[str, YamlDocument], loader: _Loader) -> dict[str,
         if parent is None:
             return None
         data = _merge(parent.data, doc.data)
+        if "sources" in doc.data:  # an entry replaces the inherited ones at and under its key
+            data["sources"] = merge_sources(parent.data.get("sources"), doc.data["sources"])
         data.pop("extends", None)
         if "abstract" not in doc.data:
             data.pop("abstract", None)
@@ -328,6 +332,39 @@ def _resolve_extends(raw: dict[str, YamlDocument], loader: _Loader) -> dict[str,
     for name in raw:
         resolve(name, ())
     return {name: doc for name, doc in resolved.items()}
+
+
+def inherited_source_problems(
+    raw: dict[str, YamlDocument], merged: dict[str, YamlDocument]
+) -> list[Problem]:
+    """A value a file sets itself whose source entry comes from the file it extends: the
+    inherited entry speaks for the parent's value, not this one (a warning per value)."""
+    problems: list[Problem] = []
+    for name, doc in raw.items():
+        whole = merged.get(name)
+        sources = whole.data.get("sources") if whole is not None else None
+        if whole is None or "extends" not in doc.data or not isinstance(sources, dict):
+            continue
+        keys = [key for key in sources if isinstance(key, str)]
+        for path in leaf_paths(doc.data):
+            key = covering_key(keys, dotted_key(path))
+            if key is None:
+                continue
+            origin = whole.locate(("sources", key))
+            if origin.file != doc.file:
+                where = doc.locate(path)
+                problems.append(
+                    Problem(
+                        where.file,
+                        where.line,
+                        where.column,
+                        dotted(path),
+                        f"set in this file, but its source (sources '{key}') is inherited from "
+                        f"{origin.file.name}:{origin.line}: add a sources entry for it here",
+                        Severity.WARNING,
+                    )
+                )
+    return problems
 
 
 def _merge(base: Any, over: Any) -> Any:
