@@ -7,8 +7,9 @@ included, so what is kept and what is removed is observed on the nodes themselve
 - spark1 (site baseline) carries a hand-made /swapfile (active, in /etc/fstab) and a
   hand-made MOK key directory: the site retires both paths for other baselines, yet apply
   keeps them, and plan and apply say so;
-- spark2 goes to the stock-pages variant (sparkbase creates /swapfile, installs and enables
-  fan control, installs libnccl2: all recorded) and back: every one of them is removed;
+- spark2 goes to a test baseline written into the site copy (`e2e-owned`: the site's, plus a
+  swap file, fan control and libnccl2; sparkbase creates, installs and enables them, all
+  recorded) and back: every one of them is removed;
 - spark3 does the same, but someone remakes its /swapfile meanwhile: kept as changed.
 """
 
@@ -33,7 +34,19 @@ pytestmark = pytest.mark.end_to_end
 
 REPO = Path(__file__).resolve().parents[2]
 PORT_BASE = port_base("SPARKBASE_TEST_OWNERSHIP_PORT_BASE", 2861)
-STOCK_PAGES = "ds41f-stock-pages-262k"
+OWNED = "e2e-owned"
+#: a site-compliant baseline whose swap file, fan control and libnccl2 the site's retires
+OWNED_BASELINE = """\
+extends: site-stock-6.17-4k
+version: 1.0.0
+description: e2e ownership profile (test_ownership_apply.py)
+memory:
+  swap: {path: /swapfile, size_gib: 1, header_page_size: 4096}
+host:
+  fan_control: {package: dgx-spark-fan-control, version: 1.3.0-1, service: spark-fan-control.service}
+  packages:
+    - {name: libnccl2, version: 2.28.9-1+cuda13.0}
+"""
 SWAP = "/swapfile"
 MOK_DIR = "/var/lib/shim-signed/mok"
 FAN = "spark-fan-control.service"
@@ -86,6 +99,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     site = base / "site"
     for part in ("baselines", "inventory", "lanes"):
         shutil.copytree(REPO / part, site / part)
+    (site / "baselines" / f"{OWNED}.yaml").write_text(OWNED_BASELINE)
     lab = Lab(base / "lab", port_base=PORT_BASE)
     lab.up(4, fresh=True)
     try:
@@ -124,10 +138,10 @@ def test_what_sparkbase_did_not_create_survives_apply_and_is_reported(fleet: Fle
 
 
 def test_what_sparkbase_created_is_recorded_then_retired(fleet: Fleet) -> None:
-    fleet.apply("spark2", "--baseline", STOCK_PAGES, "--override-policy", "e2e: ownership round trip")
+    fleet.apply("spark2", "--baseline", OWNED)
     record = fleet.owned("spark2")
     swap = record.find(Kind.SWAP, SWAP)
-    assert swap is not None and swap.uuid == _swap_uuid(fleet, "spark2") and swap.baseline == STOCK_PAGES
+    assert swap is not None and swap.uuid == _swap_uuid(fleet, "spark2") and swap.baseline == OWNED
     assert record.find(Kind.UNIT, FAN) is not None
     assert record.find(Kind.PACKAGE, "libnccl2") is not None
     assert SWAP in fleet.sh("spark2", "swapon --show=NAME --noheadings").split()
@@ -144,7 +158,7 @@ def test_what_sparkbase_created_is_recorded_then_retired(fleet: Fleet) -> None:
 
 
 def test_what_changed_since_sparkbase_created_it_is_kept(fleet: Fleet) -> None:
-    fleet.apply("spark3", "--baseline", STOCK_PAGES, "--override-policy", "e2e: ownership changed file")
+    fleet.apply("spark3", "--baseline", OWNED)
     fleet.sh("spark3", f"swapoff {SWAP} && mkswap {SWAP} >/dev/null")  # someone remakes it
     ops = fleet.apply("spark3")
     swap = ops[f"retire: swap file {SWAP} (another baseline's)"]
