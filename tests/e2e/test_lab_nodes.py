@@ -69,7 +69,8 @@ def test_factory_facts_over_openssh(lab: Lab) -> None:
     assert "/swap.img\tnone\tswap\tsw\t0\t0\n" in ok(lab, node, "cat /etc/fstab")
     assert ok(lab, node, "swapon --show=NAME,SIZE --bytes --noheadings").split() == [
         "/swap.img", str((8 << 30) - 4096)]
-    for unit in ("snapd", "nv-cpu-governor", "dgx-dashboard", "bluetooth"):
+    for unit in ("snapd", "nv-cpu-governor", "dgx-dashboard", "dgx-dashboard-admin", "bluetooth",
+                 "cups-browsed", "snapd.snap-repair.timer", "fwupd-refresh.timer"):
         assert ok(lab, node, f"systemctl is-active {unit}") == "active\n", unit
     assert ok(lab, node, "systemctl is-enabled fwupd") == "static\n"
     assert "[madvise]" in ok(lab, node, "cat /sys/kernel/mm/transparent_hugepage/enabled")

@@ -259,8 +259,11 @@ def build_factory(upper: Path, firmware_dir: Path, name: str = "spark") -> None:
         f"{lib}/gnome-remote-desktop.service",
     )
     _symlink(upper, "etc/systemd/system/multi-user.target.wants/cups.service", f"{lib}/cups.service")
-    for unit in ("snapd.service", "nv-cpu-governor.service", "dgx-dashboard.service"):
+    for unit in ("snapd.service", "nv-cpu-governor.service", "dgx-dashboard.service",
+                 "dgx-dashboard-admin.service", "cups-browsed.service"):
         _symlink(upper, f"etc/systemd/system/multi-user.target.wants/{unit}", f"{lib}/{unit}")
+    for unit in ("snapd.snap-repair.timer", "fwupd-refresh.timer"):
+        _symlink(upper, f"etc/systemd/system/timers.target.wants/{unit}", f"{lib}/{unit}")
     _symlink(upper, "etc/systemd/system/bluetooth.target.wants/bluetooth.service", f"{lib}/bluetooth.service")
     _symlink(upper, "etc/systemd/system/dbus-org.bluez.service", f"{lib}/bluetooth.service")
     if Path(lib, "ssh.service").exists():

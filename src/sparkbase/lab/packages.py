@@ -305,6 +305,11 @@ def _desktop_packages() -> list[Package]:
                     "[Unit]\nDescription=Snap Daemon\n\n[Service]\nExecStart=/usr/lib/snapd/snapd\n\n"
                     "[Install]\nWantedBy=multi-user.target\n",
                 ),
+                unit(
+                    "snapd.snap-repair.timer",
+                    "[Unit]\nDescription=Timer to automatically fetch and run repair assertions\n\n"
+                    "[Timer]\nOnCalendar=*-*-* 5,11,17,23:00\n\n[Install]\nWantedBy=timers.target\n",
+                ),
             ),
         ),
         Package(
@@ -315,6 +320,9 @@ def _desktop_packages() -> list[Package]:
                 # D-Bus activated: no [Install] section, so `static`
                 unit("fwupd.service", "[Unit]\nDescription=Firmware update daemon\n\n[Service]\n"
                                       "Type=dbus\nBusName=org.freedesktop.fwupd\nExecStart=/usr/libexec/fwupd/fwupd\n"),
+                unit("fwupd-refresh.timer", "[Unit]\nDescription=Refresh fwupd metadata regularly\n\n"
+                                            "[Timer]\nOnCalendar=*-*-* 6,18:00\n\n"
+                                            "[Install]\nWantedBy=timers.target\n"),
             ),
         ),
         Package(
@@ -340,6 +348,11 @@ def _desktop_packages() -> list[Package]:
                     "[Unit]\nDescription=DGX Dashboard\n\n[Service]\nExecStart=/usr/bin/dgx-dashboard\n\n"
                     "[Install]\nWantedBy=multi-user.target\n",
                 ),
+                unit(
+                    "dgx-dashboard-admin.service",
+                    "[Unit]\nDescription=DGX Dashboard admin\n\n[Service]\n"
+                    "ExecStart=/usr/bin/dgx-dashboard-admin\n\n[Install]\nWantedBy=multi-user.target\n",
+                ),
             ),
         ),
         Package(
@@ -351,6 +364,11 @@ def _desktop_packages() -> list[Package]:
                     "cups.service",
                     "[Unit]\nDescription=CUPS Scheduler\n\n[Service]\n"
                     "ExecStart=/usr/sbin/cupsd -l\n\n[Install]\nWantedBy=multi-user.target\n",
+                ),
+                unit(
+                    "cups-browsed.service",
+                    "[Unit]\nDescription=Make remote CUPS printers available locally\n\n[Service]\n"
+                    "ExecStart=/usr/sbin/cups-browsed\n\n[Install]\nWantedBy=multi-user.target\n",
                 ),
             ),
         ),

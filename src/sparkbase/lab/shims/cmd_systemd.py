@@ -171,8 +171,9 @@ def compute_active(target: str) -> list[str]:
     from sparkbase.lab.shims.common import glob
 
     active = set(ALWAYS_ACTIVE)
-    # a Spark has Bluetooth hardware, so bluetooth.target is reached at every boot
-    for wants in ("multi-user.target.wants", "bluetooth.target.wants"):
+    # a Spark has Bluetooth hardware, so bluetooth.target is reached at every boot (as
+    # timers.target is: an enabled timer is active)
+    for wants in ("multi-user.target.wants", "bluetooth.target.wants", "timers.target.wants"):
         for link in glob(f"{SYSTEMD_ETC}/{wants}/*"):
             active.add(os.path.basename(link))
     if target == "graphical.target":
