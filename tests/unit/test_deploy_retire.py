@@ -99,15 +99,13 @@ def test_every_retire_operation_has_a_case_that_keeps_what_is_not_sparkbases() -
 
 def test_foreign_pins_of_the_site_baseline_are_the_variants_leftovers(site: Site) -> None:
     foreign = foreign_for(site, SITE_BASELINE)
-    kernel = "7.0.0-1019-nvidia-64k"
+    kernels = {f"{stem}-{kernel}": kernel for kernel in ("7.0.0-1019-nvidia-64k", "7.0.0-1019-nvidia")
+               for stem in ("linux-headers", "linux-image", "linux-modules", "linux-modules-nvidia-580-open")}
     assert {pin.name: pin.kernel for pin in foreign.pins} == {
         "dgx-spark-fan-control": None,
         "libnccl2": None,
         "uvm-memory-saver-dkms": None,
-        f"linux-headers-{kernel}": kernel,
-        f"linux-image-{kernel}": kernel,
-        f"linux-modules-{kernel}": kernel,
-        f"linux-modules-nvidia-580-open-{kernel}": kernel,
+        **kernels,
     }
     assert foreign.services == (("spark-fan-control.service", (VARIANT, STOCK_PAGES)),)
     dkms = [(d.name, d.version, d.baselines) for d in foreign.dkms]
@@ -130,9 +128,13 @@ def test_a_baseline_that_signs_the_saver_keeps_its_own_dkms_and_key_dir(site: Si
     assert foreign.dkms == () and foreign.mok_dirs == () and foreign.services == ()
     assert foreign.package_names() == [
         "linux-headers-6.17.0-1032-nvidia",
+        "linux-headers-7.0.0-1019-nvidia",  # stock-pages' kernel (the recipe keeps it as the fallback)
         "linux-image-6.17.0-1032-nvidia",
+        "linux-image-7.0.0-1019-nvidia",
         "linux-modules-6.17.0-1032-nvidia",
+        "linux-modules-7.0.0-1019-nvidia",
         "linux-modules-nvidia-580-open-6.17.0-1032-nvidia",
+        "linux-modules-nvidia-580-open-7.0.0-1019-nvidia",
         "nccl-site-ring4",
     ]
 
@@ -150,10 +152,12 @@ def test_retire_steps_run_in_a_safe_order_with_kernel_packages_gated(site: Site)
     fan = next(i for i, s in enumerate(steps) if s.args.get("unit") == "spark-fan-control.service")
     purges = [i for i, k in enumerate(kinds) if k == "packages-retire"]
     assert kinds.index("hold") < fan < kinds.index("dkms-retire") < purges[0]
-    plain, kernel = (steps[i] for i in purges)
+    plain, *kernels = (steps[i] for i in purges)
     assert plain.args["target_kernel"] is None
-    assert kernel.args["target_kernel"] == site.baseline_of("spark1").kernel.release
-    assert all(n.endswith("-7.0.0-1019-nvidia-64k") for n in kernel.args["names"])
+    running = site.baseline_of("spark1").kernel.release
+    assert [k.args["target_kernel"] for k in kernels] == [running] * 2  # the variant's and stock-pages'
+    for kernel, release in zip(kernels, ["7.0.0-1019-nvidia", "7.0.0-1019-nvidia-64k"], strict=True):
+        assert all(n.endswith(f"-{release}") for n in kernel.args["names"])
     assert kinds.index("mok-dir-retire") < kinds.index("file")
     # the shipped variant pins no MOK (site to confirm): no enrolled key is known to report
     assert "mok-kept" not in kinds
@@ -165,8 +169,9 @@ def test_every_node_and_baseline_names_its_retire_steps(site: Site) -> None:
         "retire: unhold and purge nccl-site-ring4 (pinned only by other baselines)",
         "retire: unhold and purge the 6.17.0-1032-nvidia kernel packages (4; once "
         "7.0.0-1019-nvidia-64k runs)",
+        "retire: unhold and purge the 7.0.0-1019-nvidia kernel packages (4; once "
+        "7.0.0-1019-nvidia-64k runs)",
         "keep: other baselines' packages sparkbase did not install (reported)",
-        "retire: swap file /swapfile (another baseline's)",
     ]
     assert all(s.name.startswith(("retire: ", "keep: ")) for s in _retire(site, "spark1"))
 
