@@ -38,10 +38,17 @@ def _verdict(site: Site, path: Path, trigger: str = "long-context-concurrency") 
     return verdict.status, verdict.evidence
 
 
+VLLM_FOUR = METRICS / "vllm-four-500k-sessions.prom"
+NO_ENGINE = METRICS / "no-engine-metrics.prom"
+
+
 def test_four_concurrent_500k_sessions_fire(site: Site) -> None:
+    """SGLang with every TP rank exporting: the TP group's one KV cache is counted once."""
     status, evidence = _verdict(site, FOUR)
     assert status == FIRED
-    assert "13 sample time(s)" in evidence[0] and "peak concurrency 4" in evidence[1]
+    assert "13 sample time(s)" in evidence[0] and "9 with more than 3 sessions" in evidence[0]
+    assert "peak concurrency 4" in evidence[1]
+    assert "sglang engine_type=unified,model_name=deepseek-v4.1-flash" in evidence[2]
 
 
 def test_two_concurrent_500k_sessions_do_not(site: Site) -> None:
@@ -50,24 +57,124 @@ def test_two_concurrent_500k_sessions_do_not(site: Site) -> None:
     assert "peak concurrency 2" in evidence[1]
 
 
+def test_vllm_sessions_from_cache_usage_and_cache_size(site: Site) -> None:
+    """0.72 of 187,500 blocks x 16 tokens = 2,160,000 tokens: four 500K sessions of five running."""
+    status, evidence = _verdict(site, VLLM_FOUR)
+    assert status == FIRED and "peak concurrency 4" in evidence[1]
+    assert "vllm engine=0,model_name=glm-4.6-fp8" in evidence[2]
+
+
+def test_a_scrape_without_engine_metrics_is_unknown(site: Site) -> None:
+    status, evidence = _verdict(site, NO_ENGINE)
+    assert status == UNKNOWN and "no sglang:num_running_reqs or vllm:num_requests_running" in evidence[0]
+
+
+SESSION_CASES = [
+    # (what, scrape lines, expected long sessions at the one sample time, or None: not judged)
+    ("sglang: KV cache bounds the count", ["sglang:num_running_reqs 9", "sglang:num_used_tokens 1999999"], 3),
+    (
+        "sglang: running requests bound the count",
+        ["sglang:num_running_reqs 2", "sglang:num_used_tokens 3e6"],
+        2,
+    ),
+    (
+        "sglang: ranks other than 0 are the same cache",
+        [
+            'sglang:num_running_reqs{tp_rank="0"} 4',
+            'sglang:num_used_tokens{tp_rank="0"} 2e6',
+            'sglang:num_running_reqs{tp_rank="1"} 4',
+            'sglang:num_used_tokens{tp_rank="1"} 2e6',
+        ],
+        4,
+    ),
+    (
+        "sglang: data-parallel ranks are separate caches",
+        [
+            'sglang:num_running_reqs{dp_rank="0"} 2',
+            'sglang:num_used_tokens{dp_rank="0"} 1e6',
+            'sglang:num_running_reqs{dp_rank="1"} 2',
+            'sglang:num_used_tokens{dp_rank="1"} 1e6',
+        ],
+        4,
+    ),
+    ("sglang: running without KV tokens is not judged", ["sglang:num_running_reqs 4"], None),
+    (
+        "sglang: a negative reading is not judged",
+        ["sglang:num_running_reqs 4", "sglang:num_used_tokens -1"],
+        None,
+    ),
+    (
+        "vllm: no cache info, no KV tokens",
+        ['vllm:num_requests_running{engine="0"} 4', 'vllm:kv_cache_usage_perc{engine="0"} 0.9'],
+        None,
+    ),
+    (
+        "vllm: cache size not yet profiled",
+        [
+            'vllm:num_requests_running{engine="0"} 4',
+            'vllm:kv_cache_usage_perc{engine="0"} 0.9',
+            'vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="None"} 1',
+        ],
+        None,
+    ),
+    (
+        "vllm: each engine index has its own cache",
+        [
+            'vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="62500"} 1',
+            'vllm:cache_config_info{block_size="16",engine="1",num_gpu_blocks="125000"} 1',
+            'vllm:num_requests_running{engine="0",model_name="m"} 3',
+            'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 1.0',
+            'vllm:num_requests_running{engine="1",model_name="m"} 3',
+            'vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.5',
+        ],
+        4,
+    ),
+]
+
+
+@pytest.mark.parametrize(("what", "lines", "expected"), SESSION_CASES, ids=[c[0] for c in SESSION_CASES])
+def test_long_sessions_at_one_sample_time(
+    site: Site, what: str, lines: list[str], expected: int | None
+) -> None:
+    samples = parse_scrapes("\n".join(lines), 1000.0)
+    verdict = next(v for v in evaluate(site, samples) if v.kind == "session-load")
+    if expected is None:
+        assert verdict.status == UNKNOWN, verdict.evidence
+        assert "not counted" in verdict.evidence[-1]
+    else:
+        assert f"peak concurrency {expected}," in verdict.evidence[1], verdict.evidence
+
+
+def _sglang_scrape(when: int, running: int, used: int) -> list[str]:
+    return [f"# scrape_time {when}", f"sglang:num_running_reqs {running}", f"sglang:num_used_tokens {used}"]
+
+
 def test_sustained_fraction_matters(site: Site) -> None:
     """Four sessions in only one of four scrapes is a spike, not normal traffic."""
-    lines = []
+    lines: list[str] = []
     for index, count in enumerate((4, 2, 2, 2)):
-        lines.append(f"# scrape_time {1000 + 60 * index}")
-        lines += [f'sparkrun_request_context_tokens{{request="r{s}"}} 600000' for s in range(count)]
+        lines += _sglang_scrape(1000 + 60 * index, count, count * 600_000)
     samples = parse_scrapes("\n".join(lines), 0.0)
     verdict = next(v for v in evaluate(site, samples) if v.kind == "session-load")
     assert verdict.status == QUIET
 
 
 def test_old_samples_outside_the_window_are_ignored(site: Site) -> None:
-    old = "\n".join(f'sparkrun_request_context_tokens{{request="r{s}"}} 600000 1000000' for s in range(5))
-    new = "\n".join(f'sparkrun_request_context_tokens{{request="r{s}"}} 600000 9000000' for s in range(1))
+    old = "sglang:num_running_reqs 5 1000000\nsglang:num_used_tokens 3000000 1000000"
+    new = "sglang:num_running_reqs 1 9000000\nsglang:num_used_tokens 600000 9000000"
     verdict = next(
         v for v in evaluate(site, parse_scrapes(old + "\n" + new, 0.0)) if v.kind == "session-load"
     )
     assert verdict.status == QUIET and "1 sample time(s)" in verdict.evidence[0]
+
+
+def test_many_instances_are_listed_briefly(site: Site) -> None:
+    lines = [f'sglang:num_running_reqs{{dp_rank="{r}"}} 1' for r in range(50)]
+    lines += [f'sglang:num_used_tokens{{dp_rank="{r}"}} 10' for r in range(50)]
+    verdict = next(
+        v for v in evaluate(site, parse_scrapes("\n".join(lines), 0.0)) if v.kind == "session-load"
+    )
+    assert "; and 46 more" in verdict.evidence[2] and len(verdict.evidence[2]) < 300
 
 
 def test_sample_timestamps_in_milliseconds() -> None:
@@ -133,12 +240,24 @@ def test_metrics_from_a_local_url(metrics_server: str) -> None:
 
 
 def test_cli_exit_codes(capsys: pytest.CaptureFixture[str], metrics_server: str) -> None:
+    """Fired 1, quiet 0, unusable metrics 2, and no metrics 4: never read as quiet."""
     assert main(["triggers", "--site", str(REPO), "--metrics", str(FOUR)]) == 1
     out = capsys.readouterr().out
     assert "FIRED   long-context-concurrency" in out and "re-opens: the KV-cache headroom decision" in out
     assert main(["triggers", "--site", str(REPO), "--metrics", str(TWO)]) == 0
     assert main(["triggers", "--site", str(REPO), "--metrics", metrics_server]) == 1
     assert main(["triggers", "--site", str(REPO), "--metrics", str(REPO / "no-such-file")]) == 2
+    capsys.readouterr()
+    assert main(["triggers", "--site", str(REPO)]) == 4
+    assert "UNKNOWN long-context-concurrency" in capsys.readouterr().out
+    assert main(["triggers", "--site", str(REPO), "--metrics", str(NO_ENGINE)]) == 4
+
+
+def test_cli_reads_several_engines(capsys: pytest.CaptureFixture[str]) -> None:
+    """A quiet SGLang scrape beside a scrape without engine metrics is judged, not unknown."""
+    assert main(["triggers", "--site", str(REPO), "--metrics", str(TWO), "--metrics", str(NO_ENGINE)]) == 0
+    assert main(["triggers", "--site", str(REPO), "--metrics", str(TWO), "--metrics", str(VLLM_FOUR)]) == 1
+    capsys.readouterr()
 
 
 # --- bounded metrics: every content is one located line, never a traceback or an echo ---

@@ -37,6 +37,7 @@ exit status:
   1  drift, refusal, a change pending, or a trigger fired
   2  bad configuration or usage (file:line:col: field: message)
   3  a node was unreachable (the others were still handled)
+  4  triggers: none fired, but one could not be judged (no metrics, or none it reads)
   70 internal error: a bug in sparkbase (one line; the traceback with --debug)
 """
 

@@ -1,9 +1,15 @@
 """Evaluate the re-open triggers in baselines/site.yaml, with evidence.
 
 kernel-pin triggers read the site contract (and, with --lab/--live, what the fleet runs);
-session-load triggers read Prometheus scrapes (--metrics URL or saved text file: a regular
-file or an http(s) answer of at most 16 MiB, a URL answering in full within 10 seconds).
-Exit 0 when none fired, 1 when one fired, 2 bad configuration or unusable metrics.
+session-load triggers read the serving engines' own Prometheus metrics (SGLang
+sglang:num_running_reqs and sglang:num_used_tokens, vLLM vllm:num_requests_running,
+vllm:kv_cache_usage_perc and vllm:cache_config_info; the names and what counts as a
+long session are stated in the trigger) from --metrics: a URL or saved text file, a
+regular file or an http(s) answer of at most 16 MiB, a URL answering in full within 10
+seconds; repeat --metrics for several engines.
+Exit 0 when every trigger was judged and none fired, 1 when one fired, 4 when none fired
+but one could not be judged (no --metrics, or a scrape without the metrics it reads),
+2 bad configuration or unusable metrics.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from typing import TYPE_CHECKING
 from sparkbase.cli.common import add_site_arguments, add_target_arguments
 
 if TYPE_CHECKING:
+    from sparkbase.gate.metrics import Sample
     from sparkbase.gate.triggers import TriggerVerdict
     from sparkbase.model.site import Site
 
@@ -27,8 +34,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--metrics",
         metavar="URL_OR_FILE",
+        action="append",
         default=None,
-        help="Prometheus scrape: an http(s) URL or a saved text file of scrapes",
+        help="Prometheus scrape of a serving engine: an http(s) URL or a saved text file of "
+        "scrapes (repeatable)",
     )
     parser.add_argument(
         "--live", action="store_true", help="ask the inventory's nodes what they run (implied by --lab)"
@@ -42,16 +51,22 @@ def run(args: argparse.Namespace) -> int:
 
     from sparkbase.cli.common import lab_path, load_site_or_exit, selected_nodes
     from sparkbase.gate.metrics import MetricsError, load_metrics, parse_scrapes, shown_source
-    from sparkbase.gate.triggers import evaluate, now
+    from sparkbase.gate.triggers import evaluate, exit_status, now
     from sparkbase.text import shown
 
     site = load_site_or_exit(args)
-    samples = None
+    samples: list[Sample] | None = None
     if args.metrics is not None:
-        wanted = {t.metric for t in site.rules.triggers if t.kind == "session-load"}
+        wanted: set[str] = set()
+        for trigger in site.rules.triggers:
+            if trigger.kind == "session-load":
+                wanted |= trigger.metric_names()
+        scraped_at = now()  # one evaluation time for every untimestamped URL scrape
+        samples = []
         try:
-            text = load_metrics(args.metrics)
-            samples = parse_scrapes(text, now(), shown_source(args.metrics), wanted)
+            for source in args.metrics:
+                text = load_metrics(source)
+                samples += parse_scrapes(text, scraped_at, shown_source(source), wanted)
         except MetricsError as exc:
             print(f"sparkbase: metrics: {shown(exc)}", file=sys.stderr)
             return 2
@@ -83,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         for line in verdict_lines(verdicts):
             print(line)
-    return 1 if any(v.fired for v in verdicts) else 0
+    return exit_status(verdicts)
 
 
 def verdict_lines(verdicts: list[TriggerVerdict]) -> list[str]:

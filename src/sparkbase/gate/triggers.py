@@ -4,6 +4,7 @@ decision again, evaluated against the site contract, the live fleet and Promethe
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -18,6 +19,13 @@ if TYPE_CHECKING:
 FIRED = "fired"
 QUIET = "quiet"
 UNKNOWN = "unknown"
+
+#: exit status of `sparkbase triggers`: none fired and every trigger was judged
+EXIT_QUIET = 0
+#: at least one trigger fired
+EXIT_FIRED = 1
+#: none fired, but at least one could not be judged (no metrics, or none it reads): never "quiet"
+EXIT_UNKNOWN = 4
 
 
 @dataclass(frozen=True)
@@ -37,34 +45,144 @@ class TriggerVerdict:
         return self.status == FIRED
 
 
+#: SGLang exports its scheduler gauges once per TP/PP rank when asked to; the KV cache a
+#: TP group holds is the same on every rank, so only rank 0 is read
+_SGLANG_RANK_LABELS = ("tp_rank", "pp_rank")
+
+
+@dataclass(frozen=True)
+class InstanceLoad:
+    """One engine instance at one sample time: what it runs and what KV cache it holds."""
+
+    engine: str  # sglang | vllm
+    instance: str  # the instance's identifying labels, for evidence
+    running: float
+    kv_tokens: float | None  # None: the scrape does not say (vLLM without its cache info)
+
+    @property
+    def name(self) -> str:
+        """The engine and the instance's labels, for evidence."""
+        return f"{self.engine} {self.instance or '(no labels)'}"
+
+    def long_sessions(self, min_tokens: int) -> int | None:
+        """The most sessions of at least `min_tokens` tokens this instance can hold at once."""
+        if self.kv_tokens is None or not all(
+            math.isfinite(v) and v >= 0 for v in (self.running, self.kv_tokens)
+        ):
+            return None  # not a reading: +Inf, NaN or negative counts nothing
+        return max(0, min(int(self.running), int(self.kv_tokens // min_tokens)))
+
+
+def _key(labels: dict[str, str], drop: tuple[str, ...] = ()) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()) if k not in drop)
+
+
+def _by_instance(
+    samples: list[Sample], metric: str, drop: tuple[str, ...] = ()
+) -> dict[tuple[float, str], float]:
+    return {(s.time, _key(s.labels, drop)): s.value for s in samples if s.metric == metric}
+
+
+def sglang_loads(trigger: SessionLoadTrigger, samples: list[Sample]) -> list[tuple[float, InstanceLoad]]:
+    """(time, load) of every SGLang instance at every sample time it reported running requests."""
+    names = trigger.sglang
+    rank0 = [s for s in samples if all(s.labels.get(label, "0") == "0" for label in _SGLANG_RANK_LABELS)]
+    running = _by_instance(rank0, names.running, _SGLANG_RANK_LABELS)
+    used = _by_instance(rank0, names.kv_tokens_used, _SGLANG_RANK_LABELS)
+    return [
+        (when, InstanceLoad("sglang", key, value, used.get((when, key))))
+        for (when, key), value in sorted(running.items())
+    ]
+
+
+def vllm_loads(trigger: SessionLoadTrigger, samples: list[Sample]) -> list[tuple[float, InstanceLoad]]:
+    """(time, load) of every vLLM engine at every sample time it reported running requests; its
+    KV tokens are the used fraction times the cache's size (blocks x block size, from the labels
+    of the info gauge of the same engine index; that gauge carries no model name)."""
+    names = trigger.vllm
+    running = _by_instance(samples, names.running)
+    usage = _by_instance(samples, names.kv_usage_fraction)
+    capacity: dict[str, float] = {}
+    for s in samples:
+        if s.metric != names.cache_info:
+            continue
+        size = _cache_tokens(s.labels)
+        if size is not None:
+            capacity[s.labels.get("engine", "")] = size
+    loads: list[tuple[float, InstanceLoad]] = []
+    for (when, key), value in sorted(running.items()):
+        fraction = usage.get((when, key))
+        size = capacity.get(_label(key, "engine"))
+        kv = fraction * size if fraction is not None and size is not None else None
+        loads.append((when, InstanceLoad("vllm", key, value, kv)))
+    return loads
+
+
+def _label(key: str, name: str) -> str:
+    for part in key.split(","):
+        label, _, value = part.partition("=")
+        if label == name:
+            return value
+    return ""
+
+
+def _cache_tokens(labels: dict[str, str]) -> float | None:
+    """KV-cache size in tokens from vLLM's cache info labels; None when not (yet) known."""
+    blocks, block_size = labels.get("num_gpu_blocks", ""), labels.get("block_size", "")
+    if not (blocks.isdigit() and block_size.isdigit()):
+        return None
+    return float(int(blocks) * int(block_size))
+
+
+#: how many instance names one evidence line lists
+_FEW = 4
+
+
+def _few(names: list[str]) -> str:
+    """At most `_FEW` names, then how many more (a hostile scrape can hold thousands)."""
+    more = f"; and {len(names) - _FEW} more" if len(names) > _FEW else ""
+    return "; ".join(names[:_FEW]) + more
+
+
 def evaluate_session_load(trigger: SessionLoadTrigger, samples: list[Sample]) -> TriggerVerdict:
-    """Fires when more than `more_than` long sessions ran at once in ≥ `sustained_fraction` of
-    the sample times within the window ending at the latest sample."""
+    """Fires when more than `more_than` long sessions ran at once in >= `sustained_fraction` of
+    the sample times within the window ending at the latest sample. Long sessions at a time are
+    summed over engine instances (see `InstanceLoad.long_sessions`)."""
     base = {
         "id": trigger.id,
         "kind": trigger.kind,
         "description": trigger.description,
         "reopens": trigger.reopens,
     }
-    relevant = [s for s in samples if s.metric == trigger.metric]
-    if not relevant:
+    loads = sglang_loads(trigger, samples) + vllm_loads(trigger, samples)
+    judged = [(t, load) for t, load in loads if load.long_sessions(trigger.min_context_tokens) is not None]
+    blind = sorted({load.name for _, load in loads} - {load.name for _, load in judged})
+    blind_note = [f"no usable running or KV-cache reading for {_few(blind)}: not counted"] if blind else []
+    if not judged:
+        wanted = f"{trigger.sglang.running} or {trigger.vllm.running}"
         return TriggerVerdict(
-            status=UNKNOWN, evidence=[f"no {trigger.metric} samples in the metrics"], **base
+            status=UNKNOWN,
+            evidence=[f"no {wanted} samples with KV-cache usage in the metrics", *blind_note],
+            **base,
         )
-    latest = max(s.time for s in relevant)
+    latest = max(t for t, _ in judged)
     start = latest - trigger.window_minutes * 60
-    times = sorted({s.time for s in relevant if s.time >= start})
-    counts = {
-        t: sum(1 for s in relevant if s.time == t and s.value >= trigger.min_context_tokens) for t in times
-    }
+    times = sorted({t for t, _ in judged if t >= start})
+    counts = {t: 0 for t in times}
+    for t, load in judged:
+        if t >= start:
+            counts[t] += load.long_sessions(trigger.min_context_tokens) or 0
     over = [t for t in times if counts[t] > trigger.more_than]
     fraction = len(over) / len(times)
     fired = fraction >= trigger.sustained_fraction
+    engines = sorted({load.name for _, load in judged})
     evidence = [
         f"{len(times)} sample time(s) in the {trigger.window_minutes}-minute window; "
         f"{len(over)} with more than {trigger.more_than} sessions of ≥{trigger.min_context_tokens} tokens "
         f"({fraction:.0%}; fires at ≥{trigger.sustained_fraction:.0%})",
         f"peak concurrency {max(counts.values())}, median {sorted(counts.values())[len(counts) // 2]}",
+        f"engine instances read: {_few(engines)}",
+        *blind_note,
     ]
     return TriggerVerdict(status=FIRED if fired else QUIET, evidence=evidence, **base)
 
@@ -117,6 +235,15 @@ def evaluate(
         else:
             verdicts.append(evaluate_session_load(trigger, samples))
     return verdicts
+
+
+def exit_status(verdicts: list[TriggerVerdict]) -> int:
+    """Fired wins; otherwise an unjudged trigger is distinct from a quiet one."""
+    if any(v.fired for v in verdicts):
+        return EXIT_FIRED
+    if any(v.status == UNKNOWN for v in verdicts):
+        return EXIT_UNKNOWN
+    return EXIT_QUIET
 
 
 def now() -> float:

@@ -58,17 +58,47 @@ class KernelPinTrigger(StrictModel):
     page_size: PageSize = Field(description="page size of the new pin")
 
 
+MetricName = Annotated[
+    str, Field(pattern=r"^[a-zA-Z_:][a-zA-Z0-9_:]*$", max_length=200, description="Prometheus metric name")
+]
+
+
+class SglangSessionMetrics(StrictModel):
+    """The SGLang scheduler gauges a session-load trigger reads (one series per TP/PP rank 0)."""
+
+    running: MetricName = Field(description="gauge: requests in the running batch")
+    kv_tokens_used: MetricName = Field(description="gauge: KV-cache tokens in use")
+    source: str = Field(max_length=300, description="where the names are defined (repository, file, commit)")
+
+
+class VllmSessionMetrics(StrictModel):
+    """The vLLM engine gauges a session-load trigger reads (one series per engine index)."""
+
+    running: MetricName = Field(description="gauge: requests running")
+    kv_usage_fraction: MetricName = Field(description="gauge: fraction of KV-cache blocks in use (0-1)")
+    cache_info: MetricName = Field(
+        description="info gauge whose labels num_gpu_blocks and block_size size the KV cache in tokens"
+    )
+    source: str = Field(max_length=300, description="where the names are defined (repository, file, commit)")
+
+
 class SessionLoadTrigger(StrictModel):
-    """Fires when long-context sessions run concurrently above a threshold, sustained."""
+    """Fires when long-context sessions run concurrently above a threshold, sustained.
+
+    No engine exports a request's context length, so a sample time counts, per engine
+    instance, min(running requests, floor(KV tokens in use / min_context_tokens)) sessions:
+    the most sessions of that size the instance could be holding at once.
+    """
 
     id: Name = Field(description="short identifier")
     kind: Literal["session-load"] = Field(description="trigger kind")
     description: str = Field(max_length=500, description="the condition, in the site's words")
     reopens: str = Field(max_length=500, description="the decision it re-opens")
-    metric: str = Field(
-        pattern=r"^[a-zA-Z_:][a-zA-Z0-9_:]*$",
-        description="Prometheus gauge: context length in tokens of each running request",
+    definition: str = Field(
+        max_length=1000, description="what counts as one long session, from the metrics engines export"
     )
+    sglang: SglangSessionMetrics = Field(description="SGLang's metric names (the DeepSeek lane)")
+    vllm: VllmSessionMetrics = Field(description="vLLM's metric names (the GLM lanes)")
     min_context_tokens: int = Field(
         ge=1, le=100_000_000, description="a session counts from this many tokens"
     )
@@ -79,6 +109,16 @@ class SessionLoadTrigger(StrictModel):
     sustained_fraction: float = Field(
         gt=0, le=1, description="fraction of samples in the window that must exceed the threshold"
     )
+
+    def metric_names(self) -> set[str]:
+        """Every metric this trigger reads (the scrape keeps only these)."""
+        return {
+            self.sglang.running,
+            self.sglang.kv_tokens_used,
+            self.vllm.running,
+            self.vllm.kv_usage_fraction,
+            self.vllm.cache_info,
+        }
 
 
 Trigger = Annotated[KernelPinTrigger | SessionLoadTrigger, Field(discriminator="kind")]
