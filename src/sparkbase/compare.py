@@ -5,7 +5,8 @@ has is compared and paths read like the YAML (`nccl.settings.ib_merge_nics`). Ea
 difference says which side breaks the site contract there (judged by `contract_breaches`,
 the one place the contract is decided) and whether it is an adoption blocker: a field the
 variant's tooling refuses a cluster on (kernel and page size, driver, memory-saver and
-Secure Boot, NCCL merge setting, transport).
+Secure Boot, NCCL merge setting, transport). Beside each value stands its provenance:
+the `sources:` entry that covers the field in that baseline (`model/provenance.py`).
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ from sparkbase.model.yamlio import PathKey, dotted
 
 if TYPE_CHECKING:
     from sparkbase.model.baseline import Baseline
+    from sparkbase.model.provenance import Source
     from sparkbase.model.rules import Breach
     from sparkbase.model.site_rules import SiteContract
 
 #: bump when the JSON shape of `ComparisonReport.as_json` changes
-COMPARE_FORMAT = 1
+COMPARE_FORMAT = 2  # 2: each difference carries a_source and b_source
 
 #: field prefix -> adoption-blocker area
 BLOCKERS: tuple[tuple[PathKey, str], ...] = (
@@ -44,13 +46,19 @@ class Difference:
     b: Any
     breaks_contract: tuple[str, ...]  # the sides ("a", "b") that break the contract here
     blocker: str | None  # adoption-blocker area, or None
+    a_source: Source | None = None  # where A's value comes from (None: no source recorded)
+    b_source: Source | None = None
 
     def as_json(self) -> dict[str, Any]:
         """The difference as the `compare --json` contract shows it."""
+        from sparkbase.model.provenance import source_json
+
         return {
             "path": dotted(self.path),
             "a": self.a,
             "b": self.b,
+            "a_source": source_json(self.a_source),
+            "b_source": source_json(self.b_source),
             "breaks_contract": list(self.breaks_contract),
             "blocker": self.blocker,
         }
@@ -99,6 +107,7 @@ def compare_baselines(
     contract: SiteContract, a_name: str, a: Baseline, b_name: str, b: Baseline
 ) -> ComparisonReport:
     """Every field where `a` and `b` differ, judged against `contract`."""
+    from sparkbase.model.provenance import source_of
     from sparkbase.model.rules import contract_breaches
 
     a_breaches = tuple(contract_breaches(contract, a))
@@ -112,7 +121,17 @@ def compare_baselines(
             for side, breaches in (("a", a_breaches), ("b", b_breaches))
             if any(_related(path, breach.path) for breach in breaches)
         )
-        differences.append(Difference(path, left, right, sides, blocker_area(path)))
+        differences.append(
+            Difference(
+                path,
+                left,
+                right,
+                sides,
+                blocker_area(path),
+                source_of(a.sources, path),
+                source_of(b.sources, path),
+            )
+        )
     return ComparisonReport(
         Side(a_name, a.version, a_breaches), Side(b_name, b.version, b_breaches), tuple(differences)
     )
@@ -168,7 +187,13 @@ def _all_scalars(items: list[Any]) -> bool:
 def format_table(report: ComparisonReport) -> str:
     """The report as an aligned text table plus one line per side on the contract; names,
     values and messages are user text, shown escaped (one line each, `sparkbase.text`)."""
+    from sparkbase.model.provenance import META_KEYS, describe
     from sparkbase.text import shown
+
+    def origin(path: PathKey, value: Any, source: Source | None) -> str:
+        if value is None or path[0] in META_KEYS:  # nothing set, or the file's own version
+            return ""
+        return "(no source)" if source is None else shown(describe(source))
 
     def show(value: Any) -> str:
         if value is None:
@@ -180,12 +205,14 @@ def format_table(report: ComparisonReport) -> str:
         return shown(value)
 
     a_name, b_name = shown(report.a.name), shown(report.b.name)
-    header = ("FIELD", a_name, b_name, "CONTRACT", "BLOCKER")
+    header = ("FIELD", a_name, "SOURCE", b_name, "SOURCE", "CONTRACT", "BLOCKER")
     rows = [
         (
             shown(dotted(d.path)),
             show(d.a),
+            origin(d.path, d.a, d.a_source),
             show(d.b),
+            origin(d.path, d.b, d.b_source),
             (
                 "broken by "
                 + " and ".join(a_name if s == "a" else b_name for s in d.breaks_contract)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,23 +21,26 @@ def test_validate_shipped_site(
     assert main(["validate"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert any(
-        line.startswith("baselines/site-stock-6.17-4k.yaml:17:3: warning: driver.version:")
-        and "placeholder" in line
+        line.startswith("baselines/site-stock-6.17-4k.yaml:46:3: warning: sources.driver: placeholder:")
         for line in lines
     )
     assert any(
         "warning:" in line and "'ds41f-7x-64k' breaks the site contract and cannot be assigned" in line
         for line in lines
     )
-    assert lines[-1].startswith("sparkbase: the site is valid (3 warning(s)): 3 baseline(s)")
+    assert re.match(
+        r"sparkbase: the site is valid \(\d+ warning\(s\), \d+ placeholder value\(s\) to confirm\): "
+        r"3 baseline\(s\)",
+        lines[-1],
+    )
     assert "4 node(s)" in lines[-1] and "4 lane(s) (3 enabled)" in lines[-1]
 
 
 def test_validate_json_shape(shipped_site: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["validate", "--json", "--site", str(shipped_site)]) == 0
     report: dict[str, Any] = json.loads(capsys.readouterr().out)
-    assert set(report) == {"format", "valid", "problems", "summary"}
-    assert report["format"] == 1 and report["valid"] is True
+    assert set(report) == {"format", "valid", "problems", "placeholders", "summary"}
+    assert report["format"] == 2 and report["valid"] is True
     assert set(report["summary"]) == {"baselines", "abstract_baselines", "nodes", "lanes"}
     assert report["summary"]["nodes"]["spark1"] == "site-stock-6.17-4k"
     assert report["summary"]["lanes"]["ds41f-ring4"] is False

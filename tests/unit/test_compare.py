@@ -23,14 +23,14 @@ def compare_json(site: Path, capsys: pytest.CaptureFixture[str], a: str = A, b: 
 def test_json_shape_is_pinned(shipped_site: Path, capsys: pytest.CaptureFixture[str]) -> None:
     report = compare_json(shipped_site, capsys)
     assert set(report) == {"format", "a", "b", "differences", "blockers"}
-    assert report["format"] == 1
+    assert report["format"] == 2
     for side in ("a", "b"):
         assert set(report[side]) == {"name", "version", "satisfies_contract", "contract_breaches"}
         for breach in report[side]["contract_breaches"]:
             assert set(breach) == {"path", "message"}
     assert report["differences"]
     for difference in report["differences"]:
-        assert set(difference) == {"path", "a", "b", "breaks_contract", "blocker"}
+        assert set(difference) == {"path", "a", "b", "a_source", "b_source", "breaks_contract", "blocker"}
         assert isinstance(difference["path"], str)
         assert set(difference["breaks_contract"]) <= {"a", "b"}
         assert difference["blocker"] is None or isinstance(difference["blocker"], str)
@@ -45,6 +45,8 @@ def test_variant_differences_are_judged(shipped_site: Path, capsys: pytest.Captu
         "path": "kernel.page_size",
         "a": 4096,
         "b": 65536,
+        "a_source": {"kind": "seed", "note": by_path["kernel.page_size"]["a_source"]["note"]},
+        "b_source": {"kind": "recipe", "file": "config/cluster-64k.json", "commit": "6a70c129"},
         "breaks_contract": ["b"],
         "blocker": "page size",
     }
@@ -57,6 +59,8 @@ def test_variant_differences_are_judged(shipped_site: Path, capsys: pytest.Captu
         "path": "memory.memory_saver.required",
         "a": None,
         "b": True,
+        "a_source": None,
+        "b_source": {"kind": "recipe", "file": "config/cluster-64k.json", "commit": "6a70c129"},
         "breaks_contract": ["b"],
         "blocker": "memory-saver",
     }

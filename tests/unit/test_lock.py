@@ -38,14 +38,14 @@ def bump_stock(site: Path, version: str) -> None:
 
 
 def test_shipped_lock_holds(shipped_site: Path) -> None:
-    assert main(["lock", "--check", "--site", str(shipped_site)]) == 0
+    assert main(["lock", "--check", "--allow-placeholders", "--site", str(shipped_site)]) == 0
 
 
 def test_changed_sysctl_without_bump_is_caught_then_passes_after_bump_and_lock(
     site_copy: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     edit(site_copy, f"baselines/{STOCK}.yaml", "vm.max_map_count: 1048576", "vm.max_map_count: 2097152")
-    assert main(["lock", "--check", "--site", str(site_copy)]) == 1
+    assert main(["lock", "--check", "--allow-placeholders", "--site", str(site_copy)]) == 1
     err = capsys.readouterr().err
     assert f"bump version in baselines/{STOCK}.yaml" in err
     assert "ds41f" not in err  # only the changed baseline is named
@@ -54,10 +54,10 @@ def test_changed_sysctl_without_bump_is_caught_then_passes_after_bump_and_lock(
     assert f"bump version in baselines/{STOCK}.yaml" in capsys.readouterr().err
 
     bump_stock(site_copy, "1.0.1")
-    assert main(["lock", "--check", "--site", str(site_copy)]) == 1  # bumped, lock not re-run
+    assert main(["lock", "--check", "--allow-placeholders", "--site", str(site_copy)]) == 1  # bumped, lock not re-run
     assert "run `sparkbase lock`" in capsys.readouterr().err
     assert main(["lock", "--site", str(site_copy)]) == 0
-    assert main(["lock", "--check", "--site", str(site_copy)]) == 0
+    assert main(["lock", "--check", "--allow-placeholders", "--site", str(site_copy)]) == 0
     recorded = read_lock(site_copy / "baselines" / "sparkbase.lock")
     assert recorded is not None and recorded[STOCK].version == "1.0.1"
 
@@ -65,12 +65,12 @@ def test_changed_sysctl_without_bump_is_caught_then_passes_after_bump_and_lock(
 def test_force_records_an_unbumped_change(site_copy: Path) -> None:
     edit(site_copy, f"baselines/{STOCK}.yaml", "vm.max_map_count: 1048576", "vm.max_map_count: 2097152")
     assert main(["lock", "--force", "--site", str(site_copy)]) == 0
-    assert main(["lock", "--check", "--site", str(site_copy)]) == 0
+    assert main(["lock", "--check", "--allow-placeholders", "--site", str(site_copy)]) == 0
 
 
 def test_missing_lock_names_every_baseline(site_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (site_copy / "baselines" / "sparkbase.lock").unlink()
-    assert main(["lock", "--check", "--site", str(site_copy)]) == 1
+    assert main(["lock", "--check", "--allow-placeholders", "--site", str(site_copy)]) == 1
     err = capsys.readouterr().err
     for name in ("ds41f-7x-64k", "ds41f-stock-pages-262k", STOCK):
         assert f"{name}: not in the lock" in err
@@ -79,7 +79,7 @@ def test_missing_lock_names_every_baseline(site_copy: Path, capsys: pytest.Captu
 def test_new_baseline_missing_from_lock(site_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
     source = site_copy / "baselines" / f"{STOCK}.yaml"
     (site_copy / "baselines" / "site-stock-copy.yaml").write_text(source.read_text())
-    assert main(["lock", "--check", "--site", str(site_copy)]) == 1
+    assert main(["lock", "--check", "--allow-placeholders", "--site", str(site_copy)]) == 1
     assert "site-stock-copy: not in the lock" in capsys.readouterr().err
 
 
@@ -97,7 +97,7 @@ def test_written_lock_has_format_and_no_temp_files(site_copy: Path) -> None:
 
 def test_unreadable_lock_is_a_usage_error(site_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (site_copy / "baselines" / "sparkbase.lock").write_text("{not json")
-    assert main(["lock", "--check", "--site", str(site_copy)]) == 2
+    assert main(["lock", "--check", "--allow-placeholders", "--site", str(site_copy)]) == 2
     assert "not JSON" in capsys.readouterr().err
 
 
@@ -115,7 +115,7 @@ def test_a_lock_that_is_not_a_regular_file_is_refused_not_read(
     lock = site_copy / "baselines" / "sparkbase.lock"
     lock.unlink()
     make(lock)
-    assert main(["lock", "--check", "--site", str(site_copy)]) == 2
+    assert main(["lock", "--check", "--allow-placeholders", "--site", str(site_copy)]) == 2
     assert said in capsys.readouterr().err
 
 

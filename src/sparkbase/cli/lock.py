@@ -3,7 +3,9 @@
 The lock is `baselines/sparkbase.lock` (JSON with a format version, written atomically).
 `--check` exits 1 naming every baseline whose rendered output changed while its version
 did not ("bump version in baselines/X.yaml"), every baseline missing from the lock and
-every stale entry. Without --check, the lock is rewritten, except that a changed baseline
+every stale entry; it also exits 1 while a concrete baseline has placeholder values or
+values with no source (`sources:`), unless --allow-placeholders (a lab or demo site).
+Without --check, the lock is rewritten, except that a changed baseline
 whose version was not bumped is refused (exit 1) unless --force is given.
 """
 
@@ -11,8 +13,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from sparkbase.cli.common import add_site_arguments
+
+if TYPE_CHECKING:
+    from sparkbase.model.site import Site
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,6 +28,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--force",
         action="store_true",
         help="record changed baselines even when their version was not bumped",
+    )
+    parser.add_argument(
+        "--allow-placeholders",
+        action="store_true",
+        help="with --check: accept baselines whose values are placeholders or unsourced (lab/demo sites)",
     )
     add_site_arguments(parser)
 
@@ -60,8 +71,7 @@ def run(args: argparse.Namespace) -> int:
         if issues:
             print(f"sparkbase: the lock does not hold ({len(issues)} baseline(s))", file=sys.stderr)
             return 1
-        print(f"sparkbase: the lock holds for {len(current)} baseline(s)")
-        return 0
+        return _check_sources(site, args.allow_placeholders, len(current))
     unbumped = [issue for issue in issues if issue.kind is IssueKind.UNBUMPED]
     if unbumped and not args.force:
         for issue in unbumped:
@@ -72,4 +82,25 @@ def run(args: argparse.Namespace) -> int:
     for name, entry in current.items():
         print(f"{shown(name)} {shown(entry.version)} {entry.digest[:16]}")
     print(f"sparkbase: wrote {path}")
+    return 0
+
+
+def _check_sources(site: Site, allow: bool, count: int) -> int:
+    """Refuse a release whose baselines still carry placeholders or unsourced values."""
+    from sparkbase.model.provenance import unconfirmed
+    from sparkbase.text import shown
+
+    pending = [item for name in sorted(site.baselines) for item in unconfirmed(name, site.baselines[name])]
+    if pending and not allow:
+        for item in pending:
+            print(f"sparkbase: {shown(item.message())}", file=sys.stderr)
+        print(
+            f"sparkbase: the lock holds, but {len(pending)} value(s) are not confirmed by any source: "
+            "replace them (`sparkbase capture`, or a site/recipe entry in sources:), or pass "
+            "--allow-placeholders for a lab or demo site",
+            file=sys.stderr,
+        )
+        return 1
+    note = f" ({len(pending)} placeholder value(s) allowed)" if pending else ""
+    print(f"sparkbase: the lock holds for {count} baseline(s){note}")
     return 0

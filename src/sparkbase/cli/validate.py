@@ -1,7 +1,9 @@
 """Load and validate the site; print every problem (errors and warnings) at once.
 
 Each problem is printed as `FILE:LINE:COL: field.path: message`, warnings marked as such,
-then a one-line summary. Exit 0 when the site is valid (warnings allowed), 2 when not.
+then a one-line summary. Every placeholder value (a `sources:` entry of kind placeholder)
+is one warning at its entry's line, and the summary counts them; `--json` lists them
+under `placeholders`. Exit 0 when the site is valid (warnings allowed), 2 when not.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ if TYPE_CHECKING:
     from sparkbase.model.site import Site
 
 #: bump when the JSON shape printed by `validate --json` changes
-VALIDATE_FORMAT = 1
+VALIDATE_FORMAT = 2  # 2: `placeholders`
+#: how a placeholder warning reads (rules.py `_provenance_findings`)
+PLACEHOLDER_PREFIX = "placeholder: "
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,16 +51,31 @@ def run(args: argparse.Namespace) -> int:
         here = Path.cwd()
         for problem in problems:
             print(problem.format(here))
-        print(_summary(site, len(errors), len(problems) - len(errors)))
+        print(_summary(site, len(errors), len(problems) - len(errors), len(_placeholders(problems))))
     return 0 if site is not None and not errors else 2
 
 
-def _summary(site: Site | None, errors: int, warnings: int) -> str:
+def _placeholders(problems: list[Problem]) -> list[Problem]:
+    """The warnings that are placeholder sources entries, in file and line order."""
+    from sparkbase.errors import Severity
+
+    found = [
+        p
+        for p in problems
+        if p.severity is Severity.WARNING
+        and p.path.startswith("sources.")
+        and p.message.startswith(PLACEHOLDER_PREFIX)
+    ]
+    return sorted(found, key=lambda p: (str(p.file), p.line))
+
+
+def _summary(site: Site | None, errors: int, warnings: int, placeholders: int) -> str:
     if site is None:
         return f"sparkbase: the site is invalid: {errors} error(s), {warnings} warning(s)"
     assigned = sorted({node.baseline for node in site.inventory.nodes.values()})
     return (
-        f"sparkbase: the site is valid ({warnings} warning(s)): "
+        f"sparkbase: the site is valid ({warnings} warning(s), {placeholders} placeholder value(s) "
+        "to confirm): "
         f"{len(site.baselines)} baseline(s) ({', '.join(sorted(site.baselines))}; "
         f"{len(site.abstract_baselines)} abstract), "
         f"{len(site.inventory.nodes)} node(s) on {', '.join(assigned)}, "
@@ -86,6 +105,15 @@ def _as_json(site: Site | None, problems: list[Problem]) -> dict[str, Any]:
                 "severity": str(p.severity),
             }
             for p in problems
+        ],
+        "placeholders": [
+            {
+                "file": str(p.file),
+                "line": p.line,
+                "key": p.path.removeprefix("sources."),
+                "note": p.message.removeprefix(PLACEHOLDER_PREFIX),
+            }
+            for p in _placeholders(problems)
         ],
         "summary": summary,
     }
