@@ -70,8 +70,16 @@ def test_gpu_latch_and_governor(lab: Lab) -> None:
     finally:
         faults.clear(lab, node, "gpu-latch")
         faults.clear(lab, node, "governor")
-    q = ok(lab, node, "nvidia-smi --query-gpu=clocks.sm --format=csv,noheader,nounits")
-    assert int(q) >= 1000
+    # idle (the default): clocked down, with NVML's GPU-idle reason; busy: at speed
+    query = "--query-gpu=clocks.sm,utilization.gpu,clocks_event_reasons.active --format=csv,noheader,nounits"
+    q = ok(lab, node, f"nvidia-smi {query}")
+    assert q == "562, 0, 0x0000000000000001\n"
+    faults.inject(lab, node, "gpu-busy")
+    try:
+        q = ok(lab, node, "nvidia-smi --query-gpu=clocks.sm,utilization.gpu --format=csv,noheader,nounits")
+        assert q == "2418, 97\n"
+    finally:
+        faults.clear(lab, node, "gpu-busy")
     assert ok(lab, node, "cat /sys/devices/system/cpu/cpu0/cpufreq/scaling_governor") == "performance\n"
 
 

@@ -58,7 +58,7 @@ def test_factory_facts_over_openssh(lab: Lab) -> None:
     assert ok(lab, node, "getconf PAGESIZE") == "4096\n"
     assert ok(lab, node, "nproc") == "20\n"
     q = ok(lab, node, "nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader,nounits")
-    assert q == f"NVIDIA GB10, {packages.FACTORY_DRIVER}, 2418\n"
+    assert q == f"NVIDIA GB10, {packages.FACTORY_DRIVER}, 562\n"  # idle: no lane serves on a factory node
     assert "NVIDIA GB10" in ok(lab, node, "nvidia-smi")
     assert ok(lab, node, "mokutil --sb-state") == "SecureBoot enabled\n"
     assert ok(lab, node, "mokutil --list-enrolled").count("[key ") == 1

@@ -64,10 +64,21 @@ def test_fast_cpus_by_cpu_part() -> None:
 
 
 def test_nvidia_smi_query_normal_and_latched() -> None:
-    normal = p.parse_nvidia_smi_query("580.126.09, 2418, 35.21\n", 0)
+    """Clock, power, load and clock-event reasons from one line (`csv,noheader,nounits`)."""
+    normal = p.parse_nvidia_smi_query("580.126.09, 2418, 35.21, 97, 0x0000000000000000\n", 0)
     assert (normal.driver_version, normal.sm_clock_mhz, normal.power_w) == ("580.126.09", 2418, 35.21)
-    latched = p.parse_nvidia_smi_query("580.126.09, 611, 10.12\n", 0)
+    assert (normal.utilization_pct, normal.event_reasons) == (97, 0)
+    latched = p.parse_nvidia_smi_query("580.126.09, 611, 10.12, 98, 0x0000000000000000\n", 0)
     assert latched.sm_clock_mhz == 611 and latched.error is None
+    idle = p.parse_nvidia_smi_query("580.126.09, 208, 4.05, 0, 0x0000000000000001\n", 0)
+    assert (idle.utilization_pct, idle.event_reasons) == (0, 1)
+
+
+def test_nvidia_smi_query_unreported_fields_are_none() -> None:
+    gpu = p.parse_nvidia_smi_query("580.126.09, nan, [N/A], [N/A], [Not Supported]\n", 0)
+    assert (gpu.sm_clock_mhz, gpu.power_w, gpu.utilization_pct, gpu.event_reasons) == (None, None, None, None)
+    assert p.parse_event_reasons("0x00000000000001FF") == 0x1FF
+    assert p.parse_event_reasons("0xnope") is None and p.parse_event_reasons("1") is None
 
 
 def test_nvidia_smi_failure_is_recorded() -> None:

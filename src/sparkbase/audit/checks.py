@@ -13,11 +13,12 @@ from sparkbase.audit.registry import Outcome, fail, fleet_check, node_check, ok,
 from sparkbase.facts.model import NodeFacts, SecureBoot
 from sparkbase.facts.parsers import dgx_os_version, format_cpu_list, parse_kv_conf
 from sparkbase.facts.signing import SignatureProblem, judge_signature
+from sparkbase.policy.gpu_clock import LATCH_CLOCK_MHZ, ClockState, judge_clock
 from sparkbase.render import NCCL_CONF_PATH, NETPLAN_PATH, kernel_cmdline
 
-#: below this SM clock (MHz) a GB10 is latched
-LATCH_CLOCK_MHZ = 1000
 LATCH_FIX = "full AC disconnect (unplug power), then re-run"
+THROTTLE_FIX = "remove the named cause (power cap, cooling), then re-run"
+LOW_CLOCK_FIX = "low clock under load with no reason: check the node's power supply, then re-run"
 APPLY_FIX = "sparkbase apply --limit {node}"
 REBOOT_FIX = "sparkbase apply --limit {node} --allow-reboot"
 #: the kernel argument that pins NVMe APST off (`host.nvme.apst: disabled`)
@@ -125,16 +126,21 @@ def driver_version(expected: Expected, facts: NodeFacts, _item: str | None) -> O
     return ok(want, facts.gpu.driver_version)
 
 
-@node_check("gpu.clock", "gpu", "the GPU is not clock-latched (SM clock at least 1000 MHz)")
+@node_check("gpu.clock", "gpu", "the GPU is not clock-latched (under load: SM clock at least 1000 MHz)")
 def gpu_clock(_expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
     want = f">= {LATCH_CLOCK_MHZ} MHz"
-    if facts.gpu.sm_clock_mhz is None:
-        return skip(f"no SM clock reading ({facts.gpu.error or 'not reported'})")
-    observed = f"{facts.gpu.sm_clock_mhz} MHz"
-    if facts.gpu.power_w is not None:
-        observed += f", {facts.gpu.power_w:g} W"
-    if facts.gpu.sm_clock_mhz < LATCH_CLOCK_MHZ:
+    judgement = judge_clock(facts.gpu)
+    state, observed = judgement.state, judgement.reading
+    if state is ClockState.UNKNOWN:
+        return skip(f"no SM clock reading ({observed})")
+    if state is ClockState.LATCHED:
         return fail(want, observed + " (clock latch)", LATCH_FIX)
+    if state is ClockState.THROTTLED:
+        return fail(want, observed + " (throttled, not the latch)", THROTTLE_FIX)
+    if state is ClockState.LOW:
+        return fail(want, observed + " (low under load, outside the latch's 9-11 W)", LOW_CLOCK_FIX)
+    if state is ClockState.IDLE:
+        return ok(want, observed + " (idle: not a latch)")
     return ok(want, observed)
 
 

@@ -19,7 +19,7 @@ import json
 import os
 import sys
 
-FAULT_KINDS = ("gpu-latch", "gid-moved", "link-down", "unreachable", "hang", "kernel-panic",
+FAULT_KINDS = ("gpu-latch", "gpu-busy", "gid-moved", "link-down", "unreachable", "hang", "kernel-panic",
                "governor", "sb-not-enforcing", "sb-disabled", "sb-setup-mode", "no-efi", "dkms-noise")
 
 

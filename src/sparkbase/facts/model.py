@@ -13,12 +13,16 @@ from enum import StrEnum
 
 @dataclass(frozen=True)
 class GpuFacts:
-    """`nvidia-smi --query-gpu=driver_version,clocks.sm,power.draw`, or why it failed."""
+    """`nvidia-smi --query-gpu=driver_version,clocks.sm,power.draw,utilization.gpu,
+    clocks_event_reasons.active` (one reading, one round trip), or why it failed."""
 
     driver_version: str | None = None
     sm_clock_mhz: int | None = None
     power_w: float | None = None
     error: str | None = None
+    utilization_pct: int | None = None
+    #: NVML's clock-event reasons bitmask (nvmlClocksEventReason*); 0 = none reported
+    event_reasons: int | None = None
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from sparkbase.facts.parsers.gpu import GPU_QUERY
+
 if TYPE_CHECKING:
     from sparkbase.model.baseline import Baseline
 
@@ -167,7 +169,7 @@ def sections(plan: FactPlan) -> list[tuple[str, str]]:
             "nvidia-smi",
             _cmd(
                 "nvidia-smi",
-                "--query-gpu=driver_version,clocks.sm,power.draw",
+                "--query-gpu=" + ",".join(GPU_QUERY),
                 "--format=csv,noheader,nounits",
             ),
         ),

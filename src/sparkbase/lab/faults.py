@@ -9,7 +9,8 @@ Secure Boot faults change what `mokutil` prints at once and module loading from 
 
 | kind | ARG | effect |
 | --- | --- | --- |
-| gpu-latch | - | nvidia-smi: SM clock 611 MHz, ~10 W |
+| gpu-busy | - | nvidia-smi: under load at speed, 2418 MHz, ~35 W, 97 % (else idle: 562 MHz, ~4 W, P8) |
+| gpu-latch | - | nvidia-smi: the latch under load: 611 MHz, ~10 W, 98 % busy, no clock-event reason |
 | gid-moved | - | the IPv4 GIDs move from index 2/3 to 4/5 |
 | link-down | HCA or netdev (default rocep1s0f0) | port DOWN, netdev without carrier |
 | unreachable | - | every process of the node ends, no sshd: connections refused |
@@ -34,7 +35,7 @@ from typing import Any
 from sparkbase.lab import boot, procs
 from sparkbase.lab.fleet import Lab, LabError
 
-KINDS = ("gpu-latch", "gid-moved", "link-down", "unreachable", "hang", "kernel-panic", "governor",
+KINDS = ("gpu-latch", "gpu-busy", "gid-moved", "link-down", "unreachable", "hang", "kernel-panic", "governor",
          "sb-not-enforcing", "sb-disabled", "sb-setup-mode", "no-efi", "dkms-noise")
 LIST_KINDS = ("link-down", "kernel-panic")
 

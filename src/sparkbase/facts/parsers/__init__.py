@@ -19,7 +19,7 @@ from sparkbase.facts.parsers.cpus import (
     parse_governors,
 )
 from sparkbase.facts.parsers.fabric import parse_ip_addr_json, parse_ls
-from sparkbase.facts.parsers.gpu import parse_nvidia_smi_csv, parse_nvidia_smi_query
+from sparkbase.facts.parsers.gpu import parse_event_reasons, parse_nvidia_smi_csv, parse_nvidia_smi_query
 from sparkbase.facts.parsers.kernel import (
     parse_cmdline,
     parse_page_size,
@@ -70,6 +70,7 @@ __all__ = [
     "parse_cpu_list",
     "parse_dkms_status",
     "parse_dpkg_query",
+    "parse_event_reasons",
     "parse_fast_cpus",
     "parse_fstab",
     "parse_governors",

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from sparkbase.facts.model import GpuFacts
 
 #: what nvidia-smi prints for a field the GPU does not report (GB10: memory.*)
 NOT_AVAILABLE = {"[N/A]", "N/A", "[Not Supported]", "Not Supported"}
-#: the query the fact script runs (`--format=csv,noheader,nounits`)
-GPU_QUERY = ("driver_version", "clocks.sm", "power.draw")
+#: the query the fact script runs (`--format=csv,noheader,nounits`): clock, power, load and
+#: clock-event reasons come from one nvidia-smi call, so they describe the same moment
+GPU_QUERY = ("driver_version", "clocks.sm", "power.draw", "utilization.gpu", "clocks_event_reasons.active")
 
 
 def parse_nvidia_smi_csv(text: str, fields: Sequence[str]) -> list[dict[str, str | None]]:
@@ -32,7 +34,7 @@ def parse_nvidia_smi_csv(text: str, fields: Sequence[str]) -> list[dict[str, str
 
 
 def parse_nvidia_smi_query(text: str, status: int) -> GpuFacts:
-    """`nvidia-smi --query-gpu=driver_version,clocks.sm,power.draw --format=csv,noheader,nounits`.
+    """`nvidia-smi --query-gpu=<GPU_QUERY> --format=csv,noheader,nounits`.
 
     A failing nvidia-smi (no driver, library mismatch, latched NVML) is a fact too: the
     error is recorded with its exit status.
@@ -45,12 +47,36 @@ def parse_nvidia_smi_query(text: str, status: int) -> GpuFacts:
         row = parse_nvidia_smi_csv(lines[0], GPU_QUERY)[0]
     except (ValueError, IndexError):
         return GpuFacts(error=f"unexpected nvidia-smi output: {lines[0]!r}")
-    clock, power = row["clocks.sm"], row["power.draw"]
+    clock, power, busy = row["clocks.sm"], row["power.draw"], row["utilization.gpu"]
     return GpuFacts(
         driver_version=row["driver_version"],
-        sm_clock_mhz=int(float(clock)) if clock is not None and _is_number(clock) else None,
+        sm_clock_mhz=_whole(clock),
         power_w=float(power) if power is not None and _is_number(power) else None,
+        utilization_pct=_whole(_no_unit(busy)),
+        event_reasons=parse_event_reasons(row["clocks_event_reasons.active"]),
     )
+
+
+def _whole(value: str | None) -> int | None:
+    """A finite reading as a whole number; None for [N/A], text, NaN or infinity."""
+    if value is None or not _is_number(value) or not math.isfinite(float(value)):
+        return None
+    return int(float(value))
+
+
+def _no_unit(value: str | None) -> str | None:
+    return None if value is None else value.removesuffix("%").strip()
+
+
+def parse_event_reasons(value: str | None) -> int | None:
+    """NVML's clock-event reasons bitmask as nvidia-smi prints it (`0x0000000000000001`);
+    None when not reported or not a bitmask."""
+    if value is None or not value.lower().startswith("0x"):
+        return None
+    try:
+        return int(value, 16)
+    except ValueError:
+        return None
 
 
 def _is_number(text: str | None) -> bool:

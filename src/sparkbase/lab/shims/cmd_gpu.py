@@ -1,4 +1,4 @@
-"""`nvidia-smi`: the GB10 as the running driver sees it (clock latch as a fault)."""
+"""`nvidia-smi`: the GB10 as the running driver sees it (idle, busy or latched: faults)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,27 @@ def _utils_version() -> str | None:
     return text or None
 
 
+#: (clocks.sm, power.draw, utilization.gpu, clocks_event_reasons.active, pstate) per state.
+#: idle: no work, clocked down with NVML's GPU-idle reason (P8, a few watts: the real GB10
+#: summary table shows P8 at 4 W); busy: serving at speed; latched: the site's latch under
+#: load (555-656 MHz, 9-11 W, no reason reported). The clocks are the lab's, not measured.
+GPU_STATES: dict[str, tuple[str, str, str, str, str]] = {
+    "idle": ("562 MHz", "4.05 W", "0 %", "0x0000000000000001", "P8"),
+    "busy": ("2418 MHz", "35.21 W", "97 %", "0x0000000000000000", "P0"),
+    "latched": ("611 MHz", "10.12 W", "98 %", "0x0000000000000000", "P0"),
+}
+
+
+def gpu_state(active: dict[str, object]) -> str:
+    """idle unless a fault says otherwise: `gpu-busy` (load) or `gpu-latch` (the latch, which
+    only shows under load)."""
+    if active.get("gpu-latch"):
+        return "latched"
+    if active.get("gpu-busy"):
+        return "busy"
+    return "idle"
+
+
 def cmd_nvidia_smi(argv: list[str]) -> int:
     """`nvidia-smi` (summary table) and `--query-gpu=... --format=csv[,noheader][,nounits]`."""
     utils = _utils_version()
@@ -34,15 +55,16 @@ def cmd_nvidia_smi(argv: list[str]) -> int:
         print(f"Failed to initialize NVML: Driver/library version mismatch\n"
               f"NVML library version: {'.'.join(utils.split('.')[:2])}")
         return 18
-    latched = bool(faults().get("gpu-latch"))
+    state_name = gpu_state(faults())
+    clock, power, busy, reasons, pstate = GPU_STATES[state_name]
     values = {
         "name": "NVIDIA GB10", "driver_version": driver,
-        "clocks.sm": "611 MHz" if latched else "2418 MHz",
-        "clocks.current.sm": "611 MHz" if latched else "2418 MHz",
+        "clocks.sm": clock, "clocks.current.sm": clock,
         "clocks.max.sm": "3003 MHz", "clocks.max.graphics": "3003 MHz",
-        "power.draw": "10.12 W" if latched else "35.21 W",
-        "temperature.gpu": "41", "utilization.gpu": "0 %", "pstate": "P0",
-        "clocks_event_reasons.active": "0x0000000000000000", "pci.bus_id": "0000000F:01:00.0",
+        "power.draw": power,
+        "temperature.gpu": "41", "utilization.gpu": busy, "pstate": pstate,
+        "clocks_event_reasons.active": reasons, "clocks_throttle_reasons.active": reasons,
+        "pci.bus_id": "0000000F:01:00.0",
         # unified memory: NVML reports no framebuffer (real sample: …memory.total…__GB10)
         "memory.total": "[N/A]", "memory.used": "[N/A]", "memory.free": "[N/A]",
     }
@@ -80,7 +102,7 @@ def cmd_nvidia_smi(argv: list[str]) -> int:
     import time
 
     watts = f"{round(float(values['power.draw'].split()[0]))}W"
-    perf = "P0"
+    perf = pstate
     print(time.strftime("%a %b %d %H:%M:%S %Y"))
     print(SUMMARY.format(driver=f"{driver:<23}", driver2=f"{driver:<15}", power=f"{watts:>16}", perf=perf,
                          temp=values["temperature.gpu"]))
