@@ -99,8 +99,10 @@ def test_dkms_status() -> None:
 def test_modinfo_signed_keeps_the_key_as_printed() -> None:
     info = p.parse_modinfo(fixture("modinfo-signed.out"), 0)
     assert info.signer == "sparkbase lab MOK"
-    assert info.sig_key == "DE:68:7C:66:AA:DE:F7:AC:DA:F7:F1:C7:C8:0F:80:9D:81:86:73:F1"
-    assert p.normalise_serial(info.sig_key) == "de687c66aadef7acdaf7f1c7c80f809d818673f1"
+    # kmod prints the signing certificate's serial (20 random bytes, upper-case colon-hex)
+    assert info.sig_key == "30:68:CF:6C:FE:96:6E:E8:9A:FF:56:35:D2:17:CA:84:8C:E2:FB:37"
+    assert p.normalise_serial(info.sig_key) == "3068cf6cfe966ee89aff5635d217ca848ce2fb37"
+    assert info.srcversion == "79DFE57FB4D471761C11388"
     assert info.vermagic is not None and info.vermagic.startswith("7.0.0-1019-nvidia-64k ")
 
 
