@@ -437,3 +437,11 @@ def test_a_pinned_mok_is_found_by_fingerprint_and_judged_by_serial(site: Site, p
     results = {r.id: r for r in judge_node(pinned, facts)}
     assert {i for i, r in results.items() if r.status == "fail"} == fails
     assert results["memory_saver.signature"].expected == f"signed with MOK {fingerprint}"
+
+
+def test_os_release_in_dgx_os_7_numbering_says_the_numberings_differ(site: Site) -> None:
+    real = {"DGX_SWBUILD_VERSION": "7.2.3", "DGX_OTA_VERSION": "7.5.0"}  # a real dgx-release
+    result = _result(site, _set(dgx_release=real), "os.release")
+    assert result.status == "fail" and not result.blocking  # type: ignore[attr-defined]
+    assert "another numbering" in str(result.observed)  # type: ignore[attr-defined]
+    assert "'DGX OS 7.5'" in str(result.fix)  # type: ignore[attr-defined]

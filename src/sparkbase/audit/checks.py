@@ -661,9 +661,21 @@ def os_release(expected: Expected, facts: NodeFacts, _item: str | None) -> Outco
         return fail(want, "no DGX_OTA_VERSION or DGX_SWBUILD_VERSION in /etc/dgx-release",
                     "check /etc/dgx-release by hand")
     if seen != wanted and not seen.startswith(wanted + "."):
+        if _calendar_numbered(wanted) != _calendar_numbered(seen):
+            return fail(want, f"DGX OS {seen} (/etc/dgx-release numbers releases {seen.split('.')[0]}.x; "
+                              f"the baseline's {wanted} is another numbering)",
+                        "name os.release as /etc/dgx-release does (DGX_OTA_VERSION, e.g. "
+                        f"'DGX OS {'.'.join(seen.split('.')[:2])}'): site to confirm which release that is")
         return fail(want, f"DGX OS {seen}",
                     f"update the OS image to {want} (DGX OS OTA; sparkbase does not change the OS)")
     return ok(want, f"DGX OS {seen}")
+
+
+def _calendar_numbered(version: str) -> bool:
+    """`26.09` (year.month, as release notes name DGX OS) rather than `7.5.0` (as
+    /etc/dgx-release's DGX_OTA_VERSION does)."""
+    major = version.split(".")[0]
+    return major.isdigit() and int(major) >= 20
 
 
 # --- packages (warn) ----------------------------------------------------------------
