@@ -1,8 +1,11 @@
 """Converge nodes to their baselines. Changes that need a reboot are staged and reported as
 "reboot pending" unless --allow-reboot: then nodes reboot one at a time, each verified
 (kernel, page size, command line, modules) before the next; the rollout stops at the first
-node that fails. A baseline that breaks the site contract needs --override-policy REASON,
-recorded in <site>/.sparkbase/overrides.log."""
+node that fails. A node that serves a lane (one of the lane's units is active there) is not
+rebooted: its changes are staged and the refusal names the lane, unless --drain, which first
+stops the lane's units on every node the lane spans (a tensor-parallel lane goes down as a
+whole) and says which lanes went down. A baseline that breaks the site contract needs
+--override-policy REASON, recorded in <site>/.sparkbase/overrides.log."""
 
 from __future__ import annotations
 
@@ -34,6 +37,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
     parser.add_argument("--override-policy", metavar="REASON", default=None,
                         help="apply a baseline that breaks the site contract; REASON is logged")
+    parser.add_argument("--drain", action="store_true",
+                        help="with --allow-reboot: a node that serves a lane is rebooted only after "
+                        "the lane's units are stopped on every node the lane spans (without it, "
+                        "such a node is refused and its changes are staged)")
     parser.add_argument("--reboot-timeout", type=float, default=180.0, metavar="SECONDS",
                         help="how long to wait for a rebooted node's SSH (default 180)")
 
@@ -69,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 1
     options = Options(lab=lab, mok=mok, allow_reboot=args.allow_reboot,
-                      reboot_timeout=args.reboot_timeout)
+                      reboot_timeout=args.reboot_timeout, drain=args.drain)
     if not args.yes:
         if not sys.stdin.isatty():
             print("sparkbase: apply changes nodes: pass --yes (no terminal to confirm on)", file=sys.stderr)

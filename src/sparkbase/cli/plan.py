@@ -1,5 +1,7 @@
 """Dry run: for each node, every operation apply would change, with unified diffs of files
-(never of secret files), and whether a reboot would be needed. Nothing on a node changes."""
+(never of secret files), and whether a reboot would be needed; for a node that needs one
+and serves a lane, whether apply --allow-reboot would refuse it or (--drain) which lanes it
+would stop, on which nodes. Nothing on a node changes."""
 
 from __future__ import annotations
 
@@ -21,6 +23,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_site_arguments(parser)
     add_target_arguments(parser)
     add_deploy_arguments(parser)
+    parser.add_argument("--drain", action="store_true",
+                        help="show what apply --allow-reboot --drain would stop (default: show which "
+                        "reboots it would refuse because the node serves a lane)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -35,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     lab = lab_path(args)
     mok = mok_files(args, lab)
     check_buildable(site, nodes, mok)
-    report = plan(site, nodes, Options(lab=lab, mok=mok))
+    report = plan(site, nodes, Options(lab=lab, mok=mok, drain=args.drain))
     for name, breaches in breaches_by_baseline(site, nodes).items():
         report.notes.append(f"note: baseline '{name}' breaks the site contract ({'; '.join(breaches)}); "
                             "apply needs --override-policy REASON")

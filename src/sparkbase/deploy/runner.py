@@ -24,6 +24,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sparkbase.deploy.drain import (
+    Drain,
+    LaneUnits,
+    RebootGate,
+    decide_reboot,
+    is_active_command,
+    lane_runtimes,
+    parse_is_active,
+    running_lanes,
+    stop_command,
+    units_on,
+)
 from sparkbase.deploy.locks import (
     LockHeld,
     Owner,
@@ -68,6 +80,10 @@ class Options:
     reboot_timeout: float = 180.0
     diffs: bool = True
     progress: Progress = _stderr
+    #: stop the lanes a rebooting node serves (on all their nodes) instead of refusing it
+    drain: bool = False
+    #: how lanes are found on nodes; None: from the site's lanes (`drain.lane_runtimes`)
+    lanes: list[LaneUnits] | None = None
 
 
 def host_data(target: SshTarget) -> dict[str, Any]:
@@ -340,9 +356,51 @@ def plan(site: Site, nodes: list[str], options: Options) -> Report:
             if result.status is NodeStatus.REBOOT_PENDING:
                 result.status = NodeStatus.WOULD_CHANGE
             report.nodes.append(result)
+        rebooting = [r.node for r in report.nodes if r.reboot_reasons and r.node not in session.errors]
+        gates = reboot_gates(session, rebooting, _runtimes(site, options), options.drain)
+        report.notes += plan_notes(gates, _runtimes(site, options))
     finally:
         _close(session)
     return report
+
+
+def _runtimes(site: Site, options: Options) -> list[LaneUnits]:
+    return options.lanes if options.lanes is not None else lane_runtimes(site)
+
+
+def reboot_gates(
+    session: Session, nodes: list[str], runtimes: list[LaneUnits], drain: bool
+) -> dict[str, RebootGate]:
+    """For each node that needs a reboot: the lanes it serves now (asked over the session)
+    and whether it may reboot."""
+    by_lane = {rt.lane: rt for rt in runtimes}
+    gates: dict[str, RebootGate] = {}
+    for node in nodes:
+        units = units_on(node, runtimes)
+        active: set[str] = set()
+        if units:
+            _, lines = session.run(node, is_active_command(units))
+            active = parse_is_active(units, lines)
+        gates[node] = decide_reboot(node, running_lanes(node, active, runtimes), by_lane, drain)
+    return gates
+
+
+def plan_notes(gates: dict[str, RebootGate], runtimes: list[LaneUnits]) -> list[str]:
+    """What `apply --allow-reboot` would do about lanes, for the plan."""
+    notes: list[str] = []
+    if gates and not runtimes:
+        notes.append(
+            "note: no lane declares the units that run it; a reboot cannot tell whether a lane serves there"
+        )
+    for node, gate in gates.items():
+        if not gate.running:
+            continue
+        if gate.allowed:
+            notes.append(f"note: {node}: apply --allow-reboot --drain stops first: "
+                         + "; ".join(d.describe() for d in gate.drains))
+        else:
+            notes.append(f"note: {node}: apply --allow-reboot would refuse: {gate.message}")
+    return notes
 
 
 def _close(session: Session) -> None:
@@ -389,7 +447,13 @@ def _apply_locked(site: Site, nodes: list[str], options: Options, owner: Owner, 
         session.prepare(locked)
         planned = {node: session.result(node, executed=False) for node in locked}
         needs_reboot = [n for n in locked if planned[n].reboot_reasons and n not in session.errors]
-        serial = needs_reboot if options.allow_reboot else []
+        gates: dict[str, RebootGate] = {}
+        if options.allow_reboot:
+            gates = reboot_gates(session, needs_reboot, _runtimes(site, options), options.drain)
+        serial = [n for n in needs_reboot if n in gates and gates[n].allowed]
+        for node, gate in gates.items():
+            if not gate.allowed:
+                progress(f"{node}: {gate.message}")
         parallel = [n for n in locked if n not in serial and planned[n].changes and n not in session.errors]
         if parallel:
             progress(f"applying on {', '.join(parallel)}")
@@ -400,9 +464,20 @@ def _apply_locked(site: Site, nodes: list[str], options: Options, owner: Owner, 
             if node in serial:
                 continue
             results[node] = session.result(node, executed=node in parallel)
+            held = gates.get(node)
+            if held is not None and not held.allowed:
+                results[node].message = held.message
     finally:
         session.close()
     failed_at: str | None = None
+    drains = list({d.lane: d for n in serial for d in gates[n].drains}.values())
+    if drains:
+        problem = _drain(site, drains, options, owner)
+        if problem is not None:
+            failed_at = f"the drain ({problem})"
+            progress(f"drain failed: {problem}; no node was rebooted")
+        else:
+            report.notes += [f"drained: {d.describe()}; start it again after the rollout" for d in drains]
     for node in serial:
         if failed_at is not None:
             results[node] = NodeResult(node, site.inventory.nodes[node].baseline, NodeStatus.NOT_STARTED,
@@ -413,6 +488,29 @@ def _apply_locked(site: Site, nodes: list[str], options: Options, owner: Owner, 
             failed_at = node
             progress(f"{node}: rollout stopped ({results[node].message}); nodes after it are untouched")
     report.nodes = [results[n] for n in nodes]
+
+
+def _drain(site: Site, drains: list[Drain], options: Options, owner: Owner) -> str | None:
+    """Stop each lane's units on every node it spans, then check they stopped; what went
+    wrong, or None. Touches only the lanes' units."""
+    nodes = list(dict.fromkeys(node for d in drains for node in d.nodes))
+    session = Session(site, nodes, options, owner)
+    try:
+        down = session.connect()
+        if down:
+            return f"cannot reach {', '.join(down)} to stop its lane units"
+        for lane in drains:
+            units, where = ", ".join(lane.units), ", ".join(lane.nodes)
+            options.progress(f"draining lane {lane.lane}: stopping {units} on {where}")
+            for node in lane.nodes:
+                stopped, _ = session.run(node, stop_command(lane.units))
+                _, lines = session.run(node, is_active_command(lane.units))
+                still = parse_is_active(lane.units, lines)
+                if not stopped or still:
+                    return f"{node}: {', '.join(sorted(still)) or 'systemctl stop'} did not stop"
+        return None
+    finally:
+        _close(session)
 
 
 def _rollout_one(site: Site, node: str, options: Options, owner: Owner) -> NodeResult:
