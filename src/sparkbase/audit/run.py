@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from sparkbase.audit.expected import Expected
@@ -12,6 +12,7 @@ from sparkbase.audit.registry import CheckResult, fleet_checks, planned_checks
 from sparkbase.facts.model import FactsResult, NodeFacts, Unreachable
 
 if TYPE_CHECKING:
+    from sparkbase.audit.runtime import LaneProbe
     from sparkbase.facts.script import FactPlan
     from sparkbase.transport import SshTarget
 
@@ -115,8 +116,11 @@ def judge_fleet(facts: Mapping[str, NodeFacts]) -> tuple[CheckResult, ...]:
     return tuple(results)
 
 
-def report_node(expected: Expected, result: FactsResult) -> NodeReport:
-    """A node's report from its facts (or its unreachability)."""
+def report_node(expected: Expected, result: FactsResult, probes: Sequence[LaneProbe] = ()) -> NodeReport:
+    """A node's report from its facts (or its unreachability); `probes` are the lanes whose
+    serving processes are checked there (audit/runtime.py)."""
+    from sparkbase.audit.runtime import runtime_results
+
     baseline = expected.baseline
     if isinstance(result, Unreachable):
         return NodeReport(expected.node, expected.baseline_name, baseline.version, False, result.reason, ())
@@ -126,7 +130,7 @@ def report_node(expected: Expected, result: FactsResult) -> NodeReport:
         baseline.version,
         True,
         None,
-        judge_node(expected, result),
+        (*judge_node(expected, result), *runtime_results(expected.node, probes, result)),
         result.elapsed_seconds,
     )
 
@@ -140,15 +144,22 @@ def run_audit(
     targets: Mapping[str, SshTarget],
     parallel: int = 16,
     gather: Gatherer | None = None,
+    probes: Mapping[str, Sequence[LaneProbe]] | None = None,
 ) -> AuditReport:
-    """Gather facts from every expected node (one round trip each) and judge them."""
+    """Gather facts from every expected node (one round trip each) and judge them; with
+    `probes`, the same round trip reads each node's serving processes of those lanes."""
     from sparkbase.facts.collect import gather_fleet
 
     started = time.time()
     clock = time.monotonic()
     plans = {node: expected.plan() for node, expected in expectations.items()}
+    if probes:
+        from sparkbase.audit.runtime import first_matches
+
+        plans = {node: replace(plan, serving_matches=first_matches(probes.get(node, ())))
+                 for node, plan in plans.items()}
     gathered = (gather or gather_fleet)(targets, plans, parallel)
-    return build_report(site_name, expectations, gathered, started, time.monotonic() - clock)
+    return build_report(site_name, expectations, gathered, started, time.monotonic() - clock, probes)
 
 
 def build_report(
@@ -157,8 +168,11 @@ def build_report(
     gathered: Mapping[str, FactsResult],
     started: float = 0.0,
     elapsed: float = 0.0,
+    probes: Mapping[str, Sequence[LaneProbe]] | None = None,
 ) -> AuditReport:
     """The report from facts already gathered (pure)."""
-    nodes = tuple(report_node(expectations[node], gathered[node]) for node in expectations)
+    probes = probes or {}
+    nodes = tuple(report_node(expectations[node], gathered[node], probes.get(node, ()))
+                  for node in expectations)
     reachable = {node: f for node, f in gathered.items() if isinstance(f, NodeFacts)}
     return AuditReport(site_name, started, elapsed, nodes, judge_fleet(reachable))

@@ -42,7 +42,11 @@ def run(args: argparse.Namespace) -> int:
     nodes = selected_nodes(site, args)
     expectations = {node: expected_for(site, node) for node in nodes}
     targets = ssh_targets(site, lab_path(args))
-    report = run_audit(site.rules.site, expectations, targets, args.parallel)
+    from sparkbase.audit.runtime import lane_probes
+
+    # the serving processes of every enabled lane, read in the same round trip
+    running = lane_probes(site, [name for name, lane in sorted(site.lanes.items()) if lane.enabled])
+    report = run_audit(site.rules.site, expectations, targets, args.parallel, probes=running)
     text = render(report, args.format, args.verbose)
     from sparkbase.text import shown
 

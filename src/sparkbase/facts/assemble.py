@@ -7,6 +7,7 @@ from typing import TypeVar
 
 from sparkbase.facts import parsers as p
 from sparkbase.facts.model import DkmsStatus, Gid, GpuFacts, GrubBoot, NodeFacts, SecureBoot
+from sparkbase.facts.runtime import RUNTIME_SECTION, ServingProcess, serving_processes
 from sparkbase.facts.script import FactPlan, Sections, expand_files, file_reads, modules_section
 
 T = TypeVar("T")
@@ -120,7 +121,15 @@ def assemble(node: str, plan: FactPlan, sections: Sections, elapsed: float = 0.0
         nvidia_modules=r.parse("nvidia-modules", p.parse_module_attrs, quiet=True) or {},
         errors=r.errors,
         elapsed_seconds=elapsed,
+        serving=_serving(r, plan),
     )
+
+
+def _serving(r: _Reader, plan: FactPlan) -> tuple[ServingProcess, ...]:
+    """The serving processes of the runtime section (none asked: none)."""
+    if not plan.serving_matches or plan.core_only:
+        return ()
+    return tuple(r.parse(RUNTIME_SECTION, serving_processes) or ())
 
 
 def _hashes(sections: Sections, plan: FactPlan) -> dict[str, str | None]:

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sparkbase.facts.runtime import ServingProcess
 
 
 @dataclass(frozen=True)
@@ -229,6 +233,8 @@ class NodeFacts:
     nvidia_modules: dict[str, str] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)  # section -> what went wrong
     elapsed_seconds: float = 0.0
+    #: processes whose command line holds a lane's first match string (`FactPlan.serving_matches`)
+    serving: tuple[ServingProcess, ...] = ()
     round_trips: int = 1
 
     @property

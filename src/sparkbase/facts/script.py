@@ -59,6 +59,8 @@ class FactPlan:
     packages: tuple[str, ...] = ()
     mok_keys: bool = True  # list enrolled MOK keys (a pinned key, or a module to sign)
     core_only: bool = False  # only kernel release, machine and page size (triggers' evidence)
+    #: first match strings of the lanes whose serving processes to read (facts/runtime.py)
+    serving_matches: tuple[str, ...] = ()
 
 
 def plan_for(baseline: Baseline, file_paths: Sequence[str], stamp_path: str,
@@ -212,6 +214,10 @@ def sections(plan: FactPlan) -> list[tuple[str, str]]:
         out.append((f"swaphdr64k:{path}", header_bytes(path, 65536)))
     if plan.packages:
         out.append(("dpkg", _cmd("dpkg-query", "-W", f"-f={DPKG_FORMAT}", *plan.packages)))
+    if plan.serving_matches:
+        from sparkbase.facts.runtime import RUNTIME_SECTION, probe_command
+
+        out.append((RUNTIME_SECTION, probe_command(plan.serving_matches)))
     return out
 
 

@@ -1,13 +1,49 @@
-"""Serving lanes: what a launch needs from the hosts it runs on."""
+"""Serving lanes: what a launch needs from the hosts it runs on, and how to find it running."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, StringConstraints
 
 from sparkbase.model.baseline import ShapeName
-from sparkbase.model.types import Name, SemVer, StrictModel
+from sparkbase.model.types import Name, SemVer, StrictModel, SystemdUnit
+
+#: a fixed string looked for in a process's command line: printable, no quotes or shell
+#: characters (it is passed to `grep -F` as one quoted word, and shown in findings)
+CommandText = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._/:=+@-]{0,119}$")]
+#: an HTTP path on the metrics port
+MetricsPath = Annotated[str, StringConstraints(pattern=r"^/[A-Za-z0-9._/-]{0,99}$")]
+
+
+class MetricsEndpoint(StrictModel):
+    """Where each node's serving process exports Prometheus metrics (`http://NODE:port/path`)."""
+
+    port: int = Field(ge=1, le=65535, description="TCP port of the engine's metrics endpoint")
+    path: MetricsPath = Field(default="/metrics", description="HTTP path of the metrics endpoint")
+
+
+class LaneRuntime(StrictModel):
+    """How to find the lane's serving processes on each node, read from the host's /proc.
+
+    A process serves the lane when every `match` string occurs in its command line
+    (arguments joined by spaces); that works the same for a systemd unit and for a
+    container, whose processes the host's /proc shows too.
+    """
+
+    unit: SystemdUnit | None = Field(
+        default=None, description="systemd unit that starts the lane on each node (stopped to drain it)"
+    )
+    container: Name | None = Field(
+        default=None, description="container name, when the unit runs the engine in a container"
+    )
+    match: list[CommandText] = Field(
+        min_length=1,
+        max_length=4,
+        description="fixed strings that all occur in a serving process's command line "
+        "(the first is searched for on the node, the rest narrow it down)",
+    )
+    metrics: MetricsEndpoint | None = Field(default=None, description="the engine's metrics endpoint")
 
 
 class Lane(StrictModel):
@@ -23,4 +59,7 @@ class Lane(StrictModel):
     enabled: bool = Field(
         default=True,
         description="false for a lane the site evaluated and rejected (preflight always refuses it)",
+    )
+    runtime: LaneRuntime | None = Field(
+        default=None, description="how to find the lane's serving processes (none: no runtime checks)"
     )

@@ -124,9 +124,30 @@ class SessionLoadTrigger(StrictModel):
 Trigger = Annotated[KernelPinTrigger | SessionLoadTrigger, Field(discriminator="kind")]
 
 
+#: an environment variable name as a `.env` line starts with it
+EnvKey = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$", description="variable name")]
+#: a file on the operator machine: absolute, or relative to the site directory
+OperatorPath = Annotated[str, Field(pattern=r"^[A-Za-z0-9/_.+~-]{1,255}$", description="file path")]
+
+
+class ProxySpec(StrictModel):
+    """The model-name proxy: the one `.env` line that says which lane serves.
+
+    `sparkbase lane switch` rewrites that line (`KEY=LANE`), nothing else in the file.
+    """
+
+    env_file: OperatorPath = Field(
+        description="the proxy's .env on the operator machine (relative: to the site directory)"
+    )
+    key: EnvKey = Field(description="the variable whose value is the active lane's name")
+
+
 class SiteRules(StrictModel):
-    """`baselines/site.yaml`: the site contract and the re-open triggers."""
+    """`baselines/site.yaml`: the site contract, the re-open triggers and the lane proxy."""
 
     site: Name = Field(description="site name")
     contract: SiteContract = Field(description="what every node's baseline must satisfy")
     triggers: list[Trigger] = Field(default_factory=list, max_length=100, description="re-open triggers")
+    proxy: ProxySpec | None = Field(
+        default=None, description="the model-name proxy's .env line that selects the serving lane"
+    )

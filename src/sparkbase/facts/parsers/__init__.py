@@ -51,6 +51,14 @@ from sparkbase.facts.parsers.os_release import (
     parse_stamp,
 )
 from sparkbase.facts.parsers.packages import parse_dpkg_query, parse_showhold
+from sparkbase.facts.parsers.runtime import (
+    parse_cgroup,
+    parse_cmdline_args,
+    parse_environ,
+    parse_maps_files,
+    parse_probe,
+    parse_status_cpus,
+)
 from sparkbase.facts.parsers.secure_boot import (
     normalise_serial,
     parse_mok_certificates,
@@ -66,10 +74,13 @@ __all__ = [
     "format_cpu_list",
     "modinfo_fields",
     "normalise_serial",
+    "parse_cgroup",
     "parse_cmdline",
+    "parse_cmdline_args",
     "parse_cpu_list",
     "parse_dkms_status",
     "parse_dpkg_query",
+    "parse_environ",
     "parse_event_reasons",
     "parse_fast_cpus",
     "parse_fstab",
@@ -79,6 +90,7 @@ __all__ = [
     "parse_ip_addr_json",
     "parse_kv_conf",
     "parse_ls",
+    "parse_maps_files",
     "parse_modinfo",
     "parse_module_attrs",
     "parse_mok_certificates",
@@ -87,6 +99,7 @@ __all__ = [
     "parse_nvidia_smi_query",
     "parse_os_release",
     "parse_page_size",
+    "parse_probe",
     "parse_proc_modules",
     "parse_proc_swaps",
     "parse_sb_state",
@@ -94,6 +107,7 @@ __all__ = [
     "parse_showhold",
     "parse_single_line",
     "parse_stamp",
+    "parse_status_cpus",
     "parse_swap_header",
     "parse_swap_header_probes",
     "parse_swapon_show",

@@ -1,0 +1,129 @@
+"""Runtime checks: the probe section parsed back, NCCL's precedence, and each finding."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from sparkbase.audit.runtime import affinity_problems, cgroup_problems, library_problems, nccl_env_problems
+from sparkbase.facts.parsers.runtime import MappedFile, ProcCgroup, parse_probe
+from sparkbase.facts.runtime import PROBE_SELF, ServingProcess, probe_command, serving_processes
+
+PINNED = "/opt/nccl-site/lib/libnccl.so.2.27.7"
+SHA = "a" * 64
+
+
+def hexed(text: str) -> str:
+    """`od -An -v -tx1` of `text`, 16 bytes a line."""
+    data = text.encode()
+    return "\n".join(" " + " ".join(f"{b:02x}" for b in data[i : i + 16]) for i in range(0, len(data), 16))
+
+
+def record(pid: int, name: str, text: str | None) -> str:
+    body = hexed(text) if text is not None else ""
+    return f"@file {pid} {name}\n{body}\n@rc {0 if text is not None else 1}\n"
+
+
+def section(pid: int = 42, env: str = "NCCL_IB_MERGE_NICS=0\0HOME=/root\0",
+            status: str = "Name:\tpython3\nCpus_allowed_list:\t5-9,15-19\n",
+            cgroup: str = "0::/sparkbase.slice/sparkbase-serving.slice/lane.service\n",
+            maps: str = f"ffff8a400000-ffff8e1f0000 r-xp 00000000 103:02 2359814   {PINNED}\n",
+            system_conf: str | None = None, digest: str = SHA) -> str:
+    text = record(pid, "cmdline", "python3\0-m\0sglang.launch_server\0--model-path\0X\0")
+    text += record(pid, "environ", env) + record(pid, "status", status) + record(pid, "cgroup", cgroup)
+    text += record(pid, "maps", maps) + record(pid, "system-conf", system_conf)
+    path_hex = hexed(PINNED).replace(" ", "").replace("\n", "")
+    return text + f"@hash {pid} {path_hex}\n{digest}\n@rc 0\n"
+
+
+def baseline(merge: int = 0) -> Any:
+    settings = SimpleNamespace(as_env=lambda: {"NCCL_IB_MERGE_NICS": str(merge)})
+    return SimpleNamespace(
+        nccl=SimpleNamespace(settings=settings, library=SimpleNamespace(path=PINNED, sha256=SHA)),
+        cpuset=SimpleNamespace(cpus=[5, 6, 7, 8, 9, 15, 16, 17, 18, 19], slice="sparkbase-serving.slice"),
+    )
+
+
+def test_probe_section_reads_back_every_file() -> None:
+    (process,) = serving_processes(section())
+    assert process.pid == 42
+    assert process.matches(["sglang.launch_server", "X"]) and not process.matches(["vllm"])
+    assert process.environ == {"NCCL_IB_MERGE_NICS": "0", "HOME": "/root"}
+    assert process.cpus == frozenset([*range(5, 10), *range(15, 20)])
+    assert process.cgroup is not None and "sparkbase-serving.slice" in process.cgroup.slices()
+    assert process.libraries == (MappedFile(PINNED),)
+    assert process.library_sha256 == {PINNED: SHA}
+    assert process.system_conf is None
+
+
+def test_probe_refuses_a_forged_line() -> None:
+    with pytest.raises(ValueError, match="unexpected line"):
+        parse_probe("@file 1 cmdline\n@file 2 environ\nNCCL_IB_MERGE_NICS=0\n@rc 0\n")
+
+
+def test_environ_cannot_forge_records() -> None:
+    forged = "A=1\n@rc 0\n@file 42 environ\nNCCL_IB_MERGE_NICS=0\0"
+    (process,) = serving_processes(section(env=forged))
+    assert process.environ == {"A": "1\n@rc 0\n@file 42 environ\nNCCL_IB_MERGE_NICS=0"}
+
+
+def test_probe_skips_its_own_shell() -> None:
+    command = probe_command(["sglang.launch_server"])
+    assert PROBE_SELF in command and "-e sglang.launch_server" in command
+    me = ServingProcess(1, ("sh", "-c", command), {}, None, None, (), {}, None, None)
+    assert not me.matches(["sglang.launch_server"])
+
+
+PRECEDENCE = [  # (environ, user conf, system conf) -> value and where it comes from
+    ({"NCCL_IB_MERGE_NICS": "0"}, "NCCL_IB_MERGE_NICS=1\n", "NCCL_IB_MERGE_NICS=1\n", ("0", "environment")),
+    ({}, "NCCL_IB_MERGE_NICS=0\n", "NCCL_IB_MERGE_NICS=1\n", ("0", "~/.nccl.conf")),
+    ({"NCCL_CONF_FILE": "/x"}, "NCCL_IB_MERGE_NICS=0\n", None, ("0", "$NCCL_CONF_FILE")),
+    ({}, None, "# site\nNCCL_IB_MERGE_NICS=0\n", ("0", "/etc/nccl.conf in the process's mount namespace")),
+    ({}, None, None, ("1", "NCCL's default")),
+]
+
+
+@pytest.mark.parametrize(("env", "user", "system", "expected"), PRECEDENCE)
+def test_nccl_precedence(env: dict[str, str], user: str | None, system: str | None,
+                         expected: tuple[str, str]) -> None:
+    process = ServingProcess(7, ("x",), env, None, None, (), {}, user, system)
+    assert process.nccl_setting("NCCL_IB_MERGE_NICS", "1") == expected
+
+
+def _process(**changes: Any) -> ServingProcess:
+    (process,) = serving_processes(section(**changes))
+    return process
+
+
+def test_a_conforming_process_has_no_findings() -> None:
+    process = _process()
+    for judge in (nccl_env_problems, library_problems, affinity_problems, cgroup_problems):
+        assert judge(process, baseline()) == []
+
+
+FINDINGS = [  # what is wrong with the process -> the check and the text it names
+    ({"env": "HOME=/root\0"}, nccl_env_problems,
+     "NCCL_IB_MERGE_NICS=1 (NCCL's default), expected NCCL_IB_MERGE_NICS=0"),
+    ({"env": "NCCL_IB_MERGE_NICS=1\0"}, nccl_env_problems, "NCCL_IB_MERGE_NICS=1 (environment)"),
+    ({"maps": "ffff8a400000-ffff8e1f0000 r-xp 00000000 00:2f 131   /usr/lib/libnccl.so.2\n"},
+     library_problems, "maps /usr/lib/libnccl.so.2, not the pinned"),
+    ({"digest": "b" * 64}, library_problems, "has sha256 " + "b" * 64),
+    ({"maps": ""}, library_problems, "maps no libnccl"),
+    ({"status": "Cpus_allowed_list:\t0-19\n"}, affinity_problems,
+     "Cpus_allowed_list 0-19, the slice allows 5-9,15-19"),
+    ({"cgroup": "0::/user.slice/session-1.scope\n"}, cgroup_problems,
+     "cgroup /user.slice/session-1.scope is outside sparkbase-serving.slice"),
+]
+
+
+@pytest.mark.parametrize(("changes", "judge", "text"), FINDINGS)
+def test_each_finding(changes: dict[str, Any], judge: Any, text: str) -> None:
+    problems = judge(_process(**changes), baseline())
+    assert any(text in problem for problem in problems), problems
+
+
+def test_cgroup_slices_are_the_v2_path() -> None:
+    assert ProcCgroup("/a.slice/b.slice/c.service").slices() == ("a.slice", "b.slice")
+    assert ProcCgroup(None, {"cpuset": "/x.slice"}).slices() == ()
