@@ -1,0 +1,217 @@
+"""Lane safety on the emulated fleet: trigger 2 from an engine's real metrics (quiet, fired,
+unknown), the clock latch judged from one nvidia-smi reading (idle, busy, latched), and
+reboots that respect a running lane (refused, then drained).
+
+One factory-fresh lab for the module (port base 2891 + SPARKBASE_TEST_PORT_OFFSET) with a
+private copy of the shipped site. The metrics come from a small HTTP server on 127.0.0.1
+that answers as SGLang's /metrics does. The drain tests own spark1 (rebooted) and the test
+unit on every node.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hardening import FACTORY_KERNEL, NODES, SITE_KERNEL, Fleet, fleet_for_module
+from ports import port_base
+
+from sparkbase.lab import faults
+
+PORT_BASE = port_base("SPARKBASE_TEST_LANE_SAFETY_PORT_BASE", 2891)
+#: a stand-in for the lane's systemd unit (not J1's lane-*.service names, so no lab
+#: serving stand-in reacts to it): the lab's systemctl tracks its active state
+UNIT = "sglang-e2e-lane.service"
+UNIT_FILE = "[Unit]\nDescription=e2e stand-in for a TP4 lane\n[Service]\nExecStart=/bin/true\n"
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    yield from fleet_for_module(tmp_path_factory, "lane-safety", PORT_BASE)
+
+
+# --- trigger 2 -----------------------------------------------------------------------------
+
+
+def _sglang_scrape(running: int, used_tokens: int) -> bytes:
+    labels = 'engine_type="unified",model_name="deepseek-v4.1-flash",pp_rank="0",tp_rank="0"'
+    return (
+        "# HELP sglang:num_running_reqs The number of running requests.\n"
+        "# TYPE sglang:num_running_reqs gauge\n"
+        f"sglang:num_running_reqs{{{labels}}} {float(running)}\n"
+        "# HELP sglang:num_used_tokens The number of used tokens.\n"
+        "# TYPE sglang:num_used_tokens gauge\n"
+        f"sglang:num_used_tokens{{{labels}}} {float(used_tokens)}\n"
+    ).encode()
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[tuple[str, dict[str, bytes]]]:
+    """An SGLang-shaped /metrics on 127.0.0.1; the test sets what it answers."""
+    answer = {"body": _sglang_scrape(1, 10_000)}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+            self.end_headers()
+            self.wfile.write(answer["body"])
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/metrics", answer
+    server.shutdown()
+    server.server_close()
+
+
+def test_trigger_2_quiet_fired_unknown(fleet: Fleet, engine: tuple[str, dict[str, bytes]]) -> None:
+    url, answer = engine
+    answer["body"] = _sglang_scrape(5, 1_100_000)  # two 500K-class sessions among five requests
+    quiet = fleet.sparkbase("triggers", "--metrics", url, "--json")
+    assert quiet.returncode == 0, quiet.stdout + quiet.stderr
+    session = next(t for t in json.loads(quiet.stdout)["triggers"] if t["kind"] == "session-load")
+    assert session["status"] == "quiet" and "peak concurrency 2" in session["evidence"][1]
+    kernel = next(t for t in json.loads(quiet.stdout)["triggers"] if t["kind"] == "kernel-pin")
+    assert f"spark1: running {FACTORY_KERNEL}, page size 4096" in kernel["evidence"]
+
+    answer["body"] = _sglang_scrape(6, 2_150_000)  # four of them
+    fired = fleet.sparkbase("triggers", "--metrics", url)
+    assert fired.returncode == 1, fired.stdout + fired.stderr
+    assert "FIRED   long-context-concurrency" in fired.stdout and "peak concurrency 4" in fired.stdout
+
+    unknown = fleet.sparkbase("triggers")
+    assert unknown.returncode == 4, unknown.stdout + unknown.stderr
+    assert "UNKNOWN long-context-concurrency" in unknown.stdout
+
+    answer["body"] = b"# HELP node_load1 1m load average.\n# TYPE node_load1 gauge\nnode_load1 0.5\n"
+    blind = fleet.sparkbase("triggers", "--metrics", url)
+    assert blind.returncode == 4 and "no sglang:num_running_reqs" in blind.stdout
+
+
+# --- the clock latch -------------------------------------------------------------------------
+
+
+def _gpu_check(fleet: Fleet, node: str) -> dict[str, Any]:
+    done = fleet.sparkbase("audit", "--format", "json", "--limit", node)
+    data = json.loads(done.stdout)
+    checks = next(n for n in data["nodes"] if n["node"] == node)["checks"]
+    check: dict[str, Any] = next(c for c in checks if c["id"] == "gpu.clock")
+    return check
+
+
+def test_idle_busy_and_latched_gpu(fleet: Fleet) -> None:
+    node = "spark3"
+    idle = _gpu_check(fleet, node)
+    assert idle["status"] == "pass", idle
+    assert idle["observed"] == "562 MHz, 4.05 W, 0 % busy, reasons: GPU idle (idle: not a latch)"
+    faults.inject(fleet.lab, node, "gpu-busy")
+    try:
+        busy = _gpu_check(fleet, node)
+        assert busy["status"] == "pass" and busy["observed"].startswith("2418 MHz, 35.21 W, 97 % busy"), busy
+    finally:
+        faults.clear(fleet.lab, node, "gpu-busy")
+    faults.inject(fleet.lab, node, "gpu-latch")
+    try:
+        latched = _gpu_check(fleet, node)
+        assert latched["status"] == "fail", latched
+        assert latched["observed"] == "611 MHz, 10.12 W, 98 % busy, no clock-event reason (clock latch)"
+        assert latched["fix"] == "full AC disconnect (unplug power), then re-run"
+    finally:
+        faults.clear(fleet.lab, node, "gpu-latch")
+
+
+# --- reboots respect lanes ---------------------------------------------------------------------
+
+#: runs the runner in its own process (pyinfra patches the process with gevent), with the
+#: lane's unit given explicitly, and prints the report as JSON
+RUNNER = """
+import json, sys
+from pathlib import Path
+from sparkbase.deploy.drain import LaneUnits
+from sparkbase.deploy.runner import Options, apply, plan
+from sparkbase.model.site import load_site
+site_dir, lab_dir, command, drain, unit = sys.argv[1:6]
+lane = LaneUnits("dsv41-flash", ("spark1", "spark2", "spark3", "spark4"), (unit,))
+options = Options(lab=Path(lab_dir), allow_reboot=command == "apply", drain=drain == "drain",
+                  lanes=[lane], reboot_timeout=120)
+run = apply if command == "apply" else plan
+print(json.dumps(run(load_site(Path(site_dir)), ["spark1"], options).to_json()))
+"""
+
+
+def _run(fleet: Fleet, command: str, drain: bool) -> tuple[dict[str, Any], str]:
+    argv = [sys.executable, "-c", RUNNER, str(fleet.site), str(fleet.lab.dir), command,
+            "drain" if drain else "no", UNIT]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report: dict[str, Any] = json.loads(done.stdout)
+    return report, done.stderr
+
+
+def _active(fleet: Fleet, node: str) -> bool:
+    return fleet.lab.run(node, f"systemctl is-active {UNIT}")[0] == 0
+
+
+@pytest.fixture(scope="module")
+def serving(fleet: Fleet) -> Fleet:
+    """The lane's unit installed and started on every node (the lane serves everywhere)."""
+    for node in NODES:
+        fleet.sh(node, f"cat > /etc/systemd/system/{UNIT} && systemctl start {UNIT}", input=UNIT_FILE)
+        assert _active(fleet, node)
+    return fleet
+
+
+def test_plan_shows_the_refusal_and_the_drain(serving: Fleet) -> None:
+    report, _ = _run(serving, "plan", drain=False)
+    assert any(
+        note.startswith("note: spark1: apply --allow-reboot would refuse: reboot refused: spark1 serves "
+                        "dsv41-flash") for note in report["notes"]
+    ), report["notes"]
+    drained, _ = _run(serving, "plan", drain=True)
+    assert any(
+        f"stops first: lane dsv41-flash ({UNIT}) goes down on all 4 of its nodes" in note
+        for note in drained["notes"]
+    ), drained["notes"]
+    assert all(_active(serving, node) for node in NODES)  # a plan changes nothing
+
+
+def test_a_reboot_onto_a_serving_node_is_refused(serving: Fleet) -> None:
+    report, progress = _run(serving, "apply", drain=False)
+    spark1 = report["nodes"][0]
+    assert spark1["status"] == "reboot pending" and not spark1["rebooted"], spark1
+    assert "reboot refused: spark1 serves dsv41-flash" in spark1["message"] and "--drain" in spark1["message"]
+    assert "reboot refused" in progress
+    assert serving.sh("spark1", "uname -r").strip() == FACTORY_KERNEL  # staged, not rebooted
+    assert all(_active(serving, node) for node in NODES)  # the lane still serves everywhere
+
+
+def test_a_drained_reboot_stops_the_lane_everywhere_first(serving: Fleet) -> None:
+    report, progress = _run(serving, "apply", drain=True)
+    spark1 = report["nodes"][0]
+    assert spark1["status"] == "changed" and spark1["rebooted"], spark1
+    assert f"draining lane dsv41-flash: stopping {UNIT} on spark1, spark2, spark3, spark4" in progress
+    assert progress.index("draining lane") < progress.index("spark1: rebooting")
+    assert any(
+        note.startswith(f"drained: lane dsv41-flash ({UNIT}) goes down on all 4 of its nodes")
+        for note in report["notes"]
+    ), report["notes"]
+    assert not any(_active(serving, node) for node in NODES)  # the whole TP4 lane is down
+    assert serving.sh("spark1", "uname -r").strip() == SITE_KERNEL
+
+
+def test_the_cli_takes_drain(fleet: Fleet) -> None:
+    """--drain is an apply and plan option (documented in docs/cli.md)."""
+    for command in ("apply", "plan"):
+        done = subprocess.run([sys.executable, "-m", "sparkbase.cli.main", command, "--help"],
+                              capture_output=True, text=True, check=False)
+        assert "--drain" in done.stdout
