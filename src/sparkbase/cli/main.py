@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "apply": ("apply", "converge nodes to their baselines"),
     "audit": ("audit", "drift audit: every check on every node and across the fleet"),
     "preflight": ("preflight", "the lane launch gate: refuse unless every node matches"),
+    "lane": ("lane", "the serving lane the proxy points at: status, switch through the gate"),
     "triggers": ("triggers", "evaluate the re-open triggers with evidence"),
     "lab": ("lab", "the emulated fleet: four DGX Sparks on this machine"),
 }

@@ -1,0 +1,148 @@
+"""`sparkbase lane status|switch`: the serving lane the model-name proxy points at.
+
+`status` reads the active lane from the proxy's `.env` (site.yaml `proxy:`) and runs its
+pre-flight, runtime checks included (what its serving processes load). `switch LANE` runs
+LANE's pre-flight and, only when it qualifies (or `--override REASON` is given and the lane
+is enabled), rewrites the one `KEY=` line of the `.env` atomically, every other byte kept,
+and records who/when/from/to in the override log (kind `lane-switch`). A refused switch
+leaves the `.env` untouched. Exit 0 done/qualified, 1 refused, 2 bad configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sparkbase.cli.common import add_site_arguments
+
+if TYPE_CHECKING:
+    from sparkbase.model.site import Site
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of `sparkbase lane`."""
+    sub = parser.add_subparsers(dest="lane_command", required=True, metavar="{status,switch}")
+    status = sub.add_parser("status", help="the active lane (from the proxy's .env) and its checks")
+    switch = sub.add_parser("switch", help="point the proxy at LANE, through the pre-flight gate")
+    switch.add_argument("lane", help="lane name (lanes/NAME.yaml)")
+    switch.add_argument("--override", metavar="REASON", default=None,
+                        help="switch despite pre-flight refusals (never to a disabled lane); recorded")
+    for command in (status, switch):
+        add_site_arguments(command)
+        command.add_argument("--lab", nargs="?", const="", default=None, metavar="DIR",
+                             help="reach the emulated fleet; the .env is DIR/proxy.env")
+        command.add_argument("--env-file", type=Path, default=None,
+                             help="the proxy's .env (default: site.yaml proxy.env_file)")
+        command.add_argument("--log", type=Path, default=None,
+                             help="override log (default: <site>/.sparkbase/overrides.log)")
+        command.add_argument("--parallel", type=int, default=16, metavar="N", help="nodes asked at once")
+
+
+def _env_file(args: argparse.Namespace, site: Site) -> Path:
+    from sparkbase.cli.common import lab_path
+
+    if args.env_file is not None:
+        return Path(args.env_file)
+    lab = lab_path(args)
+    if lab is not None:
+        return lab / "proxy.env"
+    assert site.rules.proxy is not None
+    return site.path(site.rules.proxy.env_file)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run `lane status` or `lane switch`."""
+    from sparkbase.cli.common import load_site_or_exit
+    from sparkbase.gate.proxy_env import ProxyEnvError, active_lane, read_env
+    from sparkbase.text import shown
+
+    site = load_site_or_exit(args)
+    if site.rules.proxy is None:
+        print("sparkbase: baselines/site.yaml has no proxy: block (env_file, key)", file=sys.stderr)
+        return 2
+    env = _env_file(args, site)
+    try:
+        current = active_lane(read_env(env), site.rules.proxy.key, env)
+    except ProxyEnvError as exc:
+        print(f"sparkbase: {shown(exc)}", file=sys.stderr)
+        return 2
+    if args.lane_command == "status":
+        return _status(args, site, current)
+    return _switch(args, site, env, current)
+
+
+def _preflight_lines(args: argparse.Namespace, site: Site, lane: str) -> tuple[list[str], bool]:
+    """The pre-flight's refusal lines and whether any cannot be overridden."""
+    from sparkbase.cli.common import lab_path
+    from sparkbase.gate.preflight import preflight
+    from sparkbase.transport import ssh_targets
+
+    result = preflight(site, lane, ssh_targets(site, lab_path(args)), args.parallel)
+    return [refusal.line() for refusal in result.refusals], bool(result.blocking_override)
+
+
+def _status(args: argparse.Namespace, site: Site, current: str) -> int:
+    from sparkbase.text import shown
+
+    if current not in site.lanes:
+        print(f"active lane: {shown(current)} (no lanes/{shown(current)}.yaml)")
+        return 1
+    lines, _blocked = _preflight_lines(args, site, current)
+    print(f"active lane: {shown(current)}")
+    for line in lines:
+        print(f"  {line}")
+    verdict = "qualified" if not lines else f"NOT QUALIFIED ({len(lines)} reason(s))"
+    print(f"lane {shown(current)}: {verdict}")
+    return 0 if not lines else 1
+
+
+def _switch(args: argparse.Namespace, site: Site, env: Path, current: str) -> int:
+    from sparkbase.gate.proxy_env import ProxyEnvError, switch_line
+    from sparkbase.policy.overrides import (
+        OverrideLogError,
+        ReasonError,
+        RecordKind,
+        append_record,
+        checked_reason,
+        log_path,
+        new_record,
+    )
+    from sparkbase.text import shown
+
+    target = args.lane
+    if target not in site.lanes:
+        have = ", ".join(sorted(site.lanes))
+        print(f"sparkbase: no lane {shown(target)} (have: {shown(have)})", file=sys.stderr)
+        return 2
+    reason = None
+    if args.override is not None:
+        try:
+            reason = checked_reason(args.override)
+        except ReasonError as exc:
+            print(f"sparkbase: --override: {exc}", file=sys.stderr)
+            return 2
+    lines, blocked = _preflight_lines(args, site, target)
+    for line in lines:
+        print(line)
+    if lines and (reason is None or blocked):
+        why = "; --override cannot switch to a disabled lane" if blocked and reason else ""
+        print(f"lane switch {shown(current)} -> {shown(target)}: REFUSED ({len(lines)} reason(s)){why}; "
+              f"{shown(env)} untouched")
+        return 1
+    assert site.rules.proxy is not None
+    lane = site.lanes[target]
+    said = reason if reason is not None else "pre-flight qualified"
+    record = new_record(RecordKind.LANE_SWITCH, f"from {current} to {target}: {said}", lane=target,
+                        baseline=lane.baseline, nodes=list(lane.nodes), refusals=lines)
+    try:
+        append_record(args.log or log_path(site.root), record)
+        before = switch_line(env, site.rules.proxy.key, target)
+    except (OverrideLogError, ProxyEnvError, OSError) as exc:
+        print(f"sparkbase: {shown(exc)}", file=sys.stderr)
+        print(f"lane switch {shown(current)} -> {shown(target)}: not done", file=sys.stderr)
+        return 1
+    note = f" OVERRIDDEN ({len(lines)} refusal(s)): \"{shown(reason)}\"" if lines else ""
+    print(f"lane switch {shown(before)} -> {shown(target)}: done{note} (recorded by {shown(record.who)})")
+    return 0
