@@ -123,5 +123,5 @@ def decide_reboot(
         tuple(running),
         False,
         drains,
-        f"reboot refused: {node} serves {', '.join(running)} ({lanes}); pass --drain to stop it first",
+        f"reboot refused: {node} serves {', '.join(running)}: {lanes}; pass --drain to stop it first",
     )
