@@ -9,7 +9,7 @@ import pytest
 
 from sparkbase.facts import parsers
 from sparkbase.facts.model import GpuFacts
-from sparkbase.policy.gpu_clock import ClockState, describe, judge_clock, reason_names
+from sparkbase.policy.gpu_clock import ClockState, describe, in_latch_band, judge_clock, reason_names
 
 REAL = Path(__file__).parents[1] / "fixtures" / "real"
 
@@ -97,3 +97,42 @@ def test_the_lab_answers_the_fact_query_as_each_state(
         cmd_gpu.cmd_nvidia_smi(["--query-gpu=" + ",".join(GPU_QUERY), "--format=csv,noheader,nounits"]) == 0
     )
     assert judge_clock(parsers.parse_nvidia_smi_query(capsys.readouterr().out, 0)).state is state
+
+
+def test_an_idle_reading_in_the_latch_band_says_a_probe_would_tell() -> None:
+    idle_in_band = parsers.parse_nvidia_smi_query("580.126.09, 611, 10.12, 0, 0x0\n", 0)
+    assert judge_clock(idle_in_band).state is ClockState.IDLE and in_latch_band(idle_in_band)
+    normal_idle = parsers.parse_nvidia_smi_query("580.126.09, 562, 4.05, 0, 0x1\n", 0)
+    assert not in_latch_band(normal_idle)
+
+
+FAKE_SMI = """#!/bin/sh
+# a stand-in nvidia-smi: says whether the probe was running when it read, exits 7
+if [ -e "$PROBE_MARK" ]; then echo "580.95.05, 611, 10.12, 98, 0x0"
+else echo "580.95.05, 562, 4.05, 0, 0x1"; fi
+exit 7
+"""
+
+
+def test_the_reading_is_taken_under_the_lanes_probe(tmp_path: Path) -> None:
+    """The probe runs in the background while nvidia-smi reads, is stopped after, adds no
+    output, and the section's status is nvidia-smi's."""
+    import os
+    import subprocess
+    import time
+
+    from sparkbase.facts.script import FactPlan, gpu_command
+
+    (tmp_path / "nvidia-smi").write_text(FAKE_SMI)
+    (tmp_path / "nvidia-smi").chmod(0o755)
+    mark = tmp_path / "probe-running"
+    probe = ("sh", "-c", f'touch {mark}; trap "rm -f {mark}; exit 0" TERM; while :; do sleep 0.1; done')
+    plan = FactPlan(gpu_probe=probe, gpu_probe_seconds=0.5)
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}", "PROBE_MARK": str(mark)}
+    started = time.monotonic()
+    done = subprocess.run(
+        ["sh", "-c", gpu_command(plan)], capture_output=True, text=True, env=env, timeout=20
+    )
+    assert done.returncode == 7 and done.stdout == "580.95.05, 611, 10.12, 98, 0x0\n", done
+    assert time.monotonic() - started < 10 and not mark.exists()  # stopped right after the reading
+    assert gpu_command(FactPlan()).startswith("nvidia-smi --query-gpu=driver_version,clocks.sm,")

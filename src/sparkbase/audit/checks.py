@@ -13,7 +13,7 @@ from sparkbase.audit.registry import Outcome, fail, fleet_check, node_check, ok,
 from sparkbase.facts.model import NodeFacts, SecureBoot
 from sparkbase.facts.parsers import dgx_os_version, format_cpu_list, parse_kv_conf
 from sparkbase.facts.signing import SignatureProblem, judge_signature
-from sparkbase.policy.gpu_clock import LATCH_CLOCK_MHZ, ClockState, judge_clock
+from sparkbase.policy.gpu_clock import LATCH_CLOCK_MHZ, ClockState, in_latch_band, judge_clock
 from sparkbase.render import NCCL_CONF_PATH, NETPLAN_PATH, kernel_cmdline
 
 LATCH_FIX = "full AC disconnect (unplug power), then re-run"
@@ -140,6 +140,9 @@ def gpu_clock(_expected: Expected, facts: NodeFacts, _item: str | None) -> Outco
     if state is ClockState.LOW:
         return fail(want, observed + " (low under load, outside the latch's 9-11 W)", LOW_CLOCK_FIX)
     if state is ClockState.IDLE:
+        if in_latch_band(facts.gpu):
+            return ok(want, observed + " (idle: not judged; in the latch's 9-11 W with no reason, "
+                      "a load probe at launch would tell)")
         return ok(want, observed + " (idle: not a latch)")
     return ok(want, observed)
 

@@ -61,6 +61,12 @@ class FactPlan:
     core_only: bool = False  # only kernel release, machine and page size (triggers' evidence)
     #: first match strings of the lanes whose serving processes to read (facts/runtime.py)
     serving_matches: tuple[str, ...] = ()
+    #: a short GPU load the GPU reading is taken under (argv; empty: read the GPU as it is).
+    #: At launch nothing serves yet and an idle GB10 is never judged latched; a lane may name
+    #: a probe so the launch gate sees the clock under load (policy/gpu_clock.py)
+    gpu_probe: tuple[str, ...] = ()
+    #: seconds the probe runs before nvidia-smi reads (it is stopped right after)
+    gpu_probe_seconds: float = 2.0
 
 
 def plan_for(baseline: Baseline, file_paths: Sequence[str], stamp_path: str,
@@ -104,6 +110,23 @@ def gid_paths(hca: str, index: int) -> tuple[str, str]:
     """The GID text and GID type files of port 1 of `hca` at `index`."""
     port = f"{RDMA_CLASS}/{hca}/ports/1"
     return f"{port}/gids/{index}", f"{port}/gid_attrs/types/{index}"
+
+
+def gpu_command(plan: FactPlan) -> str:
+    """One nvidia-smi reading of clock, power, load and clock-event reasons; under the plan's
+    load probe when it names one (the probe runs in the background, bounded by `timeout`,
+    its output discarded, and is stopped once the reading is taken; the section's status is
+    nvidia-smi's)."""
+    query = _cmd("nvidia-smi", "--query-gpu=" + ",".join(GPU_QUERY), "--format=csv,noheader,nounits")
+    if not plan.gpu_probe:
+        return query
+    settle = f"{plan.gpu_probe_seconds:g}"
+    bound = f"{plan.gpu_probe_seconds + 30:g}"
+    probe = _cmd("timeout", bound, *plan.gpu_probe)
+    return (
+        f"{probe} >/dev/null 2>&1 & p=$!; sleep {settle}; {query}; s=$?; "
+        "kill $p 2>/dev/null; wait $p 2>/dev/null; (exit $s)"
+    )
 
 
 def _cmd(*argv: str) -> str:
@@ -167,14 +190,7 @@ def sections(plan: FactPlan) -> list[tuple[str, str]]:
     if plan.core_only:
         return out
     out += [
-        (
-            "nvidia-smi",
-            _cmd(
-                "nvidia-smi",
-                "--query-gpu=" + ",".join(GPU_QUERY),
-                "--format=csv,noheader,nounits",
-            ),
-        ),
+        ("nvidia-smi", gpu_command(plan)),
         (FILES_SECTION, _files_command(file_reads(plan))),
         ("modules-sys", MODULES_SYS_COMMAND),
         ("sb-state", _cmd("mokutil", "--sb-state")),

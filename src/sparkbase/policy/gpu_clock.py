@@ -79,6 +79,19 @@ def describe(gpu: GpuFacts) -> str:
     return ", ".join(parts)
 
 
+def in_latch_band(gpu: GpuFacts) -> bool:
+    """Low clock, no reason at all (not even GPU idle) and 9-11 W: the latch's signature
+    whatever the load (idle, it is not judged a latch: nothing shows it would not clock up)."""
+    low, high = LATCH_POWER_W
+    return (
+        gpu.sm_clock_mhz is not None
+        and gpu.sm_clock_mhz < LATCH_CLOCK_MHZ
+        and gpu.event_reasons == 0
+        and gpu.power_w is not None
+        and low <= gpu.power_w <= high
+    )
+
+
 def judge_clock(gpu: GpuFacts) -> ClockJudgement:
     """Latched only when every part of the latch's signature is in the reading.
 
