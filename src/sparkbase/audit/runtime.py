@@ -74,8 +74,11 @@ def nccl_env_problems(process: ServingProcess, baseline: Baseline) -> list[str]:
     for key, want in baseline.nccl.settings.as_env().items():
         got, where = process.nccl_setting(key, NCCL_DEFAULTS.get(key))
         if got != want:
-            shown = "unset" if got is None else f"{key}={got}"
-            problems.append(f"{shown} ({where}), expected {key}={want}")
+            if got is None:
+                problems.append(f"{key} unset (not in its environment nor any nccl.conf it reads), "
+                                f"expected {key}={want}")
+            else:
+                problems.append(f"{key}={got} ({where}), expected {key}={want}")
     return problems
 
 

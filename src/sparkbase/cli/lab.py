@@ -5,6 +5,7 @@
   sparkbase lab ssh NODE [COMMAND...]                      shell or one command
   sparkbase lab reboot NODE                                reboot one node
   sparkbase lab fault NODE KIND [ARG] [--clear]            inject or clear a fault
+  sparkbase lab lane start|stop|restart LANE [--site DIR]  run a lane's stand-in on its nodes
   sparkbase lab down [--purge]                             stop everything
 
 The lab dir is --dir, else $SPARKBASE_LAB_DIR, else /var/lib/sparkbase/lab. `down` keeps
@@ -20,7 +21,8 @@ import os
 import sys
 
 FAULT_KINDS = ("gpu-latch", "gpu-busy", "gid-moved", "link-down", "unreachable", "hang", "kernel-panic",
-               "governor", "sb-not-enforcing", "sb-disabled", "sb-setup-mode", "no-efi", "dkms-noise")
+               "governor", "sb-not-enforcing", "sb-disabled", "sb-setup-mode", "no-efi", "dkms-noise",
+               "lane-env", "lane-private-nccl", "lane-outside-slice")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,6 +51,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     fault.add_argument("kind", choices=FAULT_KINDS)
     fault.add_argument("arg", nargs="?", help="HCA/netdev for link-down, RELEASE for kernel-panic")
     fault.add_argument("--clear", action="store_true")
+    lane = sub.add_parser("lane", help="start/stop a lane's serving stand-in on its nodes (its unit)")
+    lane.add_argument("verb", choices=("start", "stop", "restart"))
+    lane.add_argument("lane", help="lane name (lanes/NAME.yaml)")
+    lane.add_argument("--site", default=".", help="site directory (default: here or a parent)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -104,6 +110,8 @@ def run(args: argparse.Namespace) -> int:
             argv = lab.ssh_argv(args.node, command, tty=not command and sys.stdin.isatty())
             sys.stdout.flush()
             os.execvp(argv[0], argv)  # noqa: S606 (become ssh, as `ssh` itself would run)
+        if action == "lane":
+            return _lane(lab, args)
         if action == "fault":
             if args.clear:
                 faults.clear(lab, args.node, args.kind, args.arg)
@@ -116,3 +124,32 @@ def run(args: argparse.Namespace) -> int:
         print(f"sparkbase lab: {exc}", file=sys.stderr)
         return 1
     return 2
+
+
+def _lane(lab: object, args: argparse.Namespace) -> int:
+    """`lab lane start|stop|restart LANE`: the lane's unit on each of its nodes."""
+    from pathlib import Path
+
+    from sparkbase.errors import ConfigError
+    from sparkbase.lab import lanes
+    from sparkbase.lab.fleet import Lab
+    from sparkbase.model.site import find_site_root, load_site
+
+    assert isinstance(lab, Lab)
+    try:
+        site = load_site(find_site_root(Path(args.site)))
+    except ConfigError as exc:
+        print(f"sparkbase lab: the site is invalid ({len(exc.problems)} problem(s)); run sparkbase validate",
+              file=sys.stderr)
+        return 2
+    if args.lane not in site.lanes:
+        print(f"sparkbase lab: no lane {args.lane!r}", file=sys.stderr)
+        return 2
+    if args.verb == "restart":
+        for node in site.lanes[args.lane].nodes:
+            lanes.restart(lab, site, args.lane, node)
+        nodes = list(site.lanes[args.lane].nodes)
+    else:
+        nodes = (lanes.start if args.verb == "start" else lanes.stop)(lab, site, args.lane)
+    print(f"lane {args.lane}: {lanes.unit_name(site, args.lane)} {args.verb}ed on {', '.join(nodes)}")
+    return 0

@@ -22,6 +22,9 @@ Secure Boot faults change what `mokutil` prints at once and module loading from 
 | sb-setup-mode | - | `SecureBoot disabled` + `Platform is in Setup Mode` |
 | no-efi | - | `mokutil`: `EFI variables are not supported on this system` (exit 1) |
 | dkms-noise | - | `dkms status` adds DKMS 3 noise on stderr: `Deprecated feature: …`, `Error! …` |
+| lane-env | - | a lane unit started from now on gets `NCCL_IB_MERGE_NICS=1` in its environment |
+| lane-private-nccl | - | a lane unit started from now on maps /opt/lane-image/lib/libnccl.so.2 |
+| lane-outside-slice | - | a lane unit started from now on runs outside the serving slice |
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ from sparkbase.lab import boot, procs
 from sparkbase.lab.fleet import Lab, LabError
 
 KINDS = ("gpu-latch", "gpu-busy", "gid-moved", "link-down", "unreachable", "hang", "kernel-panic", "governor",
-         "sb-not-enforcing", "sb-disabled", "sb-setup-mode", "no-efi", "dkms-noise")
+         "sb-not-enforcing", "sb-disabled", "sb-setup-mode", "no-efi", "dkms-noise",
+         "lane-env", "lane-private-nccl", "lane-outside-slice")
 LIST_KINDS = ("link-down", "kernel-panic")
 
 

@@ -280,14 +280,20 @@ def _is_active_cmd(units: list[str], quiet: bool) -> int:
 
 
 def _start_stop(verb: str, units: list[str]) -> int:
+    from sparkbase.lab.shims import cmd_serving
+
     active = active_units()
     for unit in units:
-        if unit_path(unit) is None:
+        path = unit_path(unit)
+        if path is None:
             raise Fail(f"Failed to {verb} {unit}: Unit {unit} not found.", 5)
-        if verb == "stop":
-            active.discard(resolve_alias(unit))
-        elif verb != "try-restart" or resolve_alias(unit) in active:
-            active.add(resolve_alias(unit))
+        running = verb != "stop" and (verb != "try-restart" or resolve_alias(unit) in active)
+        serving = cmd_serving.is_serving_unit(path)  # a lane's unit: its process really runs
+        if serving and (verb == "stop" or (running and "restart" in verb)):
+            cmd_serving.stop_unit(unit)
+        if serving and running:
+            cmd_serving.start_unit(unit, path)
+        (active.add if running else active.discard)(resolve_alias(unit))
     set_active(active)
     return 0
 

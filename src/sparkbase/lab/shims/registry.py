@@ -31,11 +31,11 @@ MODULES: dict[str, str] = {
     "reboot": "cmd_power", "shutdown": "cmd_power", "poweroff": "cmd_power", "halt": "cmd_power",
     "netplan": "cmd_net", "ip": "cmd_net", "rdma": "cmd_net", "lspci": "cmd_net",
     "efibootmgr": "cmd_hw", "nvme": "cmd_hw",
-    "__boot__": "boot_step", "__refresh__": "boot_step",
+    "__boot__": "boot_step", "__refresh__": "boot_step", "__serve__": "cmd_serving",
 }
 
 #: internal entry points (run by node init), not commands in /usr/local/bin
-INTERNAL = ("__boot__", "__refresh__")
+INTERNAL = ("__boot__", "__refresh__", "__serve__")
 
 #: commands also shadowed in /usr/sbin: absolute paths must not reach the machine, and
 #: maintainer scripts run by apt get PATH=/usr/sbin:/usr/bin:/sbin:/bin (no /usr/local),

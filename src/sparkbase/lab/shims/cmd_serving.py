@@ -1,0 +1,197 @@
+"""A lane's serving process in a node: started and stopped by `systemctl` as its unit would.
+
+A unit marked `X-SparkbaseLab=serving` in its `[Service]` section is run, not just marked
+active: `start_unit` spawns its `ExecStart=` with its `Environment=` (as systemd would),
+waits until the stand-in has mapped its NCCL library and listens, and records PID and
+start time in /run/sparkbase-lab/serving/UNIT.json; `stop_unit` ends only that process.
+
+The stand-in (`python3 shim.py __serve__ ARGS...`, `serve`) maps the file `SPARKBASE_LAB_NCCL`
+names, as a process that loaded that libnccl, and serves Prometheus text on
+127.0.0.1:`SPARKBASE_LAB_METRICS_PORT` (the engine's gauges, all zero: no load).
+
+No systemd runs and the machine's CPUs are not the GB10's, so the serving slice is
+emulated from the node's own accounting: the unit's `Slice=` and that slice's
+`AllowedCPUs=` are bound over the process's /proc/PID/status (Cpus_allowed lines) and
+/proc/PID/cgroup (`0::/…/SLICE/UNIT`) inside the node's mount namespace.
+
+Faults (firmware faults.json, read at start): `lane-env` adds NCCL_IB_MERGE_NICS=1 to the
+environment; `lane-private-nccl` maps an image-private /opt/lane-image/lib/libnccl.so.2;
+`lane-outside-slice` starts the process without the slice (the machine's own view).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from sparkbase.lab.shims.common import RUN, faults, read_json, read_text, write_json, write_text
+
+SERVING = f"{RUN}/serving"
+MARK = "X-SparkbaseLab=serving"
+PRIVATE_NCCL = "/opt/lane-image/lib/libnccl.so.2"
+
+
+def is_serving_unit(path: str) -> bool:
+    """Whether the unit file asks the lab to run its ExecStart."""
+    return any(line.strip() == MARK for line in read_text(path).splitlines())
+
+
+def _service_values(path: str, key: str) -> list[str]:
+    return [line.partition("=")[2].strip() for line in read_text(path).splitlines()
+            if line.strip().startswith(key + "=")]
+
+
+def _environment(path: str) -> dict[str, str]:
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/root", "LANG": "C.UTF-8"}
+    for value in _service_values(path, "Environment"):
+        for word in value.split():
+            key, sep, val = word.strip('"').partition("=")
+            if sep:
+                env[key] = val
+    return env
+
+
+def _start_time(pid: int) -> int | None:
+    text = read_text(f"/proc/{pid}/stat")
+    return int(text[text.rindex(")") + 2 :].split()[19]) if text else None
+
+
+def _record(unit: str) -> str:
+    return f"{SERVING}/{unit}.json"
+
+
+def running_pid(unit: str) -> int | None:
+    """The PID of the unit's stand-in if it still runs (same PID and start time)."""
+    data = read_json(_record(unit), None)
+    if not data:
+        return None
+    pid = int(data["pid"])
+    return pid if _start_time(pid) == int(data["start"]) else None
+
+
+def start_unit(unit: str, path: str) -> None:
+    """Run the unit's ExecStart as its stand-in process (nothing when it already runs)."""
+    from sparkbase.lab.shims.cmd_systemd import show
+
+    if running_pid(unit) is not None:
+        return
+    active_faults = faults()
+    env = _environment(path)
+    if active_faults.get("lane-env"):
+        env["NCCL_IB_MERGE_NICS"] = "1"
+    if active_faults.get("lane-private-nccl"):
+        os.makedirs(os.path.dirname(PRIVATE_NCCL), exist_ok=True)
+        write_text(PRIVATE_NCCL, "an image-private NCCL the container ships (lab stand-in)\n")
+        env["SPARKBASE_LAB_NCCL"] = PRIVATE_NCCL
+    os.makedirs(SERVING, exist_ok=True)
+    ready = f"{SERVING}/{unit}.ready"
+    if os.path.exists(ready):
+        os.unlink(ready)
+    env["SPARKBASE_LAB_READY"] = ready
+    argv = _service_values(path, "ExecStart")[0].split()
+    log = open(f"{SERVING}/{unit}.log", "ab")  # noqa: SIM115  # handed to the child
+    child = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                             start_new_session=True, close_fds=True)
+    log.close()
+    deadline = time.monotonic() + 10
+    while not os.path.exists(ready) and child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    start = _start_time(child.pid)
+    write_json(_record(unit), {"pid": child.pid, "start": start or 0})
+    slices = _service_values(path, "Slice")
+    if slices and not active_faults.get("lane-outside-slice"):
+        _emulate_slice(child.pid, unit, slices[0], show(slices[0], "AllowedCPUs"))
+
+
+def _slice_path(slice_unit: str) -> str:
+    """systemd's cgroup path of a slice: `a-b.slice` lives in `a.slice/a-b.slice`."""
+    parts = slice_unit[: -len(".slice")].split("-")
+    return "/" + "/".join("-".join(parts[: i + 1]) + ".slice" for i in range(len(parts)))
+
+
+def _emulate_slice(pid: int, unit: str, slice_unit: str, allowed: str) -> None:
+    """Bind the slice's view over the process's status and cgroup (node mount namespace)."""
+    status = read_text(f"/proc/{pid}/status")
+    if allowed:
+        cpus = allowed.replace(" ", ",")
+        lines = [f"Cpus_allowed_list:\t{cpus}" if line.startswith("Cpus_allowed_list:") else line
+                 for line in status.splitlines()]
+        status = "\n".join(lines) + "\n"
+    files = {"status": status, "cgroup": f"0::{_slice_path(slice_unit)}/{unit}\n"}
+    for name, text in files.items():
+        source = f"{SERVING}/{pid}.{name}"
+        write_text(source, text)
+        subprocess.run(["mount", "--bind", source, f"/proc/{pid}/{name}"], check=False,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def stop_unit(unit: str) -> None:
+    """End the unit's stand-in (only the process recorded for it) and undo its binds."""
+    pid = running_pid(unit)
+    if pid is not None:
+        for name in ("status", "cgroup"):
+            subprocess.run(["umount", "-l", f"/proc/{pid}/{name}"], check=False,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 5
+        while _start_time(pid) is not None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if _start_time(pid) is not None:
+            os.kill(pid, signal.SIGKILL)
+    for leftover in (_record(unit), f"{SERVING}/{unit}.ready"):
+        if os.path.exists(leftover):
+            os.unlink(leftover)
+
+
+GAUGES = {
+    "sglang": ("sglang:num_running_reqs", "sglang:num_used_tokens"),
+    "vllm": ("vllm:num_requests_running", "vllm:kv_cache_usage_perc"),
+}
+
+
+def metrics_text(engine: str) -> str:
+    """Prometheus text of an idle engine (every gauge zero)."""
+    lines = []
+    for name in GAUGES.get(engine, ()):
+        lines += [f"# TYPE {name} gauge", f"{name} 0.0"]
+    return "\n".join(lines) + "\n"
+
+
+def serve(argv: list[str]) -> int:
+    """The stand-in serving process: map the NCCL library, serve /metrics until SIGTERM."""
+    import mmap
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    mapped = []
+    library = os.environ.get("SPARKBASE_LAB_NCCL", "")
+    if library and os.path.isfile(library):
+        with open(library, "rb") as handle:
+            mapped.append(mmap.mmap(handle.fileno(), 0, prot=mmap.PROT_READ))
+    engine = "sglang" if any("sglang" in arg for arg in argv) else "vllm"
+    body = metrics_text(engine).encode()
+
+    class Metrics(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # http.server's name for a GET handler
+            self.send_response(200 if self.path == "/metrics" else 404)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.end_headers()
+            if self.path == "/metrics":
+                self.wfile.write(body)
+
+        def log_message(self, *_args: object) -> None:
+            return
+
+    server = HTTPServer(("127.0.0.1", int(os.environ.get("SPARKBASE_LAB_METRICS_PORT", "0"))), Metrics)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    ready = os.environ.get("SPARKBASE_LAB_READY")
+    if ready:
+        write_text(ready, f"{os.getpid()}\n")
+    server.serve_forever()
+    return 0
+
+
+#: `shim.py __serve__ ARGS...`: the stand-in process a lab lane unit's ExecStart runs
+COMMANDS = {"__serve__": serve}
