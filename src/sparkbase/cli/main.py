@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "preflight": ("preflight", "the lane launch gate: refuse unless every node matches"),
     "lane": ("lane", "the serving lane the proxy points at: status, switch through the gate"),
     "triggers": ("triggers", "evaluate the re-open triggers with evidence"),
+    "capture": ("capture", "write a baseline read from a live node, each value marked captured"),
     "lab": ("lab", "the emulated fleet: four DGX Sparks on this machine"),
 }
 

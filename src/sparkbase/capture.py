@@ -1,0 +1,339 @@
+"""`sparkbase capture`: a baseline read from a live node, each value marked `captured`.
+
+The node is asked once, with the fact script of the baseline it is compared against (the
+target file's own baseline when it is a site baseline, else the node's): `captured_values`
+turns its facts into (field, value) pairs, pure; `write_captured` puts them into the
+target's YAML text with ruamel's round trip, so comments and every value the node cannot
+tell (`extends`, `description`, fabric, shapes, ...) stay as they were, and records each in
+`sources:` as `{kind: captured, node, time}`.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from sparkbase.model.yamlio import PathKey, dotted
+
+if TYPE_CHECKING:
+    from sparkbase.facts.model import NodeFacts
+    from sparkbase.facts.script import FactPlan
+    from sparkbase.model.baseline import Baseline
+
+#: packages whose installed versions tell the kernel's and the driver's package versions
+#: when the node runs a release the baseline does not pin (dpkg-query takes the globs)
+CAPTURE_PACKAGE_GLOBS = ("linux-image-*", "nvidia-utils-*")
+#: top-level keys a baseline file may have: a target with any other key is not a baseline
+BASELINE_KEYS = frozenset(
+    {"version", "description", "extends", "abstract", "os", "kernel", "driver", "nccl", "fabric",
+     "memory", "secure_boot", "host", "cpuset", "shapes", "sources"}
+)
+_OS_RELEASE = re.compile(r"^[A-Za-z0-9._-]{1,40}$")
+
+
+@dataclass(frozen=True)
+class Captured:
+    """One value read from the node, and the baseline field it sets."""
+
+    path: PathKey
+    value: object
+
+    @property
+    def key(self) -> str:
+        """The field's dotted path (its key in `sources:`)."""
+        return dotted(self.path)
+
+
+@dataclass(frozen=True)
+class Capture:
+    """What a node told: the values to write, and what it could not tell (kept as they were)."""
+
+    values: tuple[Captured, ...]
+    missing: tuple[str, ...]  # "field: why", for fields left at the file's value
+    dropped: tuple[str, ...] = ()  # list items the node contradicts, removed
+
+
+def capture_plan(plan: FactPlan) -> FactPlan:
+    """The baseline's fact plan, plus what capture needs: the enrolled MOK certificates and
+    the installed kernel and driver packages of any release."""
+    packages = tuple(dict.fromkeys([*plan.packages, *CAPTURE_PACKAGE_GLOBS]))
+    return replace(plan, mok_keys=True, packages=packages)
+
+
+def _yes(value: str | None) -> bool | None:
+    """A module parameter's `Y`/`N` (or 1/0) as a bool; None when unreadable."""
+    if value is None:
+        return None
+    text = value.strip().upper()
+    if text in {"Y", "1"}:
+        return True
+    if text in {"N", "0"}:
+        return False
+    return None
+
+
+def _number_or_text(value: str) -> object:
+    """A sysctl value as YAML would hold it: digits as an int (as baselines write them)."""
+    return int(value) if value.isdigit() and len(value) < 19 else value
+
+
+class _Collector:
+    def __init__(self) -> None:
+        self.values: list[Captured] = []
+        self.missing: list[str] = []
+        self.dropped: list[str] = []
+
+    def put(self, path: PathKey, value: object, why_missing: str) -> None:
+        if value is None:
+            self.missing.append(f"{dotted(path)}: {why_missing}")
+        else:
+            self.values.append(Captured(path, value))
+
+
+def captured_values(facts: NodeFacts, baseline: Baseline) -> Capture:
+    """Every value `baseline` pins that `facts` can tell, as the node has it (pure).
+
+    Lists the baseline manages (command-line arguments, disabled services) keep the items
+    the node carries out; an item the node contradicts is dropped and named in `dropped`.
+    """
+    from sparkbase.facts.model import SecureBoot
+    from sparkbase.facts.parsers.os_release import dgx_os_version
+
+    out = _Collector()
+    release = facts.kernel_release
+    out.put(("kernel", "release"), release, "uname -r gave no answer")
+    out.put(("kernel", "page_size"), facts.page_size, "getconf PAGESIZE gave no answer")
+    if release is not None:
+        out.put(("kernel", "package_version"), facts.packages.get(f"linux-image-{release}"),
+                f"linux-image-{release} is not installed")
+    carried = set(facts.cmdline)
+    if facts.cmdline:
+        kept = [arg for arg in baseline.kernel.cmdline_add if arg in carried]
+        out.dropped += [f"kernel.cmdline_add: {arg} (not on /proc/cmdline)"
+                        for arg in baseline.kernel.cmdline_add if arg not in carried]
+        out.put(("kernel", "cmdline_add"), kept, "")
+    else:
+        out.missing.append("kernel.cmdline_add: /proc/cmdline was not read")
+    grub = facts.grub
+    if grub is not None and release is not None:
+        entry = grub.default_entry
+        out.put(("kernel", "pin_grub_default"), entry is not None and entry.release == release, "")
+    else:
+        out.missing.append("kernel.pin_grub_default: grub.cfg was not read")
+
+    seen_os = dgx_os_version(facts.dgx_release) if facts.dgx_release is not None else None
+    os_release = f"DGX OS {seen_os}" if seen_os and _OS_RELEASE.match(seen_os) else None
+    out.put(("os", "release"), os_release, "/etc/dgx-release names no release")
+
+    utils = f"nvidia-utils-{baseline.driver.branch.split('-')[0]}"
+    out.put(("driver", "version"), facts.gpu.driver_version, f"nvidia-smi: {facts.gpu.error or 'no answer'}")
+    out.put(("driver", "package_version"), facts.packages.get(utils), f"{utils} is not installed")
+
+    library = baseline.nccl.library
+    out.put(("nccl", "library", "version"), facts.packages.get(library.package),
+            f"{library.package} is not installed")
+    out.put(("nccl", "library", "sha256"), facts.file_sha256.get(library.path),
+            f"{library.path} could not be hashed")
+
+    memory = baseline.memory
+    out.put(("memory", "transparent_hugepages"), facts.thp, "THP mode unreadable")
+    if memory.sysctls:
+        sysctls = {key: facts.sysctls.get(key) for key in memory.sysctls}
+        unread = sorted(key for key, value in sysctls.items() if value is None)
+        if unread:
+            out.missing.append(f"memory.sysctls: {', '.join(unread)} unreadable")
+        else:
+            out.put(("memory", "sysctls"), {k: _number_or_text(str(v)) for k, v in sysctls.items()}, "")
+    if memory.swap is not None:
+        _swap(facts, memory.swap.path, out)
+    saver = memory.memory_saver
+    if saver is not None and saver.required:
+        out.put(("memory", "memory_saver", "package_version"), facts.packages.get(saver.package),
+                f"{saver.package} is not installed")
+
+    sb = facts.secure_boot
+    out.put(("secure_boot", "enabled"), None if sb is None else sb is SecureBoot.ENABLED,
+            "mokutil --sb-state gave no answer")
+    _mok(facts, baseline, out)
+
+    host = baseline.host
+    target = facts.default_target
+    out.put(("host", "boot_target"),
+            target if target in {"multi-user.target", "graphical.target"} else None,
+            f"systemctl get-default: {target or 'no answer'}")
+    manager = facts.units.get("display-manager.service")
+    out.put(("host", "display_manager"), None if manager is None else manager.active,
+            "display-manager.service state unreadable")
+    for param in ("modeset", "fbdev"):
+        out.put(("host", "nvidia_drm", param), _yes(facts.module_params.get(f"nvidia_drm.{param}")),
+                "nvidia_drm is not loaded")
+    if host.fan_control is not None:
+        fan = host.fan_control
+        out.put(("host", "fan_control", "version"), facts.packages.get(fan.package),
+                f"{fan.package} is not installed")
+    if host.disable_services and facts.units:
+        kept = [unit for unit in host.disable_services
+                if unit in facts.units and not facts.units[unit].enabled and not facts.units[unit].active]
+        out.dropped += [f"host.disable_services: {unit} (enabled or running on the node)"
+                        for unit in host.disable_services if unit not in kept]
+        out.put(("host", "disable_services"), kept, "")
+    if host.packages:
+        pins = [{"name": pin.name, "version": facts.packages.get(pin.name)} for pin in host.packages]
+        if all(pin["version"] for pin in pins):
+            out.put(("host", "packages"), pins, "")
+        else:
+            out.missing.append("host.packages: not every package is installed")
+
+    cpus = facts.slice_allowed_cpus
+    out.put(("cpuset", "cpus"), _cpulist(cpus) if cpus else None,
+            f"{baseline.cpuset.slice} has no AllowedCPUs")
+    return Capture(tuple(out.values), tuple(out.missing), tuple(out.dropped))
+
+
+def _swap(facts: NodeFacts, path: str, out: _Collector) -> None:
+    """The swap file's size and header page size, when it is active."""
+    active = next((swap for swap in facts.swaps if swap.name == path), None)
+    header = facts.swap_header_page_size.get(path)
+    if active is None or header is None:
+        out.missing.append(f"memory.swap: {path} is not an active swap file with a readable header")
+        return
+    gib = round((active.size_bytes + header) / 2**30)  # swapon's size is the file less its header page
+    out.put(("memory", "swap", "size_gib"), gib, "")
+    out.put(("memory", "swap", "header_page_size"), header, "")
+
+
+def _mok(facts: NodeFacts, baseline: Baseline, out: _Collector) -> None:
+    """The enrolled MOK the baseline pins, else the node's one enrolled MOK."""
+    enrolled = facts.mok_fingerprints
+    pinned = baseline.secure_boot.mok_fingerprint
+    if pinned is not None and pinned in enrolled:
+        out.put(("secure_boot", "mok_fingerprint"), pinned, "")
+    elif len(enrolled) == 1:
+        out.put(("secure_boot", "mok_fingerprint"), enrolled[0], "")
+    elif pinned is not None or enrolled:
+        out.missing.append(
+            f"secure_boot.mok_fingerprint: {len(enrolled)} MOK(s) enrolled, none the pinned one")
+
+
+def _cpulist(cpus: frozenset[int]) -> str:
+    from sparkbase.model.baseline import CpusetSpec
+
+    return CpusetSpec(cpus=sorted(cpus)).cpulist()
+
+
+# --- the YAML writer -------------------------------------------------------------------
+
+
+class NotABaseline(ValueError):
+    """The target file is not a baseline: capture refuses to write over it."""
+
+
+def check_baseline_text(text: str) -> None:
+    """Refuse a target that is not a concrete baseline file (raises NotABaseline)."""
+    data = _load(text)
+    if not isinstance(data, dict):
+        raise NotABaseline("is not a mapping of baseline fields")
+    strange = sorted(str(key) for key in data if key not in BASELINE_KEYS)
+    if strange:
+        raise NotABaseline(f"has key(s) no baseline has ({', '.join(strange[:3])}): not a baseline file")
+    if "version" not in data:
+        raise NotABaseline("has no version: key: not a baseline file")
+    if data.get("abstract") is True:
+        raise NotABaseline("is an abstract baseline (never assigned to a node): capture into a concrete one")
+
+
+def _yaml() -> Any:
+    from ruamel.yaml import YAML
+
+    yaml = YAML(typ="rt")
+    yaml.preserve_quotes = True
+    yaml.width = 4096  # never fold a line the file did not fold
+    yaml.indent(mapping=2, sequence=4, offset=2)
+    return yaml
+
+
+def _load(text: str) -> Any:
+    return _yaml().load(text)
+
+
+def _flow(value: object) -> object:
+    """Lists and the mappings in them as ruamel flow nodes (how baselines write them)."""
+    from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+    if isinstance(value, list):
+        seq = CommentedSeq([_flow(item) for item in value])
+        if all(not isinstance(item, dict | list) for item in value):
+            seq.fa.set_flow_style()
+        return seq
+    if isinstance(value, dict):
+        mapping = CommentedMap(value)
+        mapping.fa.set_flow_style()
+        return mapping
+    return value
+
+
+def _set(document: Any, path: PathKey, value: object) -> None:
+    """Set `path` in the round-trip document, making mappings on the way (keys kept in place)."""
+    from ruamel.yaml.comments import CommentedMap
+
+    node = document
+    for depth, key in enumerate(path[:-1]):
+        child = node.get(key)
+        if not isinstance(child, dict):
+            child = CommentedMap()
+            _add(node, key, child, top=depth == 0)
+        node = child
+    last = path[-1]
+    if isinstance(value, dict) and path[-1] == "sysctls":
+        old = node.get(last)
+        mapping = old if isinstance(old, CommentedMap) else CommentedMap()
+        for key in [k for k in mapping if k not in value]:
+            del mapping[key]
+        for key, item in value.items():
+            mapping[key] = item
+        node[last] = mapping
+        return
+    _add(node, last, _flow(value), top=len(path) == 1)
+
+
+def _add(mapping: Any, key: str | int, value: object, top: bool) -> None:
+    """Set `key`; a new top-level key goes before `sources:` (which stays last)."""
+    if key in mapping or not top or "sources" not in mapping:
+        mapping[key] = value
+        return
+    mapping.insert(list(mapping).index("sources"), key, value)
+
+
+def captured_source(node: str, time: str) -> dict[str, str]:
+    """The `sources:` entry of a captured value."""
+    return {"kind": "captured", "node": node, "time": time}
+
+
+def write_captured(text: str, capture: Capture, node: str, time: str, description: str | None = None) -> str:
+    """`text` (a baseline file) with the captured values set and marked in `sources:`.
+
+    Comments, key order and every other value stay; a source entry under a captured field
+    (a more specific key) is removed, since the captured value replaces what it described.
+    """
+    from ruamel.yaml.comments import CommentedMap
+
+    document = _load(text)
+    if description is not None:
+        document["description"] = description
+    for value in capture.values:
+        _set(document, value.path, value.value)
+    sources = document.get("sources")
+    if not isinstance(sources, CommentedMap):
+        sources = CommentedMap()
+        document["sources"] = sources
+    for value in capture.values:
+        for key in [k for k in sources if str(k).startswith(value.key + ".")]:
+            del sources[key]
+        entry = CommentedMap(captured_source(node, time))
+        entry.fa.set_flow_style()
+        sources[value.key] = entry
+    stream = io.StringIO()
+    _yaml().dump(document, stream)
+    return stream.getvalue()

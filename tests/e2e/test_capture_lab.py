@@ -1,0 +1,112 @@
+"""`sparkbase capture` of a converged lab node (this module's own one-node lab, port 2941):
+the captured baseline validates, renders the files the node was converged to, and audits
+the node clean once apply has rewritten the stamp (the only file that names the baseline's
+own hash)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from ports import port_base
+
+from sparkbase.cli.main import main
+from sparkbase.lab.fleet import Lab
+from sparkbase.model.site import load_site
+from sparkbase.render import STAMP_PATH, node_files
+
+pytestmark = pytest.mark.end_to_end
+
+PORT_BASE = port_base("SPARKBASE_TEST_CAPTURE_PORT_BASE", 2941)
+NODE = "spark1"
+BASELINE = "site-stock-6.17-4k"
+
+
+def sparkbase(*argv: str) -> subprocess.CompletedProcess[str]:
+    """A separate process: pyinfra patches the interpreter (gevent)."""
+    return subprocess.run([sys.executable, "-m", "sparkbase.cli.main", *argv],
+                          capture_output=True, text=True, check=False)
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory, site_copy: Path) -> Path:
+    """This module's own copy of the site (capture rewrites one of its baselines)."""
+    own = tmp_path_factory.mktemp("capture") / "site"
+    shutil.copytree(site_copy, own)
+    return own
+
+
+@pytest.fixture(scope="module")
+def converged(tmp_path_factory: pytest.TempPathFactory, site: Path) -> Iterator[Lab]:
+    if os.geteuid() != 0:
+        pytest.fail("end-to-end tests need root")
+    os.environ.setdefault("SPARKBASE_LAB_BOOT_DELAY", "0.3")
+    fleet = Lab(tmp_path_factory.mktemp("capture-lab"), port_base=PORT_BASE)
+    fleet.up(1, fresh=True)
+    try:
+        result = sparkbase("apply", "--site", str(site), "--lab", str(fleet.dir), "--limit", NODE,
+                           "--allow-reboot", "--yes")
+        assert result.returncode == 0, f"apply did not converge {NODE}:\n{result.stdout}\n{result.stderr}"
+        yield fleet
+    finally:
+        fleet.down()
+
+
+def audit_failures(site: Path, lab: Lab, capsys: pytest.CaptureFixture[str]) -> tuple[int, set[str]]:
+    code = main(["audit", "--site", str(site), "--lab", str(lab.dir), "--limit", NODE, "--format", "json"])
+    data = json.loads(capsys.readouterr().out)
+    return code, {c["id"] for n in data["nodes"] for c in n["checks"] if c["status"] in {"fail", "warn"}}
+
+
+def test_capture_of_a_converged_node(converged: Lab, site: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    file = site / "baselines" / f"{BASELINE}.yaml"
+    before_text = file.read_text()
+    before = {f.path: f.content for f in node_files(load_site(site), NODE)}
+
+    code = main(["capture", NODE, "--site", str(site), "--lab", str(converged.dir), "--as", BASELINE])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert f"capture {NODE}: updated" in out.out
+
+    # validates, keeps the file's comments, marks what it read
+    assert main(["validate", "--site", str(site)]) == 0
+    capsys.readouterr()
+    text = file.read_text()
+    comments = [line.strip() for line in before_text.splitlines() if line.lstrip().startswith("#")]
+    assert all(comment in text for comment in comments)
+    captured = load_site(site).baselines[BASELINE]
+    for key in ("kernel.release", "driver.version", "nccl.library.sha256", "cpuset.cpus", "memory.sysctls"):
+        source = captured.sources[key]
+        assert (source.kind, getattr(source, "node", None)) == ("captured", NODE), key
+
+    # renders the same files; only the stamp's hash of the baseline itself may differ
+    after = {f.path: f.content for f in node_files(load_site(site), NODE)}
+    assert after.keys() == before.keys()
+    assert {path for path in after if after[path] != before[path]} <= {STAMP_PATH}
+    old_stamp, new_stamp = json.loads(before[STAMP_PATH]), json.loads(after[STAMP_PATH])
+    assert {key for key in new_stamp if new_stamp[key] != old_stamp[key]} <= {"baseline_sha256"}
+
+    # audits clean but for that hash, and clean once apply rewrote the stamp (no reboot)
+    code, failures = audit_failures(site, converged, capsys)
+    assert failures <= {"stamp"}
+    result = sparkbase("apply", "--site", str(site), "--lab", str(converged.dir), "--limit", NODE, "--yes")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "rebooting" not in result.stdout
+    code, failures = audit_failures(site, converged, capsys)
+    assert (code, failures) == (0, set())
+
+
+def test_capture_refuses_an_unreachable_node(
+    converged: Lab, site: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = site / "baselines" / "captured-spark2.yaml"
+    code = main(["capture", "spark2", "--site", str(site), "--lab", str(converged.dir)])
+    assert code == 3
+    assert "spark2 unreachable" in capsys.readouterr().err
+    assert not target.exists()
