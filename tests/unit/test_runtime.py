@@ -127,3 +127,20 @@ def test_each_finding(changes: dict[str, Any], judge: Any, text: str) -> None:
 def test_cgroup_slices_are_the_v2_path() -> None:
     assert ProcCgroup("/a.slice/b.slice/c.service").slices() == ("a.slice", "b.slice")
     assert ProcCgroup(None, {"cpuset": "/x.slice"}).slices() == ()
+
+
+def test_runtime_results_per_lane() -> None:
+    from sparkbase.audit.runtime import LaneProbe, runtime_results
+
+    runtime = SimpleNamespace(match=["sglang.launch_server", "X"])
+    other = SimpleNamespace(match=["vllm", "GLM"])
+    facts: Any = SimpleNamespace(serving=tuple(serving_processes(section(env="NCCL_IB_MERGE_NICS=1\0"))))
+    probes = [LaneProbe("dsv", runtime, baseline()), LaneProbe("glm", other, baseline())]  # type: ignore[arg-type]
+    results = {r.id: r for r in runtime_results("spark1", probes, facts)}
+    assert results["runtime.running.glm"].status == "skip"
+    failed = results["runtime.nccl_env.dsv"]
+    assert failed.status == "fail" and failed.blocking and failed.node == "spark1"
+    assert failed.observed is not None
+    assert failed.observed.startswith("pid 42: NCCL_IB_MERGE_NICS=1 (environment)")
+    others = [results[f"runtime.{k}.dsv"].status for k in ("nccl_library", "affinity", "cgroup")]
+    assert others == ["pass"] * 3

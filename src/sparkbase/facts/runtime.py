@@ -111,7 +111,8 @@ class ServingProcess:
 
         NCCL applies its config files with setenv(..., overwrite=0): the environment wins,
         then the user's file ($NCCL_CONF_FILE, else ~/.nccl.conf), then /etc/nccl.conf,
-        then NCCL's built-in default.
+        then NCCL's built-in default (NVIDIA/nccl src/misc/param.cc `initEnvFunc`). NCCL
+        finds the home directory with getpwuid(); the probe uses the process's $HOME.
         """
         if self.environ is not None and key in self.environ:
             return self.environ[key], "environment"
