@@ -124,8 +124,7 @@ def captured_values(facts: NodeFacts, baseline: Baseline) -> Capture:
         out.missing.append("kernel.pin_grub_default: grub.cfg was not read")
 
     seen_os = dgx_os_version(facts.dgx_release) if facts.dgx_release is not None else None
-    os_release = f"DGX OS {seen_os}" if seen_os and _OS_RELEASE.match(seen_os) else None
-    out.put(("os", "release"), os_release, "/etc/dgx-release names no release")
+    out.put(("os", "release"), _os_release(seen_os, baseline.os.release), "/etc/dgx-release names no release")
 
     utils = f"nvidia-utils-{baseline.driver.branch.split('-')[0]}"
     out.put(("driver", "version"), facts.gpu.driver_version, f"nvidia-smi: {facts.gpu.error or 'no answer'}")
@@ -192,6 +191,15 @@ def captured_values(facts: NodeFacts, baseline: Baseline) -> Capture:
     return Capture(tuple(out.values), tuple(out.missing), tuple(out.dropped))
 
 
+def _os_release(seen: str | None, pinned: str) -> str | None:
+    """`DGX OS <version>` the node runs; the pinned release line when it covers that version
+    (as the audit matches them: `DGX OS 7.5` covers 7.5.0), so a line is not narrowed."""
+    if not seen or not _OS_RELEASE.match(seen):
+        return None
+    line = pinned.split()[-1]
+    return pinned if seen == line or seen.startswith(line + ".") else f"DGX OS {seen}"
+
+
 def _swap(facts: NodeFacts, path: str, out: _Collector) -> None:
     """The swap file's size and header page size, when it is active."""
     active = next((swap for swap in facts.swaps if swap.name == path), None)
@@ -205,9 +213,13 @@ def _swap(facts: NodeFacts, path: str, out: _Collector) -> None:
 
 
 def _mok(facts: NodeFacts, baseline: Baseline, out: _Collector) -> None:
-    """The enrolled MOK the baseline pins, else the node's one enrolled MOK."""
+    """The enrolled MOK the baseline pins, else the node's one enrolled MOK; only for a
+    baseline that pins one or signs a DKMS module (else it pins no key, and still pins none)."""
     enrolled = facts.mok_fingerprints
     pinned = baseline.secure_boot.mok_fingerprint
+    saver = baseline.memory.memory_saver
+    if pinned is None and (saver is None or not saver.required):
+        return
     if pinned is not None and pinned in enrolled:
         out.put(("secure_boot", "mok_fingerprint"), pinned, "")
     elif len(enrolled) == 1:

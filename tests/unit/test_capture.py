@@ -36,7 +36,7 @@ MOK = "aa:" * 19 + "bb"
 CAPTURED_KEYS = (
     "kernel.release", "kernel.package_version", "driver.version", "driver.package_version",
     "nccl.library.sha256", "nccl.library.version", "memory.sysctls", "memory.transparent_hugepages",
-    "cpuset.cpus", "secure_boot.mok_fingerprint", "host.disable_services", "os.release",
+    "cpuset.cpus", "secure_boot.enabled", "host.disable_services", "os.release",
 )
 
 
@@ -93,12 +93,36 @@ def test_converged_node_captures_its_own_baseline(site_copy: Path, shipped: Base
 
 
 def replace_os(baseline: Baseline) -> Baseline:
-    """`baseline` with what the fake node tells beyond it: the release its /etc/dgx-release
-    names and its one enrolled MOK (the site baseline pins none)."""
-    return baseline.model_copy(update={
-        "os": baseline.os.model_copy(update={"release": "DGX OS 7.2.3"}),
-        "secure_boot": baseline.secure_boot.model_copy(update={"mok_fingerprint": MOK}),
-    })
+    """`baseline` with the release the fake node's /etc/dgx-release names (another numbering
+    than the shipped 26.09 line); the site baseline pins no MOK and still pins none."""
+    return baseline.model_copy(update={"os": baseline.os.model_copy(update={"release": "DGX OS 7.2.3"})})
+
+
+@pytest.mark.parametrize(
+    ("pinned", "seen", "captured"),
+    [
+        ("DGX OS 7.2", "7.2.3", "DGX OS 7.2"),  # the pinned line covers the node: kept
+        ("DGX OS 7.2.3", "7.2.3", "DGX OS 7.2.3"),
+        ("DGX OS 7.2", "7.20.1", "DGX OS 7.20.1"),  # 7.20 is not in the 7.2 line
+        ("DGX OS 26.09", "7.2.3", "DGX OS 7.2.3"),
+    ],
+)
+def test_os_release_keeps_a_line_that_covers_the_node(
+    shipped: Baseline, pinned: str, seen: str, captured: str
+) -> None:
+    baseline = shipped.model_copy(update={"os": shipped.os.model_copy(update={"release": pinned})})
+    facts = replace(converged_facts(shipped), dgx_release={"DGX_OTA_VERSION": seen})
+    values = {v.key: v.value for v in captured_values(facts, baseline).values}
+    assert values["os.release"] == captured
+
+
+def test_mok_is_captured_only_where_the_baseline_manages_one(shipped: Baseline) -> None:
+    facts = converged_facts(shipped)
+    assert "secure_boot.mok_fingerprint" not in {v.key for v in captured_values(facts, shipped).values}
+    pinning = shipped.model_copy(update={"secure_boot": shipped.secure_boot.model_copy(
+        update={"mok_fingerprint": "cc:" * 19 + "dd"})})
+    values = {v.key: v.value for v in captured_values(facts, pinning).values}
+    assert values["secure_boot.mok_fingerprint"] == MOK  # the node's one enrolled key
 
 
 def test_captured_fields_are_marked_and_replace_the_placeholders(site_copy: Path, shipped: Baseline) -> None:
