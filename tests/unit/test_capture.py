@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -24,6 +24,7 @@ from sparkbase.facts.model import (
     NodeFacts,
     SecureBoot,
     UnitState,
+    Unreachable,
 )
 from sparkbase.facts.script import FactPlan
 from sparkbase.model.baseline import Baseline
@@ -247,3 +248,67 @@ def test_cli_refuses_a_fifo(site_copy: Path, tmp_path: Path, capsys: pytest.Capt
 def test_cli_unknown_node(site_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["capture", "spark9", "--site", str(site_copy)]) == 2
     assert "no node spark9" in capsys.readouterr().err
+
+
+@dataclass
+class FakeNodes:
+    """What the fake fleet was asked (plans) and answers other than a converged node."""
+
+    plans: list[FactPlan] = field(default_factory=list)
+    answers: dict[str, NodeFacts | Unreachable] = field(default_factory=dict)
+
+
+@pytest.fixture
+def fake_node(monkeypatch: pytest.MonkeyPatch, shipped: Baseline) -> FakeNodes:
+    """`gather_node` answers as a node converged to the site baseline, unless told otherwise."""
+    import sparkbase.facts.collect
+    import sparkbase.transport
+
+    fake = FakeNodes()
+
+    def gather(node: str, _target: object, plan: FactPlan) -> NodeFacts | Unreachable:
+        fake.plans.append(plan)
+        return fake.answers.get(node) or converged_facts(shipped, node)
+
+    monkeypatch.setattr(sparkbase.transport, "ssh_targets", lambda site, lab=None: dict.fromkeys(
+        site.inventory.nodes))
+    monkeypatch.setattr(sparkbase.facts.collect, "gather_node", gather)
+    return fake
+
+
+def test_cli_writes_a_new_file_from_the_nodes_baseline(
+    site_copy: Path, fake_node: FakeNodes, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["capture", "spark1", "--site", str(site_copy)])
+    assert code == 0, capsys.readouterr().err
+    assert "capture spark1: wrote" in capsys.readouterr().out
+    text = (site_copy / "baselines" / "captured-spark1.yaml").read_text()
+    assert text.startswith("# Baseline A: the site contract.")  # the node's baseline's comments
+    assert "extends: spark-common" in text
+    baseline = load_site(site_copy).baselines["captured-spark1"]
+    assert baseline.description.startswith("captured from spark1 at ")
+    assert baseline.sources["kernel.release"].kind == "captured"
+    assert len(fake_node.plans) == 1 and "linux-image-*" in fake_node.plans[0].packages  # one round trip
+
+
+def test_cli_refuses_a_capture_that_does_not_validate(
+    site_copy: Path, fake_node: FakeNodes, shipped: Baseline, capsys: pytest.CaptureFixture[str]
+) -> None:
+    facts = converged_facts(shipped)
+    # the factory lab's nvidia-utils-580 is at the bare driver version, which no DGX OS ships
+    utils = {**facts.packages, "nvidia-utils-580": shipped.driver.version}
+    fake_node.answers["spark1"] = replace(facts, packages=utils)
+    code = main(["capture", "spark1", "--site", str(site_copy)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "driver.package_version" in err and "was not written" in err
+    assert not (site_copy / "baselines" / "captured-spark1.yaml").exists()
+
+
+def test_cli_unreachable_node_is_exit_3(
+    site_copy: Path, fake_node: FakeNodes, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_node.answers["spark1"] = Unreachable("spark1", "connection refused")
+    assert main(["capture", "spark1", "--site", str(site_copy)]) == 3
+    assert "spark1 unreachable: connection refused" in capsys.readouterr().err
+    assert not (site_copy / "baselines" / "captured-spark1.yaml").exists()
