@@ -311,11 +311,17 @@ def _set(document: Any, path: PathKey, value: object) -> None:
 
 
 def _add(mapping: Any, key: str | int, value: object, top: bool) -> None:
-    """Set `key`; a new top-level key goes before `sources:` (which stays last)."""
-    if key in mapping or not top or "sources" not in mapping:
+    """Set `key`; a new top-level block goes where the model orders it (after the blocks
+    the model puts before it), so `sources:` stays last."""
+    from sparkbase.model.baseline import Baseline
+
+    order = list(Baseline.model_fields)
+    if key in mapping or not top or key not in order:
         mapping[key] = value
         return
-    mapping.insert(list(mapping).index("sources"), key, value)
+    keys = list(mapping)
+    before = [i for i, k in enumerate(keys) if k in order and order.index(k) < order.index(str(key))]
+    mapping.insert(before[-1] + 1 if before else 0, key, value)
 
 
 def captured_source(node: str, time: str) -> dict[str, str]:

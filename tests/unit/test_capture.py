@@ -312,3 +312,31 @@ def test_cli_unreachable_node_is_exit_3(
     assert main(["capture", "spark1", "--site", str(site_copy)]) == 3
     assert "spark1 unreachable: connection refused" in capsys.readouterr().err
     assert not (site_copy / "baselines" / "captured-spark1.yaml").exists()
+
+
+def test_a_new_block_goes_where_the_model_orders_it() -> None:
+    from sparkbase.capture import Capture, Captured
+
+    text = ("extends: x\nversion: 1.0.0\nkernel:\n  page_size: 4096\n"
+            "host:\n  boot_target: multi-user.target\nsources: {}\n")
+    capture = Capture((Captured(("os", "release"), "DGX OS 7.5"), Captured(("cpuset", "cpus"), "5-9"),
+                       Captured(("secure_boot", "enabled"), True)), ())
+    out = write_captured(text, capture, "spark1", TIME)
+    tops = [line.split(":")[0] for line in out.splitlines() if line and not line.startswith(" ")]
+    assert tops == ["extends", "version", "os", "kernel", "secure_boot", "host", "cpuset", "sources"]
+
+
+def test_swap_is_captured_from_swapon_and_its_header() -> None:
+    from sparkbase.facts.model import SwapEntry
+
+    variant = load_site(Path(__file__).resolve().parents[2]).baselines["ds41f-7x-64k"]
+    swap = variant.memory.swap
+    assert swap is not None
+    size = 16 * 2**30
+    facts = replace(converged_facts(variant), swaps=(SwapEntry(swap.path, size - 65536),),
+                    swap_header_page_size={swap.path: 65536})
+    values = {v.key: v.value for v in captured_values(facts, variant).values}
+    assert (values["memory.swap.size_gib"], values["memory.swap.header_page_size"]) == (16, 65536)
+    inactive = captured_values(replace(facts, swaps=()), variant)
+    assert "memory.swap.size_gib" not in {v.key for v in inactive.values}
+    assert any(item.startswith("memory.swap:") for item in inactive.missing)
