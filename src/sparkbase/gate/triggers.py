@@ -183,6 +183,8 @@ def evaluate_session_load(trigger: SessionLoadTrigger, samples: list[Sample]) ->
         f"peak concurrency {max(counts.values())}, median {sorted(counts.values())[len(counts) // 2]}",
         f"engine instances read: {_few(engines)}",
         *blind_note,
+        f"a session counts per engine instance as min(running requests, KV-cache tokens in use / "
+        f"{trigger.min_context_tokens}) (the trigger's definition in baselines/site.yaml)",
     ]
     return TriggerVerdict(status=FIRED if fired else QUIET, evidence=evidence, **base)
 
