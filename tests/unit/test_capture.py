@@ -245,6 +245,25 @@ def test_cli_refuses_a_fifo(site_copy: Path, tmp_path: Path, capsys: pytest.Capt
     assert "is a FIFO; site files must be regular files; refusing to write over it" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"version: 1.0.0\nversion: 1.0.1\n", "duplicate key"),
+        (b"\xff\xfe binary", "not valid UTF-8"),
+        (b"root:x:0:0:root:/root:/bin/bash\n", "not a mapping"),
+    ],
+)
+def test_cli_refuses_a_target_that_is_not_yaml_of_a_baseline(
+    site_copy: Path, tmp_path: Path, content: bytes, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / "odd.yaml"
+    target.write_bytes(content)
+    assert main(["capture", "spark1", "--site", str(site_copy), "--out", str(target)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "refusing to write over it" in err
+    assert target.read_bytes() == content
+
+
 def test_cli_unknown_node(site_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["capture", "spark9", "--site", str(site_copy)]) == 2
     assert "no node spark9" in capsys.readouterr().err

@@ -61,9 +61,10 @@ def run(args: argparse.Namespace) -> int:
         write_captured,
     )
     from sparkbase.cli.common import lab_path, load_site_or_exit
+    from sparkbase.errors import ConfigError
     from sparkbase.facts.collect import gather_node
     from sparkbase.facts.model import Unreachable
-    from sparkbase.model.yamlio import FileRefused, read_site_file
+    from sparkbase.model.yamlio import FileRefused, load_yaml, read_site_file
     from sparkbase.transport import ssh_targets
 
     site = load_site_or_exit(args)
@@ -81,13 +82,18 @@ def run(args: argparse.Namespace) -> int:
     existing: str | None = None
     if target.exists() or target.is_symlink():
         try:
-            existing = read_site_file(target).decode("utf-8")
+            raw = read_site_file(target)
+            load_yaml(target)  # bounded, strict YAML; a located problem (exit 2) if not
+            existing = raw.decode("utf-8")
             check_baseline_text(existing)
         except (FileRefused, NotABaseline) as exc:
             return _fail(f"{target}: {exc}; refusing to write over it")
-        except (UnicodeDecodeError, ValueError) as exc:
-            why = type(exc).__name__
-            return _fail(f"{target}: not a readable YAML baseline ({why}); refusing to write over it")
+        except UnicodeDecodeError:
+            return _fail(f"{target}: not UTF-8 text, not a baseline; refusing to write over it")
+        except ConfigError as exc:
+            for problem in exc.problems:
+                print(problem.format(Path.cwd()), file=sys.stderr)
+            return _fail(f"{target}: not a readable YAML baseline; refusing to write over it")
     start = args.start or site.inventory.nodes[node].baseline
     if start not in site.baselines:
         return _fail(f"--from {start}: no such concrete baseline in the site")
@@ -105,10 +111,10 @@ def run(args: argparse.Namespace) -> int:
         text = write_captured(template, capture, node, when, description[:500])
     else:
         text = write_captured(existing, capture, node, when)
-    problems = _validate_in_site(site, name, text)
-    if problems:
-        for problem in problems:
-            print(problem, file=sys.stderr)
+    refusals = _validate_in_site(site, name, text)
+    if refusals:
+        for refusal in refusals:
+            print(refusal, file=sys.stderr)
         return _fail(f"the captured baseline does not validate; {target} was not written")
     from sparkbase.audit.reports import write_atomically
 
