@@ -276,3 +276,11 @@ def test_compare_shows_provenance(shipped_site: Path, capsys: pytest.CaptureFixt
     assert main(["compare", SITE, STOCK_PAGES, "--site", str(shipped_site)]) == 0
     line = next(row for row in capsys.readouterr().out.splitlines() if row.startswith("kernel.release "))
     assert "recipe config/cluster-4k.json@6a70c129" in line and "broken by ds41f-stock-pages-262k" in line
+
+
+def test_the_lab_repository_serves_every_pinned_version(site: Site) -> None:
+    from sparkbase.lab.packages import find
+
+    for baseline in site.baselines.values():
+        for pin in baseline.packages():
+            find(pin.name, pin.version)  # KeyError names the pin apply would fail on
