@@ -400,8 +400,10 @@ NUMBER_SLOTS: list[tuple[str, str, str, str, int, int]] = [
     ("inventory/site.yaml", "    rank: 0\n", "    rank: {}\n", "nodes.spark1.rank", 0, 255),
     (
         "inventory/site.yaml",
-        "        peer_port: 1\n        subnet: 192.168.101.0/24\n        addresses: {enp1s0f0",
-        "        peer_port: {}\n        subnet: 192.168.101.0/24\n        addresses: {{enp1s0f0",
+        "        peer_port: 1\n        paths:\n          - {netdev: enp1s0f0np0, hca: rocep1s0f0, "
+        "peer_netdev: enp1s0f1np1, subnet: 10.12.1.0/24",
+        "        peer_port: {}\n        paths:\n          - {{netdev: enp1s0f0np0, hca: rocep1s0f0, "
+        "peer_netdev: enp1s0f1np1, subnet: 10.12.1.0/24",
         "nodes.spark1.links[0].peer_port",
         0,
         1,

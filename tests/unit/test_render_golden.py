@@ -120,12 +120,29 @@ def test_fstab_line_is_written_as_a_fragment(site_copy: Path, tmp_path: Path) ->
     assert not (out / "spark2" / "etc" / "fstab").exists()  # never the whole shared file
 
 
-def test_netplan_carries_this_nodes_addresses(shipped_site: Path, tmp_path: Path) -> None:
+def test_netplan_carries_this_nodes_paths(shipped_site: Path, tmp_path: Path) -> None:
     render_to(shipped_site, tmp_path)
     netplan = (tmp_path / "spark3/etc/netplan/60-sparkbase-fabric.yaml").read_text()
-    assert "addresses: [192.168.103.1/24]" in netplan
-    assert "192.168.101." not in netplan
+    # spark3 (rank 2): port 0 to spark4, port 1 back to spark2; one /24 per path
+    for address in ("10.34.1.3/24", "10.34.2.3/24", "10.23.1.3/24", "10.23.2.3/24"):
+        assert f"addresses: [{address}]" in netplan
+    assert "# path to spark4 enP2p1s0f1np1, subnet 10.34.2.0/24" in netplan
+    assert "10.12." not in netplan and "10.14." not in netplan
     assert os.path.getsize(tmp_path / "spark3/etc/nccl.conf") > 0
+
+
+def test_a_nodes_own_gid_index_renders_into_its_nccl_conf_only(site_copy: Path, tmp_path: Path) -> None:
+    inventory = site_copy / "inventory" / "site.yaml"
+    inventory.write_text(inventory.read_text().replace(
+        "    rank: 1\n", "    rank: 1\n    gid_index: 5\n"
+    ))
+    render_to(site_copy, tmp_path / "out")
+    spark2 = (tmp_path / "out/spark2/etc/nccl.conf").read_text()
+    assert "NCCL_IB_GID_INDEX=5\n" in spark2
+    assert "this node's own" in spark2
+    for node in ("spark1", "spark3", "spark4"):
+        rendered = (tmp_path / "out" / node / "etc/nccl.conf").read_bytes()
+        assert rendered == (GOLDEN / node / "etc/nccl.conf").read_bytes()
 
 
 # --- all or nothing across nodes ------------------------------------------------------

@@ -18,12 +18,13 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class CableEnd:
-    """One local view of a ring cable: the netdev, its address and the cable's subnet."""
+    """One local end of an RDMA path: the netdev, its address and the path's own subnet."""
 
     netdev: str
     address: str  # a.b.c.d/prefix
-    subnet: str  # a.b.c.0/24
+    subnet: str  # a.b.c.0/24, this path's alone
     peer: str
+    peer_netdev: str = ""
 
 
 @dataclass(frozen=True)
@@ -34,8 +35,12 @@ class Expected:
     baseline_name: str
     baseline: Baseline
     files: tuple[RenderedFile, ...]
-    cables: dict[str, CableEnd]  # netdev -> cable end
+    cables: dict[str, CableEnd]  # netdev -> path end
     stamp_path: str
+    #: GID index of the IPv4 RoCE v2 address on this node (the inventory's, else the baseline's)
+    gid_index: int = 3
+    #: the baseline the inventory assigns (differs from `baseline_name` under a lane or --baseline)
+    inventory_baseline: str = ""
     #: packages only the site's other baselines pin (installed, they are leftovers)
     foreign_packages: tuple[str, ...] = ()
     #: swap files only the site's other baselines use (in /etc/fstab, they come back at boot)
@@ -47,44 +52,38 @@ class Expected:
 
     def plan(self) -> FactPlan:
         """The facts to gather to judge this node."""
+        from dataclasses import replace
+
         from sparkbase.facts.script import plan_for
 
-        return plan_for(self.baseline, [f.path for f in self.files], self.stamp_path,
+        plan = plan_for(self.baseline, [f.path for f in self.files], self.stamp_path,
                         foreign_packages=self.foreign_packages)
+        return replace(plan, gid_index=self.gid_index)
 
 
 def expected_for(site: Site, node: str, baseline_name: str | None = None) -> Expected:
     """Expectations of `node`: its inventory baseline, or `baseline_name` (a lane's) instead."""
+    from sparkbase.model.fabric import node_gid_index
     from sparkbase.policy.foreign import foreign_for, foreign_swap_files
-    from sparkbase.render import (
-        STAMP_PATH,
-        RenderedFile,
-        node_addresses,
-        render_baseline,
-        render_netplan,
-        stamp_content,
-    )
+    from sparkbase.render import STAMP_PATH, node_files
 
-    name = baseline_name or site.inventory.nodes[node].baseline
+    entry = site.inventory.nodes[node]
+    name = baseline_name or entry.baseline
     baseline = site.baselines[name]
-    files = [
-        *render_baseline(name, baseline),
-        render_netplan(name, baseline, node_addresses(site, node)),
-    ]
-    files.sort(key=lambda f: f.path)
-    stamp = RenderedFile(STAMP_PATH, stamp_content(name, baseline, files), purpose="sparkbase stamp")
-    cables: dict[str, CableEnd] = {}
-    for link in site.inventory.nodes[node].links:
-        for netdev, address in link.addresses.items():
-            cables[netdev] = CableEnd(netdev, address, link.subnet, link.peer)
+    cables = {
+        path.netdev: CableEnd(path.netdev, path.address, path.subnet, link.peer, path.peer_netdev)
+        for link in entry.links
+        for path in link.paths
+    }
     return Expected(
         node=node,
         baseline_name=name,
         baseline=baseline,
-        files=(*files, stamp),
+        files=tuple(node_files(site, node, name)),
         cables=cables,
         stamp_path=STAMP_PATH,
+        gid_index=node_gid_index(entry, baseline),
+        inventory_baseline=entry.baseline,
         foreign_packages=tuple(foreign_for(site, name).package_names()),
         foreign_swaps=foreign_swap_files(site, baseline),
     )
-

@@ -1,4 +1,5 @@
-"""The inventory: the site's nodes, how to reach them, their ring cabling and baselines."""
+"""The inventory: the site's nodes, how to reach them, their ring cabling (per RDMA path),
+GID index and baselines."""
 
 from __future__ import annotations
 
@@ -30,15 +31,28 @@ class SshSettings(StrictModel):
     )
 
 
+class FabricPath(StrictModel):
+    """One RDMA path of a cable: a local PCIe view of the port and the peer's view it reaches.
+
+    A cable carries two paths (the domain-0 view `enp1s0f*` is path 1, the domain-2 view
+    `enP2p1s0f*` path 2); each path has its own subnet, present at exactly its two ends.
+    """
+
+    netdev: Netdev = Field(description="local network device of this path, e.g. enp1s0f0np0")
+    hca: Name = Field(description="local RDMA device of this path, e.g. rocep1s0f0")
+    peer_netdev: Netdev = Field(description="the peer's network device at the other end")
+    subnet: IPv4Network = Field(description="this path's own subnet (a /24), shared only with the peer's end")
+    address: IPv4Interface = Field(description="this end's address/prefix, inside `subnet`")
+
+
 class Link(StrictModel):
-    """One ring cable from a local ConnectX-7 port to a peer's port."""
+    """One cable from a local ConnectX-7 port to a peer's port, and the paths it carries."""
 
     port: int = Field(ge=0, le=1, description="local physical port (0 or 1)")
     peer: Name = Field(description="node at the other end")
     peer_port: int = Field(ge=0, le=1, description="peer's physical port")
-    subnet: IPv4Network = Field(description="the /24 both ends of this cable share")
-    addresses: dict[Netdev, IPv4Interface] = Field(
-        description="address of each local PCIe view of this port (two per port)"
+    paths: list[FabricPath] = Field(
+        min_length=1, max_length=2, description="the RDMA paths of this cable (one per PCIe view of the port)"
     )
 
 
@@ -52,6 +66,19 @@ class Node(StrictModel):
     )
     baseline: Name = Field(description="baseline this node must carry")
     links: list[Link] = Field(default_factory=list, max_length=2, description="ring cables (one per port)")
+    gid_index: int | None = Field(
+        default=None, ge=0, le=255,
+        description="GID index of this node's IPv4 RoCE v2 address (NCCL_IB_GID_INDEX); "
+        "default: the baseline's fabric.gid_index",
+    )
+
+    def fabric_paths(self) -> list[FabricPath]:
+        """Every RDMA path of this node, cable by cable."""
+        return [path for link in self.links for path in link.paths]
+
+    def addresses(self) -> dict[str, str]:
+        """Netdev -> address/prefix of every path of this node."""
+        return {path.netdev: path.address for path in self.fabric_paths()}
 
 
 class Inventory(StrictModel):

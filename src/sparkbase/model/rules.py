@@ -7,7 +7,6 @@ gate, so the site contract is judged in exactly one place.
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -318,68 +317,10 @@ def inventory_findings(
                 contract_notice(node.baseline, baseline, breaches)
                 + " (an override is recorded by `sparkbase apply --override-policy`)",
             )
-        yield from _link_findings(name, inventory, baseline)
     yield from _shared_findings(inventory, baselines, contract)
+    from sparkbase.model.fabric import fabric_findings  # fabric.py builds on Finding
 
-
-def _link_findings(name: str, inventory: Inventory, baseline: Baseline) -> Iterator[Finding]:
-    doc: DocRef = ("inventory", "")
-    node = inventory.nodes[name]
-    views: dict[int, set[str]] = {}
-    for port in baseline.fabric.ports:
-        views.setdefault(port.port, set()).add(port.netdev)
-    used_ports: set[int] = set()
-    for index, link in enumerate(node.links):
-        path: PathKey = ("nodes", name, "links", index)
-        if link.port in used_ports:
-            yield Finding(doc, (*path, "port"), f"port {link.port} is cabled twice")
-        used_ports.add(link.port)
-        peer = inventory.nodes.get(link.peer)
-        if peer is None or link.peer == name:
-            yield Finding(doc, (*path, "peer"), f"'{link.peer}' is not another node of the inventory")
-            continue
-        back = [
-            other
-            for other in peer.links
-            if other.peer == name and other.port == link.peer_port and other.peer_port == link.port
-        ]
-        if not back:
-            yield Finding(
-                doc,
-                (*path, "peer"),
-                f"cabling is not reciprocal: {link.peer} has no link on port {link.peer_port} "
-                f"back to {name} port {link.port}",
-            )
-        elif back[0].subnet != link.subnet:
-            yield Finding(
-                doc,
-                (*path, "subnet"),
-                f"the two ends of this cable must share one subnet: {name} says {link.subnet}, "
-                f"{link.peer} says {back[0].subnet}",
-            )
-        subnet = ipaddress.IPv4Network(link.subnet)
-        expected_views = views.get(link.port, set())
-        for netdev, address in link.addresses.items():
-            if netdev not in expected_views:
-                yield Finding(
-                    doc,
-                    (*path, "addresses", netdev),
-                    f"{netdev} is not a view of port {link.port} "
-                    f"(views: {', '.join(sorted(expected_views)) or 'none'})",
-                )
-            if ipaddress.IPv4Interface(address).ip not in subnet:
-                yield Finding(
-                    doc,
-                    (*path, "addresses", netdev),
-                    f"{address} is not in the cable's subnet {link.subnet}",
-                )
-        missing = expected_views - set(link.addresses)
-        if missing:
-            yield Finding(
-                doc,
-                (*path, "addresses"),
-                f"no address for {', '.join(sorted(missing))} (every view of the port needs one)",
-            )
+    yield from fabric_findings(inventory, baselines)
 
 
 def _shared_findings(
@@ -413,18 +354,6 @@ def _shared_findings(
                 f"{name}'s fabric netplan differs in shape from {first_name}'s; the site "
                 "contract wants one netplan shape on every node",
             )
-    seen_addresses: dict[str, str] = {}
-    for name, node in inventory.nodes.items():
-        for index, link in enumerate(node.links):
-            for netdev, address in link.addresses.items():
-                ip = str(ipaddress.IPv4Interface(address).ip)
-                if ip in seen_addresses:
-                    yield Finding(
-                        doc,
-                        ("nodes", name, "links", index, "addresses", netdev),
-                        f"address {ip} is also used by {seen_addresses[ip]}",
-                    )
-                seen_addresses[ip] = f"{name} {netdev}"
 
 
 def lane_findings(

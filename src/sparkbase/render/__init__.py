@@ -1,7 +1,8 @@
 """Render a baseline into the exact files a node must carry.
 
 `render_baseline` gives the files that depend only on the baseline; `render_node` adds the
-node's own (the fabric netplan with its addresses) and the stamp that audits read.
+node's own (the fabric netplan of its RDMA paths, its GID index in nccl.conf) and the stamp
+that audits read.
 Rendering is deterministic: the same input gives byte-identical files.
 """
 
@@ -97,11 +98,7 @@ def render_baseline(name: str, baseline: Baseline) -> list[RenderedFile]:
     context = {"baseline_name": name, "baseline": baseline}
     saver = baseline.memory.memory_saver
     files = [
-        RenderedFile(
-            NCCL_CONF_PATH,
-            _render("nccl.conf.j2", nccl_env=baseline.nccl.settings.as_env(), **context),
-            purpose="NCCL settings every lane reads",
-        ),
+        render_nccl_conf(name, baseline),
         RenderedFile(
             GRUB_DROPIN_PATH,
             _render("grub.cfg.j2", cmdline=kernel_cmdline(baseline), **context),
@@ -128,11 +125,23 @@ def render_baseline(name: str, baseline: Baseline) -> list[RenderedFile]:
     return sorted(files, key=lambda f: f.path)
 
 
-def render_netplan(name: str, baseline: Baseline, addresses: dict[str, str]) -> RenderedFile:
-    """The fabric netplan with this node's addresses (mode 0600, as netplan wants)."""
+def render_nccl_conf(name: str, baseline: Baseline, gid_index: int | None = None) -> RenderedFile:
+    """/etc/nccl.conf; `gid_index` is a node's own RoCE v2 GID index (the inventory's
+    `gid_index`), replacing the baseline's NCCL_IB_GID_INDEX on that node only."""
+    env = baseline.nccl.settings.as_env()
+    node_override = gid_index is not None and str(gid_index) != env.get("NCCL_IB_GID_INDEX")
+    if node_override:
+        env["NCCL_IB_GID_INDEX"] = str(gid_index)
     content = _render(
-        "netplan.yaml.j2", baseline_name=name, baseline=baseline, addresses=addresses
+        "nccl.conf.j2", baseline_name=name, baseline=baseline, nccl_env=env, node_gid_index=node_override
     )
+    return RenderedFile(NCCL_CONF_PATH, content, purpose="NCCL settings every lane reads")
+
+
+def render_netplan(name: str, baseline: Baseline, paths: dict[str, NetplanPath]) -> RenderedFile:
+    """The fabric netplan with this node's RDMA paths, one address each (mode 0600, as
+    netplan wants)."""
+    content = _render("netplan.yaml.j2", baseline_name=name, baseline=baseline, paths=paths)
     return RenderedFile(NETPLAN_PATH, content, mode=0o600, purpose="four-PF fabric netplan")
 
 
@@ -151,12 +160,28 @@ def managed_lines(baseline: Baseline) -> list[ManagedLine]:
     ]
 
 
+@dataclass(frozen=True)
+class NetplanPath:
+    """One RDMA path as the netplan writes it: this end's address and where the path goes."""
+
+    address: str  # a.b.c.d/prefix
+    subnet: str
+    peer: str
+    peer_netdev: str
+
+
+def node_paths(site: Site, node: str) -> dict[str, NetplanPath]:
+    """Netdev -> the RDMA path it carries on `node`, from the inventory's cabling."""
+    return {
+        path.netdev: NetplanPath(path.address, path.subnet, link.peer, path.peer_netdev)
+        for link in site.inventory.nodes[node].links
+        for path in link.paths
+    }
+
+
 def node_addresses(site: Site, node: str) -> dict[str, str]:
-    """Netdev -> address/prefix of `node`, from its ring cabling."""
-    addresses: dict[str, str] = {}
-    for link in site.inventory.nodes[node].links:
-        addresses.update(link.addresses)
-    return addresses
+    """Netdev -> address/prefix of `node`, one per RDMA path."""
+    return site.inventory.nodes[node].addresses()
 
 
 def baseline_digest(name: str, baseline: Baseline) -> str:
@@ -191,11 +216,28 @@ def stamp_content(name: str, baseline: Baseline, files: list[RenderedFile]) -> s
     return json.dumps(stamp, indent=2, sort_keys=True) + "\n"
 
 
-def render_node(site: Site, node: str) -> list[RenderedFile]:
-    """Every file `node` must carry, the stamp last."""
-    name = site.inventory.nodes[node].baseline
+def node_files(site: Site, node: str, baseline_name: str | None = None) -> list[RenderedFile]:
+    """Every file `node` must carry under its inventory baseline, or `baseline_name`
+    instead (a lane's, or `--baseline`), the stamp last.
+
+    The node's own parts: the netplan of its paths and, when the inventory gives the node
+    its own `gid_index`, NCCL_IB_GID_INDEX in /etc/nccl.conf.
+    """
+    from sparkbase.model.fabric import node_gid_index
+
+    entry = site.inventory.nodes[node]
+    name = baseline_name or entry.baseline
     baseline = site.baselines[name]
-    files = [*render_baseline(name, baseline), render_netplan(name, baseline, node_addresses(site, node))]
+    files = [
+        file for file in render_baseline(name, baseline) if file.path != NCCL_CONF_PATH
+    ]
+    files.append(render_nccl_conf(name, baseline, node_gid_index(entry, baseline)))
+    files.append(render_netplan(name, baseline, node_paths(site, node)))
     files.sort(key=lambda f: f.path)
     stamp = RenderedFile(STAMP_PATH, stamp_content(name, baseline, files), purpose="sparkbase stamp")
     return [*files, stamp]
+
+
+def render_node(site: Site, node: str) -> list[RenderedFile]:
+    """Every file `node` must carry, the stamp last."""
+    return node_files(site, node)
