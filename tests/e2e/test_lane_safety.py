@@ -98,6 +98,26 @@ def test_trigger_2_quiet_fired_unknown(fleet: Fleet, engine: tuple[str, dict[str
     assert blind.returncode == 4 and "no sglang:num_running_reqs" in blind.stdout
 
 
+def test_trigger_2_from_the_lab_lanes_own_metrics(fleet: Fleet) -> None:
+    """The lab's serving stand-in (rank 0, spark1) exports SGLang's gauges: idle is quiet,
+    fault lane-sessions (four 500K-class sessions) fires."""
+    from sparkbase.lab import lanes
+    from sparkbase.model.site import load_site
+
+    site = load_site(fleet.site)
+    lanes.start(fleet.lab, site, "dsv41-flash")
+    try:
+        url = f"http://127.0.0.1:{lanes.metrics_port(fleet.lab, 'spark1')}/metrics"
+        quiet = fleet.sparkbase("triggers", "--metrics", url)
+        assert quiet.returncode == 0, quiet.stdout + quiet.stderr
+        faults.inject(fleet.lab, "spark1", "lane-sessions")
+        fired = fleet.sparkbase("triggers", "--metrics", url)
+        assert fired.returncode == 1 and "peak concurrency 4" in fired.stdout, fired.stdout + fired.stderr
+    finally:
+        faults.clear(fleet.lab, "spark1", "lane-sessions")
+        lanes.stop(fleet.lab, site, "dsv41-flash")
+
+
 # --- the clock latch -------------------------------------------------------------------------
 
 

@@ -417,3 +417,18 @@ def test_an_http_error_names_the_status_not_the_body(
 def test_url_credentials_are_masked() -> None:
     assert shown_source("http://me:pw@127.0.0.1:9090/m") == "http://***@127.0.0.1:9090/m"
     assert shown_source("http://127.0.0.1:9090/m") == "http://127.0.0.1:9090/m"
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_the_lab_stand_in_is_judged_quiet_idle_and_fired_with_sessions(site: Site, engine: str) -> None:
+    """What the lab's serving stand-in exports is what the trigger reads: idle is quiet (vLLM
+    exports its cache info, so an idle vLLM is judged, not unknown), fault lane-sessions fires."""
+    from sparkbase.lab.shims.cmd_serving import metrics_text
+
+    idle = next(
+        v for v in evaluate(site, parse_scrapes(metrics_text(engine), 0.0)) if v.kind == "session-load"
+    )
+    assert idle.status == QUIET, idle.evidence
+    busy = parse_scrapes(metrics_text(engine, sessions=True), 0.0)
+    fired = next(v for v in evaluate(site, busy) if v.kind == "session-load")
+    assert fired.status == FIRED and "peak concurrency 4" in fired.evidence[1]

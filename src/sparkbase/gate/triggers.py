@@ -113,6 +113,8 @@ def vllm_loads(trigger: SessionLoadTrigger, samples: list[Sample]) -> list[tuple
     for (when, key), value in sorted(running.items()):
         fraction = usage.get((when, key))
         size = capacity.get(_label(key, "engine"))
+        if size is None and len(capacity) == 1:  # one engine (older vLLM labels neither series)
+            size = next(iter(capacity.values()))
         kv = fraction * size if fraction is not None and size is not None else None
         loads.append((when, InstanceLoad("vllm", key, value, kv)))
     return loads

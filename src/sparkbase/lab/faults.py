@@ -25,6 +25,7 @@ Secure Boot faults change what `mokutil` prints at once and module loading from 
 | lane-env | - | a lane unit started from now on gets `NCCL_IB_MERGE_NICS=1` in its environment |
 | lane-private-nccl | - | a lane unit started from now on maps /opt/lane-image/lib/libnccl.so.2 |
 | lane-outside-slice | - | a lane unit started from now on runs outside the serving slice |
+| lane-sessions | - | the node's lane stand-in reports four 500K-class sessions (trigger 2 fires) |
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from sparkbase.lab.fleet import Lab, LabError
 
 KINDS = ("gpu-latch", "gpu-busy", "gid-moved", "link-down", "unreachable", "hang", "kernel-panic", "governor",
          "sb-not-enforcing", "sb-disabled", "sb-setup-mode", "no-efi", "dkms-noise",
-         "lane-env", "lane-private-nccl", "lane-outside-slice")
+         "lane-env", "lane-private-nccl", "lane-outside-slice", "lane-sessions")
 LIST_KINDS = ("link-down", "kernel-panic")
 
 

@@ -7,7 +7,8 @@ start time in /run/sparkbase-lab/serving/UNIT.json; `stop_unit` ends only that p
 
 The stand-in (`python3 shim.py __serve__ ARGS...`, `serve`) maps the file `SPARKBASE_LAB_NCCL`
 names, as a process that loaded that libnccl, and serves Prometheus text on
-127.0.0.1:`SPARKBASE_LAB_METRICS_PORT` (the engine's gauges, all zero: no load).
+127.0.0.1:`SPARKBASE_LAB_METRICS_PORT` (the engine's gauges, all zero: no load; four
+500K-class sessions under fault `lane-sessions`, read at each scrape).
 
 No systemd runs and the machine's CPUs are not the GB10's, so the serving slice is
 emulated from the node's own accounting: the unit's `Slice=` and that slice's
@@ -150,13 +151,25 @@ GAUGES = {
     "sglang": ("sglang:num_running_reqs", "sglang:num_used_tokens"),
     "vllm": ("vllm:num_requests_running", "vllm:kv_cache_usage_perc"),
 }
+#: the gauges' values under fault `lane-sessions`: four 500K-class sessions among the running
+#: requests (SGLang: KV tokens in use; vLLM: used fraction of the 3,000,000-token cache below)
+SESSIONS = {
+    "sglang": (6.0, 2150000.0),
+    "vllm": (5.0, 0.72),
+}
+#: vLLM's cache info gauge (labels as vllm/v1/metrics/loggers.py writes them): 187,500 blocks
+#: of 16 tokens, what turns the used fraction into tokens
+VLLM_CACHE_INFO = 'vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="187500"} 1.0'
 
 
-def metrics_text(engine: str) -> str:
-    """Prometheus text of an idle engine (every gauge zero)."""
+def metrics_text(engine: str, sessions: bool = False) -> str:
+    """Prometheus text of the engine: idle (every gauge zero), or with four long sessions."""
     lines = []
-    for name in GAUGES.get(engine, ()):
-        lines += [f"# TYPE {name} gauge", f"{name} 0.0"]
+    values = SESSIONS.get(engine, (0.0, 0.0)) if sessions else (0.0, 0.0)
+    for name, value in zip(GAUGES.get(engine, ()), values, strict=False):
+        lines += [f"# TYPE {name} gauge", f"{name} {value}"]
+    if engine == "vllm":
+        lines += ["# TYPE vllm:cache_config_info gauge", VLLM_CACHE_INFO]
     return "\n".join(lines) + "\n"
 
 
@@ -171,15 +184,14 @@ def serve(argv: list[str]) -> int:
         with open(library, "rb") as handle:
             mapped.append(mmap.mmap(handle.fileno(), 0, prot=mmap.PROT_READ))
     engine = "sglang" if any("sglang" in arg for arg in argv) else "vllm"
-    body = metrics_text(engine).encode()
 
     class Metrics(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # http.server's name for a GET handler
             self.send_response(200 if self.path == "/metrics" else 404)
             self.send_header("Content-Type", "text/plain; version=0.0.4")
             self.end_headers()
-            if self.path == "/metrics":
-                self.wfile.write(body)
+            if self.path == "/metrics":  # the load as the node's faults say now
+                self.wfile.write(metrics_text(engine, bool(faults().get("lane-sessions"))).encode())
 
         def log_message(self, *_args: object) -> None:
             return
