@@ -161,7 +161,7 @@ SITE_DRIFTS: list[tuple[str, Callable[[NodeFacts], NodeFacts], set[str]]] = [
     (
         "other baseline stamp",
         lambda f: replace(f, stamp={**(f.stamp or {}), "baseline": "ds41f-7x-64k"}),
-        {"stamp"},
+        {"stamp", "stamp.assignment"},
     ),
     (
         "same version, other hash",

@@ -167,7 +167,13 @@ def converged(expected: Expected) -> NodeFacts:
 def converged_node(
     site: Site, node: str = "spark1", baseline: str | None = None
 ) -> tuple[Expected, NodeFacts]:
-    expected = expected_for(site, node, baseline)
+    """`node` converged to `baseline` (default: its own), the inventory assigning it (as
+    after `apply --baseline` and an inventory change: no stamp.assignment warning)."""
+    if baseline is not None:
+        from sparkbase.deploy.assign import with_assignment
+
+        site = with_assignment(site, [node], baseline)
+    expected = expected_for(site, node)
     return expected, converged(expected)
 
 

@@ -261,11 +261,12 @@ def fabric_rdma(_expected: Expected, facts: NodeFacts, item: str | None) -> Outc
 
 
 @node_check(
-    "fabric.gid", "fabric", "the GID index holds the IPv4 RoCE v2 address in the cable's subnet", items=_hcas
+    "fabric.gid", "fabric", "the node's GID index holds the IPv4 RoCE v2 address in the path's own subnet",
+    items=_hcas,
 )
 def fabric_gid(expected: Expected, facts: NodeFacts, item: str | None) -> Outcome:
     hca = str(item)
-    index = expected.baseline.fabric.gid_index
+    index = expected.gid_index
     netdev = next(port.netdev for port in expected.baseline.fabric.ports if port.hca == hca)
     cable = expected.cables.get(netdev)
     want_ip = cable.address.split("/")[0] if cable else None
@@ -646,6 +647,28 @@ def stamp(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
             )
         return fail(want, detail, _apply(expected, True))
     return ok(want, seen)
+
+
+@node_check(
+    "stamp.assignment", "files", "the node was converged to the baseline the inventory assigns",
+    severity="warn",
+)
+def stamp_assignment(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
+    assigned = expected.inventory_baseline or expected.baseline_name
+    want = f"{assigned} (the inventory's)"
+    if expected.baseline_name != assigned:
+        want += f"; audited against {expected.baseline_name}"
+    if facts.stamp is None:
+        return skip("no stamp (the stamp check reports it)")
+    seen = str(facts.stamp.get("baseline"))
+    if seen == assigned:
+        return ok(want, seen)
+    if seen == expected.baseline_name:
+        fix = (f"the node carries {seen} (apply --baseline): assign it in the inventory, or move the node "
+               f"back: {_apply(expected, True)}")
+    else:
+        fix = f"the node carries neither; converge it: {_apply(expected, True)}"
+    return fail(want, f"stamp names {seen}", fix)
 
 
 # --- OS image (warn) ----------------------------------------------------------------

@@ -2,6 +2,10 @@
 
 Exit 0 clean, 1 drift (a failed error-severity check), 2 bad configuration, 3 a node was
 unreachable (the others are still audited and reported).
+
+`--baseline NAME --limit NODE…` judges those nodes against another baseline, as
+`apply --baseline` converges them; a node whose stamp names another baseline than the
+inventory assigns gets a warning (stamp.assignment) either way.
 """
 
 from __future__ import annotations
@@ -9,8 +13,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sparkbase.cli.common import add_site_arguments, add_target_arguments
+
+if TYPE_CHECKING:
+    from sparkbase.model.site import Site
 
 FORMATS = ("table", "json", "junit", "prometheus")
 
@@ -23,6 +31,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", type=Path, default=None, help="write the report here (atomically)")
     parser.add_argument(
         "--parallel", type=int, default=16, metavar="N", help="nodes audited at once (default: 16)"
+    )
+    parser.add_argument(
+        "--baseline", default=None, metavar="NAME",
+        help="audit the --limit nodes against this baseline instead of the inventory's "
+        "(as `apply --baseline` converges them)",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="table: show passing checks too")
 
@@ -40,7 +53,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     site = load_site_or_exit(args)
     nodes = selected_nodes(site, args)
-    expectations = {node: expected_for(site, node) for node in nodes}
+    problem = _baseline_problem(site, args)
+    if problem is not None:
+        print(f"sparkbase: {problem}", file=sys.stderr)
+        return 2
+    expectations = {node: expected_for(site, node, args.baseline) for node in nodes}
     targets = ssh_targets(site, lab_path(args))
     from sparkbase.audit.runtime import lane_probes
 
@@ -63,3 +80,19 @@ def run(args: argparse.Namespace) -> int:
     for node in report.unreachable:
         print(f"sparkbase: {shown(node.node)} unreachable: {shown(node.reason)}", file=sys.stderr)
     return report.exit_code
+
+
+def _baseline_problem(site: Site, args: argparse.Namespace) -> str | None:
+    """Why `--baseline` cannot be audited (no --limit, abstract, unknown), or None."""
+    from sparkbase.deploy.assign import AssignmentError, with_assignment
+    from sparkbase.text import shown
+
+    if args.baseline is None:
+        return None
+    if not args.limit:
+        return "--baseline needs --limit NODE... (the nodes converged to it)"
+    try:
+        with_assignment(site, list(args.limit), args.baseline)
+    except AssignmentError as exc:
+        return f"--baseline {shown(args.baseline)}: {shown(str(exc))}"
+    return None
