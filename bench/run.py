@@ -114,7 +114,7 @@ def make_site(root: Path, nodes: int) -> Path:
     shutil.copytree(REPO / "baselines", site / "baselines")
     shutil.copytree(REPO / "lanes", site / "lanes")
     lines = ["ssh:", "  user: root", "nodes:"]
-    views = {0: ("enp1s0f0np0", "enP2p1s0f0np0"), 1: ("enp1s0f1np1", "enP2p1s0f1np1")}
+    views = {1: ("enp1s0", "rocep1s0"), 2: ("enP2p1s0", "roceP2p1s0")}  # path -> netdev, HCA stems
     for index in range(nodes):
         after, before = (index + 1) % nodes, (index - 1) % nodes
         lines += [
@@ -124,17 +124,19 @@ def make_site(root: Path, nodes: int) -> Path:
             "    baseline: site-stock-6.17-4k",
             "    links:",
         ]
-        # port 0 cables to the next node's port 1 (cable `index`), port 1 to the previous
-        for port, peer, peer_port, cable, host in ((0, after, 1, index, 1), (1, before, 0, before, 11)):
-            first, second = views[port]
-            net = f"192.168.{100 + cable}"
-            lines += [
-                f"      - port: {port}",
-                f"        peer: spark{peer + 1}",
-                f"        peer_port: {peer_port}",
-                f"        subnet: {net}.0/24",
-                f"        addresses: {{{first}: {net}.{host}/24, {second}: {net}.{host + 1}/24}}",
-            ]
+        # port 0 cables to the next node's port 1 (cable `index`), port 1 to the previous;
+        # each path its own /24 (the recipe's nodes-ring4.json scheme: path 1 on 10.40.k,
+        # path 2 on 10.41.k for cable k), the port-0 end .1, the port-1 end .2
+        for port, peer, peer_port, cable in ((0, after, 1, index), (1, before, 0, before)):
+            lines += [f"      - port: {port}", f"        peer: spark{peer + 1}",
+                      f"        peer_port: {peer_port}", "        paths:"]
+            for path, (netdev, hca) in views.items():
+                net = f"10.{40 + path - 1 + 2 * (cable // 256)}.{cable % 256}"
+                lines.append(
+                    f"          - {{netdev: {netdev}f{port}np{port}, hca: {hca}f{port}, "
+                    f"peer_netdev: {netdev}f{peer_port}np{peer_port}, subnet: {net}.0/24, "
+                    f"address: {net}.{port + 1}/24}}"
+                )
     (site / "inventory").mkdir()
     (site / "inventory" / "site.yaml").write_text("\n".join(lines) + "\n")
     return site

@@ -217,23 +217,37 @@ def _partner_findings(name: str, link: Link, path: FabricPath, key: PathKey, bac
 
 
 def _subnet_findings(ends: list[PathEnd]) -> Iterator[Finding]:
-    """No host has two interfaces in one subnet; no subnet reaches past its path's two ends."""
-    for later, end in enumerate(ends):
-        for other in ends[:later]:
-            if not end.network.overlaps(other.network) or end.is_partner(other):
-                continue
-            if other.node == end.node:
-                message = (
-                    f"{end.node} has two interfaces in one subnet: {end.path.netdev} in {end.path.subnet} "
-                    f"and {other.path.netdev} in {other.path.subnet} (each path needs its own subnet)"
-                )
-            else:
-                message = (
-                    f"subnet {end.path.subnet} ({end.node} {end.path.netdev} to {end.peer}) overlaps "
-                    f"{other.path.subnet} ({other.node} {other.path.netdev} to {other.peer}): a path's "
-                    "subnet is present at exactly its two ends"
-                )
-            yield Finding(INVENTORY, (*end.key, "subnet"), message)
+    """No host has two interfaces in one subnet; no subnet reaches past its path's two ends.
+
+    Overlapping subnets are found by a sweep over the address ranges in order (a fleet's
+    disjoint /24s cost a sort, not every pair).
+    """
+    spans = sorted(
+        (int(end.network.network_address), int(end.network.broadcast_address), index)
+        for index, end in enumerate(ends)
+    )
+    open_spans: list[tuple[int, int]] = []  # (last address, index) of spans still open
+    clashes: set[tuple[int, int]] = set()
+    for first, last, index in spans:
+        open_spans = [span for span in open_spans if span[0] >= first]
+        clashes.update((min(index, other), max(index, other)) for _, other in open_spans)
+        open_spans.append((last, index))
+    for earlier, later in sorted(clashes, key=lambda pair: (pair[1], pair[0])):
+        end, other = ends[later], ends[earlier]
+        if end.is_partner(other):
+            continue
+        if other.node == end.node:
+            message = (
+                f"{end.node} has two interfaces in one subnet: {end.path.netdev} in {end.path.subnet} "
+                f"and {other.path.netdev} in {other.path.subnet} (each path needs its own subnet)"
+            )
+        else:
+            message = (
+                f"subnet {end.path.subnet} ({end.node} {end.path.netdev} to {end.peer}) overlaps "
+                f"{other.path.subnet} ({other.node} {other.path.netdev} to {other.peer}): a path's "
+                "subnet is present at exactly its two ends"
+            )
+        yield Finding(INVENTORY, (*end.key, "subnet"), message)
 
 
 def _address_findings(ends: list[PathEnd]) -> Iterator[Finding]:
