@@ -54,7 +54,8 @@ def test_changed_sysctl_without_bump_is_caught_then_passes_after_bump_and_lock(
     assert f"bump version in baselines/{STOCK}.yaml" in capsys.readouterr().err
 
     bump_stock(site_copy, "1.0.1")
-    assert main(["lock", "--check", "--allow-placeholders", "--site", str(site_copy)]) == 1  # bumped, lock not re-run
+    # bumped, lock not re-run
+    assert main(["lock", "--check", "--allow-placeholders", "--site", str(site_copy)]) == 1
     assert "run `sparkbase lock`" in capsys.readouterr().err
     assert main(["lock", "--site", str(site_copy)]) == 0
     assert main(["lock", "--check", "--allow-placeholders", "--site", str(site_copy)]) == 0
