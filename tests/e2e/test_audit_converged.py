@@ -154,3 +154,46 @@ def test_grub_reboot_and_a_foreign_fstab_swap_are_named(
     assert swap["severity"] == "warn" and "/swapfile.64k" in swap["observed"]
     code, _ = audit(site_copy, converged, capsys)
     assert code == 0, "the drift was not undone"
+
+
+def test_a_path_in_another_paths_subnet_is_named(
+    converged: Lab, site_copy: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """spark2's enp1s0f0np0 carries the spark2-spark3 path (10.23.1.0/24); given an address
+    in the spark3-spark4 path's subnet instead, its netplan, address and GID are named."""
+    ok = converged.run
+    netplan = "/etc/netplan/60-sparkbase-fabric.yaml"
+    assert ok("spark2", f"sed -i 's#10.23.1.2/24#10.34.1.2/24#' {netplan} && netplan apply")[0] == 0
+    try:
+        code, data = audit(site_copy, converged, capsys)
+    finally:
+        ok("spark2", f"sed -i 's#10.34.1.2/24#10.23.1.2/24#' {netplan} && netplan apply")
+    assert code == 1
+    assert {(node, check) for node, check in failing(data) if check.startswith("fabric.")} == {
+        ("spark2", "fabric.netplan"),
+        ("spark2", "fabric.link.enp1s0f0np0"),
+        ("spark2", "fabric.gid.rocep1s0f0"),
+    }
+    checks = {(n["node"], c["id"]): c for n in data["nodes"] for c in n["checks"]}  # type: ignore[union-attr]
+    gid = checks[("spark2", "fabric.gid.rocep1s0f0")]
+    assert "10.34.1.2 (outside 10.23.1.0/24)" in gid["observed"]
+    assert "10.23.1.2 in 10.23.1.0/24" in gid["expected"]
+    _, data = audit(site_copy, converged, capsys)
+    left = [check for _, check in failing(data) if check.startswith("fabric.")]
+    assert not left, "the drift was not undone"
+
+
+def test_audit_against_another_baseline_names_the_stamp(
+    converged: Lab, site_copy: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`audit --baseline` judges the --limit nodes against that baseline (as `apply
+    --baseline` would converge them): a node still on the inventory's is drift there."""
+    argv = ["audit", "--site", str(site_copy), "--lab", str(converged.dir), "--format", "json",
+            "--baseline", "ds41f-stock-pages-262k", "--limit", "spark1"]
+    code = main(argv)
+    data = json.loads(capsys.readouterr().out)
+    assert code == 1
+    assert [n["node"] for n in data["nodes"]] == ["spark1"]  # type: ignore[index]
+    bad = failing(data)
+    assert ("spark1", "stamp") in bad and ("spark1", "kernel.release") in bad
+    assert ("spark1", "stamp.assignment") not in bad  # the stamp names the inventory's baseline
