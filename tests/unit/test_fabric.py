@@ -211,3 +211,34 @@ def test_audit_baseline_refuses_what_apply_would(
 ) -> None:
     assert main(["audit", "--site", str(REPO), *extra]) == 2
     assert message in capsys.readouterr().err
+
+
+# --- a lane runs on cables that exist -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("shape", "nodes", "count", "missing"),
+    [
+        ("ring4", ["spark1", "spark2", "spark3", "spark4"], 4, []),
+        ("ring4", ["spark2", "spark3", "spark4", "spark1"], 4, []),
+        ("ring4", ["spark1", "spark3", "spark2", "spark4"], 4, ["spark1-spark3", "spark2-spark4"]),
+        ("triangle3", ["spark1", "spark2", "spark3"], 3, []),  # three nodes cabled as a triangle
+        ("triangle3", ["spark1", "spark2", "spark3"], 4, ["spark1-spark3"]),  # the ring4 cabling
+        ("triangle3", ["spark2", "spark3", "spark4"], 4, ["spark2-spark4"]),
+    ],
+)
+def test_a_lane_needs_a_cable_between_its_neighbours(
+    shape: str, nodes: list[str], count: int, missing: list[str]
+) -> None:
+    from sparkbase.model.fabric import lane_cabling_findings
+    from sparkbase.model.lanes import Lane
+
+    lane = Lane.model_validate({
+        "model": "m", "engine": "vllm", "baseline": BASELINE, "baseline_version": "1.0.0",
+        "shape": shape, "nodes": nodes,
+    })
+    inventory = Inventory.model_validate(ring_inventory(count))
+    found = [f.message for f in lane_cabling_findings("lane", lane, inventory)]
+    assert [m.split("cable between ")[1].split(";")[0].replace(" and ", "-") for m in found] == missing
+    disabled = lane.model_copy(update={"enabled": False})
+    assert list(lane_cabling_findings("lane", disabled, inventory)) == []

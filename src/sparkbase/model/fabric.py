@@ -20,6 +20,7 @@ from sparkbase.model.rules import DocRef, Finding
 if TYPE_CHECKING:
     from sparkbase.model.baseline import Baseline
     from sparkbase.model.inventory import FabricPath, Inventory, Link, Node
+    from sparkbase.model.lanes import Lane
     from sparkbase.model.yamlio import PathKey
 
 INVENTORY: DocRef = ("inventory", "")
@@ -257,3 +258,36 @@ def _address_findings(ends: list[PathEnd]) -> Iterator[Finding]:
         if ip in seen:
             yield Finding(INVENTORY, (*end.key, "address"), f"address {ip} is also used by {seen[ip]}")
         seen.setdefault(ip, f"{end.node} {end.path.netdev}")
+
+
+def lane_cabling_findings(name: str, lane: Lane, inventory: Inventory) -> Iterator[Finding]:
+    """An enabled lane runs only on cables that exist: ring4 needs each node cabled to the
+    next in the lane's order (and the last to the first), triangle3 every pair.
+
+    A lane whose node list is already wrong (unknown node, a node twice, the wrong count)
+    is reported for that, not here.
+    """
+    from sparkbase.model.baseline import SHAPE_NODES
+
+    nodes = lane.nodes
+    known = all(node in inventory.nodes for node in nodes)
+    if not lane.enabled or not known or len(set(nodes)) != len(nodes):
+        return
+    if len(nodes) != SHAPE_NODES[lane.shape]:
+        return
+    count = len(nodes)
+    if lane.shape == "triangle3":
+        pairs = [(i, j) for i in range(count) for j in range(i + 1, count)]
+    else:
+        pairs = [(i, (i + 1) % count) for i in range(count)]
+    for i, j in pairs:
+        first, second = nodes[i], nodes[j]
+        if any(link.peer == second for link in inventory.nodes[first].links):
+            continue
+        cabled = sorted({link.peer for link in inventory.nodes[first].links})
+        yield Finding(
+            ("lane", name),
+            ("nodes", j),
+            f"shape {lane.shape} needs a cable between {first} and {second}; the inventory cables "
+            f"{first} to {', '.join(cabled) or 'nothing'} (order the nodes along the cables, or recable)",
+        )

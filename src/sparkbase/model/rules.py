@@ -412,3 +412,6 @@ def lane_findings(
                 f"{node_name} carries baseline {node.baseline}, but the lane needs "
                 f"{lane.baseline}: a lane's nodes all carry its baseline",
             )
+    from sparkbase.model.fabric import lane_cabling_findings  # fabric.py builds on Finding
+
+    yield from lane_cabling_findings(name, lane, inventory)
