@@ -220,7 +220,11 @@ def load_yaml(file: Path) -> YamlDocument:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else 1
         column = mark.column + 1 if mark is not None else 1
-        message = " ".join(part for part in (exc.context, exc.problem) if part)
+        context = exc.context
+        started = exc.context_mark
+        if context and started is not None and mark is not None and started.line != mark.line:
+            context = f"{context} (started at line {started.line + 1})"
+        message = " ".join(part for part in (context, exc.problem) if part)
         if "found duplicate key" in str(exc):
             message = _duplicate_key_message(str(exc))
         raise fail(line, column, f"YAML: {_one_line(message) or 'syntax error'}") from None
