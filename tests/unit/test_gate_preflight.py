@@ -108,28 +108,32 @@ def test_override_log_appends_one_versioned_record_per_line(tmp_path: Path) -> N
     append_record(log, new_record(RecordKind.APPLY, "second", baseline="ds41f-7x-64k", nodes=["spark3"]))
     records = [json.loads(line) for line in log.read_text().splitlines()]
     assert records[0] == {
-        "format": 2, "kind": "preflight-override", "who": "ops@x", "when": "2026-11-29T12:00:00+00:00",
+        "format": 3, "kind": "preflight-override", "who": "ops@x", "when": "2026-11-29T12:00:00+00:00",
         "reason": "vendor asked", "lane": "glm-fp8", "baseline": "b", "nodes": ["spark1", "spark2"],
-        "refusals": ["spark1: gpu.clock: ..."],
+        "refusals": ["spark1: gpu.clock: ..."], "from": None,
     }
     assert records[1]["kind"] == "apply-override" and records[1]["lane"] is None
     assert [r.reason for r in read_log(log)] == ["vendor asked", "second"]
     assert (log.stat().st_mode & 0o777) == 0o640
 
 
-def test_readers_accept_both_format_1_shapes(tmp_path: Path) -> None:
+def test_readers_accept_format_2_and_both_format_1_shapes(tmp_path: Path) -> None:
     """Lines written by the two writers sparkbase had before one log schema."""
     log = tmp_path / "overrides.log"
     old_gate = {"format": 1, "time": "1970-01-01T00:00:00+00:00", "user": "ops", "lane": "glm-fp8",
                 "reason": "old gate", "failures": ["spark1: x"]}
     old_apply = {"format": 1, "who": "ops@x", "when": "2026-11-29T12:00:00+00:00", "nodes": ["spark2"],
                  "baseline": "ds41f-7x-64k", "reason": "old apply", "breaches": ["kernel line"]}
-    log.write_text(json.dumps(old_gate) + "\n" + json.dumps(old_apply) + "\n")
-    append_record(log, new_record(RecordKind.LANE_SWITCH, "new", lane="glm-fp8"))
+    format_2 = {"format": 2, "kind": "preflight-override", "who": "ops@x",
+                "when": "2026-11-30T12:00:00+00:00", "reason": "format 2", "lane": "glm-fp8", "baseline": None, "nodes": [], "refusals": []}
+    log.write_text("\n".join(json.dumps(line) for line in (old_gate, old_apply, format_2)) + "\n")
+    append_record(log, new_record(RecordKind.LANE_SWITCH, "new", lane="glm-fp8", switched_from="glm-nvfp4"))
     records = read_log(log)
     assert [(r.kind, r.format) for r in records] == [
-        (RecordKind.PREFLIGHT, 1), (RecordKind.APPLY, 1), (RecordKind.LANE_SWITCH, LOG_FORMAT)
+        (RecordKind.PREFLIGHT, 1), (RecordKind.APPLY, 1), (RecordKind.PREFLIGHT, 2),
+        (RecordKind.LANE_SWITCH, LOG_FORMAT),
     ]
+    assert (records[3].switched_from, records[3].lane) == ("glm-nvfp4", "glm-fp8")
     assert records[0] == OverrideRecord(RecordKind.PREFLIGHT, "ops", "1970-01-01T00:00:00+00:00", "old gate",
                                         lane="glm-fp8", refusals=["spark1: x"], format=1)
     assert records[1].nodes == ["spark2"] and records[1].refusals == ["kernel line"]

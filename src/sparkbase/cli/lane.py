@@ -134,7 +134,7 @@ def _switch(args: argparse.Namespace, site: Site, env: Path, current: str) -> in
     assert site.rules.proxy is not None
     lane = site.lanes[target]
     said = reason if reason is not None else "pre-flight qualified"
-    record = new_record(RecordKind.LANE_SWITCH, f"from {current} to {target}: {said}", lane=target,
+    record = new_record(RecordKind.LANE_SWITCH, said, lane=target, switched_from=current,
                         baseline=lane.baseline, nodes=list(lane.nodes), refusals=lines)
     try:
         append_record(args.log or log_path(site.root), record)

@@ -2,8 +2,9 @@
 
 `<site>/.sparkbase/overrides.log` holds a record per decision a person took against the
 tool's advice: a preflight launched anyway (`preflight-override`), a contract-breaking
-baseline applied (`apply-override`), and later a lane switch (`lane-switch`). One schema
-(`LOG_FORMAT` 2) and one writer (`append_record`) for all of them:
+baseline applied (`apply-override`), and a lane switch (`lane-switch`, overridden or
+qualified: every switch is a decision worth keeping). One schema (`LOG_FORMAT` 3) and one
+writer (`append_record`) for all of them:
 
 - the log is opened append-only without following links (O_APPEND|O_CREAT|O_NOFOLLOW,
   O_NONBLOCK so a FIFO planted there is refused rather than waited on), a symlinked
@@ -11,8 +12,8 @@ baseline applied (`apply-override`), and later a lane switch (`lane-switch`). On
 - each record is one `write` followed by `fsync`, so concurrent appends never interleave
   and earlier lines are never touched.
 
-Readers (`read_log`) also accept the two format-1 shapes written before (preflight's
-`time/user/failures`, apply's `who/when/breaches`).
+Readers (`read_log`) also accept format 2 (the same without `from`) and the two format-1
+shapes written before (preflight's `time/user/failures`, apply's `who/when/breaches`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from typing import Any
 from sparkbase.text import visible
 
 #: version of the record schema below; bump on any change a reader could notice
-LOG_FORMAT = 2
+#: (3: `from`, the lane a switch left)
+LOG_FORMAT = 3
 LOG_DIR = ".sparkbase"
 LOG_NAME = "overrides.log"
 #: the longest override reason kept (a reason is a sentence, not a document)
@@ -66,11 +68,13 @@ class OverrideRecord:
     baseline: str | None = None
     nodes: list[str] = field(default_factory=list)
     refusals: list[str] = field(default_factory=list)
+    #: for a lane switch: the lane the proxy served before (`lane` is the one it serves after)
+    switched_from: str | None = None
     #: format of the line this record was read from (records written now: `LOG_FORMAT`)
     format: int = LOG_FORMAT
 
     def to_json(self) -> dict[str, Any]:
-        """The record as it is written (format 2)."""
+        """The record as it is written (format 3)."""
         return {
             "format": LOG_FORMAT,
             "kind": str(self.kind),
@@ -81,6 +85,7 @@ class OverrideRecord:
             "baseline": self.baseline,
             "nodes": list(self.nodes),
             "refusals": list(self.refusals),
+            "from": self.switched_from,
         }
 
 
@@ -117,6 +122,7 @@ def new_record(
     baseline: str | None = None,
     nodes: list[str] | None = None,
     refusals: list[str] | None = None,
+    switched_from: str | None = None,
     who: str | None = None,
     when: datetime | None = None,
 ) -> OverrideRecord:
@@ -130,6 +136,7 @@ def new_record(
         baseline=baseline,
         nodes=sorted(nodes or []),
         refusals=list(refusals or []),
+        switched_from=switched_from,
     )
 
 
@@ -193,7 +200,7 @@ def _why(exc: OSError) -> str:
 
 
 def read_log(log: Path) -> list[OverrideRecord]:
-    """Every record of `log`, oldest first; format-1 lines are read as their format-2 meaning.
+    """Every record of `log`, oldest first; older lines are read as their format-3 meaning.
     A line that is no record raises `ValueError` naming its line number."""
     records: list[OverrideRecord] = []
     for number, line in enumerate(log.read_text(encoding="utf-8").splitlines(), start=1):
@@ -207,9 +214,9 @@ def read_log(log: Path) -> list[OverrideRecord]:
 
 
 def parse_record(data: dict[str, Any]) -> OverrideRecord:
-    """One decoded log line, format 1 (either writer's) or 2."""
+    """One decoded log line, format 1 (either writer's), 2 or 3."""
     version = data["format"]
-    if version == LOG_FORMAT:
+    if version in (2, LOG_FORMAT):
         return OverrideRecord(
             kind=RecordKind(data["kind"]),
             who=str(data["who"]),
@@ -219,6 +226,8 @@ def parse_record(data: dict[str, Any]) -> OverrideRecord:
             baseline=data.get("baseline"),
             nodes=[str(n) for n in data.get("nodes", [])],
             refusals=[str(r) for r in data.get("refusals", [])],
+            switched_from=data.get("from"),
+            format=version,
         )
     if version != 1:
         raise ValueError(f"unknown override log format {version!r}")
