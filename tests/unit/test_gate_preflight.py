@@ -125,7 +125,8 @@ def test_readers_accept_format_2_and_both_format_1_shapes(tmp_path: Path) -> Non
     old_apply = {"format": 1, "who": "ops@x", "when": "2026-11-29T12:00:00+00:00", "nodes": ["spark2"],
                  "baseline": "ds41f-7x-64k", "reason": "old apply", "breaches": ["kernel line"]}
     format_2 = {"format": 2, "kind": "preflight-override", "who": "ops@x",
-                "when": "2026-11-30T12:00:00+00:00", "reason": "format 2", "lane": "glm-fp8", "baseline": None, "nodes": [], "refusals": []}
+                "when": "2026-11-30T12:00:00+00:00", "reason": "format 2", "lane": "glm-fp8",
+                "baseline": None, "nodes": [], "refusals": []}
     log.write_text("\n".join(json.dumps(line) for line in (old_gate, old_apply, format_2)) + "\n")
     append_record(log, new_record(RecordKind.LANE_SWITCH, "new", lane="glm-fp8", switched_from="glm-nvfp4"))
     records = read_log(log)
