@@ -240,7 +240,7 @@ def bench_size(
         up = lab_cmd(lab, "up", "--nodes", str(size), "--port-base", str(args.port_base), "--fresh")
         setup["lab up (factory-fresh)"] = Series("lab up", [timed([*up, "--timeout", "180"], env)])
         print(f"bench: {size} nodes: converging", file=sys.stderr)
-        target = ["--site", str(site), "--lab", str(lab)]
+        target = ["--site", str(site), "--lab-dir", str(lab)]
         converge = [SPARKBASE, "apply", *target, "--allow-reboot", "--yes"]
         setup["converge (apply --allow-reboot)"] = Series("converge", [timed(converge, env)])
         audit = [SPARKBASE, "audit", *target, "--format", "json", "--output", os.devnull]

@@ -44,7 +44,7 @@ class Fleet:
     def argv(self, *args: str, site: Path | None = None) -> list[str]:
         """The sparkbase command line for `args` against this fleet."""
         return [sys.executable, "-m", "sparkbase.cli.main", args[0], "--site", str(site or self.site),
-                "--lab", str(self.lab.dir), *args[1:]]
+                "--lab-dir", str(self.lab.dir), *args[1:]]
 
     def sparkbase(self, *args: str, site: Path | None = None,
                   timeout: float = 900) -> subprocess.CompletedProcess[str]:

@@ -38,7 +38,7 @@ def converged(tmp_path_factory: pytest.TempPathFactory, site_copy: Path) -> Iter
             "apply",
             "--site",
             str(site_copy),
-            "--lab",
+            "--lab-dir",
             str(fleet.dir),
             "--allow-reboot",
             "--yes",
@@ -51,7 +51,7 @@ def converged(tmp_path_factory: pytest.TempPathFactory, site_copy: Path) -> Iter
 
 
 def audit(site: Path, lab: Lab, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, object]]:
-    code = main(["audit", "--site", str(site), "--lab", str(lab.dir), "--format", "json"])
+    code = main(["audit", "--site", str(site), "--lab-dir", str(lab.dir), "--format", "json"])
     return code, json.loads(capsys.readouterr().out)
 
 
@@ -74,7 +74,7 @@ def test_preflight_qualifies_site_lanes(
 ) -> None:
     # speed is measured by bench/run.py, not asserted here (shared, noisy machines)
     for lane in ("dsv41-flash", "glm-nvfp4", "glm-fp8"):
-        code = main(["preflight", lane, "--site", str(site_copy), "--lab", str(converged.dir)])
+        code = main(["preflight", lane, "--site", str(site_copy), "--lab-dir", str(converged.dir)])
         out = capsys.readouterr().out
         assert code == 0, out
         assert f"preflight {lane}: qualified" in out
@@ -83,7 +83,7 @@ def test_preflight_qualifies_site_lanes(
 def test_preflight_still_refuses_the_rejected_variant(
     converged: Lab, site_copy: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["preflight", "ds41f-ring4", "--site", str(site_copy), "--lab", str(converged.dir)]) == 1
+    assert main(["preflight", "ds41f-ring4", "--site", str(site_copy), "--lab-dir", str(converged.dir)]) == 1
     out = capsys.readouterr().out
     assert "lane: lane ds41f-ring4 is disabled" in out
     assert "spark1: kernel.release: expected 7.0.0-1019-nvidia-64k, observed 6.17.0-1032-nvidia" in out
@@ -99,7 +99,7 @@ def test_hand_drift_is_named_on_the_right_node(
     faults.inject(converged, "spark4", "gpu-latch")
     try:
         code, data = audit(site_copy, converged, capsys)
-        gate = main(["preflight", "glm-fp8", "--site", str(site_copy), "--lab", str(converged.dir)])
+        gate = main(["preflight", "glm-fp8", "--site", str(site_copy), "--lab-dir", str(converged.dir)])
         refusals = capsys.readouterr().out
     finally:
         faults.clear(converged, "spark3", "gid-moved")
@@ -188,7 +188,7 @@ def test_audit_against_another_baseline_names_the_stamp(
 ) -> None:
     """`audit --baseline` judges the --limit nodes against that baseline (as `apply
     --baseline` would converge them): a node still on the inventory's is drift there."""
-    argv = ["audit", "--site", str(site_copy), "--lab", str(converged.dir), "--format", "json",
+    argv = ["audit", "--site", str(site_copy), "--lab-dir", str(converged.dir), "--format", "json",
             "--baseline", "ds41f-stock-pages-262k", "--limit", "spark1"]
     code = main(argv)
     data = json.loads(capsys.readouterr().out)

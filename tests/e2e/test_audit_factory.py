@@ -34,7 +34,7 @@ def site() -> Site:
 
 
 def audit_json(lab: Lab, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, dict[str, object]]:
-    code = main(["audit", "--site", str(REPO), "--lab", str(lab.dir), "--format", "json", *extra])
+    code = main(["audit", "--site", str(REPO), "--lab-dir", str(lab.dir), "--format", "json", *extra])
     return code, json.loads(capsys.readouterr().out)
 
 
@@ -192,7 +192,7 @@ def test_latched_gpu_is_named_on_its_node(lab: Lab, capsys: pytest.CaptureFixtur
 def test_preflight_refuses_on_a_factory_fleet(
     lab: Lab, lane: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = main(["preflight", lane, "--site", str(REPO), "--lab", str(lab.dir)])
+    code = main(["preflight", lane, "--site", str(REPO), "--lab-dir", str(lab.dir)])
     out = capsys.readouterr().out
     assert code == 1
     assert "spark1: kernel.release: expected" in out
@@ -204,7 +204,7 @@ def test_preflight_refuses_on_a_factory_fleet(
 
 def test_preflight_override_is_logged(lab: Lab, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     log = tmp_path / "overrides.log"
-    argv = ["preflight", "glm-fp8", "--site", str(REPO), "--lab", str(lab.dir), "--log", str(log)]
+    argv = ["preflight", "glm-fp8", "--site", str(REPO), "--lab-dir", str(lab.dir), "--log", str(log)]
     assert main([*argv, "--override", "bring-up test on a factory fleet"]) == 0
     assert "OVERRIDDEN" in capsys.readouterr().err
     record = json.loads(log.read_text())
@@ -220,7 +220,7 @@ def test_triggers_report_the_live_fleet(lab: Lab, capsys: pytest.CaptureFixture[
             "triggers",
             "--site",
             str(REPO),
-            "--lab",
+            "--lab-dir",
             str(lab.dir),
             "--json",
             "--metrics",

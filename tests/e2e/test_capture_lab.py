@@ -50,7 +50,7 @@ def converged(tmp_path_factory: pytest.TempPathFactory, site: Path) -> Iterator[
     fleet = Lab(tmp_path_factory.mktemp("capture-lab"), port_base=PORT_BASE)
     fleet.up(1, fresh=True)
     try:
-        result = sparkbase("apply", "--site", str(site), "--lab", str(fleet.dir), "--limit", NODE,
+        result = sparkbase("apply", "--site", str(site), "--lab-dir", str(fleet.dir), "--limit", NODE,
                            "--allow-reboot", "--yes")
         assert result.returncode == 0, f"apply did not converge {NODE}:\n{result.stdout}\n{result.stderr}"
         yield fleet
@@ -59,7 +59,8 @@ def converged(tmp_path_factory: pytest.TempPathFactory, site: Path) -> Iterator[
 
 
 def audit_failures(site: Path, lab: Lab, capsys: pytest.CaptureFixture[str]) -> tuple[int, set[str]]:
-    code = main(["audit", "--site", str(site), "--lab", str(lab.dir), "--limit", NODE, "--format", "json"])
+    code = main(["audit", "--site", str(site), "--lab-dir", str(lab.dir), "--limit", NODE,
+                 "--format", "json"])
     data = json.loads(capsys.readouterr().out)
     return code, {c["id"] for n in data["nodes"] for c in n["checks"] if c["status"] in {"fail", "warn"}}
 
@@ -69,7 +70,7 @@ def test_capture_of_a_converged_node(converged: Lab, site: Path, capsys: pytest.
     before_text = file.read_text()
     before = {f.path: f.content for f in node_files(load_site(site), NODE)}
 
-    code = main(["capture", NODE, "--site", str(site), "--lab", str(converged.dir), "--as", BASELINE])
+    code = main(["capture", NODE, "--site", str(site), "--lab-dir", str(converged.dir), "--as", BASELINE])
     out = capsys.readouterr()
     assert code == 0, out.err
     assert f"capture {NODE}: updated" in out.out
@@ -95,7 +96,8 @@ def test_capture_of_a_converged_node(converged: Lab, site: Path, capsys: pytest.
     # audits clean but for that hash, and clean once apply rewrote the stamp (no reboot)
     code, failures = audit_failures(site, converged, capsys)
     assert failures <= {"stamp"}
-    result = sparkbase("apply", "--site", str(site), "--lab", str(converged.dir), "--limit", NODE, "--yes")
+    result = sparkbase("apply", "--site", str(site), "--lab-dir", str(converged.dir), "--limit", NODE,
+                       "--yes")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "rebooting" not in result.stdout
     code, failures = audit_failures(site, converged, capsys)
@@ -106,7 +108,7 @@ def test_capture_refuses_an_unreachable_node(
     converged: Lab, site: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     target = site / "baselines" / "captured-spark2.yaml"
-    code = main(["capture", "spark2", "--site", str(site), "--lab", str(converged.dir)])
+    code = main(["capture", "spark2", "--site", str(site), "--lab-dir", str(converged.dir)])
     assert code == 3
     assert "spark2 unreachable" in capsys.readouterr().err
     assert not target.exists()

@@ -46,7 +46,7 @@ class Fleet:
 
     def sparkbase(self, *args: str) -> subprocess.CompletedProcess[str]:
         argv = [sys.executable, "-m", "sparkbase.cli.main", args[0], "--site", str(self.site),
-                "--lab", str(self.lab.dir), *args[1:]]
+                "--lab-dir", str(self.lab.dir), *args[1:]]
         return subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False)
 
     def sh(self, command: str) -> str:

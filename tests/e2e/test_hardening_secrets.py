@@ -71,7 +71,7 @@ OFFLINE = ("validate", "render")
 
 def run_logged(fleet: Fleet, outputs: Outputs, *args: str) -> subprocess.CompletedProcess[str]:
     """One sparkbase run under umask 000 with DEBUG logging; its output kept for the grep."""
-    lab = [] if args[0] in OFFLINE else ["--lab", str(fleet.lab.dir)]
+    lab = [] if args[0] in OFFLINE else ["--lab-dir", str(fleet.lab.dir)]
     argv = [sys.executable, "-c", RUN_LOGGED, args[0], "--site", str(fleet.site), *lab, *args[1:]]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False)
     name = " ".join(args)

@@ -36,7 +36,7 @@ def running(tmp_path_factory: pytest.TempPathFactory, site_copy: Path) -> Iterat
     fleet.up(4, fresh=True)
     try:
         argv = [sys.executable, "-m", "sparkbase.cli.main", "apply", "--site", str(site_copy),
-                "--lab", str(fleet.dir), "--allow-reboot", "--yes"]
+                "--lab-dir", str(fleet.dir), "--allow-reboot", "--yes"]
         result = subprocess.run(argv, capture_output=True, text=True, check=False)
         assert result.returncode == 0, f"apply did not converge the fleet:\n{result.stdout}\n{result.stderr}"
         lanes.start(fleet, load_site(site_copy), LANE)
@@ -46,7 +46,7 @@ def running(tmp_path_factory: pytest.TempPathFactory, site_copy: Path) -> Iterat
 
 
 def preflight(site: Path, lab: Lab, capsys: pytest.CaptureFixture[str]) -> tuple[int, list[str]]:
-    code = main(["preflight", LANE, "--site", str(site), "--lab", str(lab.dir), "--json"])
+    code = main(["preflight", LANE, "--site", str(site), "--lab-dir", str(lab.dir), "--json"])
     data = json.loads(capsys.readouterr().out)
     return code, [f"{r['where']}: {r['reason']}" for r in data["refusals"]]
 
@@ -55,7 +55,7 @@ def test_a_conforming_lane_passes_its_runtime_checks(running: Lab, site_copy: Pa
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     code, refusals = preflight(site_copy, running, capsys)
     assert (code, refusals) == (0, [])
-    main(["audit", "--site", str(site_copy), "--lab", str(running.dir), "--format", "json"])
+    main(["audit", "--site", str(site_copy), "--lab-dir", str(running.dir), "--format", "json"])
     data = json.loads(capsys.readouterr().out)
     passed = {(n["node"], c["id"]) for n in data["nodes"] for c in n["checks"]
               if c["id"].startswith("runtime.") and c["status"] == "pass"}
@@ -99,7 +99,7 @@ def test_switch_and_refused_switch(running: Lab, site_copy: Path, tmp_path: Path
     assert site.rules.proxy is not None
     env = lanes.write_proxy_env(running, site.rules.proxy.key, "glm-fp8")
     log = tmp_path / "overrides.log"
-    common = ["--site", str(site_copy), "--lab", str(running.dir), "--log", str(log)]
+    common = ["--site", str(site_copy), "--lab-dir", str(running.dir), "--log", str(log)]
 
     assert main(["lane", "switch", LANE, *common]) == 0
     assert env.read_text().splitlines()[-1] == f"SERVING_LANE={LANE}"

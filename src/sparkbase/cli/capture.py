@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sparkbase.cli.common import add_site_arguments
+from sparkbase.cli.common import add_lab_arguments, add_site_arguments
 
 if TYPE_CHECKING:
     from sparkbase.capture import Capture
@@ -34,11 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--from", dest="start", metavar="BASELINE", default=None,
                         help="a new file starts from this baseline (default: the node's)")
     add_site_arguments(parser)
-    parser.add_argument(
-        "--lab", nargs="?", const="", default=None, metavar="DIR",
-        help="reach the node in the emulated fleet (its ssh_config and known_hosts); DIR defaults "
-        "to $SPARKBASE_LAB_DIR or /var/lib/sparkbase/lab",
-    )
+    add_lab_arguments(parser, "the node")
 
 
 def _fail(message: str, status: int = 2) -> int:

@@ -27,17 +27,28 @@ def add_site_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_target_arguments(parser: argparse.ArgumentParser) -> None:
-    """`--lab [DIR]` and `--limit NODE…`: which nodes, reached how."""
+def add_lab_arguments(parser: argparse.ArgumentParser, reach: str = "the nodes") -> None:
+    """`--lab` (a plain flag) and `--lab-dir DIR`: reach the emulated fleet instead of the
+    inventory's addresses. `--lab` takes no value, so `preflight --lab LANE` reads LANE as the
+    lane; `--lab-dir` alone implies `--lab`."""
     parser.add_argument(
         "--lab",
-        nargs="?",
-        const="",
-        default=None,
-        metavar="DIR",
-        help="reach the nodes of the emulated fleet (its ssh_config and known_hosts) instead "
-        "of the inventory's; DIR defaults to $SPARKBASE_LAB_DIR or /var/lib/sparkbase/lab",
+        action="store_true",
+        help=f"reach {reach} of the emulated fleet (its ssh_config and known_hosts) instead of "
+        "the inventory's",
     )
+    parser.add_argument(
+        "--lab-dir",
+        metavar="DIR",
+        default=None,
+        help="the lab directory for --lab (implies --lab; default: $SPARKBASE_LAB_DIR or "
+        "/var/lib/sparkbase/lab)",
+    )
+
+
+def add_target_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--lab`, `--lab-dir DIR` and `--limit NODE…`: which nodes, reached how."""
+    add_lab_arguments(parser)
     parser.add_argument(
         "--limit", nargs="+", metavar="NODE", default=None, help="only these nodes"
     )
@@ -61,12 +72,13 @@ def load_site_or_exit(args: argparse.Namespace) -> Site:
 
 
 def lab_path(args: argparse.Namespace) -> Path | None:
-    """The lab directory when `--lab` was given, else None."""
+    """The lab directory when `--lab` or `--lab-dir` was given, else None."""
     from sparkbase.transport import lab_dir
 
-    if getattr(args, "lab", None) is None:
+    explicit = getattr(args, "lab_dir", None)
+    if not getattr(args, "lab", False) and explicit is None:
         return None
-    return lab_dir(args.lab or None)
+    return lab_dir(explicit)
 
 
 def selected_nodes(site: Site, args: argparse.Namespace) -> list[str]:

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sparkbase.cli.common import add_site_arguments
+from sparkbase.cli.common import add_lab_arguments, add_site_arguments
 
 if TYPE_CHECKING:
     from sparkbase.model.site import Site
@@ -31,8 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="switch despite pre-flight refusals (never to a disabled lane); recorded")
     for command in (status, switch):
         add_site_arguments(command)
-        command.add_argument("--lab", nargs="?", const="", default=None, metavar="DIR",
-                             help="reach the emulated fleet; the .env is DIR/proxy.env")
+        add_lab_arguments(command, "the nodes (the .env is LAB_DIR/proxy.env)")
         command.add_argument("--env-file", type=Path, default=None,
                              help="the proxy's .env (default: site.yaml proxy.env_file)")
         command.add_argument("--log", type=Path, default=None,

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sparkbase.cli.common import add_site_arguments
+from sparkbase.cli.common import add_lab_arguments, add_site_arguments
 
 if TYPE_CHECKING:
     from sparkbase.gate.preflight import PreflightResult
@@ -27,14 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of `sparkbase preflight`."""
     parser.add_argument("lane", help="lane name (lanes/NAME.yaml)")
     add_site_arguments(parser)
-    parser.add_argument(
-        "--lab",
-        nargs="?",
-        const="",
-        default=None,
-        metavar="DIR",
-        help="reach the nodes of the emulated fleet (default dir: $SPARKBASE_LAB_DIR)",
-    )
+    add_lab_arguments(parser)
     parser.add_argument(
         "--override",
         metavar="REASON",

@@ -71,8 +71,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"sparkbase: metrics: {shown(exc)}", file=sys.stderr)
             return 2
     live = None
-    if args.live or args.lab is not None:
-        live = _live_kernels(site, selected_nodes(site, args), lab_path(args))
+    lab = lab_path(args)
+    if args.live or lab is not None:
+        live = _live_kernels(site, selected_nodes(site, args), lab)
     verdicts = evaluate(site, samples, live)
     if args.json:
         print(
