@@ -104,7 +104,8 @@ def lock_text(entries: dict[str, LockEntry]) -> str:
 
 def read_lock(path: Path) -> dict[str, LockEntry] | None:
     """The entries recorded in the lock at `path`; None when there is no lock yet."""
-    from sparkbase.model.yamlio import FileRefused, read_site_file
+    from sparkbase.boundedfile import FileRefused
+    from sparkbase.model.yamlio import read_site_file
 
     if not os.path.lexists(path):
         return None

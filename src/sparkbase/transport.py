@@ -8,10 +8,10 @@ Host keys are always checked strictly against the known_hosts file.
 from __future__ import annotations
 
 import os
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from sparkbase.boundedfile import FileRefused, Refusal, read_regular_file
 from sparkbase.errors import ConfigError, Problem
 from sparkbase.model.site import Site
 
@@ -144,18 +144,13 @@ def read_plain_file(path: Path) -> bytes:
     """A regular file's bytes (at most `MAX_SSH_FILE_BYTES`); `ValueError` saying what it is
     instead. A FIFO or device is refused before reading (it would hang or never end)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
-    except OSError as exc:
-        raise ValueError(f"{path}: cannot open: {exc.strerror}") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ValueError(f"{path}: not a regular file")
-        data = os.read(fd, MAX_SSH_FILE_BYTES + 1)
-    finally:
-        os.close(fd)
-    if len(data) > MAX_SSH_FILE_BYTES:
-        raise ValueError(f"{path}: larger than {MAX_SSH_FILE_BYTES // 1024} KiB")
-    return data
+        return read_regular_file(path, MAX_SSH_FILE_BYTES)
+    except FileRefused as exc:
+        if exc.refusal is Refusal.NOT_REGULAR:
+            raise ValueError(f"{path}: not a regular file") from None
+        if exc.refusal is Refusal.TOO_BIG:
+            raise ValueError(f"{path}: larger than {MAX_SSH_FILE_BYTES // 1024} KiB") from None
+        raise ValueError(f"{path}: cannot open: {exc.detail}") from None
 
 
 def plain_file_problem(path: Path) -> str | None:

@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
+from sparkbase.boundedfile import FileRefused
 from sparkbase.errors import ConfigError
-from sparkbase.model.yamlio import FileRefused, load_yaml, read_site_file
+from sparkbase.model.yamlio import load_yaml, read_site_file
 
 #: (YAML value text, what it must load as) under YAML 1.2
 SCALARS: list[tuple[str, Any]] = [

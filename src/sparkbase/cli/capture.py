@@ -49,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime
 
     from sparkbase.audit.expected import expected_for
+    from sparkbase.boundedfile import FileRefused
     from sparkbase.capture import (
         NotABaseline,
         capture_plan,
@@ -60,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     from sparkbase.errors import ConfigError
     from sparkbase.facts.collect import gather_node
     from sparkbase.facts.model import Unreachable
-    from sparkbase.model.yamlio import FileRefused, load_yaml, read_site_file
+    from sparkbase.model.yamlio import load_yaml, read_site_file
     from sparkbase.transport import ssh_targets
 
     site = load_site_or_exit(args)

@@ -14,14 +14,14 @@
 from __future__ import annotations
 
 import math
-import os
 import re
-import stat
 import threading
 import time
 from collections.abc import Collection
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
+
+from sparkbase.boundedfile import FileRefused, Refusal, read_regular_file
 
 #: the largest scrape read, file or HTTP body (a real scrape is kilobytes)
 MAX_BYTES = 16 * 1024 * 1024
@@ -91,40 +91,14 @@ def load_metrics(source: str, deadline_seconds: float | None = None) -> str:
 def read_file(path: str) -> bytes:
     """A regular file's bytes, at most `MAX_BYTES`; anything else refused before reading."""
     try:
-        # O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused just below)
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
-    except OSError as exc:
-        raise MetricsError(f"{path}: cannot open: {exc.strerror}") from None
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise MetricsError(f"{path}: not a regular file ({_kind(mode)}); give a saved scrape")
-        chunks: list[bytes] = []
-        size = 0
-        while size <= MAX_BYTES:
-            chunk = os.read(fd, _CHUNK)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    except OSError as exc:
-        raise MetricsError(f"{path}: cannot read: {exc.strerror}") from None
-    finally:
-        os.close(fd)
-    if size > MAX_BYTES:
-        raise MetricsError(f"{path}: larger than {MAX_BYTES // (1024 * 1024)} MiB; not a scrape")
-    return b"".join(chunks)
-
-
-def _kind(mode: int) -> str:
-    kinds = (
-        (stat.S_ISDIR, "a directory"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISSOCK, "a socket"),
-    )
-    return next((name for test, name in kinds if test(mode)), "not a plain file")
+        return read_regular_file(path, MAX_BYTES)
+    except FileRefused as exc:
+        if exc.refusal is Refusal.NOT_REGULAR:
+            raise MetricsError(f"{path}: not a regular file ({exc.detail}); give a saved scrape") from None
+        if exc.refusal is Refusal.TOO_BIG:
+            mib = MAX_BYTES // (1024 * 1024)
+            raise MetricsError(f"{path}: larger than {mib} MiB; not a scrape") from None
+        raise MetricsError(f"{path}: cannot open: {exc.detail}") from None
 
 
 def fetch_url(url: str, deadline_seconds: float) -> bytes:

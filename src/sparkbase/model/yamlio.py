@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
 import re
-import stat
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+from sparkbase.boundedfile import FileRefused, Refusal, read_regular_file
 from sparkbase.errors import ConfigError, Problem
 
 MAX_FILE_BYTES = 1024 * 1024
@@ -36,13 +35,6 @@ _INT_TAG = "tag:yaml.org,2002:int"
 _FLOAT_TAG = "tag:yaml.org,2002:float"
 #: the longest number a site file may write (no field takes more than a few digits)
 MAX_NUMBER_CHARS = 40
-_FILE_KINDS = {
-    stat.S_IFDIR: "a directory",
-    stat.S_IFIFO: "a FIFO",
-    stat.S_IFSOCK: "a socket",
-    stat.S_IFCHR: "a character device",
-    stat.S_IFBLK: "a block device",
-}
 
 
 @dataclass(frozen=True)
@@ -254,56 +246,16 @@ def load_yaml(file: Path) -> YamlDocument:
 
 
 
-class FileRefused(Exception):
-    """A file that is not read: not a regular file, too big, or unreadable (one plain line)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
-
-
 def read_site_file(file: Path, limit: int = MAX_FILE_BYTES) -> bytes:
-    """The bytes of `file`, which must be a regular file of at most `limit` bytes.
-
-    The type and size are checked before the file is opened (a FIFO would block the
-    reader, a link to /dev/zero would never end), then again on the open descriptor, and
-    no more than `limit` bytes are ever read. Raises `FileRefused`.
-    """
+    """The bytes of `file`, which must be a regular file of at most `limit` bytes
+    (`boundedfile.read_regular_file`). Raises `FileRefused`."""
     try:
-        before = os.stat(file)
-    except OSError as exc:
-        raise FileRefused(f"cannot read file: {exc.strerror or exc}") from None
-    _check_regular(before, limit)
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
-    try:
-        fd = os.open(file, flags)
-    except OSError as exc:
-        raise FileRefused(f"cannot read file: {exc.strerror or exc}") from None
-    try:
-        _check_regular(os.fstat(fd), limit)
-        chunks: list[bytes] = []
-        size = 0
-        while size <= limit:
-            chunk = os.read(fd, min(65536, limit + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    except OSError as exc:
-        raise FileRefused(f"cannot read file: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
-    if size > limit:
-        raise FileRefused(f"file grew past the limit of {limit} bytes while being read")
-    return b"".join(chunks)
-
-
-def _check_regular(info: os.stat_result, limit: int) -> None:
-    if not stat.S_ISREG(info.st_mode):
-        kind = _FILE_KINDS.get(stat.S_IFMT(info.st_mode), "not a regular file")
-        raise FileRefused(f"is {kind}; site files must be regular files")
-    if info.st_size > limit:
-        raise FileRefused(f"file is {info.st_size} bytes; the limit is {limit}")
+        return read_regular_file(file, limit)
+    except FileRefused as exc:
+        if exc.refusal is Refusal.NOT_REGULAR:
+            raise FileRefused(exc.refusal, exc.detail,
+                              f"is {exc.detail}; site files must be regular files") from None
+        raise
 
 
 def _refused_directive(text: str) -> tuple[int, str] | None:
