@@ -18,6 +18,7 @@ from sparkbase import __version__
 
 #: sub-command name -> (module under sparkbase.cli, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
+    "init": ("init", "write a commented starter site (the shipped example) into DIR"),
     "validate": ("validate", "load and validate the site; print every problem"),
     "render": ("render", "write the files each node must carry"),
     "lock": ("lock", "record (or --check) each baseline's version and render hash"),
