@@ -60,7 +60,7 @@ def test_validate_reports_every_problem_at_once(
     assert main(["validate"]) == 2
     out = capsys.readouterr().out
     assert "lanes/glm-fp8.yaml:3:1: engine:" in out
-    assert "inventory/site.yaml:58:5: nodes.spark4.rank: rank 2 is also spark3's" in out
+    assert "inventory/site.yaml:64:5: nodes.spark4.rank: rank 2 is also spark3's" in out
     assert "sparkbase: the site is invalid: 2 error(s)" in out
 
 
