@@ -61,7 +61,7 @@ def load_site_or_exit(args: argparse.Namespace) -> Site:
 
     try:
         root = find_site_root(args.site)
-        site = load_site(root, args.inventory)
+        site = load_site(root, args.inventory, cache=True)
     except ConfigError as exc:
         for problem in exc.problems:
             print(problem.format(Path.cwd()), file=sys.stderr)

@@ -137,9 +137,29 @@ class _Loader:
         )
 
 
-def load_site(root: Path, inventory: Path | None = None) -> Site:
-    """Load and validate the site at `root`; raise ConfigError listing every problem."""
+def load_site(root: Path, inventory: Path | None = None, *, cache: bool = False) -> Site:
+    """Load and validate the site at `root`; raise ConfigError listing every problem.
+
+    With `cache`, a site validated before from the very same files is taken from
+    `<site>/.sparkbase/cache/` instead of parsed again (see `sparkbase.model.cache`).
+    """
     root = root.resolve()
+    if not cache:
+        return _load_site(root, inventory)
+    from sparkbase.model import cache as site_cache
+
+    inventory_file = Path(os.path.abspath(root / (inventory or DEFAULT_INVENTORY)))
+    key = site_cache.site_key(root, inventory_file, ("baselines", "lanes"))
+    cached = site_cache.load_cached(root, key)
+    if cached is not None:
+        return cached
+    site = _load_site(root, inventory)
+    site_cache.store(root, key, site)
+    return site
+
+
+def _load_site(root: Path, inventory: Path | None) -> Site:
+    """Load and validate the site at `root` (resolved) from its YAML files."""
     loader = _Loader(root)
     rules_doc = loader.read(("site", ""), root / "baselines" / SITE_RULES_FILE)
     rules = loader.validate(("site", ""), SiteRules, rules_doc.data) if rules_doc else None

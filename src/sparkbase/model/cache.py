@@ -1,0 +1,155 @@
+"""A cache of the validated site, so the launch gate does not parse YAML on every call.
+
+Loading a site parses every YAML file with ruamel (comments and positions kept) and
+validates it with pydantic: most of a `preflight`'s own time. The result depends only on
+the bytes of the files the loader reads, on sparkbase's version and on Python's, so it is
+kept in `<site>/.sparkbase/cache/site.pickle` under a key made of exactly those.
+
+Never trusted blindly: the cache is used only when its key equals the key computed now
+from the files' current content (sha256 of every entry the loader lists or reads), when
+the file belongs to this user and nobody else may write it, and when it unpickles into a
+`Site`. Anything else (a missing, stale, foreign or corrupt cache) is a miss: the site is
+loaded from its YAML as without a cache, and the cache rewritten. A site with errors is
+never cached. Warnings travel with the cached site (`Site.warnings`), so they are still
+printed. Writing is atomic (a temporary file, then a rename) with mode 0600; a site
+directory that cannot be written just goes without a cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import stat
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sparkbase.model.site import Site
+
+#: where the cache lives, relative to the site root
+CACHE_DIR = Path(".sparkbase") / "cache"
+CACHE_FILE = "site.pickle"
+#: set to any non-empty value to load every site from its YAML
+DISABLE_ENV = "SPARKBASE_NO_SITE_CACHE"
+#: bumped when the key's recipe or the cached object's shape changes
+_CACHE_FORMAT = "1"
+_KEY_SIZE = 32  # a sha256 digest, stored before the pickle
+
+
+def cache_file(root: Path) -> Path:
+    """The cache file of the site at `root`."""
+    return root / CACHE_DIR / CACHE_FILE
+
+
+def site_key(root: Path, inventory_file: Path, directories: tuple[str, ...]) -> bytes:
+    """A digest of everything a site load depends on.
+
+    The content of every entry of `directories` (names included: a new, renamed or removed
+    file changes the key, as it changes what the loader reports), the inventory file's
+    path and content, the site root, sparkbase's version and Python's, and the size and
+    modification time of every module of sparkbase (a checkout edited between releases
+    keeps its version number).
+    """
+    from sparkbase import __version__
+
+    digest = hashlib.sha256()
+    for part in (_CACHE_FORMAT, __version__, sys.version, str(root), str(inventory_file)):
+        _feed(digest, part.encode())
+    _feed(digest, _code_stamp())
+    _feed(digest, _content_digest(inventory_file))
+    for name in directories:
+        directory = root / name
+        _feed(digest, name.encode())
+        try:
+            entries = sorted(directory.iterdir())
+        except OSError as exc:
+            _feed(digest, f"<unlisted: {type(exc).__name__}>".encode())
+            continue
+        for entry in entries:
+            _feed(digest, entry.name.encode())
+            _feed(digest, _content_digest(entry))
+    return digest.digest()
+
+
+def load_cached(root: Path, key: bytes) -> Site | None:
+    """The cached site of `root` if its key is `key` and it is sound, else None."""
+    if os.environ.get(DISABLE_ENV):
+        return None
+    from sparkbase.model.site import Site
+
+    path = cache_file(root)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not _trusted(info):
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            data = handle.read()
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if data[:_KEY_SIZE] != key:
+        return None
+    try:
+        # ours and no one else's to write (checked above); whoever can write it can edit the site
+        site = pickle.loads(data[_KEY_SIZE:])  # noqa: S301
+    except Exception:  # a corrupt cache is a miss, whatever unpickling raises
+        return None
+    return site if isinstance(site, Site) else None
+
+
+def store(root: Path, key: bytes, site: Site) -> None:
+    """Keep `site` under `key`; silently nothing when the site directory is not writable."""
+    if os.environ.get(DISABLE_ENV):
+        return
+    from sparkbase.release import write_atomic
+
+    try:
+        data = key + pickle.dumps(site, protocol=pickle.HIGHEST_PROTOCOL)
+        write_atomic(cache_file(root), data, mode=0o600)
+    except (OSError, pickle.PicklingError, TypeError, AttributeError):
+        return
+
+
+def _code_stamp() -> bytes:
+    """Size and mtime of every `.py` file of the installed sparkbase package."""
+    package = Path(__file__).resolve().parent.parent
+    parts: list[str] = []
+    for module in sorted(package.rglob("*.py")):
+        try:
+            info = module.stat()
+        except OSError:
+            continue
+        parts.append(f"{module.relative_to(package)}:{info.st_size}:{info.st_mtime_ns}")
+    return "\n".join(parts).encode()
+
+
+def _trusted(info: os.stat_result) -> bool:
+    """A regular file of ours that no one else may write."""
+    return (
+        stat.S_ISREG(info.st_mode)
+        and info.st_uid == os.geteuid()
+        and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    )
+
+
+def _content_digest(path: Path) -> bytes:
+    """sha256 of a file's bytes; a marker for a directory or what cannot be read."""
+    try:
+        return hashlib.sha256(path.read_bytes()).digest()
+    except IsADirectoryError:
+        return b"<directory>"
+    except OSError as exc:
+        return f"<unreadable: {type(exc).__name__}>".encode()
+
+
+def _feed(digest: hashlib._Hash, part: bytes) -> None:
+    """Add `part` to `digest`, length first, so no two sequences of parts collide."""
+    digest.update(len(part).to_bytes(8, "big"))
+    digest.update(part)
