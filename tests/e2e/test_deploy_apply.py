@@ -200,13 +200,18 @@ def test_variant_round_trip_on_one_node(fleet: Fleet, converged: dict[str, Any])
     assert fleet.sh("spark2", "getconf PAGESIZE").strip() == "65536"
     assert fleet.sh("spark2", "mokutil --sb-state").strip() == "SecureBoot enabled"
     # kmod's sig_key is the signing certificate's serial: find that enrolled MOK by it
-    sig = fleet.sh("spark2", f"modinfo -k {VARIANT_KERNEL} -F sig_key uvm_memory_saver").strip()
+    sig = fleet.sh("spark2", f"modinfo -k {VARIANT_KERNEL} -F sig_key nvidia_uvm").strip()
     enrolled = parse_mok_certificates(fleet.sh("spark2", "mokutil --list-enrolled"))
     signer = next(cert for cert in enrolled if cert.serial == normalise_serial(sig))
     pinned = load_site(fleet.site).baselines["ds41f-7x-64k"].secure_boot.mok_fingerprint
     assert signer.fingerprint == (pinned or signer.fingerprint)
     pinned = signer.fingerprint
-    assert "uvm_memory_saver" in fleet.sh("spark2", "lsmod")
+    # the memory saver is the patched nvidia-uvm: the recipe's srcversion, packing on
+    saver = load_site(fleet.site).baselines["ds41f-7x-64k"].memory.memory_saver
+    assert saver is not None
+    assert fleet.sh("spark2", "cat /sys/module/nvidia_uvm/srcversion").strip() == saver.srcversion
+    packing = "/sys/module/nvidia_uvm/parameters/uvm_pack_sysmem_leaf_tables"
+    assert fleet.sh("spark2", f"cat {packing}").strip() == "Y"
     assert fleet.sh("spark2", "stat -c %a /var/lib/shim-signed/mok/MOK.priv").strip() == "600"
     swaps = fleet.sh("spark2", "swapon --show=NAME,SIZE --bytes --noheadings").split()
     assert swaps == ["/swapfile.64k", str(16 * 1024**3 - 65536)]  # the kernel counts all but the header page
@@ -233,7 +238,8 @@ def _moving_back_leaves_no_trace_of_the_variant(fleet: Fleet, mok: str, leftover
     """spark2 (on the variant) moves back: as if it had always been on the site baseline."""
     shown = fleet.sparkbase("plan", "--limit", "spark2")
     assert shown.returncode == 1
-    assert "~ retire: unhold and purge dgx-spark-fan-control, libnccl2, uvm-memory-saver-dkms" in shown.stdout
+    purge = "~ retire: unhold and purge dgx-spark-fan-control, dgx-spark-memory-saver, libnccl2"
+    assert purge in shown.stdout
     assert f"~ retire: {FAN} disabled and stopped" in shown.stdout
     assert f"~ retire: MOK key directory {MOK_DIR}" in shown.stdout
     deferred = f". retire: unhold and purge the {VARIANT_KERNEL} kernel packages"
@@ -256,9 +262,11 @@ def _moving_back_leaves_no_trace_of_the_variant(fleet: Fleet, mok: str, leftover
         p.name for p in load_site(fleet.site).baselines[SITE_BASELINE].packages())
     enabled, active = _unit(fleet, "spark2", FAN)
     assert enabled != "enabled" and active != "active"
-    assert "uvm-memory-saver" not in fleet.sh("spark2", "dkms status")
-    assert fleet.lab.run("spark2", "ls /lib/modules/*/updates/dkms/uvm_memory_saver.ko")[0] != 0
-    assert "uvm_memory_saver" not in fleet.sh("spark2", "lsmod")
+    assert "dgx-spark-memory-saver" not in fleet.sh("spark2", "dkms status")
+    assert fleet.lab.run("spark2", "ls /lib/modules/*/updates/dkms/nvidia-uvm.ko")[0] != 0
+    # the stock nvidia-uvm is back: no packing parameter
+    packing = "/sys/module/nvidia_uvm/parameters/uvm_pack_sysmem_leaf_tables"
+    assert fleet.lab.run("spark2", f"test -e {packing}")[0] != 0
     assert fleet.lab.run("spark2", f"test -e {MOK_DIR}")[0] != 0
     assert mok in fleet.sh("spark2", "mokutil --list-enrolled").lower()  # firmware state is kept
     assert f"Linux {VARIANT_KERNEL}" not in fleet.sh("spark2", "cat /boot/grub/grub.cfg")

@@ -34,7 +34,7 @@ PORT_BASE = port_base("SPARKBASE_TEST_FACTS_PORT_BASE", 2871)
 NODE = "spark2"
 VARIANT = "ds41f-7x-64k"
 VARIANT_KERNEL = "7.0.0-1019-nvidia-64k"
-SAVER = "uvm_memory_saver"
+SAVER = "nvidia_uvm"  # the memory saver is a patched nvidia-uvm (under updates/dkms)
 
 
 class Fleet:
@@ -109,6 +109,11 @@ def test_the_node_prints_kmod_signatures_as_kmod_does(fleet: Fleet, variant: dic
     if pinned is not None:
         assert signer[0].fingerprint == pinned
     assert info.signer == signer[0].issuer_cn
+    # the loaded nvidia_uvm is the patched one: the recipe's srcversion, packing on by default
+    saver = load_site(fleet.site).baselines[VARIANT].memory.memory_saver
+    assert saver is not None and info.srcversion == saver.srcversion
+    assert fleet.sh("cat /sys/module/nvidia_uvm/srcversion").strip() == saver.srcversion
+    assert fleet.sh("cat /sys/module/nvidia_uvm/parameters/uvm_pack_sysmem_leaf_tables").strip() == "Y"
 
 
 def test_variant_node_audits_clean_and_a_second_apply_changes_nothing(
@@ -122,8 +127,8 @@ def test_variant_node_audits_clean_and_a_second_apply_changes_nothing(
     assert found.secure_boot is SecureBoot.ENABLED
     results = {r.id: r for r in judge_node(expected, found)}
     assert [(i, r.observed) for i, r in results.items() if r.blocking] == []
-    for check in ("cpuset.slice", "memory_saver.signature", "memory_saver.dkms", "secure_boot.state",
-                  "boot.grub_default"):
+    for check in ("cpuset.slice", "memory_saver.signature", "memory_saver.dkms", "memory_saver.loaded",
+                  "secure_boot.state", "boot.grub_default"):
         assert results[check].status == "pass", check
     again = fleet.sparkbase("apply", "--limit", NODE, "--baseline", VARIANT, "--yes",
                             "--override-policy", "e2e: idempotence on real formats", "--json")
@@ -140,7 +145,7 @@ def test_dkms_noise_is_reported_never_fatal(fleet: Fleet, variant: dict[str, Any
     try:
         _, found = fleet.facts()
         assert [(e.name, e.kernel, e.status) for e in found.dkms] == [
-            ("uvm-memory-saver", VARIANT_KERNEL, "installed")
+            ("dgx-spark-memory-saver", VARIANT_KERNEL, "installed")
         ]
         assert any("Deprecated feature" in line for line in found.dkms_noise)
         assert "memory_saver.dkms" not in fleet.failed()

@@ -261,13 +261,15 @@ VARIANT_DRIFTS: list[tuple[str, Callable[[NodeFacts], NodeFacts], set[str]]] = [
         {"memory_saver.signature"} | ({"secure_boot.mok"} if not _variant_pins_a_mok() else set()),
     ),
     (
-        "saver not loaded",
-        lambda f: replace(f, modules=f.modules - {"uvm_memory_saver"}),
+        "stock nvidia-uvm loaded (the recipe's srcversion not)",
+        lambda f: replace(f, nvidia_modules={**f.nvidia_modules, "nvidia_uvm.srcversion": "NVIDIA_UVM01"}),
         {"memory_saver.loaded"},
     ),
     (
         "packing off",
-        lambda f: replace(f, module_params={**f.module_params, "uvm_memory_saver.leaf_packing": "N"}),
+        lambda f: replace(
+            f, module_params={**f.module_params, "nvidia_uvm.uvm_pack_sysmem_leaf_tables": "N"}
+        ),
         {"memory_saver.loaded"},
     ),
     ("fan off", _unit("spark-fan-control.service", UnitState("disabled", "inactive")), {"host.fan_control"}),

@@ -84,7 +84,8 @@ def converged(expected: Expected) -> NodeFacts:
 
         dkms = (DkmsEntry(saver.dkms_name, saver.dkms_version, b.kernel.release, "aarch64", "installed"),)
         memory_saver = ModuleInfo(
-            filename="/lib/modules/x/updates/dkms/m.ko", srcversion="BD5E76800A08DB052331F58",
+            filename="/lib/modules/x/updates/dkms/m.ko",
+            srcversion=saver.srcversion or "BD5E76800A08DB052331F58",
             signer=MOK_CN, sig_key=MOK_SERIAL, sig_hashalgo="sha512",
         )
     units = {"display-manager.service": UnitState("alias", "inactive")}
@@ -160,7 +161,8 @@ def converged(expected: Expected) -> NodeFacts:
             f"{module}.{attr}": b.driver.version if attr == "version" else f"{module.upper()}01"
             for module in ("nvidia", "nvidia_drm", "nvidia_modeset", "nvidia_uvm")
             for attr in ("version", "srcversion")
-        },
+        } | ({f"{saver.module}.srcversion": saver.srcversion}
+             if saver is not None and saver.required and saver.srcversion else {}),
     )
 
 

@@ -104,12 +104,12 @@ def test_foreign_pins_of_the_site_baseline_are_the_variants_leftovers(site: Site
     assert {pin.name: pin.kernel for pin in foreign.pins} == {
         "dgx-spark-fan-control": None,
         "libnccl2": None,
-        "uvm-memory-saver-dkms": None,
+        "dgx-spark-memory-saver": None,
         **kernels,
     }
     assert foreign.services == (("spark-fan-control.service", (VARIANT, STOCK_PAGES)),)
     dkms = [(d.name, d.version, d.baselines) for d in foreign.dkms]
-    assert dkms == [("uvm-memory-saver", "0.4.2", (VARIANT,))]
+    assert dkms == [("dgx-spark-memory-saver", "0.2.0", (VARIANT,))]
     assert [m.path for m in foreign.mok_dirs] == ["/var/lib/shim-signed/mok"]
 
 

@@ -41,7 +41,7 @@ def test_plan_reads_exactly_what_the_baseline_names(site: Site) -> None:
     assert plan.swap_paths == () and plan.memory_saver_module is None
     variant = expected_for(site, "spark1", "ds41f-7x-64k").plan()
     assert variant.swap_paths == ("/swapfile.64k",)
-    assert variant.memory_saver_module == "uvm_memory_saver"
+    assert variant.memory_saver_module == "nvidia_uvm"
     assert "spark-fan-control.service" in variant.units
 
 
@@ -52,7 +52,7 @@ def test_plan_asks_dpkg_about_the_other_baselines_pins_too(site: Site) -> None:
     assert list(plan.packages) == [*own, *expected.foreign_packages]
     assert "libnccl2" in plan.packages and "linux-image-7.0.0-1019-nvidia-64k" in plan.packages
     dpkg = dict(sections(plan))["dpkg"]
-    assert "uvm-memory-saver-dkms" in shlex.split(dpkg)
+    assert "dgx-spark-memory-saver" in shlex.split(dpkg)
 
 
 def test_every_section_command_is_quoted_words(site: Site) -> None:

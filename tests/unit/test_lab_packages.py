@@ -43,7 +43,7 @@ def test_catalogue_names_others_rely_on() -> None:
     have = names_versions()
     for pair in [
         ("nccl-site-ring4", "2.27.7-1+site.ring4.p3"), ("libnccl2", "2.28.9-1+cuda13.0"),
-        ("uvm-memory-saver-dkms", "0.4.2-1"), ("dgx-spark-fan-control", "1.3.0-1"),
+        ("dgx-spark-memory-saver", "0.2.0-1"), ("dgx-spark-fan-control", "1.3.0-1"),
         ("grub-kho-off", "1.0-1"),
     ]:
         assert pair in have
@@ -74,9 +74,17 @@ def test_nccl_files_are_stable_and_hashed() -> None:
 
 
 def test_dkms_conf_and_fan_unit() -> None:
-    dkms = packages.find("uvm-memory-saver-dkms", "0.4.2-1")
-    conf = {f.path: f.content.decode() for f in dkms.files}["/usr/src/uvm-memory-saver-0.4.2/dkms.conf"]
-    assert 'PACKAGE_NAME="uvm-memory-saver"' in conf and 'BUILT_MODULE_NAME[0]="uvm_memory_saver"' in conf
+    dkms = packages.find("dgx-spark-memory-saver", "0.2.0-1")
+    files = {f.path: f.content.decode() for f in dkms.files}
+    conf = files["/usr/src/dgx-spark-memory-saver-0.2.0/dkms.conf"]
+    # the saver's own dkms.conf (christopherowen/dgx-spark-memory-saver 5971feb9)
+    for line in ('PACKAGE_NAME="dgx-spark-memory-saver"', 'BUILT_MODULE_NAME[0]="nvidia-uvm"',
+                 'DEST_MODULE_LOCATION[0]="/updates/dkms"',
+                 'BUILD_EXCLUSIVE_KERNEL="^7[.]0[.]0-1019-nvidia-64k$"'):
+        assert line in conf
+    source = files["/usr/src/dgx-spark-memory-saver-0.2.0/nvidia-uvm.c"]
+    assert "uvm_pack_sysmem_leaf_tables = true" in source
+    assert packages.MEMORY_SAVER_SRCVERSION in source
     fan = packages.find("dgx-spark-fan-control", "1.3.0-1")
     unit = {f.path: f.content.decode() for f in fan.files}["/lib/systemd/system/spark-fan-control.service"]
     assert "WantedBy=multi-user.target" in unit

@@ -404,8 +404,11 @@ def memory_saver(expected: Expected, facts: NodeFacts, item: str | None) -> Outc
     if saver is None:
         return skip("no memory-saver module in the baseline")
     release = facts.kernel_release
+    loaded_src = facts.nvidia_modules.get(f"{saver.module}.srcversion")
     if not saver.required:
-        if saver.module in facts.modules:
+        patched = saver.module in facts.modules and (
+            saver.srcversion is None or loaded_src == saver.srcversion)
+        if patched:
             return fail("not loaded", "loaded", f"dkms remove {saver.dkms_name}/{saver.dkms_version} --all")
         return ok("not loaded", "not loaded")
     if item == "dkms":
@@ -445,10 +448,17 @@ def memory_saver(expected: Expected, facts: NodeFacts, item: str | None) -> Outc
         return fail(
             want, "not loaded", "check boot.log / dmesg for a signature refusal; " + _apply(expected, True)
         )
+    if saver.srcversion is not None and loaded_src != saver.srcversion:
+        return fail(
+            f"{want}, srcversion {saver.srcversion}",
+            f"srcversion {loaded_src or 'unknown'} (the stock module?)",
+            "install the patched module for this kernel and reboot: " + _apply(expected, True),
+        )
     value = facts.module_params.get(param)
     if _flag(value) != saver.packing:
         return fail(want, f"{saver.packing_parameter}={value}", _apply(expected, True))
-    return ok(want, f"loaded, {saver.packing_parameter}={value}")
+    src = f", srcversion {loaded_src}" if saver.srcversion is not None else ""
+    return ok(want, f"loaded{src}, {saver.packing_parameter}={value}")
 
 
 def _flag(value: str | None) -> bool | None:

@@ -50,8 +50,16 @@ NCCL_STOCK_PACKAGE = "libnccl2"
 NCCL_STOCK_VERSION = "2.28.9-1+cuda13.0"
 NCCL_STOCK_PATH = "/usr/lib/aarch64-linux-gnu/libnccl.so.2.28.9"
 NVIDIA_UTILS_VERSION_FILE = "/usr/share/sparkbase-lab/nvidia-utils.version"
-MEMORY_SAVER_PACKAGE = "uvm-memory-saver-dkms"
-MEMORY_SAVER_VERSION = "0.4.2-1"
+#: the recipe registers a checkout of christopherowen/dgx-spark-memory-saver with `dkms add`;
+#: the lab (and a site) ships that checkout as a package holding /usr/src/NAME-VERSION
+MEMORY_SAVER_PACKAGE = "dgx-spark-memory-saver"
+#: a DKMS package only the lab's own tests install (any kernel, a module of its own name)
+LAB_DKMS_PACKAGE = "uvm-memory-saver-dkms"
+LAB_DKMS_VERSION = "0.4.2-1"
+MEMORY_SAVER_VERSION = "0.2.0-1"
+#: the srcversion of the patched nvidia-uvm built from revision 2dd6ef1 (spark-ds41f
+#: config/kernel-trial.json, f2089eda); the lab's build prints it as modpost would
+MEMORY_SAVER_SRCVERSION = "34683B82C2D3339BBD2EEC9"
 
 #: bumped whenever the way packages are built changes (forces a repository rebuild)
 REPO_FORMAT = 3
@@ -413,27 +421,56 @@ def _site_packages() -> list[Package]:
             symlinks=(("/usr/lib/aarch64-linux-gnu/libnccl.so.2", "libnccl.so.2.28.9"),),
         )
     )
-    src = "/usr/src/uvm-memory-saver-0.4.2"
+    # a DKMS module of its own name, for the lab's own tests of DKMS, signing and Secure
+    # Boot on any kernel (no baseline pins it; the memory saver is BUILD_EXCLUSIVE to 64 KiB)
+    generic = "/usr/src/uvm-memory-saver-0.4.2"
     out.append(
         Package(
-            MEMORY_SAVER_PACKAGE,
-            MEMORY_SAVER_VERSION,
-            "nvidia-uvm memory-saver module, DKMS source (lab stand-in)",
+            LAB_DKMS_PACKAGE,
+            LAB_DKMS_VERSION,
+            "a DKMS module for the lab's own tests (lab stand-in)",
             section="kernel",
             files=(
                 _text(
-                    f"{src}/dkms.conf",
+                    f"{generic}/dkms.conf",
                     'PACKAGE_NAME="uvm-memory-saver"\nPACKAGE_VERSION="0.4.2"\n'
                     'BUILT_MODULE_NAME[0]="uvm_memory_saver"\n'
                     'DEST_MODULE_LOCATION[0]="/updates/dkms"\nAUTOINSTALL="yes"\n',
                 ),
                 _text(
-                    f"{src}/uvm_memory_saver.c",
+                    f"{generic}/uvm_memory_saver.c",
                     "/* sparkbase-lab stand-in source */\n"
                     "static int leaf_packing = 0;\n"
                     'module_param(leaf_packing, int, 0444);\nMODULE_VERSION("0.4.2");\n',
                 ),
-                _text(f"{src}/Makefile", "obj-m += uvm_memory_saver.o\n"),
+                _text(f"{generic}/Makefile", "obj-m += uvm_memory_saver.o\n"),
+            ),
+        )
+    )
+    src = "/usr/src/dgx-spark-memory-saver-0.2.0"
+    out.append(
+        Package(
+            MEMORY_SAVER_PACKAGE,
+            MEMORY_SAVER_VERSION,
+            "patched nvidia-uvm (sysmem leaf-table packing), DKMS source (lab stand-in)",
+            section="kernel",
+            files=(
+                # as the saver's dkms.conf (5971feb9): builds nvidia-uvm, 64 KiB kernel only
+                _text(
+                    f"{src}/dkms.conf",
+                    'PACKAGE_NAME="dgx-spark-memory-saver"\nPACKAGE_VERSION="0.2.0"\n'
+                    'BUILT_MODULE_NAME[0]="nvidia-uvm"\n'
+                    'DEST_MODULE_LOCATION[0]="/updates/dkms"\n'
+                    'BUILD_EXCLUSIVE_KERNEL="^7[.]0[.]0-1019-nvidia-64k$"\nAUTOINSTALL="yes"\n',
+                ),
+                _text(
+                    f"{src}/nvidia-uvm.c",
+                    "/* sparkbase-lab stand-in source */\n"
+                    f"/* sparkbase-lab srcversion: {MEMORY_SAVER_SRCVERSION} */\n"
+                    "static bool uvm_pack_sysmem_leaf_tables = true;\n"
+                    "module_param(uvm_pack_sysmem_leaf_tables, bool, 0444);\n",
+                ),
+                _text(f"{src}/Makefile", "obj-m += nvidia-uvm.o\n"),
             ),
         )
     )

@@ -283,17 +283,27 @@ class SwapSpec(StrictModel):
     header_page_size: PageSize = Field(description="page size written in the swap header")
 
 
+#: a module's `srcversion` as kmod and /sys/module print it (modpost's hex digest)
+SrcVersion = Annotated[str, StringConstraints(pattern=r"^[0-9A-F]{16,32}$")]
+
+
 class MemorySaverSpec(StrictModel):
-    """The nvidia-uvm memory-saver DKMS module (spark-ds41f)."""
+    """The memory saver (spark-ds41f): a patched `nvidia-uvm` that DKMS builds and installs
+    under `updates/dkms`, where it replaces the stock module at load. It is no module of its
+    own: the loaded `nvidia_uvm` is told apart from the stock one by its `srcversion`, and
+    its build turns packing on by default (no modprobe option: the stock module refuses it)."""
 
     required: bool = Field(description="the module must be built, signed and loaded")
-    package: PackageName = Field(description="DKMS source package")
-    package_version: PackageVersion = Field(description="exact version of the DKMS package")
+    package: PackageName = Field(description="package that installs the DKMS source tree")
+    package_version: PackageVersion = Field(description="exact version of that package")
     dkms_name: Name = Field(description="DKMS module name (dkms status)")
     dkms_version: Name = Field(description="DKMS module version")
     module: Name = Field(description="kernel module name as loaded (/proc/modules)")
-    packing_parameter: Name = Field(description="module parameter that turns packing on")
-    packing: bool = Field(description="packing on (1) or off (0)")
+    srcversion: SrcVersion | None = Field(
+        default=None, description="srcversion of the loaded patched module (None: not judged)"
+    )
+    packing_parameter: Name = Field(description="module parameter that shows packing (built-in default)")
+    packing: bool = Field(description="packing on (Y) or off (N)")
 
 
 class MemorySpec(StrictModel):

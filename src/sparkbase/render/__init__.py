@@ -96,7 +96,6 @@ def sysctls(baseline: Baseline) -> dict[str, str]:
 def render_baseline(name: str, baseline: Baseline) -> list[RenderedFile]:
     """Files that depend only on the baseline, sorted by path."""
     context = {"baseline_name": name, "baseline": baseline}
-    saver = baseline.memory.memory_saver
     files = [
         render_nccl_conf(name, baseline),
         RenderedFile(
@@ -112,9 +111,11 @@ def render_baseline(name: str, baseline: Baseline) -> list[RenderedFile]:
         ),
         RenderedFile(
             MODPROBE_PATH,
-            _render("modprobe.conf.j2", saver=saver if saver and saver.required else None, **context),
+            # no memory-saver line: the patched nvidia-uvm defaults packing on, and the stock
+            # module (the 4 KiB fallback's) refuses the option (saver docs/dkms.md, 03dfde00)
+            _render("modprobe.conf.j2", **context),
             needs_reboot=True,
-            purpose="nvidia-drm and memory-saver module parameters",
+            purpose="nvidia-drm module parameters",
         ),
         RenderedFile(
             f"/etc/systemd/system/{baseline.cpuset.slice}",

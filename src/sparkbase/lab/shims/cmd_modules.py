@@ -60,7 +60,16 @@ FABRIC_MODULES = ("mlx5_core", "mlx5_ib")
 #: modules built into the kernel: always in /sys/module, never in /proc/modules
 BUILTIN_MODULES = ("nvme_core",)
 #: parameters a module has before any modprobe.d option
-PARAM_DEFAULTS = {"nvidia_drm": {"modeset": "N", "fbdev": "N"}, "uvm_memory_saver": {"leaf_packing": "0"}}
+PARAM_DEFAULTS = {"nvidia_drm": {"modeset": "N", "fbdev": "N"}}
+
+
+def param_defaults(module: str, path: Path | None) -> dict[str, str]:
+    """A module's parameters before any modprobe.d option: the table's, then those its
+    file declares (a DKMS build's `module_param` with an initial value)."""
+    merged = dict(PARAM_DEFAULTS.get(module, {}))
+    if path is not None:
+        merged.update(modfile.param_defaults(str(path)))
+    return merged
 
 
 def compute_modules(release: str, fw: dict[str, Any]) -> tuple[list[str], dict[str, dict[str, str]]]:
@@ -84,7 +93,7 @@ def compute_modules(release: str, fw: dict[str, Any]) -> tuple[list[str], dict[s
     options = B.parse_modprobe_options(sorted_conf("/etc/modprobe.d/*.conf"))
     params: dict[str, dict[str, str]] = {}
     for module in loaded:
-        merged = dict(PARAM_DEFAULTS.get(module, {}))
+        merged = param_defaults(module, find_module(module, release))
         merged.update(options.get(module, {}))
         if merged:
             params[module] = {
@@ -184,17 +193,22 @@ def _module_lines(
 
     source = read_text(Path("/usr/src") / f"{name}-{version}" / f"{module}.c")
     params = re.findall(r"module_param\((\w+),\s*(\w+)", source)
-    digest = modfile._hex_digest(f"{name}/{version}\n{source}")[:23]
+    initial = dict(re.findall(r"static \w+ (\w+) = (\w+);", source))
+    declared = re.search(r"sparkbase-lab srcversion: ([0-9A-F]+)", source)
+    digest = declared[1] if declared else modfile._hex_digest(f"{name}/{version}\n{source}")[:23]
+    defaults = [(p, modfile.sysfs_value(initial[p], t)) for p, t in params if p in initial]
     return [
         ("version", conf.get("PACKAGE_VERSION", version)), ("license", "GPL"),
         ("description", f"{name} (DKMS build)"), ("srcversion", digest),
         ("depends", "nvidia" if module.startswith(("nvidia", "uvm")) else ""), ("name", module),
         ("vermagic", f"{release} SMP preempt mod_unload modversions aarch64"),
         *(("parm", f"{p}:{t}") for p, t in params),
+        *((modfile.LAB_DEFAULT, f"{p}={v}") for p, v in defaults),
     ]
 
 
 def _dkms_build(name: str, version: str, release: str, install: bool) -> None:
+    import re
     import shutil
     conf = _dkms_conf(name, version)
     if not Path(f"/lib/modules/{release}/build").is_dir():
@@ -202,6 +216,12 @@ def _dkms_build(name: str, version: str, release: str, install: bool) -> None:
                    f"/lib/modules/{release}/build or /lib/modules/{release}/source.", 1)
     module = conf.get("BUILT_MODULE_NAME_0", name.replace("-", "_"))
     tree = Path("/var/lib/dkms") / name / version
+    exclusive = conf.get("BUILD_EXCLUSIVE_KERNEL")
+    if exclusive and not re.search(exclusive, release):
+        # DKMS 3's words and exit status for a BUILD_EXCLUSIVE mismatch
+        raise Fail(f"Error! The {tree}/source/dkms.conf for module {name} includes a BUILD_EXCLUSIVE "
+                   "directive which does not match this kernel/arch/config.\n"
+                   "This indicates that it should not be built.", 77)
     built = tree / release / ARCH / "module" / f"{module}.ko"
     lines = _module_lines(name, version, release, module, conf)
     signature: list[tuple[str, str]] = []
@@ -382,7 +402,7 @@ def cmd_modprobe(argv: list[str]) -> int:
         loaded.append(name)
         options = B.parse_modprobe_options(sorted_conf("/etc/modprobe.d/*.conf"))
         extra = {k: v for a in argv if "=" in a for k, v in [a.split("=", 1)]}
-        merged = {"leaf_packing": "0"} if name == "uvm_memory_saver" else {}
+        merged = param_defaults(name, path)
         merged.update(options.get(name, {}))
         merged.update(extra)
         if merged:
