@@ -60,6 +60,11 @@ PREFLIGHT = "sparkbase preflight (4-node lane)"
 APPLY_NOOP = "sparkbase apply (no-op)"
 PYINFRA_NOOP = "plain pyinfra deploy (no-op)"
 HELP = "sparkbase --help"
+#: the gate's commands with the validated-site cache turned off (SPARKBASE_NO_SITE_CACHE):
+#: the same run's "before" of the cache, side by side with the cached "after"
+AUDIT_NO_CACHE = "sparkbase audit (no site cache)"
+PREFLIGHT_NO_CACHE = "sparkbase preflight (no site cache)"
+NO_CACHE = {"SPARKBASE_NO_SITE_CACHE": "1"}
 VALIDATE = "sparkbase validate"
 #: the tools drawn against fleet size, in legend order
 SCALING = (AUDIT, TI_XDIST, TI_SERIAL, ANSIBLE)
@@ -263,6 +268,8 @@ def bench_size(
             AUDIT: command(audit, env),
             TI_XDIST: command([*plain, "-n", "4"], env),
         }
+        if size == 4:
+            commands[AUDIT_NO_CACHE] = command(audit, {**env, **NO_CACHE})
         if size <= args.serial_max:
             commands[TI_SERIAL] = command(plain, env)
         if ansible is not None:
@@ -271,7 +278,9 @@ def bench_size(
                 [str(ansible), "all", "-i", str(inventory), "-m", "setup", "-o"], ansible_env
             )
         if size == 4:
-            commands[PREFLIGHT] = command([SPARKBASE, "preflight", args.lane, *target], env)
+            preflight = [SPARKBASE, "preflight", args.lane, *target]
+            commands[PREFLIGHT] = command(preflight, env)
+            commands[PREFLIGHT_NO_CACHE] = command(preflight, {**env, **NO_CACHE})
             commands[APPLY_NOOP] = command([SPARKBASE, "apply", *target, "--yes"], env)
             commands[PYINFRA_NOOP] = command(
                 [
@@ -352,6 +361,9 @@ def main() -> int:
 
     signal.signal(signal.SIGTERM, terminate)
     work = Path(tempfile.mkdtemp(prefix="sparkbase-bench-"))
+    # timed as an installed sparkbase runs: from bytecode (an environment that forbids
+    # writing it would have every run compile every module again)
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     env = dict(os.environ)
     ansible = None if args.no_ansible else ensure_ansible()
     results: dict[str, dict[str, Series]] = {}
@@ -424,6 +436,8 @@ def targets(results: dict[str, dict[str, Series]], sizes: list[int]) -> list[Tar
                 relative(f"audit ≥ 10× faster than per-assertion testinfra, {how} ({size} nodes)",
                          ratio, 10.0, above=True)
     absolute("preflight of a 4-node lane under 1.5 s", median("4", PREFLIGHT), 1.5)
+    absolute("audit of 4 nodes ≤ 0.4 s (issue 14)", median("4", AUDIT), 0.4)
+    absolute("preflight of a 4-node lane ≤ 0.5 s (issue 14)", median("4", PREFLIGHT), 0.5)
     absolute("`sparkbase --help` under 0.3 s", median("fixed", HELP), 0.3)
     relative("no-op apply within 20% of plain pyinfra (ratio ≤ 1.2)",
              _ratio(results, ("4", APPLY_NOOP), ("4", PYINFRA_NOOP)), 1.2)
@@ -492,6 +506,9 @@ def generated_markdown(
     noop = _ratio(results, ("4", APPLY_NOOP), ("4", PYINFRA_NOOP))
     if noop is not None:
         lines += ["", f"No-op apply / plain pyinfra (4 nodes): {noop:.2f}×."]
+    for cached, uncached in ((AUDIT, AUDIT_NO_CACHE), (PREFLIGHT, PREFLIGHT_NO_CACHE)):
+        if (r := _ratio(results, ("4", cached), ("4", uncached))) is not None:
+            lines += ["", f"{cached} / {uncached} (4 nodes, same run): {r:.2f}×."]
     lines += ["", END]
     return "\n".join(lines)
 
