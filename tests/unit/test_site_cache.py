@@ -187,3 +187,11 @@ def test_an_unwritable_site_just_goes_without_cache(
 
     monkeypatch.setattr("sparkbase.release.write_atomic", refuse)
     assert load_site(site_copy, cache=True) == load_site(site_copy)
+
+
+def test_the_key_covers_the_parsing_libraries(site_copy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = site_copy.resolve()
+    inventory = root / "inventory" / "site.yaml"
+    key = site_cache.site_key(root, inventory, ("baselines", "lanes"))
+    monkeypatch.setattr(site_cache, "_installed_stamp", lambda module: f"{module}: upgraded")
+    assert site_cache.site_key(root, inventory, ("baselines", "lanes")) != key

@@ -36,6 +36,8 @@ DISABLE_ENV = "SPARKBASE_NO_SITE_CACHE"
 #: bumped when the key's recipe or the cached object's shape changes
 _CACHE_FORMAT = "1"
 _KEY_SIZE = 32  # a sha256 digest, stored before the pickle
+#: libraries whose version can change what a site load returns (parsing, validation)
+_PARSING_DEPENDENCIES = ("ruamel.yaml", "pydantic", "pydantic_core")
 
 
 def cache_file(root: Path) -> Path:
@@ -48,9 +50,9 @@ def site_key(root: Path, inventory_file: Path, directories: tuple[str, ...]) -> 
 
     The content of every entry of `directories` (names included: a new, renamed or removed
     file changes the key, as it changes what the loader reports), the inventory file's
-    path and content, the site root, sparkbase's version and Python's, and the size and
+    path and content, the site root, sparkbase's version and Python's, the size and
     modification time of every module of sparkbase (a checkout edited between releases
-    keeps its version number).
+    keeps its version number) and where and how big ruamel.yaml and pydantic are.
     """
     from sparkbase import __version__
 
@@ -127,7 +129,28 @@ def _code_stamp() -> bytes:
         except OSError:
             continue
         parts.append(f"{module.relative_to(package)}:{info.st_size}:{info.st_mtime_ns}")
+    for dependency in _PARSING_DEPENDENCIES:
+        parts.append(f"{dependency}:{_installed_stamp(dependency)}")
     return "\n".join(parts).encode()
+
+
+def _installed_stamp(module: str) -> str:
+    """Where `module` is installed and its file's size and mtime: changes with an upgrade
+    (found without importing it: ruamel.yaml is imported only when YAML is parsed)."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return "<absent>"
+    origin = spec.origin if spec is not None else None
+    if origin is None:
+        return "<absent>"
+    try:
+        info = os.stat(origin)
+    except OSError:
+        return f"{origin}:<unreadable>"
+    return f"{origin}:{info.st_size}:{info.st_mtime_ns}"
 
 
 def _trusted(info: os.stat_result) -> bool:
