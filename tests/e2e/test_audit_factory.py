@@ -115,12 +115,12 @@ def test_testinfra_suite_is_strict_too(lab: Lab, tmp_path: Path) -> None:
         f"--sparkbase-site={REPO}",
         f"--sparkbase-known-hosts={bad}",
         "-k",
-        "kernel_page_size",
+        "kernel.page_size",
         "-rA",
     ]
     out = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, check=False).stdout
-    assert "PASSED checks/test_checks.py::test_kernel_page_size[kernel.page_size-paramiko://spark1]" in out
-    assert "FAILED checks/test_checks.py::test_kernel_page_size[kernel.page_size-paramiko://spark3]" in out
+    assert "PASSED sparkbase-checks::test_check[kernel.page_size-paramiko://spark1]" in out
+    assert "FAILED sparkbase-checks::test_check[kernel.page_size-paramiko://spark3]" in out
     assert "host key mismatch" in out
 
 
@@ -137,7 +137,7 @@ def test_testinfra_suite_reads_as_the_drift(lab: Lab) -> None:
         f"--ssh-config={lab.ssh_config_path}",
         f"--sparkbase-site={REPO}",
         "-k",
-        "kernel_release or fleet_kernel",
+        "kernel.release or fleet.kernel",
     ]
     result = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, check=False)
     assert result.returncode == 1

@@ -94,10 +94,10 @@ def test_native_checks_suite_refuses_the_node(fleet: Fleet, bad_key: tuple[str, 
     argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(REPO / "checks"),
             "--hosts=paramiko://spark1,paramiko://spark2", f"--ssh-config={fleet.lab.ssh_config_path}",
             f"--sparkbase-site={fleet.site}", f"--sparkbase-known-hosts={fleet.lab.known_hosts_path}",
-            "-k", "kernel_page_size", "-rA"]
+            "-k", "kernel.page_size", "-rA"]
     out = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, check=False, timeout=300).stdout
-    assert "PASSED checks/test_checks.py::test_kernel_page_size[kernel.page_size-paramiko://spark1]" in out
-    assert "FAILED checks/test_checks.py::test_kernel_page_size[kernel.page_size-paramiko://spark2]" in out
+    assert "PASSED sparkbase-checks::test_check[kernel.page_size-paramiko://spark1]" in out
+    assert "FAILED sparkbase-checks::test_check[kernel.page_size-paramiko://spark2]" in out
     assert words in out and HELP in out
 
 
@@ -116,8 +116,8 @@ def test_native_checks_over_openssh_refuse_the_node_even_with_a_lax_ssh_config(
     argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(REPO / "checks"),
             "--hosts=ssh://spark1,ssh://spark2", f"--ssh-config={lax}",
             f"--sparkbase-site={fleet.site}", f"--sparkbase-known-hosts={fleet.lab.known_hosts_path}",
-            "-k", "kernel_page_size", "-rA"]
+            "-k", "kernel.page_size", "-rA"]
     out = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, check=False, timeout=300).stdout
-    assert "PASSED checks/test_checks.py::test_kernel_page_size[kernel.page_size-ssh://spark1]" in out, out
-    assert "FAILED checks/test_checks.py::test_kernel_page_size[kernel.page_size-ssh://spark2]" in out, out
+    assert "PASSED sparkbase-checks::test_check[kernel.page_size-ssh://spark1]" in out, out
+    assert "FAILED sparkbase-checks::test_check[kernel.page_size-ssh://spark2]" in out, out
     assert words in out and HELP in out

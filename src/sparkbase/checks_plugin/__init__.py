@@ -1,0 +1,373 @@
+"""The sparkbase checks as a pytest plugin (entry point `pytest11`: sparkbase.checks_plugin).
+
+    pytest --sparkbase-site DIR --hosts=paramiko://spark1,paramiko://spark2 --ssh-config=FILE \
+        [--sparkbase-known-hosts FILE]
+
+works from an installed wheel, with no test file: the plugin adds the items itself, built from
+the audit's check registry (`sparkbase.checks_plugin.checks`: one test per check id,
+parametrized over the hosts and the check's items, so a failure reads as the drift). In the
+repository `pytest checks/` does the same (checks/conftest.py switches the plugin on). The
+plugin does nothing in a pytest run that neither passes --sparkbase-site nor switches it on.
+
+- Each host's alias (`spark1`) is matched to the inventory node whose `ssh_host` it is, and
+  the node gets its baseline's expectations (`sparkbase.audit.expected`).
+- Host keys are checked strictly by every backend, or the backend is refused:
+  testinfra's paramiko backend accepts any host key, so it gets a client with the known_hosts
+  file loaded and `RejectPolicy`; the OpenSSH backends (`ssh://`, `safe-ssh://`) get
+  `StrictHostKeyChecking=yes`, that known_hosts file only and no multiplexing, ahead of any
+  option of their own (OpenSSH keeps the first value it is given). Every other backend
+  (`local`, `docker`, `ansible`, ...) cannot be held to the node's host key or does not talk
+  to a node, and is a usage error. known_hosts comes from `--sparkbase-known-hosts`, else the
+  host's `UserKnownHostsFile` in the ssh_config, else the inventory's `ssh.known_hosts`.
+- Facts are gathered once per host per session, in one round trip (the same fact script
+  the audit runs, sent through testinfra's `host.run`).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:  # imported where used: every pytest run loads the plugin, few run the checks
+    from sparkbase.audit.expected import Expected
+    from sparkbase.audit.registry import CheckResult
+    from sparkbase.facts.model import FactsResult
+    from sparkbase.model.site import Site
+
+#: set by `enable` (checks/conftest.py): run the checks even without --sparkbase-site
+ENABLED = pytest.StashKey[bool]()
+#: the session's site, expectations and fact cache
+SESSION = pytest.StashKey["SparkbaseSession"]()
+#: the name the collector of the checks carries (its node id: `sparkbase-checks::test_check[...]`)
+COLLECTOR_NAME = "sparkbase-checks"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """`--sparkbase-site DIR` (switches the checks on) and `--sparkbase-known-hosts FILE`."""
+    group = parser.getgroup("sparkbase")
+    group.addoption(
+        "--sparkbase-site",
+        default=None,
+        help="run the sparkbase checks of this site (baselines/, inventory/, lanes/) against "
+        "--hosts; in checks/ of the repository the default is $SPARKBASE_SITE or here",
+    )
+    group.addoption(
+        "--sparkbase-known-hosts",
+        default=None,
+        help="known_hosts file the host keys are checked against (strictly)",
+    )
+
+
+def enable(config: pytest.Config) -> None:
+    """Switch the checks on for this run (what `pytest checks/` does through its conftest)."""
+    config.stash[ENABLED] = True
+
+
+def is_active(config: pytest.Config) -> bool:
+    """Whether this pytest run runs the sparkbase checks."""
+    return config.getoption("sparkbase_site", default=None) is not None or config.stash.get(ENABLED, False)
+
+
+def site_dir(config: pytest.Config) -> Path:
+    """--sparkbase-site, else $SPARKBASE_SITE, else here."""
+    return Path(config.getoption("sparkbase_site", default=None) or os.environ.get("SPARKBASE_SITE", "."))
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Refuse hosts the checks cannot reach strictly, before anything is collected or connects."""
+    if not is_active(session.config):
+        return
+    refuse_unstrict_hosts(session.config)
+    from sparkbase.errors import ConfigError
+
+    try:
+        sparkbase_session(session.config)
+    except ConfigError as exc:  # the site's problems, FILE:LINE:COL each, as `validate` says them
+        lines = [problem.format(Path.cwd()) for problem in exc.problems]
+        raise pytest.UsageError("sparkbase site: " + "\n".join(lines)) from None
+
+
+class ChecksModule(pytest.Module):
+    """The checks module (`sparkbase.checks_plugin.checks`) collected as if it stood in the
+    rootdir: imported by name, never by path, so an installed wheel needs no test file."""
+
+    def _getobj(self) -> Any:
+        from sparkbase.checks_plugin import checks
+
+        return checks
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    """Add the check items (first, so -k, -m and deselection see them)."""
+    if not is_active(config):
+        return
+    # the path only names the collector: its node id is `sparkbase-checks` wherever the site is
+    collector = ChecksModule.from_parent(session, path=config.rootpath / COLLECTOR_NAME)
+    items.extend(session.genitems(collector))
+
+
+#: testinfra backends that sparkbase can hold to the node's host key
+STRICT_BACKENDS = ("paramiko", "ssh", "safe-ssh")
+
+
+def refuse_unstrict_hosts(config: pytest.Config) -> None:
+    """Refuse, before anything connects, hosts that the checks cannot reach strictly."""
+    if not hasattr(config.option, "hosts"):
+        return  # testinfra is not loaded: nothing will connect
+    specs = _hostspecs(config)
+    if not specs:
+        raise pytest.UsageError(
+            "sparkbase checks run against inventory nodes: give --hosts=paramiko://NODE,... "
+            "(or ssh://NODE); without hosts testinfra would check this machine"
+        )
+    if getattr(config.option, "force_ansible", False):
+        raise pytest.UsageError("--force-ansible: the ansible backend cannot be held to strict host keys")
+    for spec in specs:
+        backend = _backend_name(spec, getattr(config.option, "connection", None))
+        if backend not in STRICT_BACKENDS:
+            raise pytest.UsageError(
+                f"--hosts {spec}: backend {backend!r} cannot be held to the node's host key "
+                f"(or does not talk to a node); use one of: {', '.join(STRICT_BACKENDS)}"
+            )
+    ssh_config = getattr(config.option, "ssh_config", None)
+    if ssh_config:
+        from sparkbase.transport import ssh_config_problem
+
+        # checked before OpenSSH or paramiko reads it: both would echo a line of a wrong file
+        wrong = ssh_config_problem(Path(ssh_config))
+        if wrong is not None:
+            raise pytest.UsageError(f"--ssh-config: {wrong}")
+
+
+def _backend_name(spec: str, connection: str | None) -> str:
+    """The testinfra backend a host spec selects (the scheme, else --connection, else paramiko)."""
+    if "://" in spec:
+        return spec.split("://", 1)[0]
+    return connection or "paramiko"
+
+
+def strict_ssh_options(known_hosts: Path) -> str:
+    """OpenSSH options (shell-quoted) that make `ssh` check the host key against `known_hosts`
+    only, never record one, and never reuse a connection opened without those options."""
+    options = [
+        "StrictHostKeyChecking=yes",
+        f"UserKnownHostsFile={known_hosts}",
+        "GlobalKnownHostsFile=/dev/null",
+        "KnownHostsCommand=none",
+        "UpdateHostKeys=no",
+        "VerifyHostKeyDNS=no",
+        "CheckHostIP=no",
+        "ControlMaster=no",
+        "ControlPath=none",
+    ]
+    return " ".join(f"-o {shlex.quote(option)}" for option in options)
+
+
+def _hostspecs(config: pytest.Config) -> list[str]:
+    raw = config.getoption("hosts", default=None) or ""
+    return [spec.strip() for spec in str(raw).split(",") if spec.strip()]
+
+
+def _alias(spec: str) -> str:
+    name = spec.split("://", 1)[-1]
+    name = name.split("?", 1)[0]
+    return name.rsplit("@", 1)[-1].split(":", 1)[0]
+
+
+@dataclass
+class SparkbaseSession:
+    """Site, expectations and facts for every host of the session (facts cached per host)."""
+
+    site: Site
+    ssh_config: Path | None
+    known_hosts: Path | None
+    expected: dict[str, Expected] = field(default_factory=dict)  # alias -> expectations
+    facts: dict[str, FactsResult] = field(default_factory=dict)  # alias -> facts
+
+    def node_of(self, alias: str) -> str:
+        for name, node in self.site.inventory.nodes.items():
+            if node.ssh_host == alias or name == alias:
+                return name
+        raise pytest.UsageError(f"host {alias} is not a node of the inventory ({self.site.root})")
+
+    def expected_of(self, alias: str) -> Expected:
+        from sparkbase.audit.expected import expected_for
+
+        if alias not in self.expected:
+            self.expected[alias] = expected_for(self.site, self.node_of(alias))
+        return self.expected[alias]
+
+    def target(self, alias: str) -> Any:
+        from sparkbase.transport import SshTarget
+
+        known = self.known_hosts or _config_known_hosts(self.ssh_config, alias)
+        if known is None:
+            known = self.site.path(self.site.inventory.ssh.known_hosts)
+        settings = self.site.inventory.ssh
+        return SshTarget(
+            node=self.node_of(alias),
+            alias=alias,
+            config_file=self.ssh_config,
+            known_hosts=known,
+            user=settings.user,
+            # as the audit does (sparkbase.transport.ssh_targets): a non-root login user
+            # reads the facts through `sudo -n`
+            sudo=settings.sudo,
+            user_from_inventory="user" in settings.model_fields_set,
+            connect_timeout=settings.connect_timeout,
+            command_timeout=settings.command_timeout,
+        )
+
+    def make_strict(self, host: Any) -> None:
+        """Hold the host's backend to strict host keys (see the module docstring); any
+        other backend is refused (`pytest_configure` refuses it first)."""
+        from sparkbase.facts.collect import connect
+
+        backend = host.backend
+        name = getattr(backend, "NAME", "")
+        if name in ("ssh", "safe-ssh"):
+            strict = strict_ssh_options(self.target(backend.host.name).known_hosts)
+            extra = backend.ssh_extra_args or ""
+            if not extra.startswith(strict):
+                backend.ssh_extra_args = f"{strict} {extra}".strip()
+            return
+        if name != "paramiko":
+            raise pytest.UsageError(f"backend {name!r} cannot be held to the node's host key")
+        if "client" in backend.__dict__:
+            return
+        backend.__dict__["client"] = connect(self.target(backend.host.name))
+
+    def facts_of(self, host: Any) -> FactsResult:
+        """The host's facts: gathered on first use, in one round trip."""
+        from sparkbase.facts.assemble import assemble
+        from sparkbase.facts.model import Unreachable
+        from sparkbase.facts.script import build_script, new_marker, split_sections
+
+        alias = host.backend.host.name if hasattr(host.backend, "host") else host.backend.hostname
+        if alias in self.facts:
+            return self.facts[alias]
+        expected = self.expected_of(alias)
+        node = expected.node
+        try:
+            self.make_strict(host)
+            marker = new_marker()
+            plan = expected.plan()
+            # testinfra's own --sudo already wraps every command; else the inventory decides
+            sudo = self.target(alias).sudo and not getattr(host.backend, "sudo", False)
+            result = host.run(("sudo -n " if sudo else "") + "sh -c %s", build_script(plan, marker))
+            sections = split_sections(result.stdout, marker, result.stderr)
+            facts: FactsResult = (
+                assemble(node, plan, sections)
+                if sections.by_name
+                else Unreachable(node, f"no fact sections (exit {result.rc}): {result.stderr.strip()[:200]}")
+            )
+        except Exception as exc:  # one host's failure is that host's tests failing
+            facts = Unreachable(node, _describe(exc))
+        self.facts[alias] = facts
+        return facts
+
+    def result(self, host: Any, check_id: str) -> CheckResult | None:
+        """The check's result on the host, or None when it does not apply to its baseline."""
+        from sparkbase.audit.registry import node_checks
+        from sparkbase.facts.model import NodeFacts, Unreachable
+
+        alias = host.backend.host.name
+        expected = self.expected_of(alias)
+        for check in node_checks().values():
+            for candidate, item in check.ids(expected):
+                if candidate == check_id:
+                    facts = self.facts_of(host)
+                    if isinstance(facts, Unreachable):
+                        from sparkbase.text import shown
+
+                        pytest.fail(shown(f"{expected.node} unreachable: {facts.reason}"), pytrace=False)
+                    assert isinstance(facts, NodeFacts)
+                    return check.run(expected, facts, item, check_id)
+        return None
+
+
+def _describe(exc: Exception) -> str:
+    """Why a host could not be asked; OpenSSH's host key refusal said as the audit says it."""
+    from sparkbase.facts.collect import describe_failure
+    from sparkbase.transport import HOST_KEY_HELP
+
+    stderr = str(getattr(exc.args[0], "stderr", "")) if isinstance(exc, RuntimeError) and exc.args else ""
+    if "Host key verification failed" in stderr:
+        changed = "IDENTIFICATION HAS CHANGED" in stderr
+        kind = "host key mismatch" if changed else "host key not in known_hosts"
+        return f"{kind} (refused): OpenSSH with StrictHostKeyChecking=yes: {HOST_KEY_HELP}"
+    return describe_failure(exc)
+
+
+def _config_known_hosts(ssh_config: Path | None, alias: str) -> Path | None:
+    if ssh_config is None:
+        return None
+    from sparkbase.facts.collect import import_paramiko
+
+    import_paramiko()
+    import paramiko
+
+    entry = paramiko.SSHConfig.from_path(str(ssh_config)).lookup(alias)
+    files = entry.get("userknownhostsfile")
+    if not files:
+        return None
+    first = str(files).split()[0]
+    return Path(os.path.expanduser(first))
+
+
+@pytest.fixture(scope="session")
+def sparkbase(request: pytest.FixtureRequest) -> SparkbaseSession:
+    """The session's site, expectations and fact cache."""
+    return sparkbase_session(request.config)
+
+
+def sparkbase_session(config: pytest.Config) -> SparkbaseSession:
+    """The session's site, expectations and fact cache (loaded once per run)."""
+    cached = config.stash.get(SESSION, None)
+    if cached is not None:
+        return cached
+    from sparkbase.model.site import find_site_root, load_site
+
+    root = find_site_root(site_dir(config))
+    ssh_config = config.getoption("ssh_config", default=None)
+    known = config.getoption("sparkbase_known_hosts")
+    session = SparkbaseSession(
+        site=load_site(root),
+        ssh_config=Path(ssh_config) if ssh_config else None,
+        known_hosts=Path(known) if known else None,
+    )
+    config.stash[SESSION] = session
+    return session
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrize the node test over every check id that stands for something on the
+    session's hosts, and the fleet test over the fleet checks."""
+    from sparkbase.audit.registry import fleet_checks, node_checks
+
+    kind = getattr(metafunc.function, "sparkbase_checks", None)
+    if kind == "fleet":
+        metafunc.parametrize("fleet_check_id", list(fleet_checks()))
+        return
+    if kind != "node":
+        return
+    session = sparkbase_session(metafunc.config)
+    ids: list[str] = []
+    for check in node_checks().values():
+        found = [
+            check_id
+            for spec in _hostspecs(metafunc.config)
+            for check_id, _item in check.ids(session.expected_of(_alias(spec)))
+        ]
+        if check.items is None and not found:
+            found = [check.id]
+        ids += [check_id for check_id in dict.fromkeys(found) if check_id not in ids]
+    metafunc.parametrize("check_id", ids)
