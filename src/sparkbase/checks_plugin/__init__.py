@@ -348,6 +348,7 @@ def sparkbase_session(config: pytest.Config) -> SparkbaseSession:
     return session
 
 
+@pytest.hookimpl(tryfirst=True)  # before testinfra's: ids read CHECK-HOST however loaded
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Parametrize the node test over every check id that stands for something on the
     session's hosts, and the fleet test over the fleet checks."""

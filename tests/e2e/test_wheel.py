@@ -1,0 +1,123 @@
+"""The wheel, as a pip/pipx user gets it: built from this tree, installed in a fresh venv, then
+`init`, `validate`, `lab up`, `apply`, `audit` and the pytest plugin run from that venv only.
+
+The fresh venv has no pip and no dependencies of its own: a .pth file adds the development
+venv's site-packages for them (no network at test time), and sparkbase itself comes from
+the wheel (asserted: not from this tree). Building the wheel needs setuptools>=68 from the
+package registry (pip's build isolation), as CI has.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from ports import port_base
+
+pytestmark = pytest.mark.end_to_end
+
+REPO = Path(__file__).resolve().parents[2]
+PORT_BASE = port_base("SPARKBASE_TEST_WHEEL_PORT_BASE", 2961)
+#: what the build reads from the tree
+BUILD_INPUTS = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "src", "baselines",
+                "inventory", "lanes")
+#: files the wheel must carry beyond the Python modules (the lab's and the starter site's)
+MUST_CARRY = (
+    "sparkbase/py.typed",
+    "sparkbase/render/templates/grub.cfg.j2",
+    "sparkbase/lab/shims/shim.py",
+    "sparkbase/lab/preload.py",  # the preload library's C source
+    "sparkbase/lab/boot.py",
+    "sparkbase/checks_plugin/checks.py",
+    "sparkbase/starter/site/baselines/site.yaml",
+    "sparkbase/starter/site/inventory/site.yaml",
+    "sparkbase/starter/site/lanes/glm-fp8.yaml",
+)
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tree = tmp_path_factory.mktemp("tree")
+    for name in BUILD_INPUTS:
+        source = REPO / name
+        if source.is_dir():
+            shutil.copytree(source, tree / name,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "site"))
+        else:
+            shutil.copy2(source, tree / name)
+    dist = tmp_path_factory.mktemp("dist")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", str(tree), "-w", str(dist)],
+                   check=True, timeout=600)
+    (built,) = dist.glob("sparkbase-*.whl")
+    return built
+
+
+@pytest.fixture(scope="module")
+def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("venv")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
+    purelib = Path(subprocess.run(
+        [str(root / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True).stdout.strip())
+    (purelib / "_sparkbase_test_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(root / "bin" / "python"), "install",
+                    "-q", "--no-deps", "--no-index", str(wheel)], check=True, timeout=300)
+    return root
+
+
+def run(
+    venv: Path, *argv: str, cwd: Path | None = None, timeout: float = 900
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(venv / "bin" / argv[0]), *argv[1:]], capture_output=True, text=True,
+                          cwd=cwd, check=False, timeout=timeout)
+
+
+def test_the_wheel_carries_what_the_lab_and_init_need(wheel: Path) -> None:
+    names = set(zipfile.ZipFile(wheel).namelist())
+    missing = [name for name in MUST_CARRY if name not in names]
+    assert not missing, missing
+    assert not any(name.endswith("sparkbase.lock") or "/.sparkbase/" in name for name in names)
+    entry_points = next(name for name in names if name.endswith(".dist-info/entry_points.txt"))
+    text = zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "[pytest11]" in text and "sparkbase.checks_plugin = sparkbase.checks_plugin" in text
+
+
+@pytest.fixture(scope="module")
+def lab_dir(venv: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    directory = tmp_path_factory.mktemp("wheel-lab")
+    up = run(venv, "sparkbase", "lab", "--dir", str(directory), "up", "--port-base", str(PORT_BASE),
+             "--fresh")
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        yield directory
+    finally:
+        run(venv, "sparkbase", "lab", "--dir", str(directory), "down", "--purge")
+
+
+def test_a_new_user_starts_a_site_from_the_wheel(venv: Path, lab_dir: Path, tmp_path: Path) -> None:
+    where = run(venv, "python", "-c", "import sparkbase; print(sparkbase.__file__)")
+    assert where.stdout.startswith(str(venv)), where.stdout + where.stderr  # not this tree
+    site = tmp_path / "site"
+    steps = [
+        (("sparkbase", "init", str(site)), 0),
+        (("sparkbase", "validate", "--site", str(site)), 0),
+        (("sparkbase", "apply", "--site", str(site), "--lab-dir", str(lab_dir), "--allow-reboot",
+          "--yes"), 0),
+        (("sparkbase", "audit", "--site", str(site), "--lab-dir", str(lab_dir)), 0),
+    ]
+    for argv, status in steps:
+        result = run(venv, *argv)
+        assert result.returncode == status, (argv, result.stdout, result.stderr)
+    plugin = run(venv, "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "--sparkbase-site",
+                 str(site), "--hosts=paramiko://spark1,paramiko://spark2",
+                 f"--ssh-config={lab_dir / 'ssh_config'}", "-k", "kernel.page_size or fleet.kernel", "-rA",
+                 cwd=site)
+    assert plugin.returncode == 0, plugin.stdout + plugin.stderr
+    assert "PASSED sparkbase-checks::test_check[kernel.page_size-paramiko://spark1]" in plugin.stdout
+    assert "PASSED sparkbase-checks::test_fleet_check[fleet.kernel]" in plugin.stdout
