@@ -138,12 +138,12 @@ def test_grub_reboot_and_a_foreign_fstab_swap_are_named(
     ok = converged.run
     other = "Advanced options for Ubuntu>Ubuntu, with Linux 6.17.0-1008-nvidia"
     assert ok("spark1", f"grub-reboot '{other}'")[0] == 0
-    assert ok("spark2", "echo '/swapfile.64k none swap sw 0 0' >> /etc/fstab")[0] == 0
+    assert ok("spark2", "echo '/swap-64k.img none swap sw 0 0' >> /etc/fstab")[0] == 0
     try:
         code, data = audit(site_copy, converged, capsys)
     finally:
         ok("spark1", "grub-editenv /boot/grub/grubenv unset next_entry")
-        ok("spark2", "sed -i '\\|^/swapfile.64k |d' /etc/fstab")
+        ok("spark2", "sed -i '\\|^/swap-64k.img |d' /etc/fstab")
     assert code == 1
     assert failing(data) == {("spark1", "boot.grub_default"), ("spark2", "memory.swap.foreign_fstab")}
     checks = {(n["node"], c["id"]): c for n in data["nodes"] for c in n["checks"]}  # type: ignore[union-attr]
@@ -151,7 +151,7 @@ def test_grub_reboot_and_a_foreign_fstab_swap_are_named(
     assert grub["severity"] == "error" and "grub-reboot" in grub["observed"]
     assert "grub-editenv /boot/grub/grubenv unset next_entry" in grub["fix"]
     swap = checks[("spark2", "memory.swap.foreign_fstab")]
-    assert swap["severity"] == "warn" and "/swapfile.64k" in swap["observed"]
+    assert swap["severity"] == "warn" and "/swap-64k.img" in swap["observed"]
     code, _ = audit(site_copy, converged, capsys)
     assert code == 0, "the drift was not undone"
 

@@ -214,8 +214,8 @@ def test_variant_round_trip_on_one_node(fleet: Fleet, converged: dict[str, Any])
     assert fleet.sh("spark2", f"cat {packing}").strip() == "Y"
     assert fleet.sh("spark2", "stat -c %a /var/lib/shim-signed/mok/MOK.priv").strip() == "600"
     swaps = fleet.sh("spark2", "swapon --show=NAME,SIZE --bytes --noheadings").split()
-    assert swaps == ["/swapfile.64k", str(16 * 1024**3 - 65536)]  # the kernel counts all but the header page
-    magic = fleet.sh("spark2", "dd if=/swapfile.64k bs=1 skip=65526 count=10 2>/dev/null")
+    assert swaps == ["/swap-64k.img", str(16 * 1024**3 - 65536)]  # the kernel counts all but the header page
+    magic = fleet.sh("spark2", "dd if=/swap-64k.img bs=1 skip=65526 count=10 2>/dev/null")
     assert magic == "SWAPSPACE2"
     for other in ("spark1", "spark3", "spark4"):
         assert fleet.sh(other, "uname -r").strip() == SITE_KERNEL
@@ -255,8 +255,8 @@ def _moving_back_leaves_no_trace_of_the_variant(fleet: Fleet, mok: str, leftover
     assert [op for op in ops if op["kind"] == "mok-kept"] == []
     assert fleet.sh("spark2", "uname -r").strip() == SITE_KERNEL
     assert fleet.sh("spark2", "getconf PAGESIZE").strip() == "4096"
-    assert "/swapfile.64k" not in fleet.sh("spark2", "swapon --show=NAME --noheadings").split()
-    assert fleet.lab.run("spark2", "test -e /swapfile.64k")[0] != 0  # sparkbase made it: removed
+    assert "/swap-64k.img" not in fleet.sh("spark2", "swapon --show=NAME --noheadings").split()
+    assert fleet.lab.run("spark2", "test -e /swap-64k.img")[0] != 0  # sparkbase made it: removed
     assert _installed(fleet, "spark2", leftovers) == {}
     assert fleet.sh("spark2", "apt-mark showhold").split() == sorted(
         p.name for p in load_site(fleet.site).baselines[SITE_BASELINE].packages())

@@ -203,7 +203,7 @@ SITE_DRIFTS += [
     ),
     (
         "the variant's swap file back in fstab",
-        lambda f: replace(f, fstab=(*(f.fstab or ()), FstabEntry("/swapfile.64k", "none", "swap", "sw"))),
+        lambda f: replace(f, fstab=(*(f.fstab or ()), FstabEntry("/swap-64k.img", "none", "swap", "sw"))),
         {"memory.swap.foreign_fstab"},
     ),
     ("older DGX OS", _set(dgx_release={"DGX_SWBUILD_VERSION": "7.2.3"}), {"os.release"}),
@@ -235,7 +235,7 @@ def _variant_pins_a_mok() -> bool:
 
 VARIANT_DRIFTS: list[tuple[str, Callable[[NodeFacts], NodeFacts], set[str]]] = [
     ("swap off", _set(swaps=()), {"memory.swap"}),
-    ("swap 4k header", _set(swap_header_page_size={"/swapfile.64k": 4096}), {"memory.swap"}),
+    ("swap 4k header", _set(swap_header_page_size={"/swap-64k.img": 4096}), {"memory.swap"}),
     (
         "swap less its header page, as the kernel counts it",
         lambda f: replace(f, swaps=(replace(f.swaps[0], size_bytes=16 * 1024**3 - 65536),)),

@@ -121,8 +121,8 @@ def test_mokutil() -> None:
 
 
 def test_swapon_show_bytes() -> None:
-    swaps = p.parse_swapon_show("/swapfile.64k 17179869184\n")
-    assert swaps[0].name == "/swapfile.64k" and swaps[0].size_bytes == 16 * 1024**3
+    swaps = p.parse_swapon_show("/swap-64k.img 17179869184\n")
+    assert swaps[0].name == "/swap-64k.img" and swaps[0].size_bytes == 16 * 1024**3
     assert p.parse_swapon_show("") == ()
 
 
@@ -232,8 +232,8 @@ def test_grub_without_saved_entry_boots_entry_zero_and_oneshot_wins_once() -> No
 def test_fstab_and_dgx_release() -> None:
     from sparkbase.facts.parsers import parse_fstab, parse_os_release
 
-    fstab = parse_fstab("# c\n\nUUID=1 / ext4 errors=remount-ro 0 1\n/swapfile.64k none swap sw 0 0  # 64k\n")
-    assert [(e.spec, e.vfstype) for e in fstab] == [("UUID=1", "ext4"), ("/swapfile.64k", "swap")]
+    fstab = parse_fstab("# c\n\nUUID=1 / ext4 errors=remount-ro 0 1\n/swap-64k.img none swap sw 0 0  # 64k\n")
+    assert [(e.spec, e.vfstype) for e in fstab] == [("UUID=1", "ext4"), ("/swap-64k.img", "swap")]
     with pytest.raises(ValueError):
         parse_fstab("/swapfile none\n")
     release = parse_os_release(

@@ -40,7 +40,7 @@ def test_plan_reads_exactly_what_the_baseline_names(site: Site) -> None:
     assert "/etc/sparkbase/stamp.json" not in plan.hashed_paths
     assert plan.swap_paths == () and plan.memory_saver_module is None
     variant = expected_for(site, "spark1", "ds41f-7x-64k").plan()
-    assert variant.swap_paths == ("/swapfile.64k",)
+    assert variant.swap_paths == ("/swap-64k.img",)
     assert variant.memory_saver_module == "nvidia_uvm"
     assert "spark-fan-control.service" in variant.units
 
@@ -117,7 +117,7 @@ def test_captured_variant_answer_assembles(site: Site) -> None:
     expected = expected_for(site, "spark1", "ds41f-7x-64k")
     text = (FIXTURES / "factory-ds41f.out").read_text()
     facts = assemble("spark1", expected.plan(), split_sections(text, CAPTURED_MARKER))
-    assert facts.swap_header_page_size == {"/swapfile.64k": None}
+    assert facts.swap_header_page_size == {"/swap-64k.img": None}
     assert facts.memory_saver is not None and facts.memory_saver.error is not None
     assert facts.units["spark-fan-control.service"].active_state == "inactive"
 

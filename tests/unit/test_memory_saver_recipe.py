@@ -58,3 +58,23 @@ def test_lab_default_lines_are_not_printed_by_modinfo(tmp_path: Path) -> None:
                   f"{modfile.LAB_DEFAULT}=uvm_pack_sysmem_leaf_tables=Y\n")
     assert modfile.param_defaults(str(ko)) == {"uvm_pack_sysmem_leaf_tables": "Y"}
     assert modfile.LAB_DEFAULT not in {key for key, _ in modfile.fields(str(ko))}
+
+
+#: memory policy: (dotted field, recipe value, the recipe file that gives it)
+POLICY = [
+    ("memory.sysctls.vm.min_free_kbytes", 45166, "host/kernel-memory/spark3-kernel-memory"),
+    ("memory.swap.path", "/swap-64k.img", "experiments/2026-10-02-kernel-64k/install-boot-support.sh"),
+]
+
+
+@pytest.mark.parametrize(("key", "value", "file"), POLICY)
+def test_the_variant_pins_the_recipes_memory_policy(key: str, value: object, file: str) -> None:
+    baseline = load_site(SITE).baselines[VARIANT]
+    swap = baseline.memory.swap
+    found = {
+        "memory.sysctls.vm.min_free_kbytes": baseline.memory.sysctls.get("vm.min_free_kbytes"),
+        "memory.swap.path": swap.path if swap is not None else None,
+    }[key]
+    assert str(found) == str(value)
+    source = baseline.sources[key]
+    assert source.kind == "recipe" and source.file == file

@@ -331,7 +331,7 @@ PATH_SLOTS: list[tuple[str, str, str]] = [
         "    path: /opt/nccl-site/lib/libnccl.so.2.27.7\n",
         "    path: {}\n",
     ),
-    ("baselines/ds41f-7x-64k.yaml", "    path: /swapfile.64k\n", "    path: {}\n"),
+    ("baselines/ds41f-7x-64k.yaml", "    path: /swap-64k.img\n", "    path: {}\n"),
     ("baselines/spark-common.yaml", "  slice: sparkbase-serving.slice\n", "  slice: {}\n"),
     ("baselines/spark-common.yaml", "  disable_services: [gdm3.service, ", "  disable_services: [{}, "),
 ]

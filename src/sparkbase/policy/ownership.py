@@ -16,7 +16,7 @@ Pure: the record model, its JSON form and the decisions; no host, no pyinfra. Th
 
 Record file format 1:
 
-    {"format": 1, "items": [{"kind": "swap", "target": "/swapfile.64k",
+    {"format": 1, "items": [{"kind": "swap", "target": "/swap-64k.img",
       "uuid": "…", "baseline": "ds41f-7x-64k", "recorded_at": "2026-12-01T01:02:03Z"}, …]}
 """
 
