@@ -400,15 +400,16 @@ def test_apst_missing_names_apst_in_the_fix(site: Site) -> None:
 
 
 def test_os_release_is_a_warning_and_a_release_line_matches_its_updates(site: Site) -> None:
-    result = _result(site, _set(dgx_release={"DGX_SWBUILD_VERSION": "26.09.1", "DGX_OTA_VERSION": "26.10.0"}),
+    result = _result(site, _set(dgx_release={"DGX_SWBUILD_VERSION": "7.2.3", "DGX_OTA_VERSION": "7.6.0"}),
                      "os.release")
     assert result.status == "fail" and not result.blocking  # type: ignore[attr-defined]
-    assert result.observed == "DGX OS 26.10.0"  # type: ignore[attr-defined]
-    # the site pins the line "DGX OS 26.09"; 26.09.2 is on it, 26.090 is not
-    assert _result(site, _set(dgx_release={"DGX_OTA_VERSION": "26.09.2"}), "os.release").status == "pass"  # type: ignore[attr-defined]
-    assert _result(site, _set(dgx_release={"DGX_OTA_VERSION": "26.090"}), "os.release").status == "fail"  # type: ignore[attr-defined]
-    variant = _result(site, _set(dgx_release={"DGX_OTA_VERSION": "26.09.1"}), "os.release", VARIANT)
-    assert variant.status == "fail"  # type: ignore[attr-defined]
+    assert result.observed == "DGX OS 7.6.0"  # type: ignore[attr-defined]
+    # the site pins the line "DGX OS 7.5"; 7.5.0 and 7.5.2 are on it, 7.50 is not
+    for on_line in ("7.5.0", "7.5.2"):
+        passed = _result(site, _set(dgx_release={"DGX_OTA_VERSION": on_line}), "os.release")
+        assert passed.status == "pass"  # type: ignore[attr-defined]
+    other = _result(site, _set(dgx_release={"DGX_OTA_VERSION": "7.50"}), "os.release")
+    assert other.status == "fail"  # type: ignore[attr-defined]
 
 
 def test_fleet_agrees_on_free_memory_reserve_and_nvidia_modules(site: Site) -> None:
@@ -442,8 +443,13 @@ def test_a_pinned_mok_is_found_by_fingerprint_and_judged_by_serial(site: Site, p
 
 
 def test_os_release_in_dgx_os_7_numbering_says_the_numberings_differ(site: Site) -> None:
+    """A baseline written in release-notes numbering (the recipe's "DGX OS 26.09.2") against a
+    real dgx-release (7.x) says the numberings differ instead of asking for an OS update."""
+    expected, facts = converged_node(site, "spark1")
+    os_pin = expected.baseline.os.model_copy(update={"release": "DGX OS 26.09.2"})
+    calendar = replace(expected, baseline=expected.baseline.model_copy(update={"os": os_pin}))
     real = {"DGX_SWBUILD_VERSION": "7.2.3", "DGX_OTA_VERSION": "7.5.0"}  # a real dgx-release
-    result = _result(site, _set(dgx_release=real), "os.release")
-    assert result.status == "fail" and not result.blocking  # type: ignore[attr-defined]
-    assert "another numbering" in str(result.observed)  # type: ignore[attr-defined]
-    assert "'DGX OS 7.5'" in str(result.fix)  # type: ignore[attr-defined]
+    result = next(r for r in judge_node(calendar, replace(facts, dgx_release=real)) if r.id == "os.release")
+    assert result.status == "fail" and not result.blocking
+    assert "another numbering" in str(result.observed)
+    assert "'DGX OS 7.5'" in str(result.fix)

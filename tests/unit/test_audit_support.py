@@ -156,7 +156,7 @@ def converged(expected: Expected) -> NodeFacts:
             FstabEntry("/dev/nvme0n1p2", "/", "ext4", "errors=remount-ro"),
             *((FstabEntry(swap.path, "none", "swap", "sw"),) if swap else ()),
         ),
-        dgx_release={"DGX_SWBUILD_VERSION": "26.09.1", "DGX_OTA_VERSION": "26.09.2"},
+        dgx_release={"DGX_SWBUILD_VERSION": "7.2.3", "DGX_OTA_VERSION": "7.5.0"},
         nvidia_modules={
             f"{module}.{attr}": b.driver.version if attr == "version" else f"{module.upper()}01"
             for module in ("nvidia", "nvidia_drm", "nvidia_modeset", "nvidia_uvm")

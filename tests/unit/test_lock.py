@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from sparkbase.cli.main import main
+from sparkbase.model.site import load_site
 from sparkbase.release import (
     LOCK_FORMAT,
     IssueKind,
@@ -32,9 +33,10 @@ def edit(site: Path, relative: str, old: str, new: str) -> None:
 
 def bump_stock(site: Path, version: str) -> None:
     """Bump the stock baseline and requalify the lanes on it (a lane pins its version)."""
-    edit(site, f"baselines/{STOCK}.yaml", "version: 1.0.0", f"version: {version}")
+    current = load_site(site).baselines[STOCK].version
+    edit(site, f"baselines/{STOCK}.yaml", f"version: {current}", f"version: {version}")
     for lane in ("dsv41-flash", "glm-fp8", "glm-nvfp4"):
-        edit(site, f"lanes/{lane}.yaml", "baseline_version: 1.0.0", f"baseline_version: {version}")
+        edit(site, f"lanes/{lane}.yaml", f"baseline_version: {current}", f"baseline_version: {version}")
 
 
 def test_shipped_lock_holds(shipped_site: Path) -> None:
@@ -53,14 +55,14 @@ def test_changed_sysctl_without_bump_is_caught_then_passes_after_bump_and_lock(
     assert main(["lock", "--site", str(site_copy)]) == 1  # writing refuses too
     assert f"bump version in baselines/{STOCK}.yaml" in capsys.readouterr().err
 
-    bump_stock(site_copy, "1.0.1")
+    bump_stock(site_copy, "1.1.1")
     # bumped, lock not re-run
     assert main(["lock", "--check", "--allow-placeholders", "--site", str(site_copy)]) == 1
     assert "run `sparkbase lock`" in capsys.readouterr().err
     assert main(["lock", "--site", str(site_copy)]) == 0
     assert main(["lock", "--check", "--allow-placeholders", "--site", str(site_copy)]) == 0
     recorded = read_lock(site_copy / "baselines" / "sparkbase.lock")
-    assert recorded is not None and recorded[STOCK].version == "1.0.1"
+    assert recorded is not None and recorded[STOCK].version == "1.1.1"
 
 
 def test_force_records_an_unbumped_change(site_copy: Path) -> None:

@@ -195,3 +195,18 @@ def test_the_key_covers_the_parsing_libraries(site_copy: Path, monkeypatch: pyte
     key = site_cache.site_key(root, inventory, ("baselines", "lanes"))
     monkeypatch.setattr(site_cache, "_installed_stamp", lambda module: f"{module}: upgraded")
     assert site_cache.site_key(root, inventory, ("baselines", "lanes")) != key
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
+def test_a_fifo_or_endless_file_among_site_files_is_refused_not_waited_on(site_copy: Path, kind: str) -> None:
+    """Hashing the files for the cache key reads them as the loader does: bounded, regular
+    files only (a FIFO would block the reader, a link to /dev/zero would never end)."""
+    target = site_copy / "lanes" / "glm-fp8.yaml"
+    target.unlink()
+    if kind == "fifo":
+        os.mkfifo(target)
+    else:
+        target.symlink_to("/dev/zero")
+    with pytest.raises(ConfigError, match=r"glm-fp8\.yaml"):
+        load_site(site_copy, cache=True)
+    assert not _cache(site_copy).exists()

@@ -25,6 +25,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sparkbase.boundedfile import FileRefused, read_regular_file
+from sparkbase.model.yamlio import MAX_FILE_BYTES
+
 if TYPE_CHECKING:
     from sparkbase.model.site import Site
 
@@ -163,13 +166,12 @@ def _trusted(info: os.stat_result) -> bool:
 
 
 def _content_digest(path: Path) -> bytes:
-    """sha256 of a file's bytes; a marker for a directory or what cannot be read."""
+    """sha256 of a site file's bytes, read as the loader reads it (regular files only, bounded:
+    a FIFO or a link to /dev/zero is never waited on); a marker for what is not read."""
     try:
-        return hashlib.sha256(path.read_bytes()).digest()
-    except IsADirectoryError:
-        return b"<directory>"
-    except OSError as exc:
-        return f"<unreadable: {type(exc).__name__}>".encode()
+        return hashlib.sha256(read_regular_file(path, MAX_FILE_BYTES)).digest()
+    except FileRefused as exc:
+        return f"<{exc.refusal}: {exc.detail}>".encode()
 
 
 def _feed(digest: hashlib._Hash, part: bytes) -> None:
