@@ -7,10 +7,10 @@ keeping every other byte of the file as it was, its mode too.
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from pathlib import Path
+
+from sparkbase.release import write_atomic
 
 #: the largest .env read (a proxy's settings, not a data file)
 MAX_ENV_BYTES = 1 << 20
@@ -71,16 +71,5 @@ def switch_line(path: Path, key: str, lane: str) -> str:
     data = read_env(path)
     before = active_lane(data, key, path)
     new = rewritten(data, key, lane, path)
-    mode = path.stat().st_mode & 0o7777
-    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(new)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temporary, mode)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    write_atomic(path, new, mode=path.stat().st_mode & 0o7777)
     return before
