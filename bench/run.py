@@ -44,6 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
+from sparkbase.atomicfile import write_atomic
+
 REPO = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
 SPARKBASE = str(VENV_BIN / "sparkbase")
@@ -527,7 +529,7 @@ def write_report(
         text = old[: old.index(BEGIN)] + generated + old[old.index(END) + len(END) :]
     else:
         text = "# sparkbase benchmarks\n\n" + generated + "\n"
-    _write_atomically(readme, text)
+    write_atomic(readme, text)
     raw = {
         "format": 1,
         "started": started.isoformat(timespec="seconds"),
@@ -542,14 +544,8 @@ def write_report(
             for label, value, note, met in targets(results, sorted(args.sizes))
         ],
     }
-    _write_atomically(out / "results.json", json.dumps(raw, indent=2) + "\n")
+    write_atomic(out / "results.json", json.dumps(raw, indent=2) + "\n")
     plot(results, sorted(args.sizes), out / "scaling.png")
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def plot(results: dict[str, dict[str, Series]], sizes: list[int], dest: Path) -> None:

@@ -61,22 +61,6 @@ class LockIssue:
     message: str
 
 
-def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
-    """Write `data` to `path` via a temporary file in the same directory, then replace."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temp, mode)
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
-
-
 def current_entries(site: Site) -> dict[str, LockEntry]:
     """Version and digest of every concrete baseline of `site`, by name."""
     from sparkbase.render import baseline_digest

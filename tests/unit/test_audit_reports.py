@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from dataclasses import replace
-from pathlib import Path
 
 from test_audit_support import converged_node, shipped
 
 from sparkbase.audit.expected import expected_for
-from sparkbase.audit.reports import render, to_junit, to_prometheus, to_table, write_atomically
+from sparkbase.audit.reports import render, to_junit, to_prometheus, to_table
 from sparkbase.audit.run import AuditReport, build_report
 from sparkbase.facts.model import GpuFacts, Unreachable
 
@@ -60,19 +59,6 @@ def test_render_dispatch() -> None:
     report = _report()
     assert render(report, "json").startswith("{")
     assert render(report, "junit").startswith("<?xml")
-
-
-def test_write_atomically_replaces_and_leaves_no_temp(tmp_path: Path) -> None:
-    target = tmp_path / "audit.prom"
-    target.write_text("old")
-    write_atomically(target, "new\n")
-    assert target.read_text() == "new\n"
-    assert [p.name for p in tmp_path.iterdir()] == ["audit.prom"]
-
-
-def test_write_to_a_device_writes_through() -> None:
-    write_atomically(Path("/dev/null"), "discarded\n")
-    assert Path("/dev/null").exists() and not Path("/dev/null").is_file()
 
 
 def _hostile_report() -> AuditReport:

@@ -18,7 +18,6 @@ from sparkbase.release import (
     LockFileError,
     check_lock,
     read_lock,
-    write_atomic,
 )
 
 STOCK = "site-stock-6.17-4k"
@@ -152,12 +151,3 @@ def test_check_lock_kinds() -> None:
         "new": IssueKind.MISSING,
         "gone": IssueKind.REMOVED,
     }
-
-
-def test_write_atomic_replaces_and_sets_mode(tmp_path: Path) -> None:
-    target = tmp_path / "dir" / "file"
-    write_atomic(target, b"one", 0o600)
-    write_atomic(target, b"two", 0o640)
-    assert target.read_bytes() == b"two"
-    assert target.stat().st_mode & 0o777 == 0o640
-    assert sorted(p.name for p in target.parent.iterdir()) == ["file"]

@@ -185,7 +185,7 @@ def test_an_unwritable_site_just_goes_without_cache(
     def refuse(path: Path, data: bytes, mode: int = 0o644) -> None:
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr("sparkbase.release.write_atomic", refuse)
+    monkeypatch.setattr("sparkbase.atomicfile.write_atomic", refuse)
     assert load_site(site_copy, cache=True) == load_site(site_copy)
 
 

@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
-import tempfile
-from pathlib import Path
 from typing import Any
 
 from sparkbase.audit.registry import CheckResult
@@ -215,23 +212,3 @@ def render(report: AuditReport, fmt: str, verbose: bool = False) -> str:
     if fmt == "prometheus":
         return to_prometheus(report)
     return to_table(report, verbose)
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write `text` to `path` via a temp file and rename; devices (/dev/null) are written directly."""
-    if path.exists() and not path.is_file():
-        with path.open("w", encoding="utf-8") as handle:
-            handle.write(text)
-        return
-    directory = path.parent if str(path.parent) else Path(".")
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temp, 0o644)
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise

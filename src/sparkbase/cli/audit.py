@@ -42,8 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the audit and print or write the report."""
+    from sparkbase.atomicfile import write_output
     from sparkbase.audit.expected import expected_for
-    from sparkbase.audit.reports import render, write_atomically
+    from sparkbase.audit.reports import render
     from sparkbase.audit.run import run_audit
     from sparkbase.cli.common import lab_path, load_site_or_exit, selected_nodes
     from sparkbase.transport import ssh_targets
@@ -69,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.output is not None:
         try:
-            write_atomically(args.output, text)
+            write_output(args.output, text)
         except OSError as exc:
             print(f"sparkbase: --output {shown(args.output)}: cannot write: {exc.strerror}", file=sys.stderr)
             return 2

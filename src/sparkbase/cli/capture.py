@@ -113,10 +113,10 @@ def run(args: argparse.Namespace) -> int:
         for refusal in refusals:
             print(refusal, file=sys.stderr)
         return _fail(f"the captured baseline does not validate; {target} was not written")
-    from sparkbase.audit.reports import write_atomically
+    from sparkbase.atomicfile import write_atomic
 
     try:
-        write_atomically(target, text)
+        write_atomic(target, text)
     except OSError as exc:
         return _fail(f"{target}: cannot write: {exc.strerror}")
     _report(node, target, capture, existing is None)

@@ -39,6 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Check or write the lock; exit 0 (lock holds / written), 1 (refused) or 2 (bad input)."""
+    from sparkbase.atomicfile import write_atomic
     from sparkbase.cli.common import load_site_or_exit
     from sparkbase.release import (
         LOCK_PATH,
@@ -48,7 +49,6 @@ def run(args: argparse.Namespace) -> int:
         current_entries,
         lock_text,
         read_lock,
-        write_atomic,
     )
     from sparkbase.text import shown
 

@@ -28,8 +28,8 @@ def run(args: argparse.Namespace) -> int:
     import json
     import sys
 
+    from sparkbase.atomicfile import write_output
     from sparkbase.model.baseline import Baseline
-    from sparkbase.release import write_atomic
 
     schema = _without_required(Baseline.model_json_schema())
     schema = {
@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     if args.output is None:
         sys.stdout.write(text)
     else:
-        write_atomic(args.output, text.encode())
+        write_output(args.output, text)
         print(f"sparkbase: wrote {args.output}", file=sys.stderr)
     return 0
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from sparkbase.release import write_atomic
+from sparkbase.atomicfile import write_atomic
 
 #: the largest .env read (a proxy's settings, not a data file)
 MAX_ENV_BYTES = 1 << 20

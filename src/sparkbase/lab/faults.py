@@ -31,11 +31,11 @@ Secure Boot faults change what `mokutil` prints at once and module loading from 
 from __future__ import annotations
 
 import json
-import os
 import signal
 from pathlib import Path
 from typing import Any
 
+from sparkbase.atomicfile import write_atomic
 from sparkbase.lab import boot, procs
 from sparkbase.lab.fleet import Lab, LabError
 
@@ -62,10 +62,7 @@ def read(lab: Lab, node: str) -> dict[str, Any]:
 
 def _write(lab: Lab, node: str, data: dict[str, Any]) -> None:
     path = _path(lab, node)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(".faults.json.tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
     try:
         init = lab.init_proc(node)
     except LabError:

@@ -12,6 +12,7 @@ import os
 import shutil
 from pathlib import Path
 
+from sparkbase.atomicfile import write_atomic
 from sparkbase.lab import boot, packages
 
 FACTORY_FORMAT = 1
@@ -189,11 +190,8 @@ def _opaque(path: Path) -> None:
 
 def _write(upper: Path, rel: str, text: str, mode: int = 0o644) -> Path:
     target = upper / rel.lstrip("/")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp")
-    tmp.write_text(text)
-    tmp.chmod(mode)
-    os.replace(tmp, target)
+    # a node image is rebuilt from scratch when lost: atomic for readers, no fsync
+    write_atomic(target, text, mode, durable=False)
     return target
 
 
@@ -316,10 +314,7 @@ def install_preload(upper: Path, library: Path | None) -> None:
         (upper / "etc/ld.so.preload").unlink(missing_ok=True)
         target.unlink(missing_ok=True)
         return
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(library, target.with_name(target.name + ".tmp"))
-    target.with_name(target.name + ".tmp").chmod(0o755)
-    os.replace(target.with_name(target.name + ".tmp"), target)
+    write_atomic(target, library.read_bytes(), 0o755, durable=False)
     _write(upper, "etc/ld.so.preload", preload.NODE_PATH + "\n")
 
 

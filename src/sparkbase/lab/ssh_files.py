@@ -7,15 +7,9 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-
-def _atomic(path: Path, text: str, mode: int = 0o644) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.chmod(mode)
-    os.replace(tmp, path)
+from sparkbase.atomicfile import write_atomic
 
 
 def ssh_config_text(names: list[str], ports: list[int], key: Path, known_hosts: Path) -> str:
@@ -67,6 +61,6 @@ def write(labdir: Path, names: list[str], ports: list[int], host_keys: dict[str,
           key: Path) -> None:
     """Write the three files into `labdir`."""
     known = labdir / "known_hosts"
-    _atomic(labdir / "ssh_config", ssh_config_text(names, ports, key, known))
-    _atomic(known, known_hosts_text(names, ports, host_keys))
-    _atomic(labdir / "inventory.yaml", inventory_text(names, ports, labdir))
+    write_atomic(labdir / "ssh_config", ssh_config_text(names, ports, key, known))
+    write_atomic(known, known_hosts_text(names, ports, host_keys))
+    write_atomic(labdir / "inventory.yaml", inventory_text(names, ports, labdir))

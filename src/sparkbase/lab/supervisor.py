@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sparkbase.atomicfile import write_atomic
 from sparkbase.lab import procs
 
 UNSHARE = ["unshare", "--mount", "--uts", "--pid", "--fork", "--kill-child",
@@ -103,9 +104,7 @@ class Supervisor:
             "started_at": time.time(),
             "nodes": {n.name: n.to_json() for n in self.nodes},
         }
-        tmp = self.labdir / ".lab.json.tmp"
-        tmp.write_text(json.dumps(data, indent=1) + "\n")
-        os.replace(tmp, self.labdir / "lab.json")
+        write_atomic(self.labdir / "lab.json", json.dumps(data, indent=1) + "\n")
 
     def start_all(self) -> str | None:
         """Start every node and wait for sshd on each; the failure reason, or None."""

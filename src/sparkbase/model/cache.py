@@ -113,7 +113,7 @@ def store(root: Path, key: bytes, site: Site) -> None:
     """Keep `site` under `key`; silently nothing when the site directory is not writable."""
     if os.environ.get(DISABLE_ENV):
         return
-    from sparkbase.release import write_atomic
+    from sparkbase.atomicfile import write_atomic
 
     try:
         data = key + pickle.dumps(site, protocol=pickle.HIGHEST_PROTOCOL)

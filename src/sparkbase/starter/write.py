@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path, PurePosixPath
 
-from sparkbase.release import write_atomic
+from sparkbase.atomicfile import write_atomic
 
 #: what init records about the files it wrote (relative path -> SHA-256 of the content)
 RECORD = PurePosixPath(".sparkbase/starter.json")

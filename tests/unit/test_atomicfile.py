@@ -1,0 +1,113 @@
+"""The one atomic-write helper: replace, mode, no temp left, old content kept on failure."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from sparkbase import atomicfile
+from sparkbase.atomicfile import write_atomic, write_output
+
+
+def _names(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("data", "mode", "expected"),
+    [
+        (b"two", 0o640, b"two"),
+        ("text é\n", 0o600, "text é\n".encode()),
+        (b"", 0o755, b""),
+    ],
+)
+def test_replaces_the_file_with_its_mode(
+    tmp_path: Path, data: bytes | str, mode: int, expected: bytes
+) -> None:
+    target = tmp_path / "dir" / "file"  # the parent is created
+    write_atomic(target, b"one", 0o644)
+    write_atomic(target, data, mode)
+    assert target.read_bytes() == expected
+    assert target.stat().st_mode & 0o7777 == mode
+    assert _names(target.parent) == ["file"]
+
+
+def test_a_symlink_is_replaced_not_followed(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_text("keep")
+    link = tmp_path / "link"
+    link.symlink_to(elsewhere)
+    write_atomic(link, "new")
+    assert not link.is_symlink() and link.read_text() == "new"
+    assert elsewhere.read_text() == "keep"
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temp(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "file"
+    target.write_text("old")
+
+    def broken_fsync(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", broken_fsync)
+    with pytest.raises(OSError, match="Input/output"):
+        write_atomic(target, "new")
+    assert target.read_text() == "old"
+    assert _names(tmp_path) == ["file"]
+
+
+def test_durable_writes_fsync_the_file_and_its_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    write_atomic(tmp_path / "file", "x")
+    assert len(synced) == 2
+    assert Path(synced[0]).parent == tmp_path and Path(synced[0]).name.startswith(".file.")  # the temp file
+    assert synced[1] == str(tmp_path)  # then the directory holding the rename
+    synced.clear()
+    write_atomic(tmp_path / "scratch", "x", durable=False)
+    assert synced == []
+
+
+def test_a_directory_without_fsync_support_is_no_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_directory_fsync(fd: int) -> None:
+        raise OSError(22, "Invalid argument")
+
+    monkeypatch.setattr(os, "fsync", no_directory_fsync)
+    atomicfile.fsync_directory(tmp_path)  # EINVAL is what such file systems answer
+    atomicfile.fsync_directory(tmp_path / "missing")
+
+
+def test_an_output_file_is_written_atomically(tmp_path: Path) -> None:
+    target = tmp_path / "audit.prom"
+    target.write_text("old")
+    write_output(target, "new\n")
+    assert target.read_text() == "new\n"
+    assert _names(tmp_path) == ["audit.prom"]
+
+
+def test_an_output_device_or_fifo_is_written_in_place(tmp_path: Path) -> None:
+    write_output(Path("/dev/null"), "discarded\n")
+    assert Path("/dev/null").exists() and not Path("/dev/null").is_file()
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        write_output(fifo, "through the pipe\n")
+        assert os.read(reader, 100) == b"through the pipe\n"
+    finally:
+        os.close(reader)
+    assert _names(tmp_path) == ["pipe"]
