@@ -1,0 +1,125 @@
+"""Host checks: nvidia-drm, boot target, services, fan control, the serving slice, the OS image."""
+
+from __future__ import annotations
+
+from sparkbase.audit.checks.common import apply_fix, module_flag, unknown
+from sparkbase.audit.expected import Expected
+from sparkbase.audit.registry import Outcome, fail, node_check, ok, skip
+from sparkbase.facts.model import NodeFacts
+from sparkbase.facts.parsers import dgx_os_version, format_cpu_list
+
+
+@node_check("host.nvidia_drm", "host", "nvidia-drm modeset and fbdev as the baseline says")
+def host_nvidia_drm(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
+    drm = expected.baseline.host.nvidia_drm
+    want = f"modeset={'Y' if drm.modeset else 'N'} fbdev={'Y' if drm.fbdev else 'N'}"
+    modeset, fbdev = (
+        facts.module_params.get("nvidia_drm.modeset"),
+        facts.module_params.get("nvidia_drm.fbdev"),
+    )
+    seen = f"modeset={modeset or '?'} fbdev={fbdev or '?'}"
+    if module_flag(modeset) != drm.modeset or module_flag(fbdev) != drm.fbdev:
+        return fail(want, seen, "write modprobe.d and reboot: " + apply_fix(expected, True))
+    return ok(want, seen)
+
+
+@node_check("host.boot_target", "host", "the default systemd target is the baseline's")
+def host_boot_target(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
+    want = expected.baseline.host.boot_target
+    if facts.default_target is None:
+        return unknown(facts, "default-target", want)
+    if facts.default_target != want:
+        return fail(want, facts.default_target, f"systemctl set-default {want}: {apply_fix(expected)}")
+    return ok(want, facts.default_target)
+
+
+@node_check("host.display_manager", "host", "no display manager runs on a headless node")
+def host_display_manager(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
+    if expected.baseline.host.display_manager:
+        return skip("the baseline allows a display manager")
+    state = facts.units.get("display-manager.service")
+    if state is None:
+        return unknown(facts, "units", "inactive")
+    if state.active:
+        return fail("inactive", state.active_state, "disable the display manager: " + apply_fix(expected))
+    return ok("inactive", state.active_state or "inactive")
+
+
+def _disabled_units(expected: Expected) -> list[str]:
+    return list(expected.baseline.host.disable_services)
+
+
+@node_check(
+    "service", "host", "each unit the baseline disables is disabled and stopped", items=_disabled_units
+)
+def service_disabled(expected: Expected, facts: NodeFacts, item: str | None) -> Outcome:
+    state = facts.units.get(str(item))
+    if state is None:
+        return unknown(facts, "units", "disabled, inactive")
+    seen = f"{state.unit_file_state or 'not installed'}, {state.active_state or 'inactive'}"
+    if state.unit_file_state == "enabled" or state.active:
+        return fail("disabled, inactive", seen, f"systemctl disable --now {item}: {apply_fix(expected)}")
+    return ok("disabled, inactive", seen)
+
+
+@node_check("host.fan_control", "host", "the fan-control daemon is enabled and running")
+def host_fan_control(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
+    fan = expected.baseline.host.fan_control
+    if fan is None:
+        return skip("the baseline has no fan control")
+    state = facts.units.get(fan.service)
+    want = f"{fan.service} enabled, active"
+    if state is None:
+        return unknown(facts, "units", want)
+    seen = f"{state.unit_file_state or 'not installed'}, {state.active_state or 'inactive'}"
+    if not (state.enabled and state.active):
+        return fail(want, seen, f"install {fan.package} and enable {fan.service}: {apply_fix(expected)}")
+    return ok(want, seen)
+
+
+
+@node_check("cpuset.slice", "cpuset", "the serving slice is pinned to the fast cores")
+def cpuset_slice(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
+    cpuset = expected.baseline.cpuset
+    want = f"{cpuset.slice} AllowedCPUs={cpuset.cpulist()}"
+    seen = facts.slice_allowed_cpus
+    if seen is None and "units" in facts.errors:
+        return unknown(facts, "units", want)
+    if seen != frozenset(cpuset.cpus):
+        shown = format_cpu_list(seen) if seen else "(unset)"
+        return fail(want, f"AllowedCPUs={shown}", f"write the slice: {apply_fix(expected)}")
+    if facts.fast_cpus and not set(cpuset.cpus) <= set(facts.fast_cpus):
+        slow = sorted(set(cpuset.cpus) - set(facts.fast_cpus))
+        return fail(want, f"CPUs {slow} are not Cortex-X925 (CPU part 0xd85) here", "fix cpuset.cpus")
+    return ok(want, f"AllowedCPUs={format_cpu_list(seen)}")
+
+
+
+@node_check("os.release", "host", "the node runs the DGX OS release the baseline was qualified on",
+            severity="warn")
+def os_release(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
+    want = expected.baseline.os.release
+    wanted = want.split()[-1]  # "DGX OS 26.09" -> "26.09" (a release line: 26.09.x matches)
+    if facts.dgx_release is None:
+        return fail(want, f"unknown ({facts.errors.get('dgx-release', '/etc/dgx-release missing')})",
+                    "not a DGX OS image? check /etc/dgx-release by hand")
+    seen = dgx_os_version(facts.dgx_release)
+    if seen is None:
+        return fail(want, "no DGX_OTA_VERSION or DGX_SWBUILD_VERSION in /etc/dgx-release",
+                    "check /etc/dgx-release by hand")
+    if seen != wanted and not seen.startswith(wanted + "."):
+        if _calendar_numbered(wanted) != _calendar_numbered(seen):
+            return fail(want, f"DGX OS {seen} (/etc/dgx-release numbers releases {seen.split('.')[0]}.x; "
+                              f"the baseline's {wanted} is another numbering)",
+                        "name os.release as /etc/dgx-release does (DGX_OTA_VERSION, e.g. "
+                        f"'DGX OS {'.'.join(seen.split('.')[:2])}'): site to confirm which release that is")
+        return fail(want, f"DGX OS {seen}",
+                    f"update the OS image to {want} (DGX OS OTA; sparkbase does not change the OS)")
+    return ok(want, f"DGX OS {seen}")
+
+
+def _calendar_numbered(version: str) -> bool:
+    """`26.09` (year.month, as release notes name DGX OS) rather than `7.5.0` (as
+    /etc/dgx-release's DGX_OTA_VERSION does)."""
+    major = version.split(".")[0]
+    return major.isdigit() and int(major) >= 20

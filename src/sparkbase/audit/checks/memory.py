@@ -1,0 +1,177 @@
+"""Memory checks: THP, sysctls, swap and the memory saver."""
+
+from __future__ import annotations
+
+from sparkbase.audit.checks.common import apply_fix, module_flag, unknown
+from sparkbase.audit.expected import Expected
+from sparkbase.audit.registry import Outcome, fail, node_check, ok, skip
+from sparkbase.facts.model import NodeFacts
+from sparkbase.facts.signing import SignatureProblem, judge_signature
+
+
+@node_check("memory.thp", "memory", "transparent huge pages in the baseline's mode")
+def memory_thp(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
+    want = expected.baseline.memory.transparent_hugepages
+    if facts.thp is None:
+        return unknown(facts, "thp", want)
+    if facts.thp != want:
+        return fail(
+            want,
+            facts.thp,
+            f"set transparent_hugepage={want} on the kernel command line: {apply_fix(expected, True)}",
+        )
+    return ok(want, facts.thp)
+
+
+def _sysctl_keys(expected: Expected) -> list[str]:
+    return sorted(expected.baseline.memory.sysctls)
+
+
+@node_check("sysctl", "memory", "each sysctl the baseline sets has its value", items=_sysctl_keys)
+def sysctl(expected: Expected, facts: NodeFacts, item: str | None) -> Outcome:
+    key = str(item)
+    want = expected.baseline.memory.sysctls[key]
+    seen = facts.sysctls.get(key)
+    if seen is None:
+        return unknown(facts, f"sysctl:{key}", want)
+    if " ".join(seen.split()) != " ".join(want.split()):
+        return fail(want, seen, f"sysctl -w {key}={want} and keep it in sysctl.d: {apply_fix(expected)}")
+    return ok(want, seen)
+
+
+@node_check("memory.swap", "memory", "the swap file is active at its size with the right header")
+def memory_swap(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
+    swap = expected.baseline.memory.swap
+    if swap is None:
+        return skip("the baseline has no swap file")
+    size = swap.size_gib * 1024**3
+    want = f"{swap.path} active, {swap.size_gib} GiB, header page size {swap.header_page_size}"
+    entry = next((s for s in facts.swaps if s.name == swap.path), None)
+    header = facts.swap_header_page_size.get(swap.path)
+    problems = []
+    if entry is None:
+        problems.append("not active")
+    elif entry.size_bytes not in (size, size - swap.header_page_size):
+        # the kernel counts the usable area: the file less its header page (real swapon and
+        # /proc/swaps show 16 GiB - 64 KiB for a 16 GiB file made with `mkswap -p 65536`)
+        problems.append(f"size {entry.size_bytes} bytes")
+    if header != swap.header_page_size:
+        problems.append(f"header page size {header or 'none (no swap signature)'}")
+    if problems:
+        return fail(
+            want,
+            "; ".join(problems),
+            f"recreate it (mkswap -p {swap.header_page_size}): {apply_fix(expected)}",
+        )
+    return ok(want, f"{swap.path} active, {size} bytes, header {header}")
+
+
+@node_check("memory.swap.fstab", "memory", "the swap file is in /etc/fstab, so it comes back at boot")
+def memory_swap_fstab(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
+    swap = expected.baseline.memory.swap
+    if swap is None:
+        return skip("the baseline has no swap file")
+    want = f"{swap.path} none swap sw 0 0"
+    if facts.fstab is None:
+        return unknown(facts, "fstab", want)
+    lines = [e for e in facts.fstab if e.spec == swap.path]
+    if not any(e.vfstype == "swap" for e in lines):
+        seen = "; ".join(f"{e.spec} {e.file} {e.vfstype} {e.options}" for e in lines) or "not listed"
+        fix = f"add the swap line: {apply_fix(expected)}"
+        return fail(want, seen + " (swap is lost at the next boot)", fix)
+    return ok(want, f"{swap.path} listed as swap")
+
+
+@node_check(
+    "memory.swap.foreign_fstab",
+    "memory",
+    "no swap file of another baseline is in /etc/fstab (it would come back at boot)",
+    severity="warn",
+)
+def memory_swap_foreign_fstab(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
+    if not expected.foreign_swaps:
+        return skip("no other baseline has a swap file")
+    want = "none of " + ", ".join(expected.foreign_swaps)
+    if facts.fstab is None:
+        return unknown(facts, "fstab", want)
+    found = [e.spec for e in facts.fstab if e.spec in expected.foreign_swaps and e.vfstype == "swap"]
+    if found:
+        return fail(want, [f"{path} (swap)" for path in found],
+                    f"retire it (swapoff, drop the fstab line, delete the file): {apply_fix(expected)}")
+    return ok(want, "none listed")
+
+
+
+def _saver_items(expected: Expected) -> list[str]:
+    saver = expected.baseline.memory.memory_saver
+    if saver is None:
+        return []
+    return ["dkms", "signature", "loaded"] if saver.required else ["loaded"]
+
+
+@node_check(
+    "memory_saver",
+    "memory",
+    "the memory-saver module is built, signed and loaded (if required)",
+    items=_saver_items,
+)
+def memory_saver(expected: Expected, facts: NodeFacts, item: str | None) -> Outcome:
+    saver = expected.baseline.memory.memory_saver
+    if saver is None:
+        return skip("no memory-saver module in the baseline")
+    release = facts.kernel_release
+    loaded_src = facts.nvidia_modules.get(f"{saver.module}.srcversion")
+    if not saver.required:
+        patched = saver.module in facts.modules and (
+            saver.srcversion is None or loaded_src == saver.srcversion)
+        if patched:
+            return fail("not loaded", "loaded", f"dkms remove {saver.dkms_name}/{saver.dkms_version} --all")
+        return ok("not loaded", "not loaded")
+    if item == "dkms":
+        want = f"{saver.dkms_name}/{saver.dkms_version} installed for {release}"
+        entry = next(
+            (
+                e
+                for e in facts.dkms
+                if e.name == saver.dkms_name
+                and e.version == saver.dkms_version
+                and e.kernel == release
+                and e.status == "installed"
+            ),
+            None,
+        )
+        noise = f" (dkms also said: {'; '.join(facts.dkms_noise)})" if facts.dkms_noise else ""
+        if entry is None:
+            seen = ", ".join(f"{e.name}/{e.version} {e.kernel or ''} {e.status}" for e in facts.dkms)
+            return fail(
+                want,
+                (seen or "not installed") + noise,
+                f"dkms install {saver.dkms_name}/{saver.dkms_version} -k {release}: {apply_fix(expected)}",
+            )
+        return ok(want, "installed" + noise)
+    if item == "signature":
+        key = expected.baseline.secure_boot.mok_fingerprint
+        want = f"signed with MOK {key}" if key else "signed with an enrolled MOK"
+        verdict = judge_signature(facts.memory_saver, facts.mok_certificates, key)
+        if verdict.ok:
+            return ok(want, verdict.detail)
+        if verdict.problem is SignatureProblem.UNSIGNED:
+            return fail(want, "unsigned", "rebuild with the MOK key present: " + apply_fix(expected))
+        return fail(want, verdict.detail, "re-sign with the enrolled MOK key: " + apply_fix(expected))
+    param = f"{saver.module}.{saver.packing_parameter}"
+    want = f"{saver.module} loaded, {saver.packing_parameter}={'on' if saver.packing else 'off'}"
+    if saver.module not in facts.modules:
+        return fail(
+            want, "not loaded", "check boot.log / dmesg for a signature refusal; " + apply_fix(expected, True)
+        )
+    if saver.srcversion is not None and loaded_src != saver.srcversion:
+        return fail(
+            f"{want}, srcversion {saver.srcversion}",
+            f"srcversion {loaded_src or 'unknown'} (the stock module?)",
+            "install the patched module for this kernel and reboot: " + apply_fix(expected, True),
+        )
+    value = facts.module_params.get(param)
+    if module_flag(value) != saver.packing:
+        return fail(want, f"{saver.packing_parameter}={value}", apply_fix(expected, True))
+    src = f", srcversion {loaded_src}" if saver.srcversion is not None else ""
+    return ok(want, f"loaded{src}, {saver.packing_parameter}={value}")

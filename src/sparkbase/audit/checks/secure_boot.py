@@ -1,0 +1,54 @@
+"""Secure Boot checks: the state and the enrolled MOK key."""
+
+from __future__ import annotations
+
+from sparkbase.audit.checks.common import apply_fix, unknown
+from sparkbase.audit.expected import Expected
+from sparkbase.audit.registry import Outcome, fail, node_check, ok, skip
+from sparkbase.facts.model import NodeFacts, SecureBoot
+from sparkbase.facts.signing import judge_signature
+
+
+@node_check("secure_boot.state", "secure_boot", "Secure Boot is in the baseline's state")
+def secure_boot_state(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
+    want = SecureBoot.ENABLED.value if expected.baseline.secure_boot.enabled else "not enforcing"
+    state = facts.secure_boot
+    if state is None:
+        return unknown(facts, "sb-state", want)
+    firmware = "change it in the firmware setup (a person at the console)"
+    if not expected.baseline.secure_boot.enabled:
+        if state.enforcing:
+            return fail(want, state.value, firmware)
+        return ok(want, state.value)
+    if state is SecureBoot.NOT_ENFORCING:
+        return fail(want, state.value + " (module signatures are not checked)",
+                    "re-enable shim validation: mokutil --enable-validation, then reboot and "
+                    "confirm at the console")
+    if state is not SecureBoot.ENABLED:
+        return fail(want, state.value, firmware)
+    return ok(want, state.value)
+
+
+def _mok_items(expected: Expected) -> list[str]:
+    secure = expected.baseline.secure_boot
+    saver = expected.baseline.memory.memory_saver
+    signs = secure.enabled and saver is not None and saver.required
+    return ["mok"] if secure.mok_fingerprint or signs else []
+
+
+@node_check("secure_boot", "secure_boot", "the MOK key the baseline signs with is enrolled", items=_mok_items)
+def secure_boot_mok(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
+    key = expected.baseline.secure_boot.mok_fingerprint
+    enroll = "mokutil --import the MOK certificate, then reboot and accept it: " + apply_fix(expected, True)
+    enrolled = ", ".join(facts.mok_fingerprints) or "no key enrolled"
+    if key is not None:
+        return ok(key, key) if key in facts.mok_fingerprints else fail(key, enrolled, enroll)
+    # no pinned key (a site still to confirm its own): the key that signed the module
+    want = "the key that signed the memory-saver module"
+    info = facts.memory_saver
+    if info is None or info.error or not info.sig_key:
+        return skip("no MOK is pinned and no signed module names one (see memory_saver.signature)")
+    verdict = judge_signature(info, facts.mok_certificates, None)
+    if verdict.ok and verdict.certificate is not None:
+        return ok(want, f"MOK {verdict.certificate.fingerprint} enrolled")
+    return fail(want, f"{verdict.detail}; enrolled: {enrolled}", enroll)
