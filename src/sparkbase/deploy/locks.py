@@ -1,7 +1,11 @@
 """Two locks keep two applies off the same node: a local one and one on the node.
 
-- Local: `<site>/.sparkbase/locks/<node>.lock`, held with `flock` for the whole run (the
-  kernel drops it if the process dies), carrying the owner as JSON (format-versioned).
+- Local: `<site>/.sparkbase/locks/<node>.lock`, a `filelock.UnixFileLock` (flock; the kernel
+  drops it if the process dies) held for the whole run, carrying the owner as JSON
+  (format-versioned), written into the lock file by filelock's `on_acquired` hook while it
+  is held. filelock 4.x opens an existing lock file without truncating it (3.x truncated
+  it on open, before trying the lock), so a refused run can still read the holder's record:
+  pyproject pins `filelock>=4.3,<5` and a unit test fails if that changes.
 - Remote: `mkdir /run/sparkbase/apply.lock` over SSH (atomic; /run is cleared by a
   reboot, as a lock held by a process that no longer exists should be), with an `owner`
   file inside. Re-acquiring with the same token succeeds (the run re-locks after a reboot).
@@ -13,7 +17,6 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import getpass
 import json
 import os
@@ -26,12 +29,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 LOCK_FORMAT = 1
 REMOTE_LOCK_DIR = "/run/sparkbase/apply.lock"
 ACQUIRED = "SPARKBASE-LOCK-ACQUIRED"
 HELD = "SPARKBASE-LOCK-HELD"
+#: an owner record is one short JSON line; anything longer in a lock file is not ours
+_MAX_OWNER_BYTES = 4096
 
 
 class LockHeld(RuntimeError):
@@ -76,35 +81,38 @@ class Owner:
 @contextlib.contextmanager
 def local_locks(directory: Path, nodes: list[str], owner: Owner) -> Iterator[None]:
     """Hold `directory/<node>.lock` for every node (all or none), or raise LockHeld."""
+    from filelock import Timeout, UnixFileLock
+
     directory.mkdir(parents=True, exist_ok=True)
-    held: list[IO[str]] = []
-    handle: IO[str]
-    try:
+    record = (owner.json() + "\n").encode()
+
+    def write_owner(fd: int) -> None:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, record, 0)
+
+    with contextlib.ExitStack() as held:
         for node in nodes:
-            handle = open(directory / f"{node}.lock", "a+")  # noqa: SIM115 - held for the run
+            path = directory / f"{node}.lock"
+            lock = UnixFileLock(path, blocking=False, thread_local=False, fallback_to_soft=False,
+                                on_acquired=write_owner)
             try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise LockHeld(node, "local", _holder(handle)) from None
-            finally:
-                held.append(handle)
-            handle.seek(0)
-            handle.truncate()
-            handle.write(owner.json() + "\n")
-            handle.flush()
+                held.enter_context(lock)
+            except Timeout:
+                raise LockHeld(node, "local", _holder(path)) from None
         yield
-    finally:
-        for handle in held:
-            handle.close()
 
 
-def _holder(handle: IO[str], wait: float = 1.0) -> dict[str, Any]:
+def _holder(path: Path, wait: float = 1.0) -> dict[str, Any]:
     """The owner record of a held lock file. The holder writes it just after taking the
     lock, so give it a moment rather than report an unknown owner."""
+    from sparkbase.boundedfile import FileRefused, read_regular_file
+
     deadline = time.monotonic() + wait
     while True:
-        handle.seek(0)
-        owner = _parse_owner(handle.read())
+        try:
+            owner = _parse_owner(read_regular_file(path, _MAX_OWNER_BYTES).decode("utf-8", "replace"))
+        except FileRefused:
+            owner = {}
         if owner or time.monotonic() >= deadline:
             return owner
         time.sleep(0.02)
