@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from sparkbase.model.yamlio import PathKey, dotted
 
 if TYPE_CHECKING:
+    from sparkbase.console import Table
     from sparkbase.model.baseline import Baseline
     from sparkbase.model.provenance import Source
     from sparkbase.model.rules import Breach
@@ -184,16 +185,17 @@ def _all_scalars(items: list[Any]) -> bool:
     return all(not isinstance(item, dict | list) for item in items)
 
 
-def format_table(report: ComparisonReport) -> str:
-    """The report as an aligned text table plus one line per side on the contract; names,
-    values and messages are user text, shown escaped (one line each, `sparkbase.text`)."""
+def comparison_table(report: ComparisonReport) -> Table:
+    """The differences as a table: field, each side's value and source, which side breaks
+    the contract there, the adoption blocker. Names, values and sources are user text,
+    shown escaped when drawn (`sparkbase.console`)."""
+    from sparkbase.console import Column, Table
     from sparkbase.model.provenance import META_KEYS, describe
-    from sparkbase.text import shown
 
     def origin(path: PathKey, value: Any, source: Source | None) -> str:
         if value is None or path[0] in META_KEYS:  # nothing set, or the file's own version
             return ""
-        return "(no source)" if source is None else shown(describe(source))
+        return "(no source)" if source is None else describe(source)
 
     def show(value: Any) -> str:
         if value is None:
@@ -202,13 +204,21 @@ def format_table(report: ComparisonReport) -> str:
             return "true" if value else "false"
         if isinstance(value, list):
             return "[" + ", ".join(show(item) for item in value) + "]"
-        return shown(value)
+        return str(value)
 
-    a_name, b_name = shown(report.a.name), shown(report.b.name)
-    header = ("FIELD", a_name, "SOURCE", b_name, "SOURCE", "CONTRACT", "BLOCKER")
+    a_name, b_name = report.a.name, report.b.name
+    columns = (
+        Column("FIELD"),
+        Column(a_name),
+        Column("SOURCE", styles={"(no source)": "yellow"}),
+        Column(b_name),
+        Column("SOURCE", styles={"(no source)": "yellow"}),
+        Column("CONTRACT", styles={f"broken by {name}": "bold red" for name in (a_name, b_name)}),
+        Column("BLOCKER", styles={d.blocker: "bold" for d in report.differences if d.blocker}),
+    )
     rows = [
         (
-            shown(dotted(d.path)),
+            dotted(d.path),
             show(d.a),
             origin(d.path, d.a, d.a_source),
             show(d.b),
@@ -223,12 +233,17 @@ def format_table(report: ComparisonReport) -> str:
         )
         for d in report.differences
     ]
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    lines = [
-        "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in [header, *rows]
-    ]
-    if not rows:
-        lines.append(f"(no differences between {a_name} and {b_name})")
+    return Table(columns, rows)
+
+
+def contract_lines(report: ComparisonReport) -> list[str]:
+    """What follows the table: no differences (when so), each side against the site
+    contract, the adoption blockers that differ; user text shown escaped."""
+    from sparkbase.text import shown
+
+    lines: list[str] = []
+    if not report.differences:
+        lines.append(f"(no differences between {shown(report.a.name)} and {shown(report.b.name)})")
     lines.append("")
     for side in (report.a, report.b):
         if side.breaches:
@@ -242,4 +257,11 @@ def format_table(report: ComparisonReport) -> str:
     blockers = sorted({d.blocker for d in report.differences if d.blocker})
     if blockers:
         lines.append(f"adoption blockers that differ: {', '.join(blockers)}")
-    return "\n".join(lines) + "\n"
+    return lines
+
+
+def format_table(report: ComparisonReport) -> str:
+    """The report as plain text: the aligned table, then the contract lines."""
+    from sparkbase.console import plain_table
+
+    return plain_table(comparison_table(report)) + "\n".join(contract_lines(report)) + "\n"

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparkbase.audit.registry import CheckResult
 from sparkbase.audit.run import AuditReport
+
+if TYPE_CHECKING:
+    from sparkbase.console import Table
 
 JSON_FORMAT = 1
 FORMATS = ("table", "json", "junit", "prometheus")
@@ -70,14 +73,26 @@ def to_json(report: AuditReport) -> str:
     return json.dumps(to_json_data(report), indent=2) + "\n"
 
 
-def to_table(report: AuditReport, verbose: bool = False) -> str:
-    """A human table: failures (and with `verbose` every check), then a summary line.
+#: the audit table's columns: plain text clips each to its width; rich colours the status
+AUDIT_COLUMNS = (
+    ("NODE", 10),
+    ("STATUS", 11),
+    ("CHECK", 36),
+    ("EXPECTED", 48),
+    ("OBSERVED", 48),
+    ("FIX", 200),
+)
+STATUS_STYLES = {
+    "FAIL": "bold red", "UNREACHABLE": "bold red", "WARN": "yellow", "PASS": "green", "SKIP": "dim",
+}
 
-    Every cell is text from the site or a node, shown escaped (`sparkbase.text.shown`): one
-    cell cannot break its row or draw another.
-    """
-    from sparkbase.text import shown
-    lines: list[str] = []
+
+def audit_table(report: AuditReport, verbose: bool = False) -> Table:
+    """Failures (and with `verbose` every check) as a table, one row per check and node;
+    an unreachable node is one row. Cells are text from the site or a node, shown escaped
+    when drawn (`sparkbase.console`): one cell cannot break its row or draw another."""
+    from sparkbase.console import Column, Table
+
     rows: list[tuple[str, str, str, str, str, str]] = []
     for node in report.nodes:
         if not node.reachable:
@@ -89,34 +104,36 @@ def to_table(report: AuditReport, verbose: bool = False) -> str:
     for r in report.fleet:
         if verbose or r.status == "fail":
             rows.append(("fleet", _mark(r), r.id, r.expected or "", r.observed or "", r.fix or ""))
-    header = ("NODE", "STATUS", "CHECK", "EXPECTED", "OBSERVED", "FIX")
-    if rows:
-        widths = [
-            min(max(len(shown(row[i])) for row in [header, *rows]), cap)
-            for i, cap in enumerate((10, 11, 36, 48, 48, 200))
-        ]
-        for row in [header, *rows]:
-            cells = [_clip(shown(cell), widths[i]).ljust(widths[i]) for i, cell in enumerate(row)]
-            lines.append("  ".join(cells).rstrip())
+    columns = tuple(
+        Column(header, max_width=width, styles=STATUS_STYLES if header == "STATUS" else {})
+        for header, width in AUDIT_COLUMNS
+    )
+    return Table(columns, rows, header_when_empty=False)
+
+
+def summary_line(report: AuditReport) -> str:
+    """`clean: 4 node(s), 0 unreachable, 212 checks, 0 failed, 0 warning(s) (0.41s)`."""
     results = report.all_results()
     failed = sum(r.blocking for r in results)
     warned = sum(r.status == "fail" and r.severity == "warn" for r in results)
-    lines.append(
+    return (
         f"{report.status}: {len(report.nodes)} node(s), {len(report.unreachable)} unreachable, "
         f"{len(results)} checks, {failed} failed, {warned} warning(s) "
         f"({report.elapsed_seconds:.2f}s)"
     )
-    return "\n".join(lines) + "\n"
+
+
+def to_table(report: AuditReport, verbose: bool = False) -> str:
+    """The table for people as plain text (`audit_table`), then the summary line."""
+    from sparkbase.console import plain_table
+
+    return plain_table(audit_table(report, verbose)) + summary_line(report) + "\n"
 
 
 def _mark(result: CheckResult) -> str:
     if result.status == "fail":
         return "FAIL" if result.severity == "error" else "WARN"
     return result.status.upper()
-
-
-def _clip(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def to_junit(report: AuditReport) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from sparkbase.cli.common import (
@@ -75,13 +76,16 @@ def run(args: argparse.Namespace) -> int:
         print("sparkbase: pass --override-policy \"REASON\" to apply it anyway (the override is logged)",
               file=sys.stderr)
         return 1
+    from sparkbase.console import Progress
+
     options = Options(lab=lab, mok=mok, allow_reboot=args.allow_reboot,
                       reboot_timeout=args.reboot_timeout, drain=args.drain)
     if not args.yes:
         if not sys.stdin.isatty():
             print("sparkbase: apply changes nodes: pass --yes (no terminal to confirm on)", file=sys.stderr)
             return 2
-        preview = plan(site, nodes, options)
+        with Progress("plan") as progress:
+            preview = plan(site, nodes, replace(options, progress=progress.step))
         print_report(preview, False, details=True)
         if preview.exit_code() == 0:
             return 0
@@ -90,7 +94,8 @@ def run(args: argparse.Namespace) -> int:
             return 1
     if reason is not None and not _record_overrides(site, nodes, breaches, reason):
         return 1
-    report = apply(site, nodes, options)
+    with Progress("apply") as progress:
+        report = apply(site, nodes, replace(options, progress=progress.step))
     print_report(report, args.json, details=False)
     return report.exit_code()
 

@@ -18,7 +18,14 @@ from typing import TYPE_CHECKING
 from sparkbase.cli.common import add_site_arguments, add_target_arguments
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from sparkbase.audit.run import Gatherer
+    from sparkbase.console import Progress
+    from sparkbase.facts.model import FactsResult
+    from sparkbase.facts.script import FactPlan
     from sparkbase.model.site import Site
+    from sparkbase.transport import SshTarget
 
 FORMATS = ("table", "json", "junit", "prometheus")
 
@@ -43,7 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the audit and print or write the report."""
     from sparkbase.atomicfile import write_output
-    from sparkbase.audit.expected import expected_for
+    from sparkbase.audit.expected import expectations
     from sparkbase.audit.reports import render
     from sparkbase.audit.run import run_audit
     from sparkbase.cli.common import lab_path, load_site_or_exit, selected_nodes
@@ -58,29 +65,56 @@ def run(args: argparse.Namespace) -> int:
     if problem is not None:
         print(f"sparkbase: {problem}", file=sys.stderr)
         return 2
-    expectations = {node: expected_for(site, node, args.baseline) for node in nodes}
     targets = ssh_targets(site, lab_path(args))
     from sparkbase.audit.runtime import lane_probes
 
     # the serving processes of every enabled lane, read in the same round trip
     running = lane_probes(site, [name for name, lane in sorted(site.lanes.items()) if lane.enabled])
-    report = run_audit(site.rules.site, expectations, targets, args.parallel, probes=running)
-    text = render(report, args.format, args.verbose)
+    from sparkbase.console import Progress
+
+    with Progress("audit", total=len(nodes), live=len(nodes) > 1) as progress:
+        report = run_audit(site.rules.site, expectations(site, nodes, args.baseline), targets, args.parallel,
+                           gather=_gather_counted(progress), probes=running)
+    from sparkbase.audit.reports import summary_line
     from sparkbase.text import shown
 
     if args.output is not None:
         try:
-            write_output(args.output, text)
+            write_output(args.output, render(report, args.format, args.verbose))
         except OSError as exc:
             print(f"sparkbase: --output {shown(args.output)}: cannot write: {exc.strerror}", file=sys.stderr)
             return 2
         if args.format != "table":
-            print(render(report, "table").splitlines()[-1], file=sys.stderr)
+            print(summary_line(report), file=sys.stderr)
+    elif args.format == "table":
+        from sparkbase.audit.reports import audit_table
+        from sparkbase.console import print_table
+
+        print_table(audit_table(report, args.verbose))
+        print(summary_line(report))
     else:
-        sys.stdout.write(text)
+        sys.stdout.write(render(report, args.format, args.verbose))
     for node in report.unreachable:
         print(f"sparkbase: {shown(node.node)} unreachable: {shown(node.reason)}", file=sys.stderr)
     return report.exit_code
+
+
+def _gather_counted(progress: Progress) -> Gatherer:
+    """The fleet's facts gathered as usual, each node counted on `progress` when it answers
+    (or fails to)."""
+    from sparkbase.facts.collect import gather_fleet, gather_node
+
+    def gather_one(node: str, target: SshTarget, plan: FactPlan) -> FactsResult:
+        try:
+            return gather_node(node, target, plan)
+        finally:
+            progress.done(node)
+
+    def gather(targets: Mapping[str, SshTarget], plans: Mapping[str, FactPlan], parallel: int
+               ) -> dict[str, FactsResult]:
+        return gather_fleet(targets, plans, parallel, gather=gather_one)
+
+    return gather
 
 
 def _baseline_problem(site: Site, args: argparse.Namespace) -> str | None:

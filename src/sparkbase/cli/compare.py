@@ -26,7 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Compare; exit 0, or 2 when a name is not a concrete baseline of the site."""
     from sparkbase.cli.common import load_site_or_exit
-    from sparkbase.compare import compare_baselines, format_table
+    from sparkbase.compare import compare_baselines, comparison_table, contract_lines
+    from sparkbase.console import print_table
 
     site = load_site_or_exit(args)
     for name in (args.a, args.b):
@@ -43,5 +44,6 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report.as_json(), indent=2, sort_keys=True))
     else:
-        sys.stdout.write(format_table(report))
+        print_table(comparison_table(report))
+        sys.stdout.write("\n".join(contract_lines(report)) + "\n")
     return 0

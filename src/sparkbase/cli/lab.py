@@ -19,6 +19,12 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sparkbase.console import Table
+    from sparkbase.lab.fleet import NodeStatus
 
 FAULT_KINDS = ("gpu-latch", "gpu-busy", "gid-moved", "link-down", "unreachable", "hang", "kernel-panic",
                "governor", "sb-not-enforcing", "sb-disabled", "sb-setup-mode", "no-efi", "dkms-noise",
@@ -89,13 +95,9 @@ def run(args: argparse.Namespace) -> int:
                                   "nodes": [n.to_json() for n in nodes]}, indent=2))
                 return 0
             print(f"lab {lab.dir}: {'up' if lab.is_up() else 'down'}")
-            print(f"{'NODE':<8} {'STATE':<12} {'PORT':>5} {'PID':>7} {'KERNEL':<24} "
-                  f"{'PAGE':>6} {'RSS':>8}  FAULTS")
-            for n in nodes:
-                print(f"{n.name:<8} {n.state:<12} {n.port:>5} {n.pid or '-':>7} "
-                      f"{n.release or '-':<24} {n.page_size or '-':>6} "
-                      f"{str(n.rss_kb // 1024) + 'M' if n.pid else '-':>8}  "
-                      f"{','.join(sorted(n.faults)) or '-'}")
+            from sparkbase.console import print_table
+
+            print_table(status_table(nodes))
             return 0
         if action == "reboot":
             lab.reboot(args.node, wait=not args.no_wait)
@@ -124,6 +126,38 @@ def run(args: argparse.Namespace) -> int:
         print(f"sparkbase lab: {exc}", file=sys.stderr)
         return 1
     return 2
+
+
+def status_table(nodes: Sequence[NodeStatus]) -> Table:
+    """`lab status` as a table: one row per node, `-` where a value is unknown; a node's
+    state in colour on a terminal."""
+    from sparkbase.console import Column, Table
+
+    return Table(
+        (
+            Column("NODE"),
+            Column("STATE", styles={"up": "green", "unreachable": "bold red", "down": "yellow"}),
+            Column("PORT", align="right"),
+            Column("PID", align="right"),
+            Column("KERNEL"),
+            Column("PAGE", align="right"),
+            Column("RSS", align="right"),
+            Column("FAULTS", styles={"-": "dim"}),
+        ),
+        [
+            (
+                n.name,
+                n.state,
+                str(n.port),
+                str(n.pid or "-"),
+                n.release or "-",
+                str(n.page_size or "-"),
+                f"{n.rss_kb // 1024}M" if n.pid else "-",
+                ",".join(sorted(n.faults)) or "-",
+            )
+            for n in nodes
+        ],
+    )
 
 
 def _lane(lab: object, args: argparse.Namespace) -> int:

@@ -13,8 +13,11 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Any, Protocol
 
 from sparkbase import __version__
+from sparkbase.cli.logs import LEVELS
 
 #: sub-command name -> (module under sparkbase.cli, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -59,12 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"sparkbase {__version__}")
-    parser.add_argument(
-        "--debug",
-        action="store_true",
-        default=bool(os.environ.get("SPARKBASE_DEBUG")),
-        help="on an internal error (exit 70), print the traceback too (also: $SPARKBASE_DEBUG=1)",
-    )
+    add_global_options(parser, with_defaults=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module_name, help_text) in COMMANDS.items():
         try:
@@ -81,8 +79,52 @@ def build_parser() -> argparse.ArgumentParser:
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         module.add_arguments(command)
+        add_global_options(command.add_argument_group("global options"), with_defaults=False)
         command.set_defaults(_run=module.run)
     return parser
+
+
+class _TakesArguments(Protocol):
+    """A parser or an argument group."""
+
+    def add_argument(self, *names: str, **settings: Any) -> Any:
+        """Add one option."""
+
+
+def add_global_options(parser: _TakesArguments, with_defaults: bool) -> None:
+    """`--debug`, `--no-color`, `--log-level`, `--log-file`: accepted before the command and
+    after it (`sparkbase --no-color audit` or `sparkbase audit --no-color`). Only the main
+    parser sets defaults, so a command's parser never overwrites what was given before it."""
+
+    def default(value: object) -> object:
+        return value if with_defaults else argparse.SUPPRESS
+
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        default=default(bool(os.environ.get("SPARKBASE_DEBUG"))),
+        help="on an internal error (exit 70), print the traceback too (also: $SPARKBASE_DEBUG=1)",
+    )
+    parser.add_argument(
+        "--no-color",
+        action="store_true",
+        default=default(False),
+        help="plain text only: no colour, no table borders, no live progress (also: $NO_COLOR set, "
+        "or output not a terminal)",
+    )
+    parser.add_argument(
+        "--log-level",
+        choices=LEVELS,
+        default=default(None),
+        help="log records shown on stderr (default: warning) and kept in --log-file (default: info)",
+    )
+    parser.add_argument(
+        "--log-file",
+        type=Path,
+        metavar="FILE",
+        default=default(None),
+        help="append log records to FILE (created 0600; a symbolic link or non-regular file is refused)",
+    )
 
 
 def restrict_umask() -> None:
@@ -103,25 +145,55 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.stdout = TerminalStream(saved[0])
     sys.stderr = TerminalStream(saved[1])
     try:
-        return _main(argv)
+        return _main(argv, saved)
     finally:
         sys.stdout, sys.stderr = saved
 
 
-def _main(argv: Sequence[str] | None) -> int:
+def _main(argv: Sequence[str] | None, real: tuple[IO[str], IO[str]]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2
     restrict_umask()
+    from sparkbase import console
+
+    console.configure(args.no_color, *real)
+    from sparkbase.cli.logs import LogFileError, configure_logging
+
+    try:
+        undo_logging = configure_logging(args.log_level, args.log_file)
+    except LogFileError as exc:
+        from sparkbase.text import shown
+
+        print(f"sparkbase: --log-file {shown(args.log_file)}: {exc}", file=sys.stderr)
+        return 2
+    import logging
+    import time
+
+    log = logging.getLogger(__name__)
+    log.debug("sparkbase %s, arguments: %s", __version__, " ".join(sys.argv[1:] if argv is None else argv))
+    started = time.monotonic()
+    status = INTERNAL_ERROR
+    try:
+        status = _run(args)
+        return status
+    except SystemExit as exc:  # a command's own exit (e.g. 2 from a bad site)
+        status = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+        raise
+    finally:
+        log.info("%s: exit %d (%.2fs)", args.command, status, time.monotonic() - started)
+        undo_logging()
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run the command; a configuration error is exit 2, an unexpected one exit 70."""
     from sparkbase.errors import ConfigError
 
     try:
         status: int = args._run(args)
     except ConfigError as exc:
-        from pathlib import Path
-
         for problem in exc.problems:
             print(problem.format(Path.cwd()), file=sys.stderr)
         print("sparkbase: bad configuration; nothing was done", file=sys.stderr)

@@ -40,7 +40,10 @@ def run(args: argparse.Namespace) -> int:
     lab = lab_path(args)
     mok = mok_files(args, lab)
     check_buildable(site, nodes, mok)
-    report = plan(site, nodes, Options(lab=lab, mok=mok, drain=args.drain))
+    from sparkbase.console import Progress
+
+    with Progress("plan") as progress:
+        report = plan(site, nodes, Options(lab=lab, mok=mok, drain=args.drain, progress=progress.step))
     for name, breaches in breaches_by_baseline(site, nodes).items():
         report.notes.append(f"note: baseline '{name}' breaks the site contract ({'; '.join(breaches)}); "
                             "apply needs --override-policy REASON")
