@@ -205,7 +205,7 @@ class Session:
         from pyinfra.context import host
 
         from sparkbase.deploy.facts import BootState, FileText, MokState
-        from sparkbase.deploy.operations import NOOP_REASONS
+        from sparkbase.deploy.operations.base import NOOP_REASONS
         from sparkbase.deploy.pyinfra_deploy import add_steps
 
         NOOP_REASONS.pop(node, None)
@@ -268,7 +268,7 @@ class Session:
                 self.errors[node] else NodeStatus.UNREACHABLE
             out.message = self.errors.get(node, "")
             return out
-        from sparkbase.deploy.operations import NOOP_REASONS
+        from sparkbase.deploy.operations.base import NOOP_REASONS
 
         reasons = NOOP_REASONS.get(node, {})
         will: list[Step] = []

@@ -12,7 +12,7 @@ now is still what sparkbase made; anything else is kept and reported:
 - `kept: … changed since sparkbase created it` — recorded, but the content differs.
 
 Pure: the record model, its JSON form and the decisions; no host, no pyinfra. The deploy
-(`deploy/operations.py`) turns decisions into commands.
+(`deploy/operations/`) turns decisions into commands.
 
 Record file format 1:
 

@@ -1,0 +1,76 @@
+"""pyinfra operations sparkbase needs beyond pyinfra's own, one module per domain.
+
+Each reads facts, compares with what the baseline wants, then yields commands, or records
+a no-op with its reason. Commands are built from quoted arguments. Operations that depend
+on an earlier file step take that step's `OperationMeta` (`trigger`) and act when it
+changed (or will change). This package re-exports the operations the deploy calls.
+"""
+
+from __future__ import annotations
+
+from sparkbase.deploy.operations.base import (
+    NOOP_REASONS,
+    Decision,
+    atomic_upload,
+    carry_out,
+    changed,
+    cmd,
+    noop,
+)
+from sparkbase.deploy.operations.boot import grub_stale, grub_update
+from sparkbase.deploy.operations.dkms import decide_dkms_install, dkms_install
+from sparkbase.deploy.operations.files import directory, file, upload
+from sparkbase.deploy.operations.host import after_change, default_target, unit_disabled, unit_enabled
+from sparkbase.deploy.operations.memory import (
+    NotSparkbases,
+    decide_swap_file,
+    swap_file,
+    swapon,
+    sysctl_apply,
+    thp,
+)
+from sparkbase.deploy.operations.packages import (
+    APT_INSTALL,
+    apt_update_for,
+    hold,
+    missing_pins,
+    pinned_packages,
+)
+from sparkbase.deploy.operations.record import forget, remember, write_record
+from sparkbase.deploy.operations.secure_boot import mok_import
+
+__all__ = [
+    "APT_INSTALL",
+    "NOOP_REASONS",
+    "Decision",
+    "NotSparkbases",
+    "after_change",
+    "apt_update_for",
+    "atomic_upload",
+    "carry_out",
+    "changed",
+    "cmd",
+    "decide_dkms_install",
+    "decide_swap_file",
+    "default_target",
+    "directory",
+    "dkms_install",
+    "file",
+    "forget",
+    "grub_stale",
+    "grub_update",
+    "hold",
+    "missing_pins",
+    "mok_import",
+    "noop",
+    "pinned_packages",
+    "remember",
+    "swap_file",
+    "swapon",
+    "sysctl_apply",
+    "thp",
+    "unit_disabled",
+    "unit_enabled",
+    "upload",
+    "write_record",
+]

@@ -1,0 +1,46 @@
+"""Boot operations: grub.cfg regenerated when it does not boot the baseline's kernel as it wants."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyinfra.api.operation import operation
+from pyinfra.context import host
+
+from sparkbase.deploy.facts import (
+    GrubConfig,
+)
+from sparkbase.deploy.operations.base import changed, noop
+from sparkbase.facts.model import GrubBoot
+
+
+def grub_stale(grub: GrubBoot, release: str, default_entry: str | None, cmdline: list[str],
+               forbid: list[str]) -> str | None:
+    """Why grub.cfg does not reflect the baseline (None when it does). With `default_entry`
+    (the baseline pins GRUB's default), the default must boot `release`, however GRUB names
+    it (title path, entry id, index, `${saved_entry}`), as the audit judges it."""
+    entry = next((e for e in grub.entries if e.release == release and not e.recovery), None)
+    if entry is None:
+        return f"grub.cfg has no entry for {release}"
+    booted = grub.default_entry.release if grub.default_entry else None
+    if default_entry is not None and booted != release:
+        return f"grub.cfg default {grub.default!r} boots {booted or 'no entry'}"
+    missing = [arg for arg in cmdline if arg not in entry.args]
+    if missing:
+        return f"{release} entry lacks {' '.join(missing)}"
+    bad = [arg for arg in entry.args if arg in forbid or arg.split("=")[0] in forbid]
+    if bad:
+        return f"{release} entry carries forbidden {' '.join(bad)}"
+    return None
+
+
+@operation()
+def grub_update(release: str, default_entry: str | None, cmdline: list[str], forbid: list[str],
+                trigger: Any = None) -> Any:
+    """`update-grub` when the drop-in changed or grub.cfg does not match the baseline."""
+    reason = "the GRUB drop-in changed" if changed(trigger) else None
+    reason = reason or grub_stale(host.get_fact(GrubConfig), release, default_entry, cmdline, forbid)
+    if reason is None:
+        noop(f"grub.cfg boots {release} with the baseline's arguments")
+        return
+    yield "update-grub"

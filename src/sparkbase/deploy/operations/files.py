@@ -1,0 +1,100 @@
+"""File operations: exact content and mode (temp file, then rename), operator uploads, directories."""
+
+from __future__ import annotations
+
+import difflib
+import posixpath
+from io import BytesIO
+from typing import Any
+
+from pyinfra import logger
+from pyinfra.api.operation import operation
+from pyinfra.context import host, state
+from pyinfra.facts.files import Directory
+
+from sparkbase.deploy.facts import (
+    TEMP_SUFFIX,
+    FileState,
+    FileText,
+)
+from sparkbase.deploy.operations.base import atomic_upload, cmd, noop
+from sparkbase.deploy.operations.record import remember
+from sparkbase.policy.ownership import (
+    Kind,
+    created,
+    now_utc,
+)
+
+
+def _diff(path: str, old: str | None, new: str) -> list[str]:
+    return list(
+        difflib.unified_diff(
+            (old or "").splitlines(keepends=True),
+            new.splitlines(keepends=True),
+            fromfile=f"{path} (node)" if old is not None else "/dev/null",
+            tofile=f"{path} (baseline)",
+        )
+    )
+
+
+def _leftover(path: str, leftover: bool) -> Any:
+    """Remove the half-done upload an interrupted run left beside an up-to-date `path`."""
+    if leftover:
+        yield cmd("rm", "-f", path + TEMP_SUFFIX)
+
+
+@operation()
+def file(path: str, content: str, mode: int, sha256: str, secret: bool = False, baseline: str = "") -> Any:
+    """`path` holds exactly `content` with `mode`; written to a temp file, then renamed (and
+    recorded as sparkbase's when it created the file)."""
+    current = host.get_fact(FileState, path=path)
+    if current is not None and current.sha256 == sha256:
+        yield from _leftover(path, current.leftover)
+        if current.mode == mode:
+            if not current.leftover:
+                noop(f"{path} is identical (sha256 {sha256[:12]}, mode {mode:o})")
+            return
+        yield cmd("chmod", f"{mode:o}", path)
+        return
+    if state.config.DIFF and not secret:
+        old = host.get_fact(FileText, path=path) if current is not None else None
+        for line in _diff(path, old, content):
+            logger.info("    %s", line.rstrip("\n"))
+    if current is None:
+        yield cmd("mkdir", "-p", posixpath.dirname(path))
+    yield from atomic_upload(BytesIO(content.encode()), path, mode, sha256, path + TEMP_SUFFIX)
+    yield from remember(created(Kind.FILE, path, baseline, now_utc(), sha256=sha256),
+                        only_if_recorded=current is not None)
+
+
+@operation()
+def upload(path: str, local: str, mode: int, sha256: str, baseline: str = "") -> Any:
+    """Operator file `local` lands at `path` with `mode`; never diffed or printed.
+
+    Used for the MOK key pair: the temp file sits in the (0700) target directory, and its
+    mode is set before the rename, so the key is never readable by others, even briefly.
+    """
+    current = host.get_fact(FileState, path=path)
+    if current is not None and current.sha256 == sha256:
+        yield from _leftover(path, current.leftover)
+        if current.mode == mode:
+            if not current.leftover:
+                noop(f"{path} is in place (mode {mode:o})")
+            return
+        yield cmd("chmod", f"{mode:o}", path)
+        return
+    yield from atomic_upload(local, path, mode, sha256, path + TEMP_SUFFIX)
+    yield from remember(created(Kind.FILE, path, baseline, now_utc(), sha256=sha256),
+                        only_if_recorded=current is not None)
+
+
+@operation()
+def directory(path: str, mode: int, baseline: str = "") -> Any:
+    """A directory owned by root with exactly `mode` (recorded as sparkbase's when it created it)."""
+    info = host.get_fact(Directory, path=path)
+    if info and info.get("mode") == int(f"{mode:o}"):
+        noop(f"{path} exists with mode {mode:o}")
+        return
+    yield cmd("install", "-d", "-m", f"{mode:o}", path)
+    if not info:
+        yield from remember(created(Kind.DIRECTORY, path, baseline, now_utc()))

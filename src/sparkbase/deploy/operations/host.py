@@ -1,0 +1,67 @@
+"""Host operations: the default target, units enabled or disabled, commands run after a file changed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyinfra.api.operation import operation
+from pyinfra.context import host
+
+from sparkbase.deploy.facts import (
+    DefaultTarget,
+    UnitState,
+)
+from sparkbase.deploy.operations.base import changed, cmd, noop
+from sparkbase.deploy.operations.record import remember
+from sparkbase.policy.ownership import (
+    Kind,
+    created,
+    now_utc,
+)
+
+
+@operation()
+def after_change(command: list[str], what: str, trigger: Any = None) -> Any:
+    """Run `command` when the file operation `trigger` changed (or will)."""
+    if not changed(trigger):
+        noop(f"{what} did not change")
+        return
+    yield cmd(*command)
+
+
+@operation()
+def default_target(target: str) -> Any:
+    """`systemctl set-default`."""
+    if host.get_fact(DefaultTarget) == target:
+        noop(f"default target is {target}")
+        return
+    yield cmd("systemctl", "set-default", target)
+
+
+@operation()
+def unit_disabled(unit: str) -> Any:
+    """The unit is neither enabled nor running (`disable --now`)."""
+    current = host.get_fact(UnitState, unit=unit)
+    # `static` units cannot be disabled, only stopped (the audit's `enabled` counts them)
+    enabled = current.unit_file_state in ("enabled", "enabled-runtime", "alias")
+    active = current.active_state == "active"
+    if not current.unit_file_state and not active:
+        noop(f"{unit} is not installed")
+        return
+    if not enabled and not active:
+        noop(f"{unit} is {current.unit_file_state} and inactive")
+        return
+    yield cmd("systemctl", "disable" if enabled else "stop", *(["--now"] if enabled else []), unit)
+
+
+@operation()
+def unit_enabled(unit: str, baseline: str = "") -> Any:
+    """The unit is enabled and running (`enable --now`); recorded as sparkbase's when it was
+    not enabled before (so other baselines' nodes disable it only then)."""
+    current = host.get_fact(UnitState, unit=unit)
+    if current.unit_file_state == "enabled" and current.active_state == "active":
+        noop(f"{unit} is enabled and active")
+        return
+    yield cmd("systemctl", "enable", "--now", unit)
+    if current.unit_file_state != "enabled":
+        yield from remember(created(Kind.UNIT, unit, baseline, now_utc()))

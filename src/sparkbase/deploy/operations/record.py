@@ -1,0 +1,50 @@
+"""The ownership record on the node: read live after the commands that created or removed
+something ran (code after an operation's first yield only runs when it executes), then
+written atomically."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from io import BytesIO
+from typing import Any
+
+from pyinfra.context import host
+
+from sparkbase.deploy.facts import (
+    TEMP_SUFFIX,
+)
+from sparkbase.deploy.operations.base import atomic_upload, cmd
+from sparkbase.deploy.ownership_fact import OwnedRecord
+from sparkbase.policy.ownership import (
+    OWNERSHIP_DIR,
+    OWNERSHIP_PATH,
+    Kind,
+    OwnedItem,
+    OwnershipRecord,
+)
+
+
+def write_record(record: OwnershipRecord) -> Any:
+    data = record.to_json().encode()
+    yield cmd("install", "-d", "-m", "700", OWNERSHIP_DIR)
+    yield from atomic_upload(BytesIO(data), OWNERSHIP_PATH, 0o600, hashlib.sha256(data).hexdigest(),
+                              OWNERSHIP_PATH + TEMP_SUFFIX)
+
+
+def remember(*items: OwnedItem, only_if_recorded: bool = False) -> Any:
+    """Record `items` as created by sparkbase (with `only_if_recorded`: update them only where
+    the record already holds them, e.g. a file sparkbase rewrote but did not create)."""
+    record: OwnershipRecord = host.get_fact(OwnedRecord)
+    if only_if_recorded:
+        items = tuple(item for item in items if record.find(item.kind, item.target) is not None)
+    if items:
+        yield from write_record(record.with_items(items))
+
+
+def forget(keys: Iterable[tuple[Kind, str]]) -> Any:
+    """Drop removed items from the record."""
+    record: OwnershipRecord = host.get_fact(OwnedRecord)
+    updated = record.without(keys)
+    if updated != record:
+        yield from write_record(updated)

@@ -1,0 +1,26 @@
+"""Secure Boot operations: MOK enrolment."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyinfra.api.operation import operation
+from pyinfra.context import host
+
+from sparkbase.deploy.facts import (
+    MokState,
+)
+from sparkbase.deploy.operations.base import cmd, noop
+
+
+@operation()
+def mok_import(certificate: str, fingerprint: str) -> Any:
+    """`mokutil --import` the certificate unless enrolled or already pending."""
+    mok = host.get_fact(MokState)
+    if fingerprint in mok["enrolled"]:
+        noop(f"MOK {fingerprint[:11]}… is enrolled")
+        return
+    if fingerprint in mok["pending"]:
+        noop(f"MOK {fingerprint[:11]}… is pending enrolment (completes at the next reboot)")
+        return
+    yield cmd("mokutil", "--import", certificate, "--root-pw")
