@@ -182,7 +182,7 @@ def test_the_key_covers_version_and_code(site_copy: Path, monkeypatch: pytest.Mo
 def test_an_unwritable_site_just_goes_without_cache(
     site_copy: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def refuse(path: Path, data: bytes, mode: int = 0o644) -> None:
+    def refuse(path: Path, data: bytes, mode: int = 0o644, *, durable: bool = True) -> None:
         raise PermissionError(13, "Permission denied")
 
     monkeypatch.setattr("sparkbase.atomicfile.write_atomic", refuse)

@@ -121,14 +121,14 @@ def decide(site: Site, name: str, lane: Lane, report: AuditReport) -> list[Refus
 
 def preflight(site: Site, name: str, targets: Mapping[str, SshTarget], parallel: int = 16) -> PreflightResult:
     """Audit the lane's nodes against the lane's baseline and decide."""
-    from sparkbase.audit.expected import expected_for
+    from sparkbase.audit.expected import expectations
     from sparkbase.audit.run import run_audit
     from sparkbase.audit.runtime import lane_probes
 
     start = time.monotonic()
     lane = site.lanes[name]
-    expectations = {node: expected_for(site, node, lane.baseline) for node in lane.nodes}
     # the lane's own serving processes, if it already runs: what they load is checked too
-    report = run_audit(site.rules.site, expectations, targets, parallel, probes=lane_probes(site, [name]))
+    report = run_audit(site.rules.site, expectations(site, lane.nodes, lane.baseline), targets, parallel,
+                       probes=lane_probes(site, [name]))
     refusals = decide(site, name, lane, report)
     return PreflightResult(name, tuple(refusals), report, time.monotonic() - start)

@@ -13,6 +13,12 @@ loaded from its YAML as without a cache, and the cache rewritten. A site with er
 never cached. Warnings travel with the cached site (`Site.warnings`), so they are still
 printed. Writing is atomic (a temporary file, then a rename) with mode 0600; a site
 directory that cannot be written just goes without a cache.
+
+Values derived from a cached site alone (the audit's expectations: every node's rendered
+files) are kept beside it under the same key (`load_derived`, `store_derived`), so a
+launch gate on an unchanged site neither renders nor imports the template engine. They
+follow the same rules: the same key or a miss, a miss recomputes, nothing else is trusted.
+The key also covers the templates, which shape what is derived.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import os
 import pickle
 import stat
 import sys
+import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -37,10 +44,14 @@ CACHE_FILE = "site.pickle"
 #: set to any non-empty value to load every site from its YAML
 DISABLE_ENV = "SPARKBASE_NO_SITE_CACHE"
 #: bumped when the key's recipe or the cached object's shape changes
-_CACHE_FORMAT = "1"
+_CACHE_FORMAT = "2"
 _KEY_SIZE = 32  # a sha256 digest, stored before the pickle
 #: libraries whose version can change what a site load returns (parsing, validation)
 _PARSING_DEPENDENCIES = ("ruamel.yaml", "pydantic", "pydantic_core")
+#: files of the package whose content shapes a load or what is derived from it
+_CODE_SUFFIXES = (".py", ".j2")
+#: the key of each site this process loaded through the cache: id -> (the site, its key)
+_SITE_KEYS: dict[int, tuple[weakref.ref[Site], bytes]] = {}
 
 
 def cache_file(root: Path) -> Path:
@@ -84,7 +95,65 @@ def load_cached(root: Path, key: bytes) -> Site | None:
         return None
     from sparkbase.model.site import Site
 
-    path = cache_file(root)
+    site = _read_pickle(cache_file(root), key)
+    if not isinstance(site, Site):
+        return None
+    _remember_key(site, key)
+    return site
+
+
+def store(root: Path, key: bytes, site: Site) -> None:
+    """Keep `site` under `key`; silently nothing when the site directory is not writable."""
+    if os.environ.get(DISABLE_ENV):
+        return
+    _remember_key(site, key)
+    _write_pickle(cache_file(root), key, site)
+
+
+def derived_file(root: Path, name: str) -> Path:
+    """The file that keeps the derived values called `name` of the site at `root`."""
+    return root / CACHE_DIR / f"{name}.pickle"
+
+
+def load_derived(site: Site, name: str) -> dict[object, object]:
+    """The values called `name` kept for `site`, or {} when there are none to trust: the
+    site did not come through the cache (loaded without it, or changed since, as
+    `dataclasses.replace` does), the file holds another key, or it is unsound."""
+    key = _key_of(site)
+    if key is None:
+        return {}
+    values = _read_pickle(derived_file(site.root, name), key)
+    return values if isinstance(values, dict) else {}
+
+
+def store_derived(site: Site, name: str, values: dict[object, object]) -> None:
+    """Keep `values` (a dict, picklable) for `site` under its key; nothing for a site that
+    did not come through the cache, or when the site directory is not writable."""
+    key = _key_of(site)
+    if key is not None:
+        _write_pickle(derived_file(site.root, name), key, values)
+
+
+def _remember_key(site: Site, key: bytes) -> None:
+    """Note that `site` is what the files under `key` load into (for its derived values)."""
+    ident = id(site)
+    _SITE_KEYS[ident] = (weakref.ref(site), key)
+    weakref.finalize(site, _SITE_KEYS.pop, ident, None)
+
+
+def _key_of(site: Site) -> bytes | None:
+    """The key `site` was loaded or stored under by this process, if it was."""
+    if os.environ.get(DISABLE_ENV):
+        return None
+    entry = _SITE_KEYS.get(id(site))
+    if entry is None or entry[0]() is not site:
+        return None
+    return entry[1]
+
+
+def _read_pickle(path: Path, key: bytes) -> object:
+    """What the cache file `path` holds under `key`, or None: a missing, foreign, writable
+    by others, linked, stale or corrupt file is a miss."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError:
@@ -103,35 +172,38 @@ def load_cached(root: Path, key: bytes) -> Site | None:
         return None
     try:
         # ours and no one else's to write (checked above); whoever can write it can edit the site
-        site = pickle.loads(data[_KEY_SIZE:])  # noqa: S301
+        return pickle.loads(data[_KEY_SIZE:])  # noqa: S301
     except Exception:  # a corrupt cache is a miss, whatever unpickling raises
         return None
-    return site if isinstance(site, Site) else None
 
 
-def store(root: Path, key: bytes, site: Site) -> None:
-    """Keep `site` under `key`; silently nothing when the site directory is not writable."""
-    if os.environ.get(DISABLE_ENV):
-        return
+def _write_pickle(path: Path, key: bytes, value: object) -> None:
+    """Write `value` under `key` to the cache file `path` (0600, atomic; not fsynced: a cache
+    lost in a crash is rebuilt); silently nothing when it cannot be written."""
     from sparkbase.atomicfile import write_atomic
 
     try:
-        data = key + pickle.dumps(site, protocol=pickle.HIGHEST_PROTOCOL)
-        write_atomic(cache_file(root), data, mode=0o600)
+        data = key + pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        write_atomic(path, data, mode=0o600, durable=False)
     except (OSError, pickle.PicklingError, TypeError, AttributeError):
         return
 
 
 def _code_stamp() -> bytes:
-    """Size and mtime of every `.py` file of the installed sparkbase package."""
+    """Size and mtime of every module and template of the installed sparkbase package."""
     package = Path(__file__).resolve().parent.parent
     parts: list[str] = []
-    for module in sorted(package.rglob("*.py")):
-        try:
-            info = module.stat()
-        except OSError:
-            continue
-        parts.append(f"{module.relative_to(package)}:{info.st_size}:{info.st_mtime_ns}")
+    for directory, subdirectories, files in os.walk(package):
+        subdirectories[:] = sorted(name for name in subdirectories if name != "__pycache__")
+        for name in sorted(files):
+            if not name.endswith(_CODE_SUFFIXES):
+                continue
+            path = os.path.join(directory, name)
+            try:
+                info = os.stat(path)
+            except OSError:
+                continue
+            parts.append(f"{os.path.relpath(path, package)}:{info.st_size}:{info.st_mtime_ns}")
     for dependency in _PARSING_DEPENDENCIES:
         parts.append(f"{dependency}:{_installed_stamp(dependency)}")
     return "\n".join(parts).encode()
