@@ -25,9 +25,9 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
-from sparkbase.text import shown
+from sparkbase.text import shown, shown_lines
 
 LEVELS = ("debug", "info", "warning", "error")
 #: stderr shows warnings and errors unless --log-level says otherwise
@@ -43,13 +43,17 @@ class LogFileError(Exception):
 
 
 class EscapedFormatter(logging.Formatter):
-    """A formatter whose message (and any traceback) is shown escaped: one record, one line
-    per line of its own, no control character interpreted."""
+    """A formatter that shows the message escaped (`sparkbase.text.shown`): a record is one
+    line whatever its arguments hold; a traceback keeps its own lines, each escaped."""
 
-    def format(self, record: logging.LogRecord) -> str:
-        """The record as text, every hidden character escaped."""
-        text = super().format(record)
-        return "\n".join(shown(line) for line in text.split("\n"))
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        """The message line, newlines and other hidden characters escaped."""
+        record.message = shown(record.message)
+        return super().formatMessage(record)
+
+    def formatException(self, ei: Any) -> str:
+        """The traceback, hidden characters escaped (its newlines kept)."""
+        return shown_lines(super().formatException(ei))
 
 
 class StderrFormatter(EscapedFormatter):

@@ -1,0 +1,108 @@
+"""The global `--log-level` and `--log-file`: what goes where, and a log file opened safely."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import stat
+import time
+from pathlib import Path
+
+import pytest
+
+from sparkbase.cli.logs import LogFileError, configure_logging, open_log_file
+from sparkbase.cli.main import main
+from sparkbase.console import Progress
+
+LINE_SHAPE = r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ (DEBUG|INFO|WARNING|ERROR) sparkbase[.\w]*: "
+
+
+def test_log_file_is_created_private_and_appended(tmp_path: Path, shipped_site: Path) -> None:
+    log = tmp_path / "sparkbase.log"
+    for _ in range(2):
+        assert main(["--log-file", str(log), "validate", "--site", str(shipped_site)]) == 0
+    assert stat.S_IMODE(log.stat().st_mode) == 0o600
+    lines = log.read_text().splitlines()
+    assert len(lines) == 2 and all("INFO sparkbase.cli.main: validate: exit 0" in line for line in lines)
+    assert all(re.match(LINE_SHAPE, line) for line in lines)
+
+
+def test_options_work_after_the_command_too(tmp_path: Path, shipped_site: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "after.log"
+    code = main(["validate", "--site", str(shipped_site), "--no-color", "--log-level", "debug",
+                 "--log-file", str(log)])
+    assert code == 0
+    assert "DEBUG sparkbase.cli.main: sparkbase " in log.read_text()
+    assert "sparkbase: debug: sparkbase " in capsys.readouterr().err
+
+
+def test_stderr_shows_warnings_by_default_not_info(shipped_site: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", "--site", str(shipped_site)]) == 0
+    assert "sparkbase: info:" not in capsys.readouterr().err
+    assert main(["--log-level", "info", "validate", "--site", str(shipped_site)]) == 0
+    assert "sparkbase: info: validate: exit 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["symlink", "fifo", "directory", "missing-directory"])
+def test_unsafe_log_files_are_refused(kind: str, tmp_path: Path, shipped_site: Path,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("keep me\n")
+    path = tmp_path / "log"
+    if kind == "symlink":
+        path.symlink_to(victim)
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+    else:
+        path = tmp_path / "no-such-dir" / "log"
+    started = time.monotonic()
+    assert main(["--log-file", str(path), "validate", "--site", str(shipped_site)]) == 2
+    assert time.monotonic() - started < 10  # a FIFO with no reader does not hang
+    err = capsys.readouterr().err
+    assert f"sparkbase: --log-file {path}: " in err and "Traceback" not in err
+    assert victim.read_text() == "keep me\n"
+
+
+def test_open_log_file_refuses_a_link_by_name(tmp_path: Path) -> None:
+    (tmp_path / "real").write_text("")
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    with pytest.raises(LogFileError, match="symbolic link"):
+        open_log_file(tmp_path / "link")
+
+
+def test_records_are_one_line_each_and_escaped(tmp_path: Path) -> None:
+    log = tmp_path / "escaped.log"
+    undo = configure_logging("debug", log)
+    try:
+        logging.getLogger("sparkbase.test").warning("node %s said %s", "spark1\x1b[2K", "a\nforged INFO line")
+    finally:
+        undo()
+    lines = log.read_text().splitlines()
+    assert len(lines) == 1
+    assert lines[0].endswith("node spark1\\x1b[2K said a\\nforged INFO line")
+
+
+def test_a_progress_step_is_logged_but_not_repeated_on_stderr(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = tmp_path / "progress.log"
+    undo = configure_logging("info", log)
+    try:
+        with Progress("apply", live=False) as progress:
+            progress.step("spark2: rebooting (kernel)")
+    finally:
+        undo()
+    assert capsys.readouterr().err == "spark2: rebooting (kernel)\n"  # once: the step itself
+    assert "INFO sparkbase.progress: spark2: rebooting (kernel)" in log.read_text()
+
+
+def test_undo_leaves_the_logger_as_it_was(tmp_path: Path) -> None:
+    logger = logging.getLogger("sparkbase")
+    before = (list(logger.handlers), logger.level, logger.propagate)
+    configure_logging(None, tmp_path / "x.log")()
+    assert (list(logger.handlers), logger.level, logger.propagate) == before
