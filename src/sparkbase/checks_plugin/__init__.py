@@ -12,8 +12,12 @@ plugin does nothing in a pytest run that neither passes --sparkbase-site nor swi
 - Each host's alias (`spark1`) is matched to the inventory node whose `ssh_host` it is, and
   the node gets its baseline's expectations (`sparkbase.audit.expected`).
 - Host keys are checked strictly by every backend, or the backend is refused:
-  testinfra's paramiko backend accepts any host key, so it gets a client with the known_hosts
-  file loaded and `RejectPolicy`; the OpenSSH backends (`ssh://`, `safe-ssh://`) get
+  testinfra's paramiko backend accepts any host key (WarningPolicy, no known_hosts, and a
+  silent reconnect after a drop), so sparkbase never runs the checks through it: the fact
+  script goes over sparkbase's own strict client (`transport.client`), and that client is
+  given to the backend (its `client` is a `functools.cached_property`, which Python lets a
+  caller set) so other tests on `host` in the run start on the strict connection. The
+  OpenSSH backends (`ssh://`, `safe-ssh://`) get
   `StrictHostKeyChecking=yes`, that known_hosts file only and no multiplexing, ahead of any
   option of their own (OpenSSH keeps the first value it is given). Every other backend
   (`local`, `docker`, `ansible`, ...) cannot be held to the node's host key or does not talk
@@ -34,10 +38,13 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:  # imported where used: every pytest run loads the plugin, few run the checks
+    import paramiko
+
     from sparkbase.audit.expected import Expected
     from sparkbase.audit.registry import CheckResult
     from sparkbase.facts.model import FactsResult
     from sparkbase.model.site import Site
+    from sparkbase.transport import NodeFailure
 
 #: set by `enable` (checks/conftest.py): run the checks even without --sparkbase-site
 ENABLED = pytest.StashKey[bool]()
@@ -191,6 +198,7 @@ class SparkbaseSession:
     known_hosts: Path | None
     expected: dict[str, Expected] = field(default_factory=dict)  # alias -> expectations
     facts: dict[str, FactsResult] = field(default_factory=dict)  # alias -> facts
+    clients: dict[str, paramiko.SSHClient] = field(default_factory=dict)  # alias -> strict client
 
     def node_of(self, alias: str) -> str:
         for name, node in self.site.inventory.nodes.items():
@@ -229,8 +237,6 @@ class SparkbaseSession:
     def make_strict(self, host: Any) -> None:
         """Hold the host's backend to strict host keys (see the module docstring); any
         other backend is refused (`pytest_configure` refuses it first)."""
-        from sparkbase.facts.collect import connect
-
         backend = host.backend
         name = getattr(backend, "NAME", "")
         if name in ("ssh", "safe-ssh"):
@@ -241,38 +247,69 @@ class SparkbaseSession:
             return
         if name != "paramiko":
             raise pytest.UsageError(f"backend {name!r} cannot be held to the node's host key")
-        if "client" in backend.__dict__:
-            return
-        backend.__dict__["client"] = connect(self.target(backend.host.name))
+        self.strict_client(backend)
+
+    def strict_client(self, backend: Any) -> paramiko.SSHClient:
+        """sparkbase's strict connection to a paramiko backend's host, opened once and
+        given to the backend as its client."""
+        from sparkbase.transport.client import connect
+
+        alias = backend.host.name
+        if alias not in self.clients:
+            self.clients[alias] = connect(self.target(alias))
+            backend.client = self.clients[alias]  # sets the cached_property's value
+        return self.clients[alias]
 
     def facts_of(self, host: Any) -> FactsResult:
         """The host's facts: gathered on first use, in one round trip."""
-        from sparkbase.facts.assemble import assemble
         from sparkbase.facts.model import Unreachable
-        from sparkbase.facts.script import build_script, new_marker, split_sections
+        from sparkbase.transport import TransportError
 
         alias = host.backend.host.name if hasattr(host.backend, "host") else host.backend.hostname
         if alias in self.facts:
             return self.facts[alias]
-        expected = self.expected_of(alias)
-        node = expected.node
+        node = self.expected_of(alias).node
         try:
             self.make_strict(host)
-            marker = new_marker()
-            plan = expected.plan()
-            # testinfra's own --sudo already wraps every command; else the inventory decides
-            sudo = self.target(alias).sudo and not getattr(host.backend, "sudo", False)
-            result = host.run(("sudo -n " if sudo else "") + "sh -c %s", build_script(plan, marker))
-            sections = split_sections(result.stdout, marker, result.stderr)
-            facts: FactsResult = (
-                assemble(node, plan, sections)
-                if sections.by_name
-                else Unreachable(node, f"no fact sections (exit {result.rc}): {result.stderr.strip()[:200]}")
-            )
-        except Exception as exc:  # one host's failure is that host's tests failing
-            facts = Unreachable(node, _describe(exc))
+            facts = self._gather(host, alias)
+        except TransportError as exc:
+            facts = Unreachable(node, exc.failure.message, exc.failure.kind)
+        except RuntimeError as exc:  # testinfra's OpenSSH backend: ssh itself failed (exit 255)
+            failure = _openssh_failure(exc)
+            facts = Unreachable(node, failure.message, failure.kind)
         self.facts[alias] = facts
         return facts
+
+    def _gather(self, host: Any, alias: str) -> FactsResult:
+        """Run the fact script on the host (over sparkbase's client for paramiko, through
+        testinfra's OpenSSH backend otherwise) and read its sections."""
+        from sparkbase.facts.assemble import assemble
+        from sparkbase.facts.model import Unreachable
+        from sparkbase.facts.script import build_script, new_marker, split_sections
+        from sparkbase.transport import FailureKind
+        from sparkbase.transport.client import run_command
+
+        expected = self.expected_of(alias)
+        target = self.target(alias)
+        marker = new_marker()
+        plan = expected.plan()
+        script = build_script(plan, marker)
+        backend = host.backend
+        if getattr(backend, "NAME", "") == "paramiko":
+            # testinfra's --sudo, or the inventory's non-root login: `sudo -n`
+            sudo = target.sudo or bool(getattr(backend, "sudo", False))
+            answer = run_command(self.strict_client(backend), script, target.command_timeout, sudo)
+            stdout, stderr, status = answer.stdout, answer.stderr, answer.exit_status
+        else:
+            # testinfra's own --sudo already wraps every command; else the inventory decides
+            sudo = target.sudo and not getattr(backend, "sudo", False)
+            result = host.run(("sudo -n " if sudo else "") + "sh -c %s", script)
+            stdout, stderr, status = result.stdout, result.stderr, result.rc
+        sections = split_sections(stdout, marker, stderr)
+        if not sections.by_name:
+            return Unreachable(expected.node, f"no fact sections (exit {status}): {stderr.strip()[:200]}",
+                               FailureKind.COMMAND)
+        return assemble(expected.node, plan, sections)
 
     def result(self, host: Any, check_id: str) -> CheckResult | None:
         """The check's result on the host, or None when it does not apply to its baseline."""
@@ -294,23 +331,26 @@ class SparkbaseSession:
         return None
 
 
-def _describe(exc: Exception) -> str:
-    """Why a host could not be asked; OpenSSH's host key refusal said as the audit says it."""
-    from sparkbase.facts.collect import describe_failure
-    from sparkbase.transport import HOST_KEY_HELP
+def _openssh_failure(exc: RuntimeError) -> NodeFailure:
+    """Why OpenSSH (testinfra's `ssh://` backend, which raises RuntimeError(result) when ssh
+    exits 255) could not run the command. OpenSSH says why only in words on stderr, so its
+    own fixed message for a refused host key is the one thing read from text here."""
+    from sparkbase.transport import HOST_KEY_HELP, FailureKind, NodeFailure
 
-    stderr = str(getattr(exc.args[0], "stderr", "")) if isinstance(exc, RuntimeError) and exc.args else ""
+    stderr = str(getattr(exc.args[0], "stderr", "")) if exc.args else ""
     if "Host key verification failed" in stderr:
         changed = "IDENTIFICATION HAS CHANGED" in stderr
         kind = "host key mismatch" if changed else "host key not in known_hosts"
-        return f"{kind} (refused): OpenSSH with StrictHostKeyChecking=yes: {HOST_KEY_HELP}"
-    return describe_failure(exc)
+        return NodeFailure(FailureKind.HOST_KEY,
+                           f"{kind} (refused): OpenSSH with StrictHostKeyChecking=yes: {HOST_KEY_HELP}")
+    detail = stderr.strip().splitlines()[-1] if stderr.strip() else str(exc)
+    return NodeFailure(FailureKind.UNREACHABLE, f"ssh failed: {detail[:200]}")
 
 
 def _config_known_hosts(ssh_config: Path | None, alias: str) -> Path | None:
     if ssh_config is None:
         return None
-    from sparkbase.facts.collect import import_paramiko
+    from sparkbase.transport.client import import_paramiko
 
     import_paramiko()
     import paramiko

@@ -313,14 +313,11 @@ class Session:
 
 def why_unreachable(target: SshTarget) -> str:
     """Why pyinfra could not connect, in the audit's words (a refused host key says how to
-    verify and enrol it): one strict paramiko connection attempt, outside pyinfra."""
-    from sparkbase.facts.collect import connect, describe_failure
+    verify and enrol it): one strict connection attempt, outside pyinfra."""
+    from sparkbase.transport.client import diagnose
 
-    try:
-        connect(target).close()
-    except Exception as exc:  # whatever it is, it is the reason
-        return describe_failure(exc)
-    return "SSH connection failed (strict host key checking)"
+    found = diagnose(target)
+    return found.message if found is not None else "SSH connection failed (strict host key checking)"
 
 
 def _op_name(state: Any, op_hash: str) -> str:

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
+from sparkbase.transport.failure import FailureKind
+
 if TYPE_CHECKING:
     from sparkbase.facts.runtime import ServingProcess
 
@@ -210,6 +212,8 @@ class NodeFacts:
     dkms: tuple[DkmsEntry, ...] = ()
     dkms_noise: tuple[str, ...] = ()  # `dkms status` lines that name no module (warnings)
     memory_saver: ModuleInfo | None = None
+    #: `modinfo` of the fan-control module (`host.fan_control.module`), when the baseline has one
+    fan_control: ModuleInfo | None = None
     secure_boot: SecureBoot | None = None
     mok_certificates: tuple[MokCertificate, ...] = ()
     swaps: tuple[SwapEntry, ...] = ()
@@ -225,6 +229,8 @@ class NodeFacts:
     rdma_devices: tuple[str, ...] = ()
     gids: dict[str, Gid] = field(default_factory=dict)  # hca -> entry at the baseline's index
     governors: dict[int, str] = field(default_factory=dict)
+    #: NVMe feature 0x08 (interrupt coalescing) of /dev/nvme0; None when not read
+    nvme_coalescing: int | None = None
     packages: dict[str, str] = field(default_factory=dict)  # installed name -> version
     grub: GrubBoot | None = None
     fstab: tuple[FstabEntry, ...] | None = None
@@ -245,10 +251,12 @@ class NodeFacts:
 
 @dataclass(frozen=True)
 class Unreachable:
-    """A node that could not be asked: refused, timed out, or the wrong host key."""
+    """A node that could not be asked: refused, timed out, the wrong host key or login, or
+    a fact script that did not answer; `kind` says which (`transport.failure`)."""
 
     node: str
     reason: str
+    kind: FailureKind = FailureKind.UNREACHABLE
 
 
 FactsResult = NodeFacts | Unreachable

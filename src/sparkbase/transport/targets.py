@@ -1,8 +1,8 @@
-"""How to reach each node: SSH alias, ssh_config, known_hosts, user.
+"""How to reach each node: SSH alias, ssh_config, known_hosts, user, timeouts, sudo.
 
-One source of truth for sparkbase's own SSH (paramiko), pyinfra and testinfra: the
-inventory's `ssh:` settings, or the emulated fleet's files when `--lab` is given.
-Host keys are always checked strictly against the known_hosts file.
+One source of truth for sparkbase's own SSH client (`transport.client`), pyinfra and
+testinfra (`transport.feeds`): the inventory's `ssh:` settings, or the emulated fleet's
+files when `--lab` is given. The files are checked here, before anything connects.
 """
 
 from __future__ import annotations
@@ -14,18 +14,11 @@ from pathlib import Path
 from sparkbase.boundedfile import FileRefused, Refusal, read_regular_file
 from sparkbase.errors import ConfigError, Problem
 from sparkbase.model.site import Site
+from sparkbase.transport.client import import_paramiko
 
 DEFAULT_LAB_DIR = Path("/var/lib/sparkbase/lab")
 #: the largest ssh_config or known_hosts read (real ones are kilobytes)
 MAX_SSH_FILE_BYTES = 1024 * 1024
-
-#: what to do about a refused host key (README, "Host keys"); sparkbase never edits known_hosts
-HOST_KEY_HELP = (
-    "verify the node's key on its console (ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub), "
-    "then enrol it by hand in the site's known_hosts (README: Host keys); sparkbase never "
-    "accepts or records a host key itself"
-)
-
 
 def lab_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
     """The emulated fleet's state directory: `explicit`, $SPARKBASE_LAB_DIR, or the default."""
@@ -171,8 +164,6 @@ def ssh_config_problem(path: Path) -> str | None:
         return f"{path}: not an OpenSSH client config (not UTF-8 text)"
     except ValueError as exc:
         return str(exc)
-    from sparkbase.facts.collect import import_paramiko
-
     import_paramiko()
     import paramiko
 
@@ -195,8 +186,6 @@ def known_hosts_problem(path: Path) -> str | None:
         return f"{path}: not an OpenSSH known_hosts file (not UTF-8 text)"
     except ValueError as exc:
         return str(exc)
-    from sparkbase.facts.collect import import_paramiko
-
     import_paramiko()
     from paramiko.hostkeys import HostKeyEntry
 
