@@ -208,7 +208,7 @@ def comparison_table(report: ComparisonReport) -> Table:
 
     a_name, b_name = report.a.name, report.b.name
     columns = (
-        Column("FIELD"),
+        Column("FIELD", wrap=False),
         Column(a_name),
         Column("SOURCE", styles={"(no source)": "yellow"}),
         Column(b_name),

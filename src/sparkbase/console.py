@@ -108,6 +108,9 @@ class Column:
     align: Align = "left"
     #: rich rendering: the style of a cell by its exact text (e.g. `FAIL` -> `bold red`)
     styles: Mapping[str, str] = field(default_factory=dict)
+    #: rich rendering: a narrow terminal folds this column's long cells (False: never, for
+    #: the keys a reader scans, such as node names and check ids)
+    wrap: bool = True
 
 
 @dataclass(frozen=True)
@@ -153,9 +156,11 @@ def rich_table(table: Table) -> Any:
     from rich.table import Table as RichTable
     from rich.text import Text
 
-    drawn = RichTable(box=box.SIMPLE_HEAD, header_style="bold", pad_edge=False)
+    drawn = RichTable(box=box.SIMPLE_HEAD, header_style="bold", pad_edge=False, show_edge=False)
     for column in table.columns:
-        drawn.add_column(Text(shown(column.header)), justify=column.align, overflow="fold")
+        drawn.add_column(
+            Text(shown(column.header)), justify=column.align, overflow="fold", no_wrap=not column.wrap
+        )
     for row in table.rows:
         drawn.add_row(
             *(
@@ -199,19 +204,13 @@ class Progress:
 
     def __enter__(self) -> Progress:
         if self._stream is not None:
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                SpinnerColumn,
-                TextColumn,
-                TimeElapsedColumn,
-            )
+            from rich.progress import BarColumn, MofNCompleteColumn, SpinnerColumn, TextColumn
             from rich.progress import Progress as RichProgress
 
+            # no elapsed-time column: the display is redrawn only when something happens
             columns: list[Any] = [SpinnerColumn(), TextColumn("{task.description}")]
             if self.total is not None:
                 columns += [BarColumn(), MofNCompleteColumn()]
-            columns.append(TimeElapsedColumn())
             # no refresh thread (apply runs on gevent), and no stdout/stderr redirection: rich's
             # proxy would decode ANSI sequences in whatever else is printed meanwhile
             self._display = RichProgress(

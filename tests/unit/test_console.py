@@ -7,7 +7,11 @@ A node name or reason with rich markup (`[bold]`) or an escape sequence must pri
 from __future__ import annotations
 
 import io
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -138,3 +142,38 @@ def test_progress_elsewhere_is_plain_lines_on_stderr(capsys: pytest.CaptureFixtu
     captured = capsys.readouterr()
     assert captured.err == "spark2: rebooting (kernel \\x1b[31m)\n"
     assert captured.out == ""
+
+
+def test_plan_summary_is_a_table_with_escaped_messages(capsys: pytest.CaptureFixture[str]) -> None:
+    from sparkbase.deploy.cliutil import print_report
+    from sparkbase.deploy.results import NodeResult, NodeStatus, OpResult, Report
+
+    report = Report("plan", [
+        NodeResult("spark1", "site-stock-6.17-4k", NodeStatus.WOULD_CHANGE,
+                   [OpResult("grub", "file", "would change")], ["running kernel 6.17.0-1008"]),
+        NodeResult("spark2", "site-stock-6.17-4k", NodeStatus.UNREACHABLE,
+                   message="[bold]refused\nspark2  unchanged"),
+    ])
+    print_report(report, as_json=False, details=False)
+    assert capsys.readouterr().out.splitlines() == [
+        "plan summary:",
+        "NODE    BASELINE            STATUS        DETAIL",
+        "spark1  site-stock-6.17-4k  would change  1 change(s); reboot needed: running kernel 6.17.0-1008",
+        "spark2  site-stock-6.17-4k  unreachable   no changes; [bold]refused\\nspark2  unchanged",
+    ]
+
+
+def test_plain_output_does_not_import_rich(shipped_site: Path) -> None:
+    """The gate's paths print plain text when piped: rich (≈10–100 ms to import) stays out."""
+    script = (
+        "import sys\n"
+        "from sparkbase.cli.main import main\n"
+        f"code = main(['compare', 'site-stock-6.17-4k', 'ds41f-7x-64k', '--site', {str(shipped_site)!r}])\n"
+        "from sparkbase.console import Progress\n"
+        "with Progress('audit', total=2) as progress:\n"
+        "    progress.done('spark1')\n"
+        "print(code, sorted(name for name in sys.modules if name.split('.')[0] == 'rich'))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "TERM": "xterm-256color"})
+    assert done.stdout.splitlines()[-1] == "0 []", done.stderr[-2000:]

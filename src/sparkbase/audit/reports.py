@@ -105,7 +105,12 @@ def audit_table(report: AuditReport, verbose: bool = False) -> Table:
         if verbose or r.status == "fail":
             rows.append(("fleet", _mark(r), r.id, r.expected or "", r.observed or "", r.fix or ""))
     columns = tuple(
-        Column(header, max_width=width, styles=STATUS_STYLES if header == "STATUS" else {})
+        Column(
+            header,
+            max_width=width,
+            styles=STATUS_STYLES if header == "STATUS" else {},
+            wrap=header not in ("NODE", "STATUS", "CHECK"),
+        )
         for header, width in AUDIT_COLUMNS
     )
     return Table(columns, rows, header_when_empty=False)

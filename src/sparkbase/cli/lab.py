@@ -135,7 +135,7 @@ def status_table(nodes: Sequence[NodeStatus]) -> Table:
 
     return Table(
         (
-            Column("NODE"),
+            Column("NODE", wrap=False),
             Column("STATE", styles={"up": "green", "unreachable": "bold red", "down": "yellow"}),
             Column("PORT", align="right"),
             Column("PID", align="right"),

@@ -29,7 +29,6 @@ from typing import IO, Any
 
 from sparkbase.text import shown, shown_lines
 
-LEVELS = ("debug", "info", "warning", "error")
 #: stderr shows warnings and errors unless --log-level says otherwise
 DEFAULT_STDERR_LEVEL = "warning"
 #: a log file keeps progress steps too unless --log-level says otherwise

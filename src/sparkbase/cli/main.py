@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 from sparkbase import __version__
-from sparkbase.cli.logs import LEVELS
 
 #: sub-command name -> (module under sparkbase.cli, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -46,6 +45,9 @@ exit status:
   4  triggers: none fired, but one could not be judged (no metrics, or none it reads)
   70 internal error: a bug in sparkbase (one line; the traceback with --debug)
 """
+
+#: `--log-level` choices (sparkbase.cli.logs configures them; not imported before a command runs)
+LOG_LEVELS = ("debug", "info", "warning", "error")
 
 #: exit status of an unexpected exception (sysexits' EX_SOFTWARE): never 1, which means drift
 INTERNAL_ERROR = 70
@@ -114,7 +116,7 @@ def add_global_options(parser: _TakesArguments, with_defaults: bool) -> None:
     )
     parser.add_argument(
         "--log-level",
-        choices=LEVELS,
+        choices=LOG_LEVELS,
         default=default(None),
         help="log records shown on stderr (default: warning) and kept in --log-file (default: info)",
     )

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from sparkbase.console import Table
     from sparkbase.deploy.results import Report
     from sparkbase.deploy.steps import MokFiles
     from sparkbase.model.site import Site
@@ -147,5 +148,27 @@ def print_report(report: Report, as_json: bool, details: bool) -> None:
     for note in report.notes:
         print(shown(note))
     print(f"{report.command} summary:")
-    for line in report.summary_lines():
-        print(f"  {shown(line)}")
+    from sparkbase.console import print_table
+
+    print_table(summary_table(report))
+
+
+#: a node's status in colour on a terminal
+STATUS_STYLES = {
+    "unchanged": "green", "changed": "green", "would change": "yellow", "reboot pending": "yellow",
+    "failed": "bold red", "unreachable": "bold red", "not started": "dim", "locked": "bold red",
+}
+
+
+def summary_table(report: Report) -> Table:
+    """One row per node: its baseline, where it ended up, and the detail (changes, the
+    reboot it needs or had, why it stopped)."""
+    from sparkbase.console import Column, Table
+
+    columns = (
+        Column("NODE", wrap=False),
+        Column("BASELINE"),
+        Column("STATUS", styles=STATUS_STYLES, wrap=False),
+        Column("DETAIL"),
+    )
+    return Table(columns, [(n.node, n.baseline, str(n.status), n.detail()) for n in report.nodes])

@@ -10,6 +10,8 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from sparkbase.transport.failure import FailureKind
+
 RESULT_FORMAT = 1
 #: a no-op reason that starts so is a change waiting for the reboot (plan and apply show it)
 DEFERRED = "deferred: "
@@ -58,16 +60,30 @@ class NodeResult:
     rebooted: bool = False
     running_kernel: str = ""
     message: str = ""
+    #: why the node failed or was not reached (`transport.failure`); None when it did not
+    failure: FailureKind | None = None
 
     @property
     def changes(self) -> list[OpResult]:
         """Operations that changed (or would)."""
         return [op for op in self.operations if op.status in ("changed", "would change")]
 
+    def detail(self) -> str:
+        """What happened, for people: changes, the reboot needed or done, why it stopped."""
+        detail = f"{len(self.changes)} change(s)" if self.changes else "no changes"
+        if self.reboot_reasons and self.status in (NodeStatus.REBOOT_PENDING, NodeStatus.WOULD_CHANGE):
+            detail += "; reboot needed: " + "; ".join(self.reboot_reasons)
+        if self.rebooted:
+            detail += f"; rebooted, running {self.running_kernel}"
+        if self.message:
+            detail += f"; {self.message}"
+        return detail
+
     def to_json(self) -> dict[str, Any]:
         """The node's JSON record."""
         data = asdict(self)
         data["status"] = str(self.status)
+        data["failure"] = str(self.failure) if self.failure is not None else None
         data["reboot_required"] = bool(self.reboot_reasons)
         return data
 
@@ -101,16 +117,3 @@ class Report:
             "nodes": [n.to_json() for n in self.nodes],
         }
 
-    def summary_lines(self) -> list[str]:
-        """One line per node for people."""
-        lines = []
-        for n in self.nodes:
-            detail = f"{len(n.changes)} change(s)" if n.changes else "no changes"
-            if n.reboot_reasons and n.status in (NodeStatus.REBOOT_PENDING, NodeStatus.WOULD_CHANGE):
-                detail += "; reboot needed: " + "; ".join(n.reboot_reasons)
-            if n.rebooted:
-                detail += f"; rebooted, running {n.running_kernel}"
-            if n.message:
-                detail += f"; {n.message}"
-            lines.append(f"{n.node:<10} {n.baseline:<24} {n.status!s:<15} {detail}")
-        return lines
