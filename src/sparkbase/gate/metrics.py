@@ -9,19 +9,38 @@
 - the text must be UTF-8 Prometheus exposition; anything else is one `MetricsError` that
   names the source and line and never echoes what the file holds (`--metrics /etc/shadow`
   must not print a password hash).
+
+Sample lines are parsed by prometheus_client (`text_string_to_metric_families`: name,
+unescaped labels, value, timestamp). What stays here, and why:
+
+- the walk over lines, so an error names its line and `# scrape_time` comments (how a
+  saved series marks its scrapes) date the samples below them; comments never reach the
+  library, which also splits a comment line in time quadratic in its runs of whitespace;
+- a line-length cap (`MAX_LINE`): the library scans a line character by character;
+- one shape check per sample line (`_SAMPLE`), because the library is lenient where a
+  scrape must not be: it takes `m 1 2 3` (first and last token), a fractional, `NaN` or
+  exponent timestamp, and quoted UTF-8 metric names; the engines' metric names are legacy
+  names, and a timestamp is integer milliseconds;
+- values past a float (400 digits) are read as +/-Inf, as Prometheus reads them, where
+  the library would hand back a Python integer of any size.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import threading
 import time
 from collections.abc import Collection
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
 from sparkbase.boundedfile import FileRefused, Refusal, read_regular_file
+
+if TYPE_CHECKING:
+    from prometheus_client.samples import Sample as LibrarySample
 
 #: the largest scrape read, file or HTTP body (a real scrape is kilobytes)
 MAX_BYTES = 16 * 1024 * 1024
@@ -30,6 +49,8 @@ MAX_SAMPLES = 200_000
 #: how long a URL may take in all, connection to last byte
 DEADLINE_SECONDS = 10.0
 _CHUNK = 64 * 1024
+#: the longest line read (a real scrape's lines are well under a kilobyte)
+MAX_LINE = 64 * 1024
 #: sample times outside this range (Unix seconds, year ~5138) are not a real scrape
 _MAX_TIME = 1e11
 
@@ -49,11 +70,13 @@ class Sample:
 
 
 _FLOAT = r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?|[+-]?Inf|NaN"
+#: a sample line's shape: legacy metric name, optional labels (quoted values may hold `}`),
+#: one value, optional integer-millisecond timestamp (no alternative can match the same
+#: character, so the match is linear in the line)
 _SAMPLE = re.compile(
-    r"(?P<metric>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?[ \t]+"
-    rf"(?P<value>{_FLOAT})(?:[ \t]+(?P<ts>-?\d{{1,19}}))?[ \t]*"
+    r'(?P<metric>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?:[^"}]|"(?:[^"\\]|\\.)*")*\})?[ \t]+'
+    rf"(?:{_FLOAT})(?:[ \t]+-?\d{{1,19}})?[ \t]*"
 )
-_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 _SCRAPE_TIME = re.compile(
     r"#[ \t]*scrape(?:d_at|_time)?(?:[=:][ \t]*|[ \t]+)(?P<t>\d{1,15}(?:\.\d{1,9})?)[ \t]*",
     re.IGNORECASE,
@@ -169,30 +192,89 @@ def parse_scrapes(
     seconds>` comment above it; otherwise `default_time`. Only samples of `metrics` are kept
     (all when None). Errors name `source` and the line, never its content.
     """
+    kept = _sample_lines(text, default_time, source, metrics)
+    parsed = _parsed_once(kept, source)
     samples: list[Sample] = []
+    for line, number, scrape_time in kept:
+        sample = parsed[line]
+        when = scrape_time
+        if sample.timestamp is not None:
+            when = _checked_time(float(sample.timestamp), source, number)
+        samples.append(Sample(sample.name, dict(sample.labels), _as_float(sample.value), when))
+    return samples
+
+
+def _sample_lines(
+    text: str, default_time: float, source: str, metrics: Collection[str] | None
+) -> list[tuple[str, int, float]]:
+    """The sample lines of `metrics` to parse, each with its line number and the scrape time
+    above it; every line's shape checked, comments read for `# scrape_time`."""
+    kept: list[tuple[str, int, float]] = []
     current = default_time
     for number, raw in enumerate(text.split("\n"), start=1):
         line = raw.strip(" \t\r")
         if not line:
             continue
+        if len(line) > MAX_LINE:
+            raise MetricsError(f"{source}:{number}: not Prometheus text (a line of more than {MAX_LINE} "
+                               "characters)")
         if line.startswith("#"):
             marker = _SCRAPE_TIME.fullmatch(line)
             if marker:
                 current = _checked_time(float(marker["t"]), source, number)
             continue
-        match = _SAMPLE.fullmatch(line)
-        if match is None:
+        shape = _SAMPLE.fullmatch(line)
+        if shape is None:
             raise MetricsError(f"{source}:{number}: not Prometheus text ({_SAMPLE_SHAPE})")
-        if metrics is not None and match["metric"] not in metrics:
+        if metrics is not None and shape["metric"] not in metrics:
             continue
-        if len(samples) >= MAX_SAMPLES:
+        if len(kept) >= MAX_SAMPLES:
             raise MetricsError(f"{source}:{number}: more than {MAX_SAMPLES} samples; not one scrape")
-        when = current
-        if match["ts"]:
-            when = _checked_time(int(match["ts"]) / 1000.0, source, number)
-        labels = dict(_LABEL.findall(match["labels"] or ""))
-        samples.append(Sample(match["metric"], labels, float(match["value"]), when))
+        kept.append((line, number, current))
+    return kept
+
+
+def _parsed_once(kept: list[tuple[str, int, float]], source: str) -> dict[str, LibrarySample]:
+    """prometheus_client's sample for each distinct line (a saved series repeats most lines
+    scrape after scrape); a line it refuses is a `MetricsError` at its first occurrence."""
+    lines = [line for line, _, _ in kept]
+    distinct = list(dict.fromkeys(lines))
+    parsed = _library_samples(distinct)
+    if len(parsed) != len(distinct):
+        refused = distinct[_first_refused(distinct, start=len(parsed))]
+        number = kept[lines.index(refused)][1]
+        raise MetricsError(f"{source}:{number}: not Prometheus text ({_SAMPLE_SHAPE})")
+    return dict(zip(distinct, parsed, strict=True))
+
+
+def _library_samples(lines: list[str]) -> list[LibrarySample]:
+    """prometheus_client's samples of `lines` (no comments among them, so each line is one
+    untyped sample, in order), up to the first line it refuses."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    samples: list[LibrarySample] = []
+    # whatever the library raises, the line it was reading is not a sample: the caller names it
+    with contextlib.suppress(Exception):
+        for family in text_string_to_metric_families("\n".join(lines)):
+            samples.extend(family.samples)
     return samples
+
+
+def _first_refused(lines: list[str], start: int) -> int:
+    """Index of the first line from `start` on that is not exactly one sample on its own (the
+    library yields each sample as it reads its line, so that is the line at `start`)."""
+    for index in range(start, len(lines)):
+        if len(_library_samples([lines[index]])) != 1:
+            return index
+    return min(start, len(lines) - 1)
+
+
+def _as_float(value: float) -> float:
+    """A sample value as a float; an integer past the float range is +/-Inf, as in Prometheus."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
 
 
 def _checked_time(seconds: float, source: str, number: int) -> float:
