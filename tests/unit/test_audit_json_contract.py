@@ -11,6 +11,7 @@ from sparkbase.audit.expected import expected_for
 from sparkbase.audit.reports import JSON_FORMAT, to_json
 from sparkbase.audit.run import build_report
 from sparkbase.facts.model import Unreachable
+from sparkbase.transport import FailureKind
 
 NODES = ("spark1", "spark2", "spark3", "spark4")
 TOP_KEYS = {
@@ -26,7 +27,8 @@ TOP_KEYS = {
     "fleet",
 }
 SUMMARY_KEYS = {"nodes", "unreachable", "checks", "passed", "failed_error", "failed_warn", "skipped"}
-NODE_KEYS = {"node", "baseline", "baseline_version", "reachable", "reason", "elapsed_seconds", "checks"}
+NODE_KEYS = {"node", "baseline", "baseline_version", "reachable", "reason", "failure", "elapsed_seconds",
+             "checks"}
 CHECK_KEYS = {"id", "area", "severity", "status", "expected", "observed", "fix"}
 
 
@@ -37,7 +39,7 @@ def _data() -> dict[str, object]:
     gathered = {
         **facts,
         "spark1": replace(facts["spark1"], thp="never"),
-        "spark3": Unreachable("spark3", "timed out"),
+        "spark3": Unreachable("spark3", "timed out", FailureKind.TIMEOUT),
     }
     data = json.loads(to_json(build_report("four-spark-ring", expectations, gathered, 1_700_000_000.0, 1.25)))
     assert isinstance(data, dict)
@@ -74,6 +76,7 @@ def test_node_and_check_shape() -> None:
             assert all(check[k] is None or isinstance(check[k], str) for k in ("expected", "observed", "fix"))
     unreachable = nodes[2]
     assert unreachable["reachable"] is False and unreachable["reason"] == "timed out"
+    assert unreachable["failure"] == "timeout" and nodes[0]["failure"] is None
     assert unreachable["checks"] == []
     thp = next(c for c in nodes[0]["checks"] if c["id"] == "memory.thp")
     assert thp == {

@@ -26,6 +26,7 @@ from sparkbase.deploy.steps import Step
 from sparkbase.facts.model import MokCertificate, SecureBoot
 from sparkbase.facts.script import Section, Sections, fenced_script, new_marker, split_sections
 from sparkbase.model.site import load_site
+from sparkbase.transport import FailureKind
 
 REPO = Path(__file__).resolve().parents[2]
 REAL = REPO / "tests/fixtures/real"
@@ -216,10 +217,13 @@ def test_report_json_contract_and_exit_codes() -> None:
     assert set(data) == {"format", "command", "exit_code", "notes", "nodes"}
     assert data["format"] == 1 and data["exit_code"] == 0
     assert set(data["nodes"][0]) == {"node", "baseline", "status", "operations", "reboot_reasons",
-                                     "reboot_required", "rebooted", "running_kernel", "message"}
+                                     "reboot_required", "rebooted", "running_kernel", "message", "failure"}
+    assert data["nodes"][0]["failure"] is None
     assert set(data["nodes"][0]["operations"][0]) == {"name", "kind", "status", "reason", "diff"}
     assert Report("apply", [NodeResult("a", "b", NodeStatus.REBOOT_PENDING)]).exit_code() == 1
-    assert Report("apply", [NodeResult("a", "b", NodeStatus.UNREACHABLE)]).exit_code() == 3
+    refused = NodeResult("a", "b", NodeStatus.UNREACHABLE, failure=FailureKind.HOST_KEY)
+    assert Report("apply", [refused]).exit_code() == 3
+    assert Report("apply", [refused]).to_json()["nodes"][0]["failure"] == "host key"
     assert Report("plan", [NodeResult("a", "b", NodeStatus.WOULD_CHANGE)]).exit_code() == 1
     assert Report("plan", [NodeResult("a", "b")]).exit_code() == 0
 

@@ -59,6 +59,7 @@ def to_json_data(report: AuditReport) -> dict[str, Any]:
                 "baseline_version": node.baseline_version,
                 "reachable": node.reachable,
                 "reason": node.reason,
+                "failure": str(node.failure) if node.failure is not None else None,
                 "elapsed_seconds": round(node.elapsed_seconds, 3),
                 "checks": [_check_json(r) for r in node.results],
             }

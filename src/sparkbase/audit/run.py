@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from sparkbase.audit.expected import Expected
 from sparkbase.audit.registry import CheckResult, fleet_checks, planned_checks
 from sparkbase.facts.model import FactsResult, NodeFacts, Unreachable
+from sparkbase.transport.failure import FailureKind
 
 if TYPE_CHECKING:
     from sparkbase.audit.runtime import LaneProbe
@@ -33,6 +34,8 @@ class NodeReport:
     reason: str | None
     results: tuple[CheckResult, ...]
     elapsed_seconds: float = 0.0
+    #: why the node could not be audited (`transport.failure`); None when it was
+    failure: FailureKind | None = None
 
     @property
     def blocking(self) -> list[CheckResult]:
@@ -123,7 +126,8 @@ def report_node(expected: Expected, result: FactsResult, probes: Sequence[LanePr
 
     baseline = expected.baseline
     if isinstance(result, Unreachable):
-        return NodeReport(expected.node, expected.baseline_name, baseline.version, False, result.reason, ())
+        return NodeReport(expected.node, expected.baseline_name, baseline.version, False, result.reason, (),
+                          failure=result.kind)
     return NodeReport(
         expected.node,
         expected.baseline_name,

@@ -33,9 +33,9 @@ def lab_from_env() -> Path | None:
 
 def inventory_hosts() -> list[tuple[str, dict[str, Any]]]:
     """(node, pyinfra host data) for every node of the site, in rank order."""
-    from sparkbase.deploy.runner import host_data
     from sparkbase.errors import ConfigError
     from sparkbase.transport import ssh_targets
+    from sparkbase.transport.feeds import pyinfra_host_data
 
     try:
         site = site_from_env()
@@ -46,7 +46,7 @@ def inventory_hosts() -> list[tuple[str, dict[str, Any]]]:
             print(problem.format(Path.cwd()), file=sys.stderr)
         raise SystemExit(2) from None
     nodes = sorted(site.inventory.nodes, key=lambda n: site.inventory.nodes[n].rank)
-    return [(node, host_data(targets[node])) for node in nodes]
+    return [(node, pyinfra_host_data(targets[node])) for node in nodes]
 
 
 def deploy_current_host() -> None:

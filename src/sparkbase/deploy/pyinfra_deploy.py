@@ -25,6 +25,8 @@ class AddedOp:
 
     step: Step
     meta: Any  # pyinfra OperationMeta
+    #: why the operation changes nothing ("" when it changes, or gave no reason)
+    reason: str = ""
 
 
 def _sha256_file(path: str) -> str:
@@ -118,12 +120,14 @@ ADDERS: dict[str, Callable[[Step, dict[str, Any]], Any]] = {
 
 
 def add_steps(steps: list[Step]) -> list[AddedOp]:
-    """Add one pyinfra operation per step for the current host, in order."""
+    """Add one pyinfra operation per step for the current host, in order, each with the
+    reason it changes nothing (if it says one)."""
     added: list[AddedOp] = []
     by_path: dict[str, Any] = {}
     for step in steps:
-        meta = ADDERS[step.kind](step, by_path)
+        with ops.noop_reasons() as reasons:
+            meta = ADDERS[step.kind](step, by_path)
         if step.kind == "file":
             by_path[str(step.args["path"])] = meta
-        added.append(AddedOp(step, meta))
+        added.append(AddedOp(step, meta, reasons[-1] if reasons else ""))
     return added

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from sparkbase.audit.run import AuditReport
     from sparkbase.model.lanes import Lane
     from sparkbase.model.site import Site
-    from sparkbase.transport import SshTarget
+    from sparkbase.transport import FailureKind, SshTarget
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,8 @@ class Refusal:
     where: str
     reason: str
     overridable: bool = True
+    #: for a node that could not be audited: why (`transport.failure`)
+    failure: FailureKind | None = None
 
     def line(self) -> str:
         """`spark1: kernel.release: expected …, observed …` style text (one line: the parts
@@ -107,7 +109,7 @@ def decide(site: Site, name: str, lane: Lane, report: AuditReport) -> list[Refus
     refusals = lane_refusals(site, name, lane)
     for node in report.nodes:
         if not node.reachable:
-            refusals.append(Refusal(node.node, f"unreachable: {node.reason}"))
+            refusals.append(Refusal(node.node, f"unreachable: {node.reason}", failure=node.failure))
             continue
         for result in node.blocking:
             refusals.append(

@@ -9,13 +9,13 @@ changed (or will change). This package re-exports the operations the deploy call
 from __future__ import annotations
 
 from sparkbase.deploy.operations.base import (
-    NOOP_REASONS,
     Decision,
     atomic_upload,
     carry_out,
     changed,
     cmd,
     noop,
+    noop_reasons,
 )
 from sparkbase.deploy.operations.boot import grub_stale, grub_update
 from sparkbase.deploy.operations.dkms import decide_dkms_install, dkms_install
@@ -41,7 +41,6 @@ from sparkbase.deploy.operations.secure_boot import mok_import
 
 __all__ = [
     "APT_INSTALL",
-    "NOOP_REASONS",
     "Decision",
     "NotSparkbases",
     "after_change",
@@ -63,6 +62,7 @@ __all__ = [
     "missing_pins",
     "mok_import",
     "noop",
+    "noop_reasons",
     "pinned_packages",
     "remember",
     "swap_file",

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import shlex
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, NamedTuple
 
 from pyinfra.api.command import FileUploadCommand, StringCommand
@@ -10,16 +13,34 @@ from pyinfra.context import host
 
 from sparkbase.policy.ownership import Kind
 
-#: host name -> operation hash -> the reason the operation did nothing
-NOOP_REASONS: dict[str, dict[str, str]] = {}
+#: the reasons recorded by operations added inside `noop_reasons` (greenlet-local: pyinfra
+#: prepares hosts in parallel greenlets, each with its own context)
+_REASONS: ContextVar[list[str] | None] = ContextVar("sparkbase_noop_reasons", default=None)
 
 
 def noop(reason: str) -> None:
-    """Record and log why the current operation changes nothing."""
-    op_hash = host.current_op_hash
-    if op_hash:
-        NOOP_REASONS.setdefault(host.name, {})[op_hash] = reason
+    """Log why the current operation changes nothing (pyinfra's `host.noop`), and hand the
+    reason to whoever is adding the operation (`noop_reasons`)."""
+    recorded = _REASONS.get()
+    if recorded is not None:
+        recorded.append(reason)
     host.noop(reason)
+
+
+@contextmanager
+def noop_reasons() -> Iterator[list[str]]:
+    """The no-op reasons recorded by the operations added inside the block.
+
+    pyinfra runs an operation's body when the operation is added (to find whether it will
+    change anything), so an operation that changes nothing says why during its own call;
+    no operation hash or module-global table is needed to pair the reason with it.
+    """
+    reasons: list[str] = []
+    token = _REASONS.set(reasons)
+    try:
+        yield reasons
+    finally:
+        _REASONS.reset(token)
 
 
 def cmd(*words: str) -> StringCommand:

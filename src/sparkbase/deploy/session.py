@@ -1,0 +1,408 @@
+"""One pyinfra session over a set of nodes: connect, lock, prepare, execute, results; and `plan`.
+
+A `Session` is one pyinfra `State` over some nodes: connect, prepare every node's
+operations in parallel (facts are read, nothing changes), then optionally execute. A
+no-op apply is a prepare that finds nothing to do, so it never executes anything.
+
+pyinfra is used through its documented API only (docs.pyinfra.com, 3.x: `State`,
+`Inventory`, `Config`, `connect_all`, `run_ops`, `BaseStateCallback`,
+`State.get_op_data_for_host`, `Host.get_fact`/`run_shell_command`, the `_if` and `_sudo`
+global arguments, `OperationMeta.will_change`/`is_complete`/`did_change`/`did_error`);
+`tests/unit/test_pyinfra_api.py` fails when any of them moves. No-op reasons come from
+the operations themselves (`operations.noop_reasons`), failures from the callbacks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sparkbase.deploy.drain import (
+    LaneUnits,
+    RebootGate,
+    decide_reboot,
+    is_active_command,
+    lane_runtimes,
+    parse_is_active,
+    running_lanes,
+    units_on,
+)
+from sparkbase.deploy.locks import (
+    LockHeld,
+    Owner,
+    describe_owner,
+    parse_acquire,
+    remote_acquire_command,
+    remote_break_command,
+    remote_release_command,
+    stale,
+)
+from sparkbase.deploy.reboot import reboot_reasons
+from sparkbase.deploy.results import NodeResult, NodeStatus, OpResult, Report
+from sparkbase.deploy.steps import MokFiles, Step, build_steps
+from sparkbase.model.site import Site
+from sparkbase.transport import FailureKind, NodeFailure, SshTarget, ssh_targets
+from sparkbase.transport.feeds import pyinfra_host_data
+
+if TYPE_CHECKING:  # pyinfra is imported after gevent patches the standard library
+    from sparkbase.deploy.pyinfra_deploy import AddedOp
+
+Progress = Callable[[str], None]
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def patch_gevent() -> None:
+    """pyinfra runs hosts in parallel on gevent: patch the standard library once, first."""
+    from gevent import monkey
+
+    if not monkey.is_module_patched("socket"):
+        monkey.patch_all()
+
+
+@dataclass
+class Options:
+    """How a plan or apply runs."""
+
+    lab: Path | None = None
+    mok: MokFiles | None = None
+    allow_reboot: bool = False
+    reboot_timeout: float = 180.0
+    diffs: bool = True
+    progress: Progress = _stderr
+    #: stop the lanes a rebooting node serves (on all their nodes) instead of refusing it
+    drain: bool = False
+    #: how lanes are found on nodes; None: from the site's lanes (`drain.lane_runtimes`)
+    lanes: list[LaneUnits] | None = None
+
+
+def host_data(target: SshTarget) -> dict[str, Any]:
+    """pyinfra host data for one node (`transport.feeds.pyinfra_host_data`)."""
+    return pyinfra_host_data(target)
+
+
+@dataclass
+class Prepared:
+    """One node's prepared operations and the facts read alongside them."""
+
+    added: list[AddedOp]
+    boot: dict[str, Any]
+    mok: dict[str, Any]
+    diffs: dict[str, list[str]] = field(default_factory=dict)
+
+
+class Session:
+    """One pyinfra State over `nodes`."""
+
+    def __init__(self, site: Site, nodes: list[str], options: Options, owner: Owner) -> None:
+        from pyinfra.api.config import Config
+        from pyinfra.api.inventory import Inventory
+        from pyinfra.api.state import State
+
+        self.site = site
+        self.nodes = nodes
+        self.options = options
+        self.owner = owner
+        targets = ssh_targets(site, options.lab)
+        self.targets = targets
+        #: the nodes whose operations run when the session executes (pyinfra's `_if`)
+        self.executing: set[str] = set()
+        timeout = max(1, int(min(targets[n].connect_timeout for n in nodes)))
+        hosts = [(n, {**host_data(targets[n]), "_if": self._runs_on(n)}) for n in nodes]
+        inventory = Inventory((hosts, {}))  # type: ignore[no-untyped-call]
+        config = Config(CONNECT_TIMEOUT=timeout, PARALLEL=len(nodes))  # type: ignore[no-untyped-call]
+        self.state = State(inventory, config)
+        self.connected: set[str] = set()
+        self.prepared: dict[str, Prepared] = {}
+        self.errors: dict[str, NodeFailure] = {}
+        self.state.add_callback_handler(_callbacks(self))  # type: ignore[no-untyped-call]
+
+    def _runs_on(self, node: str) -> Callable[[], bool]:
+        """pyinfra's `_if` for every operation of `node`: run only when it is executed."""
+        return lambda: node in self.executing
+
+    def host(self, node: str) -> Any:
+        """The pyinfra Host of `node`."""
+        return self.state.inventory.get_host(node)
+
+    def connect(self) -> list[str]:
+        """Connect every node; return those that were unreachable (each with its failure,
+        found by one strict connection of sparkbase's own: `transport.client.diagnose`)."""
+        from pyinfra.api.connect import connect_all
+        from pyinfra.api.exceptions import PyinfraError
+
+        from sparkbase.transport.client import diagnose
+
+        with contextlib.suppress(PyinfraError):
+            connect_all(self.state)
+        down = [n for n in self.nodes if n not in self.connected]
+        for node in down:
+            found = diagnose(self.targets[node])
+            self.errors[node] = found or NodeFailure(
+                FailureKind.UNREACHABLE, "SSH connection failed (strict host key checking)"
+            )
+        return down
+
+    def run(self, node: str, command: str) -> tuple[bool, list[str]]:
+        """Run one shell command on `node` outside any operation (under sudo if the inventory says)."""
+        from pyinfra.api.command import StringCommand
+
+        sudo = self.targets[node].sudo
+        status, output = self.host(node).run_shell_command(StringCommand(command), _sudo=sudo)
+        return bool(status), list(output.stdout_lines)
+
+    def lock(self, node: str) -> None:
+        """Take the node lock or raise LockHeld; break a stale one (its owner here is gone)."""
+        _, lines = self.run(node, remote_acquire_command(self.owner))
+        try:
+            parse_acquire(node, lines)
+        except LockHeld as exc:
+            if not stale(exc.owner):
+                raise
+            self.options.progress(f"{node}: breaking a stale node lock ({describe_owner(exc.owner)}: "
+                                  "that process is gone)")
+            self.run(node, remote_break_command(exc.owner))
+            _, lines = self.run(node, remote_acquire_command(self.owner))
+            parse_acquire(node, lines)
+
+    def unlock(self, node: str) -> None:
+        """Release the node lock if we hold it (best effort)."""
+        if node in self.connected:
+            self.run(node, remote_release_command(self.owner))
+
+    def prepare(self, nodes: list[str]) -> None:
+        """Build and prepare every node's operations in parallel (reads facts only)."""
+        import gevent
+        from pyinfra.context import ctx_host, ctx_state
+
+        def one(node: str) -> Prepared | Exception:
+            try:
+                with ctx_host.use(self.host(node)):
+                    return self._prepare_host(node)
+            except Exception as exc:  # reported per node; the others go on
+                return exc
+
+        # the state context is process-global in pyinfra (hosts are greenlet-local): set it
+        # around all greenlets, never inside one
+        with ctx_state.use(self.state):
+            greenlets = {self.state.pool.spawn(one, node): node for node in nodes}
+            gevent.joinall(list(greenlets))
+        for greenlet, node in greenlets.items():
+            result = greenlet.get()
+            if isinstance(result, Exception):
+                self.errors[node] = NodeFailure(FailureKind.COMMAND, f"{type(result).__name__}: {result}")
+            else:
+                self.prepared[node] = result
+
+    def _prepare_host(self, node: str) -> Prepared:
+        from pyinfra.context import host
+
+        from sparkbase.deploy.facts import BootState, FileText, MokState
+        from sparkbase.deploy.pyinfra_deploy import add_steps
+
+        steps = build_steps(self.site, node, self.options.mok)
+        boot = host.get_fact(BootState)
+        mok = host.get_fact(MokState)
+        added = add_steps(steps)
+        prepared = Prepared(added, boot, mok)
+        if self.options.diffs:
+            for op in added:
+                if op.step.kind == "file" and op.meta.will_change:
+                    path = str(op.step.args["path"])
+                    old = host.get_fact(FileText, path=path)
+                    prepared.diffs[path] = _unified(path, old, str(op.step.args["content"]))
+        return prepared
+
+    def step_name(self, node: str, op_hash: str) -> str:
+        """The name of the step behind pyinfra's operation `op_hash` on `node`."""
+        meta = self.state.get_op_data_for_host(self.host(node), op_hash).operation_meta
+        prepared = self.prepared.get(node)
+        for op in prepared.added if prepared is not None else []:
+            if op.meta is meta:
+                return op.step.name
+        return op_hash
+
+    def will_change(self, node: str, op_hash: str) -> bool:
+        """Whether operation `op_hash` changes something on `node` (as prepared)."""
+        meta = self.state.get_op_data_for_host(self.host(node), op_hash).operation_meta
+        return bool(meta.will_change)
+
+    def execute(self, nodes: list[str]) -> None:
+        """Run the prepared operations of `nodes` (the others' are skipped by their `_if`)."""
+        from pyinfra.api.exceptions import PyinfraError
+        from pyinfra.api.operations import run_ops
+
+        self.executing = set(nodes)
+        try:
+            run_ops(self.state)
+        except PyinfraError as exc:
+            for node in nodes:
+                self.errors.setdefault(node, NodeFailure(FailureKind.COMMAND, str(exc)))
+
+    def failed(self, node: str) -> bool:
+        """Whether `node` failed to connect, prepare or execute."""
+        return node in self.errors
+
+    def result(self, node: str, executed: bool) -> NodeResult:
+        """The node's result from this session."""
+        name = self.site.inventory.nodes[node].baseline
+        out = NodeResult(node=node, baseline=name)
+        prepared = self.prepared.get(node)
+        if prepared is None:
+            failure = self.errors.get(node)
+            unreachable = failure is not None and failure.kind.connection
+            out.status = NodeStatus.UNREACHABLE if unreachable else NodeStatus.FAILED
+            out.failure = failure.kind if failure is not None else FailureKind.COMMAND
+            out.message = failure.message if failure is not None else ""
+            return out
+        will: list[Step] = []
+        for op in prepared.added:
+            meta = op.meta
+            if executed and meta.is_complete():
+                status = "failed" if meta.did_error() else ("changed" if meta.did_change() else "unchanged")
+            elif executed and self.failed(node):
+                status = "not run" if meta.will_change else "unchanged"
+            else:
+                status = "would change" if meta.will_change else "unchanged"
+            if meta.will_change:
+                will.append(op.step)
+            diff = [] if op.step.secret else prepared.diffs.get(str(op.step.args.get("path", "")), [])
+            if op.step.kind != "file":
+                diff = []
+            out.operations.append(OpResult(op.step.name, op.step.kind, status, op.reason, diff))
+        baseline = self.site.baselines[name]
+        out.reboot_reasons = reboot_reasons(baseline, prepared.boot, prepared.mok, will)
+        out.running_kernel = prepared.boot["kernel"]
+        if self.failed(node):
+            failure = self.errors[node]
+            out.status = NodeStatus.FAILED
+            out.failure = failure.kind
+            out.message = failure.message or "an operation failed"
+        elif out.reboot_reasons:
+            out.status = NodeStatus.REBOOT_PENDING
+        elif out.changes:
+            out.status = NodeStatus.CHANGED if executed else NodeStatus.WOULD_CHANGE
+        return out
+
+    def close(self) -> None:
+        """Release node locks and disconnect."""
+        for node in self.nodes:
+            if node in self.connected:
+                with contextlib.suppress(Exception):  # the lock lives in /run; best effort
+                    self.unlock(node)
+        self.disconnect()
+
+    def disconnect(self) -> None:
+        """Disconnect every node (locks are left as they are)."""
+        from pyinfra.api.connect import disconnect_all
+
+        disconnect_all(self.state)
+
+
+def _callbacks(session: Session) -> Any:
+    """pyinfra's documented state callbacks (a `BaseStateCallback`) for `session`: which
+    hosts connected, which operation starts (progress) and which failed (the node's failure)."""
+    from pyinfra.api.state import BaseStateCallback
+
+    class Callbacks(BaseStateCallback):
+        @staticmethod
+        def host_connect(state: Any, host: Any) -> None:
+            session.connected.add(host.name)
+
+        @staticmethod
+        def operation_host_start(state: Any, host: Any, op_hash: str) -> None:
+            if host.name in session.executing and session.will_change(host.name, op_hash):
+                session.options.progress(f"{host.name}: {session.step_name(host.name, op_hash)}")
+
+        @staticmethod
+        def operation_host_error(state: Any, host: Any, op_hash: str, retry_count: int = 0,
+                                 max_retries: int = 0) -> None:
+            name = session.step_name(host.name, op_hash)
+            session.options.progress(f"{host.name}: {name}: FAILED")
+            failed = NodeFailure(FailureKind.COMMAND, f"operation failed: {name}")
+            session.errors.setdefault(host.name, failed)
+
+    return Callbacks()
+
+
+def _unified(path: str, old: str | None, new: str) -> list[str]:
+    return [
+        line.rstrip("\n")
+        for line in difflib.unified_diff(
+            (old or "").splitlines(keepends=True),
+            new.splitlines(keepends=True),
+            fromfile=f"{path} (node)" if old is not None else "/dev/null",
+            tofile=f"{path} (baseline)",
+        )
+    ]
+
+
+# --- plan -------------------------------------------------------------------------------------
+
+
+def plan(site: Site, nodes: list[str], options: Options) -> Report:
+    """Dry run: what apply would change on each node, with diffs and reboot needs."""
+    patch_gevent()
+    report = Report("plan")
+    session = Session(site, nodes, options, Owner())
+    try:
+        down = session.connect()
+        session.prepare([n for n in nodes if n not in down])
+        for node in nodes:
+            result = session.result(node, executed=False)
+            if result.status is NodeStatus.REBOOT_PENDING:
+                result.status = NodeStatus.WOULD_CHANGE
+            report.nodes.append(result)
+        rebooting = [r.node for r in report.nodes if r.reboot_reasons and r.node not in session.errors]
+        gates = reboot_gates(session, rebooting, runtimes(site, options), options.drain)
+        report.notes += plan_notes(gates, runtimes(site, options))
+    finally:
+        session.disconnect()
+    return report
+
+
+def runtimes(site: Site, options: Options) -> list[LaneUnits]:
+    """How lanes are found on nodes: the options' own, else from the site's lanes."""
+    return options.lanes if options.lanes is not None else lane_runtimes(site)
+
+
+def reboot_gates(
+    session: Session, nodes: list[str], runtimes: list[LaneUnits], drain: bool
+) -> dict[str, RebootGate]:
+    """For each node that needs a reboot: the lanes it serves now (asked over the session)
+    and whether it may reboot."""
+    by_lane = {rt.lane: rt for rt in runtimes}
+    gates: dict[str, RebootGate] = {}
+    for node in nodes:
+        units = units_on(node, runtimes)
+        active: set[str] = set()
+        if units:
+            _, lines = session.run(node, is_active_command(units))
+            active = parse_is_active(units, lines)
+        gates[node] = decide_reboot(node, running_lanes(node, active, runtimes), by_lane, drain)
+    return gates
+
+
+def plan_notes(gates: dict[str, RebootGate], runtimes: list[LaneUnits]) -> list[str]:
+    """What `apply --allow-reboot` would do about lanes, for the plan."""
+    notes: list[str] = []
+    if gates and not runtimes:
+        notes.append(
+            "note: no lane declares the units that run it; a reboot cannot tell whether a lane serves there"
+        )
+    for node, gate in gates.items():
+        if not gate.running:
+            continue
+        if gate.allowed:
+            notes.append(f"note: {node}: apply --allow-reboot --drain stops first: "
+                         + "; ".join(d.describe() for d in gate.drains))
+        else:
+            notes.append(f"note: {node}: apply --allow-reboot would refuse: {gate.message}")
+    return notes
