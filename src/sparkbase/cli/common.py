@@ -56,9 +56,13 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
 
 def load_site_or_exit(args: argparse.Namespace) -> Site:
     """Load the site named by the arguments; on problems print them all and exit 2."""
+    import logging
+    import time
+
     from sparkbase.errors import ConfigError
     from sparkbase.model.site import find_site_root, load_site
 
+    started = time.monotonic()
     try:
         root = find_site_root(args.site)
         site = load_site(root, args.inventory, cache=True)
@@ -68,6 +72,10 @@ def load_site_or_exit(args: argparse.Namespace) -> Site:
         errors = sum(1 for p in exc.problems if p.severity == "error")
         print(f"sparkbase: {errors} error(s) in the site; nothing was done", file=sys.stderr)
         raise SystemExit(2) from None
+    logging.getLogger(__name__).debug(
+        "site %s loaded in %.3fs (%d baselines, %d nodes, %d lanes)", root,
+        time.monotonic() - started, len(site.baselines), len(site.inventory.nodes), len(site.lanes),
+    )
     return site
 
 

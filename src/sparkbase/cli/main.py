@@ -46,6 +46,22 @@ exit status:
   70 internal error: a bug in sparkbase (one line; the traceback with --debug)
 """
 
+OUTPUT_AND_LOGS = """\
+output and logging:
+  A command's result (tables, verdicts, JSON) goes to stdout; warnings, errors and
+  progress go to stderr.
+  On a terminal, tables are drawn in colour (rich) and audit, plan and apply show a live
+  progress display on stderr. With --no-color, $NO_COLOR set, TERM=dumb, or the output
+  going to a pipe or file, everything is plain text: aligned columns, no colour codes, no
+  box drawing, progress steps as plain stderr lines. Text from sites and nodes always
+  prints literally (escaped), never as markup or terminal controls.
+  --log-level LEVEL  records shown on stderr at LEVEL and above (default: warning)
+  --log-file FILE    records appended at --log-level (default: info; progress steps and each
+                     command's exit included), one line each with a UTC timestamp; FILE is
+                     created 0600, and a symbolic link or non-regular file is refused (exit 2)
+  These global options go before the command or among its own options.
+"""
+
 #: `--log-level` choices (sparkbase.cli.logs configures them; not imported before a command runs)
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -60,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sparkbase",
         description="Keep a DGX Spark fleet on one declared, typed host baseline.",
-        epilog=EXIT_CODES,
+        epilog=EXIT_CODES + "\n" + OUTPUT_AND_LOGS,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"sparkbase {__version__}")
