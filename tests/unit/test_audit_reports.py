@@ -8,8 +8,9 @@ from dataclasses import replace
 from test_audit_support import converged_node, shipped
 
 from sparkbase.audit.expected import expected_for
-from sparkbase.audit.reports import render, to_junit, to_prometheus, to_table
+from sparkbase.audit.reports import render, to_junit, to_table
 from sparkbase.audit.run import AuditReport, build_report
+from sparkbase.audit.textfile import to_prometheus
 from sparkbase.facts.model import GpuFacts, Unreachable
 
 NODES = ("spark1", "spark2", "spark3", "spark4")
@@ -45,14 +46,29 @@ def test_junit_has_a_suite_per_node_and_failures() -> None:
 
 
 def test_prometheus_textfile() -> None:
+    """Written by prometheus_client; read back by the strict scrape parser, every line a sample."""
+    from sparkbase.gate.metrics import parse_scrapes
+
     text = to_prometheus(_report())
-    assert 'sparkbase_check_ok{node="spark2",check="gpu.clock",severity="error"} 0' in text
-    assert 'sparkbase_check_ok{node="spark1",check="gpu.clock",severity="error"} 1' in text
-    assert 'sparkbase_node_reachable{node="spark4"} 0' in text
-    assert 'sparkbase_node_reachable{node="spark1"} 1' in text
-    assert "sparkbase_audit_timestamp_seconds 1700000000.000" in text
-    for line in text.splitlines():
-        assert line.startswith("#") or line.split(" ")[-1].replace(".", "").isdigit(), line
+    assert 'sparkbase_check_ok{check="gpu.clock",node="spark2",severity="error"} 0.0' in text
+    assert 'sparkbase_check_ok{check="gpu.clock",node="spark1",severity="error"} 1.0' in text
+    assert "# TYPE sparkbase_node_reachable gauge" in text
+    samples = {(s.metric, tuple(sorted(s.labels.items()))): s.value for s in parse_scrapes(text, 0.0)}
+    assert samples[("sparkbase_node_reachable", (("node", "spark4"),))] == 0
+    assert samples[("sparkbase_node_reachable", (("node", "spark1"),))] == 1
+    assert samples[("sparkbase_node_drift_checks", (("node", "spark2"),))] == 1
+    assert samples[("sparkbase_audit_timestamp_seconds", ())] == 1_700_000_000.0
+    assert samples[("sparkbase_audit_duration_seconds", ())] == 0.5
+    checks = [key for key in samples if key[0] == "sparkbase_check_ok"]
+    assert len(checks) == len([r for r in _report().all_results() if r.status != "skip"])
+
+
+def test_prometheus_label_values_are_escaped() -> None:
+    report = _report()
+    hostile = replace(report, nodes=[replace(report.nodes[0], node='spark"1\n} 1\nfake 1')])
+    text = to_prometheus(hostile)
+    assert r'node="spark\"1\n} 1\nfake 1"' in text
+    assert not any(line.startswith("fake") for line in text.splitlines())
 
 
 def test_render_dispatch() -> None:

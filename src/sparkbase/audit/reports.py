@@ -1,4 +1,5 @@
-"""Audit reports: a table for people, JSON (a versioned contract), JUnit XML, Prometheus text.
+"""Audit reports: a table for people, JSON (a versioned contract), JUnit XML, Prometheus text
+(`sparkbase.audit.textfile`).
 
 The JSON shape is pinned by `tests/unit/test_audit_json_contract.py`; bump `JSON_FORMAT`
 on any change a consumer could notice.
@@ -185,47 +186,6 @@ def to_junit(report: AuditReport) -> str:
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
 
 
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def to_prometheus(report: AuditReport) -> str:
-    """node_exporter textfile-collector format."""
-    lines = [
-        "# HELP sparkbase_check_ok 1 when a sparkbase check passes on a node (node=fleet: agreement)",
-        "# TYPE sparkbase_check_ok gauge",
-    ]
-    for r in report.all_results():
-        if r.status == "skip":
-            continue
-        node = r.node or "fleet"
-        lines.append(
-            f'sparkbase_check_ok{{node="{_label(node)}",check="{_label(r.id)}",'
-            f'severity="{r.severity}"}} {1 if r.status == "pass" else 0}'
-        )
-    lines += [
-        "# HELP sparkbase_node_reachable 1 when the node answered the audit",
-        "# TYPE sparkbase_node_reachable gauge",
-    ]
-    for reached in report.nodes:
-        lines.append(f'sparkbase_node_reachable{{node="{_label(reached.node)}"}} {int(reached.reachable)}')
-    lines += [
-        "# HELP sparkbase_node_drift_checks failed error-severity checks per node",
-        "# TYPE sparkbase_node_drift_checks gauge",
-    ]
-    for drifted in report.nodes:
-        lines.append(f'sparkbase_node_drift_checks{{node="{_label(drifted.node)}"}} {len(drifted.blocking)}')
-    lines += [
-        "# HELP sparkbase_audit_timestamp_seconds when the audit ran (Unix time)",
-        "# TYPE sparkbase_audit_timestamp_seconds gauge",
-        f"sparkbase_audit_timestamp_seconds {report.started_at:.3f}",
-        "# HELP sparkbase_audit_duration_seconds how long the audit took",
-        "# TYPE sparkbase_audit_duration_seconds gauge",
-        f"sparkbase_audit_duration_seconds {report.elapsed_seconds:.3f}",
-    ]
-    return "\n".join(lines) + "\n"
-
-
 def render(report: AuditReport, fmt: str, verbose: bool = False) -> str:
     """The report in one of `FORMATS`."""
     if fmt == "json":
@@ -233,5 +193,7 @@ def render(report: AuditReport, fmt: str, verbose: bool = False) -> str:
     if fmt == "junit":
         return to_junit(report)
     if fmt == "prometheus":
+        from sparkbase.audit.textfile import to_prometheus
+
         return to_prometheus(report)
     return to_table(report, verbose)
