@@ -50,3 +50,25 @@ def test_connection_kinds_are_unreachable_and_command_failures_fail(
     report = Report("apply", [NodeResult("spark1", "b", status, failure=kind), NodeResult("spark2", "b")])
     assert report.exit_code() == code
     assert report.to_json()["nodes"][0]["failure"] == str(kind)
+
+
+class SshResult:
+    """What testinfra's OpenSSH backend raises RuntimeError with when ssh exits 255."""
+
+    def __init__(self, stderr: str) -> None:
+        self.stderr = stderr
+
+
+@pytest.mark.parametrize(("stderr", "kind", "words"), [
+    ("No ED25519 host key is known for [127.0.0.1]:2302 and you have requested strict checking.\n"
+     "Host key verification failed.\n", FailureKind.HOST_KEY, "host key not in known_hosts (refused)"),
+    ("@    WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!     @\nHost key verification failed.\n",
+     FailureKind.HOST_KEY, "host key mismatch (refused)"),
+    ("ssh: connect to host 127.0.0.1 port 2302: Connection refused\n", FailureKind.UNREACHABLE,
+     "ssh failed: ssh: connect to host 127.0.0.1 port 2302: Connection refused"),
+])
+def test_the_plugin_types_what_openssh_says(stderr: str, kind: FailureKind, words: str) -> None:
+    from sparkbase.checks_plugin import _openssh_failure
+
+    failure = _openssh_failure(RuntimeError(SshResult(stderr)))
+    assert failure.kind is kind and failure.message.startswith(words)
