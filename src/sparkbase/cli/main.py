@@ -186,6 +186,7 @@ def _main(argv: Sequence[str] | None, real: tuple[IO[str], IO[str]]) -> int:
         from sparkbase.text import shown
 
         print(f"sparkbase: --log-file {shown(args.log_file)}: {exc}", file=sys.stderr)
+        console.configure(False)
         return 2
     import logging
     import time
@@ -203,6 +204,7 @@ def _main(argv: Sequence[str] | None, real: tuple[IO[str], IO[str]]) -> int:
     finally:
         log.info("%s: exit %d (%.2fs)", args.command, status, time.monotonic() - started)
         undo_logging()
+        console.configure(False)  # the streams were this run's
 
 
 def _run(args: argparse.Namespace) -> int:
