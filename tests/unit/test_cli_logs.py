@@ -106,3 +106,30 @@ def test_undo_leaves_the_logger_as_it_was(tmp_path: Path) -> None:
     before = (list(logger.handlers), logger.level, logger.propagate)
     configure_logging(None, tmp_path / "x.log")()
     assert (list(logger.handlers), logger.level, logger.propagate) == before
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--no-color", "--log-level", "info", "lab", "status"],
+        ["lab", "--no-color", "--log-level", "info", "status"],
+        ["lab", "status", "--no-color", "--log-level", "info"],
+        ["lane", "status", "--log-level", "info", "--no-color"],
+        ["audit", "--lab", "--no-color", "--log-level", "info"],
+        ["--log-level", "error", "audit", "--no-color", "--log-level", "info"],  # the last one wins
+    ],
+    ids=["before", "after-command", "after-action", "lane-action", "among-options", "last-wins"],
+)
+def test_global_options_anywhere(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from sparkbase.cli.main import build_parser
+
+    monkeypatch.delenv("SPARKBASE_DEBUG", raising=False)
+    args = build_parser().parse_args(argv)
+    assert args.no_color is True and args.log_level == "info" and args.debug is False
+
+
+def test_global_options_not_given_keep_their_defaults() -> None:
+    from sparkbase.cli.main import build_parser
+
+    args = build_parser().parse_args(["lab", "status"])
+    assert (args.no_color, args.log_level, args.log_file) == (False, None, None)

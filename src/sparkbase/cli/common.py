@@ -3,12 +3,59 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from sparkbase.model.site import Site
+
+
+#: `--log-level` choices (sparkbase.cli.logs configures them; not imported before a command runs)
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+class _TakesArguments(Protocol):
+    """A parser or an argument group."""
+
+    def add_argument(self, *names: str, **settings: Any) -> Any:
+        """Add one option."""
+
+
+def add_global_options(parser: _TakesArguments, with_defaults: bool) -> None:
+    """`--debug`, `--no-color`, `--log-level`, `--log-file`: accepted before the command and
+    after it (`sparkbase --no-color audit` or `sparkbase audit --no-color`). Only the main
+    parser sets defaults, so a command's parser never overwrites what was given before it."""
+
+    def default(value: object) -> object:
+        return value if with_defaults else argparse.SUPPRESS
+
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        default=default(bool(os.environ.get("SPARKBASE_DEBUG"))),
+        help="on an internal error (exit 70), print the traceback too (also: $SPARKBASE_DEBUG=1)",
+    )
+    parser.add_argument(
+        "--no-color",
+        action="store_true",
+        default=default(False),
+        help="plain text only: no colour, no table borders, no live progress (also: $NO_COLOR set, "
+        "or output not a terminal)",
+    )
+    parser.add_argument(
+        "--log-level",
+        choices=LOG_LEVELS,
+        default=default(None),
+        help="log records shown on stderr (default: warning) and kept in --log-file (default: info)",
+    )
+    parser.add_argument(
+        "--log-file",
+        type=Path,
+        metavar="FILE",
+        default=default(None),
+        help="append log records to FILE (created 0600; a symbolic link or non-regular file is refused)",
+    )
 
 
 def add_site_arguments(parser: argparse.ArgumentParser) -> None:

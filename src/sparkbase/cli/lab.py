@@ -22,6 +22,8 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from sparkbase.cli.common import add_global_options
+
 if TYPE_CHECKING:
     from sparkbase.console import Table
     from sparkbase.lab.fleet import NodeStatus
@@ -61,6 +63,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     lane.add_argument("verb", choices=("start", "stop", "restart"))
     lane.add_argument("lane", help="lane name (lanes/NAME.yaml)")
     lane.add_argument("--site", default=".", help="site directory (default: here or a parent)")
+    for action in (up, down, status, reboot, fault, lane):  # ssh: what follows NODE is the command
+        add_global_options(action.add_argument_group("global options"), with_defaults=False)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sparkbase.cli.common import add_lab_arguments, add_site_arguments
+from sparkbase.cli.common import add_global_options, add_lab_arguments, add_site_arguments
 
 if TYPE_CHECKING:
     from sparkbase.model.site import Site
@@ -37,6 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         command.add_argument("--log", type=Path, default=None,
                              help="override log (default: <site>/.sparkbase/overrides.log)")
         command.add_argument("--parallel", type=int, default=16, metavar="N", help="nodes asked at once")
+        add_global_options(command.add_argument_group("global options"), with_defaults=False)
 
 
 def _env_file(args: argparse.Namespace, site: Site) -> Path:

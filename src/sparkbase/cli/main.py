@@ -14,9 +14,10 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO
 
 from sparkbase import __version__
+from sparkbase.cli.common import add_global_options
 
 #: sub-command name -> (module under sparkbase.cli, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -62,9 +63,6 @@ output and logging:
   These global options go before the command or among its own options.
 """
 
-#: `--log-level` choices (sparkbase.cli.logs configures them; not imported before a command runs)
-LOG_LEVELS = ("debug", "info", "warning", "error")
-
 #: exit status of an unexpected exception (sysexits' EX_SOFTWARE): never 1, which means drift
 INTERNAL_ERROR = 70
 #: how much of an internal error's message is printed (the rest is in the --debug traceback)
@@ -100,49 +98,6 @@ def build_parser() -> argparse.ArgumentParser:
         add_global_options(command.add_argument_group("global options"), with_defaults=False)
         command.set_defaults(_run=module.run)
     return parser
-
-
-class _TakesArguments(Protocol):
-    """A parser or an argument group."""
-
-    def add_argument(self, *names: str, **settings: Any) -> Any:
-        """Add one option."""
-
-
-def add_global_options(parser: _TakesArguments, with_defaults: bool) -> None:
-    """`--debug`, `--no-color`, `--log-level`, `--log-file`: accepted before the command and
-    after it (`sparkbase --no-color audit` or `sparkbase audit --no-color`). Only the main
-    parser sets defaults, so a command's parser never overwrites what was given before it."""
-
-    def default(value: object) -> object:
-        return value if with_defaults else argparse.SUPPRESS
-
-    parser.add_argument(
-        "--debug",
-        action="store_true",
-        default=default(bool(os.environ.get("SPARKBASE_DEBUG"))),
-        help="on an internal error (exit 70), print the traceback too (also: $SPARKBASE_DEBUG=1)",
-    )
-    parser.add_argument(
-        "--no-color",
-        action="store_true",
-        default=default(False),
-        help="plain text only: no colour, no table borders, no live progress (also: $NO_COLOR set, "
-        "or output not a terminal)",
-    )
-    parser.add_argument(
-        "--log-level",
-        choices=LOG_LEVELS,
-        default=default(None),
-        help="log records shown on stderr (default: warning) and kept in --log-file (default: info)",
-    )
-    parser.add_argument(
-        "--log-file",
-        type=Path,
-        metavar="FILE",
-        default=default(None),
-        help="append log records to FILE (created 0600; a symbolic link or non-regular file is refused)",
-    )
 
 
 def restrict_umask() -> None:
