@@ -258,10 +258,3 @@ def contract_lines(report: ComparisonReport) -> list[str]:
     if blockers:
         lines.append(f"adoption blockers that differ: {', '.join(blockers)}")
     return lines
-
-
-def format_table(report: ComparisonReport) -> str:
-    """The report as plain text: the aligned table, then the contract lines."""
-    from sparkbase.console import plain_table
-
-    return plain_table(comparison_table(report)) + "\n".join(contract_lines(report)) + "\n"
