@@ -9,6 +9,7 @@ package registry (pip's build isolation), as CI has.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -71,6 +72,38 @@ def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+#: a stand-in for an environment installed without the `checks` extra: these cannot be imported
+NO_CHECKS_FINDER = """import importlib.abc, sys
+
+class _WithoutChecks(importlib.abc.MetaPathFinder):
+    blocked = ("pytest", "_pytest", "testinfra", "xdist", "pluggy")
+
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in self.blocked:
+            raise ModuleNotFoundError(f"No module named {name!r} (installed without [checks])", name=name)
+        return None
+
+sys.meta_path.insert(0, _WithoutChecks())
+"""
+
+
+@pytest.fixture(scope="module")
+def venv_without_checks(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel in a venv where pytest and testinfra cannot be imported (`pip install sparkbase`
+    without `[checks]`): the dependencies from the development venv, those two blocked."""
+    root = tmp_path_factory.mktemp("venv-no-checks")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
+    purelib = Path(subprocess.run(
+        [str(root / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True).stdout.strip())
+    (purelib / "_sparkbase_no_checks.py").write_text(NO_CHECKS_FINDER)
+    (purelib / "_sparkbase_no_checks.pth").write_text("import _sparkbase_no_checks\n")
+    (purelib / "_sparkbase_test_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(root / "bin" / "python"), "install",
+                    "-q", "--no-deps", "--no-index", str(wheel)], check=True, timeout=300)
+    return root
+
+
 def run(
     venv: Path, *argv: str, cwd: Path | None = None, timeout: float = 900
 ) -> subprocess.CompletedProcess[str]:
@@ -86,6 +119,15 @@ def test_the_wheel_carries_what_the_lab_and_init_need(wheel: Path) -> None:
     entry_points = next(name for name in names if name.endswith(".dist-info/entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
     assert "[pytest11]" in text and "sparkbase.checks_plugin = sparkbase.checks_plugin" in text
+    metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA")))
+    requires: dict[str, list[str]] = {}  # package -> the extras requiring it ("" for always)
+    for line in metadata.decode().splitlines():
+        found = re.match(r'Requires-Dist: ([A-Za-z0-9._-]+)[^;]*(?:; extra == "(\w+)")?', line)
+        if found:
+            requires.setdefault(found[1], []).append(found[2] or "")
+    assert requires["pytest"] == ["checks"] and requires["pytest-testinfra"] == ["checks"]
+    for package in ("prometheus-client", "filelock", "rich", "gevent", "invoke", "paramiko", "pyinfra"):
+        assert requires[package] == [""], package
 
 
 @pytest.fixture(scope="module")
@@ -121,3 +163,24 @@ def test_a_new_user_starts_a_site_from_the_wheel(venv: Path, lab_dir: Path, tmp_
     assert plugin.returncode == 0, plugin.stdout + plugin.stderr
     assert "PASSED sparkbase-checks::test_check[kernel.page_size-paramiko://spark1]" in plugin.stdout
     assert "PASSED sparkbase-checks::test_fleet_check[fleet.kernel]" in plugin.stdout
+
+
+def test_the_cli_runs_without_the_checks_extra(
+    venv_without_checks: Path, lab_dir: Path, tmp_path: Path
+) -> None:
+    """`--help`, `init`, `validate`, `audit` (with every output format) need neither pytest nor
+    testinfra; only the pytest plugin does."""
+    blocked = run(venv_without_checks, "python", "-c", "import pytest")
+    assert blocked.returncode != 0 and "installed without [checks]" in blocked.stderr
+    site = tmp_path / "site"
+    for argv in (("sparkbase", "--help"), ("sparkbase", "init", str(site)),
+                 ("sparkbase", "validate", "--site", str(site))):
+        result = run(venv_without_checks, *argv)
+        assert result.returncode == 0, (argv, result.stdout, result.stderr)
+    for fmt in ("table", "json", "prometheus"):
+        audit = run(venv_without_checks, "sparkbase", "audit", "--site", str(site), "--lab-dir", str(lab_dir),
+                    "--format", fmt)
+        # the lab may or may not be converged yet (test order): drift is 1, never a crash
+        assert audit.returncode in (0, 1), (fmt, audit.stdout, audit.stderr)
+        assert "Traceback" not in audit.stderr and "internal error" not in audit.stderr, audit.stderr
+    assert "sparkbase_node_reachable" in audit.stdout
