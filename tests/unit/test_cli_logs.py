@@ -133,3 +133,20 @@ def test_global_options_not_given_keep_their_defaults() -> None:
 
     args = build_parser().parse_args(["lab", "status"])
     assert (args.no_color, args.log_level, args.log_file) == (False, None, None)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["preflight", "dsv41-flash", "--log", "overrides.log"],
+        ["lane", "switch", "dsv41-flash", "--log", "overrides.log"],
+        ["preflight", "dsv41-flash", "--log", "overrides.log", "--log-file", "run.log"],
+    ],
+    ids=["preflight", "lane-switch", "both"],
+)
+def test_a_commands_own_log_option_is_not_taken_for_a_global_one(argv: list[str]) -> None:
+    from sparkbase.cli.main import build_parser
+
+    args = build_parser().parse_args(argv)
+    assert args.log == Path("overrides.log")
+    assert args.log_file == (Path("run.log") if "--log-file" in argv else None)

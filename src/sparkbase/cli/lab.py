@@ -35,6 +35,10 @@ FAULT_KINDS = ("gpu-latch", "gpu-busy", "gid-moved", "link-down", "unreachable",
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declare `sparkbase lab` and its sub-commands."""
+    # argparse reads the whole rest of the line against this parser before the action's:
+    # abbreviations would let this parser take an action's own option for a prefix of its
+    # own or of a global one (as `lane switch --log FILE` was taken for --log-level/--log-file)
+    parser.allow_abbrev = False
     parser.add_argument("--dir", help="lab directory (default: $SPARKBASE_LAB_DIR or "
                         "/var/lib/sparkbase/lab)")
     sub = parser.add_subparsers(dest="lab_command", metavar="ACTION", required=True)

@@ -23,6 +23,10 @@ if TYPE_CHECKING:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of `sparkbase lane`."""
+    # argparse reads the whole rest of the line against this parser before the action's:
+    # abbreviations would make an action's own option (`lane switch --log FILE`) ambiguous
+    # with the global --log-level/--log-file
+    parser.allow_abbrev = False
     sub = parser.add_subparsers(dest="lane_command", required=True, metavar="{status,switch}")
     status = sub.add_parser("status", help="the active lane (from the proxy's .env) and its checks")
     switch = sub.add_parser("switch", help="point the proxy at LANE, through the pre-flight gate")

@@ -76,6 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Keep a DGX Spark fleet on one declared, typed host baseline.",
         epilog=EXIT_CODES + "\n" + OUTPUT_AND_LOGS,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        # argparse reads every option of the whole command line against the main parser
+        # first: with abbreviations on, a command's own `--log FILE` (preflight, lane) would
+        # be refused as an ambiguous prefix of --log-level/--log-file
+        allow_abbrev=False,
     )
     parser.add_argument("--version", action="version", version=f"sparkbase {__version__}")
     add_global_options(parser, with_defaults=True)
