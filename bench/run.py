@@ -15,7 +15,10 @@ machine noise lands on every tool alike and cancels in the ratios):
   own, $SPARKBASE_BENCH_VENV; strict host keys through the lab's ssh_config);
 - at 4 nodes: `sparkbase preflight` of a 4-node lane, a no-op `sparkbase apply` and a
   no-op plain `pyinfra` run of the same deploy (`deploys/`);
-- at the largest size: `sparkbase audit --parallel N` for every N of --pools.
+- at the largest size: `sparkbase audit --parallel N` for every N of --pools;
+- with `--before TREE` (a checkout of an older sparkbase, e.g. a git worktree): `--help`,
+  and at every size `audit` (and at 4 nodes `preflight` and the no-op apply) run from that
+  tree's code on a site copy of its own, in the same rounds: before/after side by side.
 
 `sparkbase --help` and `sparkbase validate` need no fleet and are timed first. Results go
 to docs/benchmarks/: README.md (the generated part sits between markers; the prose around
@@ -68,6 +71,8 @@ AUDIT_NO_CACHE = "sparkbase audit (no site cache)"
 PREFLIGHT_NO_CACHE = "sparkbase preflight (no site cache)"
 NO_CACHE = {"SPARKBASE_NO_SITE_CACHE": "1"}
 VALIDATE = "sparkbase validate"
+#: the label suffix of a command run from the --before tree's code
+BEFORE = " (before)"
 #: the tools drawn against fleet size, in legend order
 SCALING = (AUDIT, TI_XDIST, TI_SERIAL, ANSIBLE)
 
@@ -112,14 +117,14 @@ def command(argv: list[str], env: dict[str, str], ok: tuple[int, ...] = (0,)) ->
     return lambda: timed(argv, env, ok)
 
 
-def make_site(root: Path, nodes: int) -> Path:
-    """A copy of the shipped site with an inventory of `nodes` nodes cabled as one ring."""
+def make_site(root: Path, nodes: int, source: Path = REPO) -> Path:
+    """A copy of the site shipped in `source` with an inventory of `nodes` nodes cabled as one ring."""
     site = root / f"site-{nodes}"
     if site.exists():
         shutil.rmtree(site)
     site.mkdir(parents=True)
-    shutil.copytree(REPO / "baselines", site / "baselines")
-    shutil.copytree(REPO / "lanes", site / "lanes")
+    shutil.copytree(source / "baselines", site / "baselines")
+    shutil.copytree(source / "lanes", site / "lanes")
     lines = ["ssh:", "  user: root", "nodes:"]
     views = {1: ("enp1s0", "rocep1s0"), 2: ("enP2p1s0", "roceP2p1s0")}  # path -> netdev, HCA stems
     for index in range(nodes):
@@ -228,6 +233,12 @@ def interleave(
     return series
 
 
+def before_env(env: dict[str, str], tree: Path) -> dict[str, str]:
+    """`env` with the --before tree's code first on the path (its `sparkbase` package wins
+    over the installed one; the same interpreter and libraries)."""
+    return {**env, "PYTHONPATH": str(tree / "src")}
+
+
 def lab_cmd(lab: Path, *argv: str) -> list[str]:
     """`sparkbase lab --dir LAB ARGV...`."""
     return [SPARKBASE, "lab", "--dir", str(lab), *argv]
@@ -266,13 +277,24 @@ def bench_size(
             f"--ssh-config={lab / 'ssh_config'}",
             f"--sparkbase-site={site}",
         ]
-        commands: dict[str, Callable[[], float]] = {
-            AUDIT: command(audit, env),
-            TI_XDIST: command([*plain, "-n", "4"], env),
-        }
+        commands: dict[str, Callable[[], float]] = {AUDIT: command(audit, env)}
+        if not args.no_testinfra:
+            commands[TI_XDIST] = command([*plain, "-n", "4"], env)
         if size == 4:
             commands[AUDIT_NO_CACHE] = command(audit, {**env, **NO_CACHE})
-        if size <= args.serial_max:
+        if args.before is not None:
+            # the older code on a site copy of its own (each keeps its own site cache)
+            old_site = make_site(work / "before", size, args.before)
+            old_target = ["--site", str(old_site), "--lab-dir", str(lab)]
+            old_env = before_env(env, args.before)
+            commands[AUDIT + BEFORE] = command(
+                [SPARKBASE, "audit", *old_target, "--format", "json", "--output", os.devnull], old_env
+            )
+            if size == 4:
+                commands[PREFLIGHT + BEFORE] = command([SPARKBASE, "preflight", args.lane, *old_target],
+                                                       old_env)
+                commands[APPLY_NOOP + BEFORE] = command([SPARKBASE, "apply", *old_target, "--yes"], old_env)
+        if size <= args.serial_max and not args.no_testinfra:
             commands[TI_SERIAL] = command(plain, env)
         if ansible is not None:
             inventory, ansible_env = ansible_setup(work, lab, size)
@@ -353,6 +375,9 @@ def main() -> int:
                         help="largest size at which the serial testinfra run is timed")
     parser.add_argument("--lane", default="dsv41-flash", help="the lane preflight is timed with")
     parser.add_argument("--no-ansible", action="store_true", help="leave Ansible out")
+    parser.add_argument("--no-testinfra", action="store_true", help="leave the plain testinfra suite out")
+    parser.add_argument("--before", type=Path, default=None, metavar="TREE",
+                        help="also time the gate's commands from this checkout's code (before/after)")
     parser.add_argument("--out", type=Path, default=OUT, help="where the report goes")
     args = parser.parse_args()
     if max(args.sizes) + args.port_base > 65535 or min(args.sizes) < 1:
@@ -371,13 +396,13 @@ def main() -> int:
     results: dict[str, dict[str, Series]] = {}
     started = dt.datetime.now(dt.UTC)
     try:
-        results["fixed"] = interleave(
-            args.runs * 2,
-            {
-                HELP: command([SPARKBASE, "--help"], env),
-                VALIDATE: command([SPARKBASE, "validate", "--site", str(REPO)], env),
-            },
-        )
+        fixed = {
+            HELP: command([SPARKBASE, "--help"], env),
+            VALIDATE: command([SPARKBASE, "validate", "--site", str(REPO)], env),
+        }
+        if args.before is not None:
+            fixed[HELP + BEFORE] = command([SPARKBASE, "--help"], before_env(env, args.before))
+        results["fixed"] = interleave(args.runs * 2, fixed)
         for size in sorted(args.sizes):
             results |= bench_size(size, work, args, ansible)
     finally:
@@ -511,8 +536,30 @@ def generated_markdown(
     for cached, uncached in ((AUDIT, AUDIT_NO_CACHE), (PREFLIGHT, PREFLIGHT_NO_CACHE)):
         if (r := _ratio(results, ("4", cached), ("4", uncached))) is not None:
             lines += ["", f"{cached} / {uncached} (4 nodes, same run): {r:.2f}×."]
+    lines += before_after(results, args)
     lines += ["", END]
     return "\n".join(lines)
+
+
+def before_after(results: dict[str, dict[str, Series]], args: argparse.Namespace) -> list[str]:
+    """With --before: a table of every command timed from both trees, after / before."""
+    if args.before is None:
+        return []
+    proc = subprocess.run(["git", "-C", str(args.before), "log", "-1", "--format=%h"],
+                          capture_output=True, text=True, check=False)
+    label = proc.stdout.strip() or str(args.before)
+    rows = ["", f"Before ({label}) and after, side by side in the same rounds:", "",
+            "| command | nodes | before s | after s | after / before |", "| --- | --- | --- | --- | --- |"]
+    for group, series in results.items():
+        for name, old in series.items():
+            if not name.endswith(BEFORE) or (new := series.get(name[: -len(BEFORE)])) is None:
+                continue
+            if not old.samples or not new.samples:
+                continue
+            nodes = "–" if group == "fixed" else group
+            rows.append(f"| {new.name} | {nodes} | {old.median:.3f} | {new.median:.3f} | "
+                        f"{new.median / old.median:.2f}× |")
+    return rows
 
 
 def write_report(
