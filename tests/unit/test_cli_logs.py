@@ -150,3 +150,22 @@ def test_a_commands_own_log_option_is_not_taken_for_a_global_one(argv: list[str]
     args = build_parser().parse_args(argv)
     assert args.log == Path("overrides.log")
     assert args.log_file == (Path("run.log") if "--log-file" in argv else None)
+
+
+def test_an_internal_error_is_one_line_on_stderr_and_a_traceback_in_the_log(
+    tmp_path: Path, shipped_site: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def boom(*_args: object, **_kwargs: object) -> None:
+        raise RuntimeError("unexpected\x1b[2J state")
+
+    monkeypatch.setattr("sparkbase.compare.compare_baselines", boom)
+    log = tmp_path / "crash.log"
+    status = main(["--log-file", str(log), "compare", "site-stock-6.17-4k", "ds41f-7x-64k",
+                   "--site", str(shipped_site)])
+    assert status == 70
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err  # stderr: still the one line
+    kept = log.read_text()
+    assert "ERROR sparkbase.cli.main: internal error: RuntimeError: unexpected\\x1b[2J state" in kept
+    assert "Traceback (most recent call last)" in kept and "in boom" in kept and "\x1b" not in kept
+    assert "INFO sparkbase.cli.main: compare: exit 70" in kept

@@ -201,6 +201,14 @@ def internal_error(exc: BaseException, debug: bool) -> int:
         f"sparkbase: internal error: {type(exc).__name__}: {message}{hint}; please report it",
         file=sys.stderr,
     )
+    import logging
+
+    from sparkbase.console import SHOWN_ON_STDERR
+
+    # the log file keeps the traceback; stderr already said it in one line
+    logging.getLogger(__name__).error(
+        "internal error: %s: %s", type(exc).__name__, message, exc_info=exc, extra={SHOWN_ON_STDERR: True}
+    )
     return INTERNAL_ERROR
 
 
