@@ -14,7 +14,6 @@ PIDs are recorded with their kernel start time and only ever signalled when both
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import re
@@ -205,13 +204,12 @@ class Lab:
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
+        """Hold the lab's lock (one `lab up/down/reboot` at a time), waiting for it."""
+        from filelock import UnixFileLock
+
         self.dir.mkdir(parents=True, exist_ok=True)
-        with open(self.dir / ".lock", "w") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
+        with UnixFileLock(self.dir / ".lock", thread_local=False, fallback_to_soft=False):
+            yield
 
     # --- up --------------------------------------------------------------------------
 
