@@ -76,3 +76,41 @@ def test_noop_reasons_are_collected_per_block_and_per_greenlet() -> None:
     assert two.get() == ["nothing to do"]
     with ctx_host.use(FakeHost("spark3")):
         noop("outside any block")  # logged only (the pyinfra CLI's native deploy)
+
+
+class StubState:
+    """pyinfra's `get_op_data_for_host` over a plain table: host -> op hash -> data."""
+
+    def __init__(self, ops: dict[str, dict[str, Any]]) -> None:
+        self.ops = ops
+
+    def get_op_data_for_host(self, host: Any, op_hash: str) -> Any:
+        return self.ops[host.name][op_hash]
+
+
+def test_callbacks_for_a_host_without_the_operation_say_nothing() -> None:
+    """pyinfra numbers operations per host and calls back for every active host, also one
+    whose baseline has fewer steps: its progress and failures must not break the run."""
+    from types import SimpleNamespace
+
+    from sparkbase.deploy.pyinfra_deploy import AddedOp
+    from sparkbase.deploy.session import Prepared, Session, _callbacks
+    from sparkbase.deploy.steps import Step
+
+    meta = OperationMeta("h1", is_change=True)
+    step = Step("file", "file /etc/nccl.conf", {"path": "/etc/nccl.conf"})
+    said: list[str] = []
+    session = Session.__new__(Session)
+    session.state = StubState({"spark1": {"h1": SimpleNamespace(operation_meta=meta)}, "spark2": {}})
+    session.host = lambda node: SimpleNamespace(name=node)  # type: ignore[method-assign]
+    session.prepared = {"spark1": Prepared([AddedOp(step, meta)], {}, {}), "spark2": Prepared([], {}, {})}
+    session.executing = {"spark1", "spark2"}
+    session.errors = {}
+    session.options = SimpleNamespace(progress=said.append)  # type: ignore[assignment]
+    callbacks = _callbacks(session)
+    for node in ("spark1", "spark2"):
+        callbacks.operation_host_start(None, SimpleNamespace(name=node), "h1")
+    assert said == ["spark1: file /etc/nccl.conf"]
+    callbacks.operation_host_error(None, SimpleNamespace(name="spark1"), "h1")
+    assert session.errors["spark1"].message == "operation failed: file /etc/nccl.conf"
+    assert session.errors["spark1"].kind == "command"

@@ -220,19 +220,19 @@ class Session:
                     prepared.diffs[path] = _unified(path, old, str(op.step.args["content"]))
         return prepared
 
-    def step_name(self, node: str, op_hash: str) -> str:
-        """The name of the step behind pyinfra's operation `op_hash` on `node`."""
-        meta = self.state.get_op_data_for_host(self.host(node), op_hash).operation_meta
+    def added_op(self, node: str, op_hash: str) -> AddedOp | None:
+        """The step behind pyinfra's operation `op_hash` on `node`, or None when `node` has
+        no such operation (pyinfra numbers operations per host, and calls back for every
+        active host, with or without it)."""
+        try:
+            meta = self.state.get_op_data_for_host(self.host(node), op_hash).operation_meta
+        except KeyError:
+            return None
         prepared = self.prepared.get(node)
         for op in prepared.added if prepared is not None else []:
             if op.meta is meta:
-                return op.step.name
-        return op_hash
-
-    def will_change(self, node: str, op_hash: str) -> bool:
-        """Whether operation `op_hash` changes something on `node` (as prepared)."""
-        meta = self.state.get_op_data_for_host(self.host(node), op_hash).operation_meta
-        return bool(meta.will_change)
+                return op
+        return None
 
     def execute(self, nodes: list[str]) -> None:
         """Run the prepared operations of `nodes` (the others' are skipped by their `_if`)."""
@@ -318,13 +318,15 @@ def _callbacks(session: Session) -> Any:
 
         @staticmethod
         def operation_host_start(state: Any, host: Any, op_hash: str) -> None:
-            if host.name in session.executing and session.will_change(host.name, op_hash):
-                session.options.progress(f"{host.name}: {session.step_name(host.name, op_hash)}")
+            op = session.added_op(host.name, op_hash) if host.name in session.executing else None
+            if op is not None and op.meta.will_change:
+                session.options.progress(f"{host.name}: {op.step.name}")
 
         @staticmethod
         def operation_host_error(state: Any, host: Any, op_hash: str, retry_count: int = 0,
                                  max_retries: int = 0) -> None:
-            name = session.step_name(host.name, op_hash)
+            op = session.added_op(host.name, op_hash)
+            name = op.step.name if op is not None else op_hash
             session.options.progress(f"{host.name}: {name}: FAILED")
             failed = NodeFailure(FailureKind.COMMAND, f"operation failed: {name}")
             session.errors.setdefault(host.name, failed)
