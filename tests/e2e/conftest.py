@@ -1,40 +1,78 @@
-"""End-to-end fixtures: a real emulated fleet for the session.
+"""End-to-end fixtures: real emulated fleets, made once and cloned.
 
-`lab` (session scope) is a `sparkbase.lab.fleet.Lab` with four nodes spark1..spark4 on
-127.0.0.1:2301..2304 in a fresh temporary directory, torn down at the end. Use
-`lab.run(node, "command")` -> (exit status, stdout, stderr) over OpenSSH, or
-`lab.ssh_config_path` / `lab.known_hosts_path` / `lab.key_path` for pyinfra, testinfra and
-paramiko. Tests that change a node should say which node they own (see test_lab_*.py).
+`lab` (session scope) is a `sparkbase.lab.fleet.Lab` with four factory-fresh nodes
+spark1..spark4 on 127.0.0.1:2301..2304 (+10 per xdist worker) in a fresh temporary
+directory, torn down at the end. Use `lab.run(node, "command")` -> (exit status, stdout,
+stderr) over OpenSSH, or `lab.ssh_config_path` / `lab.known_hosts_path` / `lab.key_path` for
+pyinfra, testinfra and paramiko. Tests that change a node should say which node they own
+(see test_lab_*.py). Under xdist every module using it runs on one worker (tests/conftest.py
+groups them), so they share one session lab as in a serial run.
+
+`converged_image` (session scope, one per run, shared by the xdist workers) is four nodes
+converged once to the shipped site by a real `apply` (fleets.converge_image); a module that
+needs a converged fleet boots its own independent copy with `fleets.clone_fleet`.
 """
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from ports import port_base
+from fleets import ConvergedImage, converge_image, copy_site, require_root
+from ports import port_base, session_port_base
 
 from sparkbase.lab.fleet import Lab
 
-REPO = Path(__file__).resolve().parents[2]
-LAB_PORT_BASE = port_base("SPARKBASE_TEST_LAB_PORT_BASE", 2301)
+LAB_PORT_BASE = session_port_base("SPARKBASE_TEST_LAB_PORT_BASE", 2301)
+#: one worker at a time builds the image (under a lock), so one base serves every worker
+IMAGE_PORT_BASE = port_base("SPARKBASE_TEST_IMAGE_PORT_BASE", 2461)
 
 
-def _require_root() -> None:
-    if os.geteuid() != 0:
-        pytest.fail("end-to-end tests need root (namespaces, mounts); run them as root")
+def run_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The directory every xdist worker of this run shares (the base temp dir without xdist)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@pytest.fixture(scope="session")
+def converged_image(tmp_path_factory: pytest.TempPathFactory) -> ConvergedImage:
+    """Four nodes converged once per run: the first worker to ask builds it, under a lock;
+    the others wait and use it (or fail at once with the builder's error)."""
+    require_root()
+    root = run_root(tmp_path_factory)
+    directory = root / "converged-image"
+    report_path, failed_path = directory / "report.json", root / "converged-image.failed"
+    with open(root / "converged-image.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if failed_path.exists():
+            pytest.fail(f"the converged image could not be built:\n{failed_path.read_text()}")
+        if report_path.exists():
+            report: dict[str, Any] = json.loads(report_path.read_text())
+            built = Lab(directory / "lab", port_base=IMAGE_PORT_BASE)
+            return ConvergedImage(built, directory / "site", report)
+        shutil.rmtree(directory, ignore_errors=True)
+        directory.mkdir()
+        try:
+            image = converge_image(directory, IMAGE_PORT_BASE)
+        except Exception as exc:
+            failed_path.write_text(f"{type(exc).__name__}: {exc}")
+            raise
+        report_path.write_text(json.dumps(image.report))
+        return image
 
 
 @pytest.fixture(scope="session")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    """Four emulated Sparks, factory-fresh, for the whole session."""
-    _require_root()
+    """Four emulated Sparks, factory-fresh, for the whole session (of this worker)."""
+    require_root()
     os.environ.setdefault("SPARKBASE_LAB_BOOT_DELAY", "0.3")
-    directory: Path = tmp_path_factory.mktemp("lab")
-    fleet = Lab(directory, port_base=LAB_PORT_BASE)
+    fleet = Lab(tmp_path_factory.mktemp("lab"), port_base=LAB_PORT_BASE)
     fleet.up(4, fresh=True)
     try:
         yield fleet
@@ -45,7 +83,4 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
 @pytest.fixture(scope="session")
 def site_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A private copy of the shipped site, so tests never write locks or logs into the repository."""
-    site = tmp_path_factory.mktemp("site")
-    for part in ("baselines", "inventory", "lanes"):
-        shutil.copytree(REPO / part, site / part)
-    return site
+    return copy_site(tmp_path_factory.mktemp("site"))

@@ -1,16 +1,15 @@
-"""Audit and preflight on a converged fleet: this module's own lab (ports 2351…), converged
-with `sparkbase apply --lab --allow-reboot --yes`, then drift injected by hand, one node each."""
+"""Audit and preflight on a converged fleet: this module's own lab (ports 2351…), a clone of
+the run's converged image (`sparkbase apply --allow-reboot --yes` from the factory state, see
+fleets.py), then drift injected by hand, one node each."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fleets import ConvergedImage, clone_fleet
 from ports import port_base
 
 from sparkbase.cli.main import main
@@ -23,31 +22,8 @@ PORT_BASE = port_base("SPARKBASE_TEST_AUDIT_PORT_BASE", 2351)
 
 
 @pytest.fixture(scope="module")
-def converged(tmp_path_factory: pytest.TempPathFactory, site_copy: Path) -> Iterator[Lab]:
-    if os.geteuid() != 0:
-        pytest.fail("end-to-end tests need root")
-    os.environ.setdefault("SPARKBASE_LAB_BOOT_DELAY", "0.3")
-    fleet = Lab(tmp_path_factory.mktemp("audit-lab"), port_base=PORT_BASE)
-    fleet.up(4, fresh=True)
-    try:
-        # a separate process: pyinfra patches the interpreter (gevent) and caches host keys
-        argv = [
-            sys.executable,
-            "-m",
-            "sparkbase.cli.main",
-            "apply",
-            "--site",
-            str(site_copy),
-            "--lab-dir",
-            str(fleet.dir),
-            "--allow-reboot",
-            "--yes",
-        ]
-        result = subprocess.run(argv, capture_output=True, text=True, check=False)
-        assert result.returncode == 0, f"apply did not converge the fleet:\n{result.stdout}\n{result.stderr}"
-        yield fleet
-    finally:
-        fleet.down()
+def converged(tmp_path_factory: pytest.TempPathFactory, converged_image: ConvergedImage) -> Iterator[Lab]:
+    yield from clone_fleet(converged_image, tmp_path_factory.mktemp("audit-lab"), PORT_BASE)
 
 
 def audit(site: Path, lab: Lab, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, object]]:

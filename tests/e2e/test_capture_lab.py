@@ -1,4 +1,5 @@
-"""`sparkbase capture` of a converged lab node (this module's own one-node lab, port 2941):
+"""`sparkbase capture` of a converged lab node (this module's own one-node lab, port 2941,
+spark1 cloned from the run's converged image):
 the captured baseline validates, renders the files the node was converged to, and audits
 the node clean once apply has rewritten the stamp (the only file that names the baseline's
 own hash)."""
@@ -6,7 +7,6 @@ own hash)."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fleets import ConvergedImage, clone_fleet
 from ports import port_base
 
 from sparkbase.cli.main import main
@@ -43,19 +44,9 @@ def site(tmp_path_factory: pytest.TempPathFactory, site_copy: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def converged(tmp_path_factory: pytest.TempPathFactory, site: Path) -> Iterator[Lab]:
-    if os.geteuid() != 0:
-        pytest.fail("end-to-end tests need root")
-    os.environ.setdefault("SPARKBASE_LAB_BOOT_DELAY", "0.3")
-    fleet = Lab(tmp_path_factory.mktemp("capture-lab"), port_base=PORT_BASE)
-    fleet.up(1, fresh=True)
-    try:
-        result = sparkbase("apply", "--site", str(site), "--lab-dir", str(fleet.dir), "--limit", NODE,
-                           "--allow-reboot", "--yes")
-        assert result.returncode == 0, f"apply did not converge {NODE}:\n{result.stdout}\n{result.stderr}"
-        yield fleet
-    finally:
-        fleet.down()
+def converged(tmp_path_factory: pytest.TempPathFactory, converged_image: ConvergedImage) -> Iterator[Lab]:
+    """spark1 of the run's converged image (converged with the shipped site), alone."""
+    yield from clone_fleet(converged_image, tmp_path_factory.mktemp("capture-lab"), PORT_BASE, nodes=1)
 
 
 def audit_failures(site: Path, lab: Lab, capsys: pytest.CaptureFixture[str]) -> tuple[int, set[str]]:

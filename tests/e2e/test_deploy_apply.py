@@ -1,9 +1,9 @@
 """End to end: converge a factory-fresh emulated fleet with `sparkbase apply`, and more.
 
-One module-scoped fleet (its own lab dir and ports, so the session `lab` of other modules
-is untouched) is converged once; the tests after that run against the converged fleet,
-in file order: plan/drift, plain pyinfra, locks, the variant round trip. Slow (apt
-installs, reboots), so everything shares that one converge.
+The run's converged image (fleets.py: a real `apply --allow-reboot --yes --json` of a
+factory-fresh fleet, once per run) gives this module its first apply's report and its own
+independent clone of the converged disks (own lab dir and ports); the tests run against that
+clone, in file order: plan/drift, plain pyinfra, locks, the variant round trip.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fleets import ConvergedImage, Fleet, clone_fleet
 from ports import port_base
 
 from sparkbase.deploy.locks import Owner, local_locks
 from sparkbase.facts.parsers import normalise_serial, parse_dpkg_query, parse_mok_certificates
-from sparkbase.lab.fleet import Lab
 from sparkbase.model.site import load_site
 from sparkbase.policy.foreign import foreign_for
 from sparkbase.render import render_node
@@ -41,50 +41,20 @@ FAN = "spark-fan-control.service"
 MOK_DIR = "/var/lib/shim-signed/mok"
 
 
-class Fleet:
-    """A lab plus a private copy of the shipped site (override log and locks land there)."""
-
-    def __init__(self, lab: Lab, site: Path) -> None:
-        self.lab = lab
-        self.site = site
-
-    def sparkbase(self, *args: str) -> subprocess.CompletedProcess[str]:
-        """Run the sparkbase CLI against this fleet."""
-        argv = [sys.executable, "-m", "sparkbase.cli.main", args[0], "--site", str(self.site),
-                "--lab-dir", str(self.lab.dir), *args[1:]]
-        return subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False)
-
-    def sh(self, node: str, command: str) -> str:
-        """Run a shell command on a node; fail the test if it fails."""
-        status, out, err = self.lab.run(node, command)
-        assert status == 0, f"{node}: {command}: {err}"
-        return out
-
-
 @pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
-    if os.geteuid() != 0:
-        pytest.fail("end-to-end tests need root (namespaces, mounts); run them as root")
-    os.environ.setdefault("SPARKBASE_LAB_BOOT_DELAY", "0.3")
+def fleet(tmp_path_factory: pytest.TempPathFactory, converged_image: ConvergedImage) -> Iterator[Fleet]:
+    """A clone of the converged image, with a copy of the site (and local state) it was converged with."""
     base = tmp_path_factory.mktemp("deploy")
     site = base / "site"
-    for part in ("baselines", "inventory", "lanes"):
-        shutil.copytree(REPO / part, site / part)
-    lab = Lab(base / "lab", port_base=PORT_BASE)
-    lab.up(4, fresh=True)
-    try:
+    shutil.copytree(converged_image.site, site)
+    for lab in clone_fleet(converged_image, base / "lab", PORT_BASE):
         yield Fleet(lab, site)
-    finally:
-        lab.down()
 
 
 @pytest.fixture(scope="module")
-def converged(fleet: Fleet) -> dict[str, Any]:
+def converged(converged_image: ConvergedImage) -> dict[str, Any]:
     """The first apply of the factory-fresh fleet (with reboots), as its JSON report."""
-    done = fleet.sparkbase("apply", "--allow-reboot", "--yes", "--json")
-    assert done.returncode == 0, done.stdout + done.stderr
-    report: dict[str, Any] = json.loads(done.stdout)
-    return report
+    return converged_image.report
 
 
 def _sha256_on(fleet: Fleet, node: str, path: str) -> str:

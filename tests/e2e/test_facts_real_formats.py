@@ -6,14 +6,10 @@ clean and applies no change. Own lab (port base SPARKBASE_TEST_FACTS_PORT_BASE).
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
+import fleets
 import pytest
 from ports import port_base
 
@@ -23,13 +19,11 @@ from sparkbase.facts.collect import gather_fleet
 from sparkbase.facts.model import NodeFacts, SecureBoot
 from sparkbase.facts.parsers import normalise_serial, parse_grubenv, parse_modinfo, parse_mok_certificates
 from sparkbase.lab import faults
-from sparkbase.lab.fleet import Lab
 from sparkbase.model.site import load_site
 from sparkbase.transport import ssh_targets
 
 pytestmark = pytest.mark.end_to_end
 
-REPO = Path(__file__).parents[2]
 PORT_BASE = port_base("SPARKBASE_TEST_FACTS_PORT_BASE", 2871)
 NODE = "spark2"
 VARIANT = "ds41f-7x-64k"
@@ -37,22 +31,12 @@ VARIANT_KERNEL = "7.0.0-1019-nvidia-64k"
 SAVER = "nvidia_uvm"  # the memory saver is a patched nvidia-uvm (under updates/dkms)
 
 
-class Fleet:
-    """A lab plus a private copy of the shipped site."""
+class Fleet(fleets.Fleet):
+    """The shared fleet; `sh` runs on NODE, the node this module converges and reads."""
 
-    def __init__(self, lab: Lab, site: Path) -> None:
-        self.lab = lab
-        self.site = site
-
-    def sparkbase(self, *args: str) -> subprocess.CompletedProcess[str]:
-        argv = [sys.executable, "-m", "sparkbase.cli.main", args[0], "--site", str(self.site),
-                "--lab-dir", str(self.lab.dir), *args[1:]]
-        return subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False)
-
-    def sh(self, command: str) -> str:
-        status, out, err = self.lab.run(NODE, command)
-        assert status == 0, f"{NODE}: {command}: {err}"
-        return out
+    def sh(self, command: str, input: str | None = None) -> str:  # type: ignore[override]
+        """Run a shell command on NODE; fail the test if it fails."""
+        return super().sh(NODE, command, input)
 
     def facts(self) -> tuple[Any, NodeFacts]:
         """What the audit reads on the node, judged against the variant."""
@@ -69,19 +53,8 @@ class Fleet:
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
-    if os.geteuid() != 0:
-        pytest.fail("end-to-end tests need root (namespaces, mounts); run them as root")
-    os.environ.setdefault("SPARKBASE_LAB_BOOT_DELAY", "0.3")
-    base = tmp_path_factory.mktemp("facts")
-    site = base / "site"
-    for part in ("baselines", "inventory", "lanes"):
-        shutil.copytree(REPO / part, site / part)
-    lab = Lab(base / "lab", port_base=PORT_BASE)
-    lab.up(4, fresh=True)
-    try:
-        yield Fleet(lab, site)
-    finally:
-        lab.down()
+    for shared in fleets.fleet_for_module(tmp_path_factory, "facts", PORT_BASE):
+        yield Fleet(shared.lab, shared.site)
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hardening import Fleet, fleet_for_module
+from fleets import Fleet, fleet_for_module
 from ports import port_base
 
 from sparkbase.lab import faults

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Iterator
 
 import pytest
-from hardening import REPO, Fleet, fleet_for_module
+from fleets import REPO, Fleet, fleet_for_module
 from ports import port_base
 
 pytestmark = pytest.mark.end_to_end

@@ -14,7 +14,7 @@ import subprocess
 from collections.abc import Iterator
 
 import pytest
-from hardening import NODES, SITE_KERNEL, Fleet, fleet_for_module
+from fleets import NODES, SITE_KERNEL, Fleet, fleet_for_module
 from ports import port_base
 
 pytestmark = pytest.mark.end_to_end

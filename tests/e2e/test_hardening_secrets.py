@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hardening import NODES, VARIANT_KERNEL, Fleet, fleet_for_module
+from fleets import NODES, VARIANT_KERNEL, Fleet, fleet_for_module
 from ports import port_base
 
 from sparkbase.deploy.assign import with_assignment

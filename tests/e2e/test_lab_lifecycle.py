@@ -7,13 +7,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from ports import port_base
 
 from sparkbase.lab import procs
 from sparkbase.lab.fleet import Lab, LabError
 
 pytestmark = pytest.mark.end_to_end
 
-PORT_BASE = 2351
+#: its own ports (2351 was the converged-audit module's too: they could not run side by side)
+PORT_BASE = port_base("SPARKBASE_TEST_LIFECYCLE_PORT_BASE", 2451)
 
 
 @pytest.fixture

@@ -1,18 +1,16 @@
-"""The lane runtime on the emulated fleet: this module's own lab (ports 2901…), converged
-with `sparkbase apply --lab --allow-reboot --yes`, the production lane's stand-in started on
-every node; then each runtime finding (one fault, one node), a lane switch and a refused
-switch (the .env untouched), and `lane status`."""
+"""The lane runtime on the emulated fleet: this module's own lab (ports 2901…), a clone of
+the run's converged image (`sparkbase apply --allow-reboot --yes`, see fleets.py), the
+production lane's stand-in started on every node; then each runtime finding (one fault, one
+node), a lane switch and a refused switch (the .env untouched), and `lane status`."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fleets import ConvergedImage, clone_fleet
 from ports import port_base
 
 from sparkbase.cli.main import main
@@ -27,22 +25,13 @@ LANE = "dsv41-flash"
 
 
 @pytest.fixture(scope="module")
-def running(tmp_path_factory: pytest.TempPathFactory, site_copy: Path) -> Iterator[Lab]:
-    """A converged fleet running the production lane's stand-in on every node."""
-    if os.geteuid() != 0:
-        pytest.fail("end-to-end tests need root")
-    os.environ.setdefault("SPARKBASE_LAB_BOOT_DELAY", "0.3")
-    fleet = Lab(tmp_path_factory.mktemp("lane-lab"), port_base=PORT_BASE)
-    fleet.up(4, fresh=True)
-    try:
-        argv = [sys.executable, "-m", "sparkbase.cli.main", "apply", "--site", str(site_copy),
-                "--lab-dir", str(fleet.dir), "--allow-reboot", "--yes"]
-        result = subprocess.run(argv, capture_output=True, text=True, check=False)
-        assert result.returncode == 0, f"apply did not converge the fleet:\n{result.stdout}\n{result.stderr}"
+def running(tmp_path_factory: pytest.TempPathFactory, converged_image: ConvergedImage,
+            site_copy: Path) -> Iterator[Lab]:
+    """A converged fleet (a clone of the run's image) running the production lane's stand-in
+    on every node."""
+    for fleet in clone_fleet(converged_image, tmp_path_factory.mktemp("lane-lab"), PORT_BASE):
         lanes.start(fleet, load_site(site_copy), LANE)
         yield fleet
-    finally:
-        fleet.down()
 
 
 def preflight(site: Path, lab: Lab, capsys: pytest.CaptureFixture[str]) -> tuple[int, list[str]]:

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from hardening import FACTORY_KERNEL, NODES, SITE_KERNEL, Fleet, fleet_for_module
+from fleets import FACTORY_KERNEL, NODES, SITE_KERNEL, Fleet, fleet_for_module
 from ports import port_base
 
 from sparkbase.lab import faults

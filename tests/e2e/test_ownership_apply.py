@@ -16,23 +16,17 @@ included, so what is kept and what is removed is observed on the nodes themselve
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
+import fleets
 import pytest
 from ports import port_base
 
-from sparkbase.lab.fleet import Lab
 from sparkbase.policy.ownership import OWNERSHIP_PATH, Kind, parse_record
 
 pytestmark = pytest.mark.end_to_end
 
-REPO = Path(__file__).resolve().parents[2]
 PORT_BASE = port_base("SPARKBASE_TEST_OWNERSHIP_PORT_BASE", 2861)
 OWNED = "e2e-owned"
 #: a site-compliant baseline whose swap file, fan control and libnccl2 the site's retires
@@ -43,35 +37,20 @@ description: e2e ownership profile (test_ownership_apply.py)
 memory:
   swap: {path: /swapfile, size_gib: 1, header_page_size: 4096}
 host:
-  fan_control: {package: dgx-spark-fan-control, version: 1.3.0-1, service: spark-fan-control.service}
+  fan_control: {package: dgx-spark-fan-control, package_version: 0.1.3-1, dkms_name: dgx-spark-fan-control,
+                dkms_version: 0.1.3, module: dgx_ec_fan_control, service: dgx-fan-control.service}
   packages:
     - {name: libnccl2, version: 2.28.9-1+cuda13.0}
 """
 SWAP = "/swapfile"
 MOK_DIR = "/var/lib/shim-signed/mok"
-FAN = "spark-fan-control.service"
+FAN = "dgx-fan-control.service"
 HAND_MADE_SWAP = (f"fallocate -l 64M {SWAP} && chmod 600 {SWAP} && mkswap {SWAP} >/dev/null && swapon {SWAP} "
                   f"&& echo '{SWAP} none swap sw 0 0' >> /etc/fstab")
 
 
-class Fleet:
-    """A lab plus a private copy of the shipped site."""
-
-    def __init__(self, lab: Lab, site: Path) -> None:
-        self.lab = lab
-        self.site = site
-
-    def sparkbase(self, *args: str) -> subprocess.CompletedProcess[str]:
-        """Run the sparkbase CLI against this fleet."""
-        argv = [sys.executable, "-m", "sparkbase.cli.main", args[0], "--site", str(self.site),
-                "--lab-dir", str(self.lab.dir), *args[1:]]
-        return subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False)
-
-    def sh(self, node: str, command: str) -> str:
-        """Run a shell command on a node; fail the test if it fails."""
-        status, out, err = self.lab.run(node, command)
-        assert status == 0, f"{node}: {command}: {err}"
-        return out
+class Fleet(fleets.Fleet):
+    """The shared fleet, with what this module asks of a node's ownership."""
 
     def exists(self, node: str, path: str) -> bool:
         """Whether `path` exists on `node`."""
@@ -92,20 +71,9 @@ class Fleet:
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
-    if os.geteuid() != 0:
-        pytest.fail("end-to-end tests need root (namespaces, mounts); run them as root")
-    os.environ.setdefault("SPARKBASE_LAB_BOOT_DELAY", "0.3")
-    base = tmp_path_factory.mktemp("ownership")
-    site = base / "site"
-    for part in ("baselines", "inventory", "lanes"):
-        shutil.copytree(REPO / part, site / part)
-    (site / "baselines" / f"{OWNED}.yaml").write_text(OWNED_BASELINE)
-    lab = Lab(base / "lab", port_base=PORT_BASE)
-    lab.up(4, fresh=True)
-    try:
-        yield Fleet(lab, site)
-    finally:
-        lab.down()
+    for shared in fleets.fleet_for_module(tmp_path_factory, "ownership", PORT_BASE):
+        (shared.site / "baselines" / f"{OWNED}.yaml").write_text(OWNED_BASELINE)
+        yield Fleet(shared.lab, shared.site)
 
 
 def _swap_uuid(fleet: Fleet, node: str) -> str:

@@ -36,6 +36,12 @@ DEFAULT_NODES = 4
 ENV_DIR = "SPARKBASE_LAB_DIR"
 ENV_BOOT_DELAY = "SPARKBASE_LAB_BOOT_DELAY"
 
+#: what a clone copies of the lab directory (the client key, the MOK pair, the built apt
+#: repository and preload library; ssh files are written by the clone's own `up`)
+CLONED_LAB_PARTS = ("id_ed25519", "id_ed25519.pub", "mok", "apt", "preload")
+#: what a clone copies of each node: its disk (overlay upper dir), firmware, host key
+CLONED_NODE_PARTS = ("upper", "firmware", "ssh_host_ed25519_key", "ssh_host_ed25519_key.pub")
+
 #: supervisors this process started, by lab dir: waited for on `down` (no zombies)
 _SUPERVISORS: dict[str, subprocess.Popen[bytes]] = {}
 
@@ -372,6 +378,39 @@ class Lab:
                 shutil.rmtree(nd / sub, ignore_errors=True)
             (nd / "log").unlink(missing_ok=True)
 
+    # --- clone -----------------------------------------------------------------------
+
+    def clone(self, directory: str | os.PathLike[str], port_base: int, nodes: int | None = None) -> Lab:
+        """A new lab in `directory` whose nodes start from copies of this lab's node disks.
+
+        This lab must be down (a running node's disk changes under the copy). The clone
+        gets its own copy of each node's disk, firmware and host key, and of the lab's
+        client key, MOK pair, apt repository and preload library, so nothing a test does to
+        the clone reaches this lab; `up` then writes its ssh files for its own ports. Copies
+        keep sparse files sparse and the overlay's xattrs (`cp -a --sparse=always`, reflinks
+        where the file system has them). `nodes`: how many of the first nodes (default all).
+        """
+        target = Lab(directory, port_base=port_base)
+        if self.is_up():
+            raise LabError(f"the lab in {self.dir} is up; clone a lab that is down")
+        if target.dir.exists() and any(target.dir.iterdir()):
+            raise LabError(f"{target.dir} is not empty; a clone needs a new directory")
+        names = self.node_names[:nodes] if nodes is not None else self.node_names
+        missing = [name for name in names if not image.is_factory_built(self.node_dir(name) / "upper")]
+        if missing or not names:
+            raise LabError(f"the lab in {self.dir} has no disk for {', '.join(missing) or 'any node'}")
+        target.dir.mkdir(parents=True, exist_ok=True)
+        for part in CLONED_LAB_PARTS:
+            if (self.dir / part).exists():
+                _copy_tree(self.dir / part, target.dir / part)
+        for name in names:
+            target.node_dir(name).mkdir(parents=True)
+            for part in CLONED_NODE_PARTS:
+                _copy_tree(self.node_dir(name) / part, target.node_dir(name) / part)
+        plan = {"nodes": [{"name": name} for name in names]}
+        (target.dir / "plan.json").write_text(json.dumps(plan, indent=1) + "\n")
+        return target
+
     def mounts(self) -> list[str]:
         """Mount points in the machine's mount table under the lab dir (should be none)."""
         prefix = str(self.dir) + "/"
@@ -483,6 +522,17 @@ def _keygen(path: Path, comment: str) -> None:
         ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
         check=True, stdin=subprocess.DEVNULL,
     )
+
+
+def _copy_tree(source: Path, target: Path) -> None:
+    """Copy a file or directory tree with owners, modes, times, xattrs, device nodes (the
+    overlay's whiteouts) and holes kept; reflinked where the file system can."""
+    result = subprocess.run(
+        ["cp", "-a", "--reflink=auto", "--sparse=always", "--", str(source), str(target)],
+        capture_output=True, text=True, check=False,
+    )
+    if result.returncode != 0:
+        raise LabError(f"could not copy {source} to {target}: {result.stderr.strip()}")
 
 
 def _tail(path: Path, lines: int = 5) -> str:

@@ -1,18 +1,28 @@
-"""Shared helpers of the hardening e2e modules (`test_hardening_*.py`).
+"""Fleets for the e2e modules: a lab plus a private site copy, made fresh or cloned.
 
-Each module brings up its OWN lab (its own directory and port base in 2801-2899) with a
-private copy of the shipped site, so override logs, locks and faults stay in the module.
+- `fleet_for_module(tmp_path_factory, name, port_base)`: a factory-fresh four-node lab on
+  the module's own ports with a private copy of the shipped site (its override log and
+  local locks stay in the module); brought down after.
+- `ConvergedImage` / `converge_image`: four nodes converged ONCE by a real
+  `sparkbase apply --allow-reboot --yes --json` from the factory state, then brought down
+  (the e2e conftest's session fixture `converged_image` makes one per run).
+- `clone_fleet(image, directory, port_base, nodes)`: an independent copy of the image's node
+  disks (`Lab.clone`), booted on the module's own ports, for modules that start from a
+  converged fleet; brought down after. Booting the copy is a reboot of a converged node.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,6 +33,8 @@ NODES = ["spark1", "spark2", "spark3", "spark4"]
 SITE_KERNEL = "6.17.0-1032-nvidia"
 FACTORY_KERNEL = "6.17.0-1008-nvidia"
 VARIANT_KERNEL = "7.0.0-1019-nvidia-64k"
+#: the parts of the repository that make up the shipped site
+SITE_PARTS = ("baselines", "inventory", "lanes")
 
 #: a `sha256sum` wrapper for a node: the upload check (`sha256sum -c`) marks that it runs,
 #: then waits, so a test can act deterministically while an upload is half done
@@ -48,7 +60,8 @@ class Fleet:
 
     def sparkbase(self, *args: str, site: Path | None = None,
                   timeout: float = 900) -> subprocess.CompletedProcess[str]:
-        """Run the sparkbase CLI against this fleet."""
+        """Run the sparkbase CLI against this fleet (a separate process: pyinfra patches the
+        interpreter with gevent and caches host keys)."""
         return subprocess.run(self.argv(*args, site=site), capture_output=True, text=True,
                               timeout=timeout, check=False)
 
@@ -93,10 +106,9 @@ class Fleet:
         pytest.fail(f"no upload check ran on {node} within {timeout:.0f}s")
 
 
-
 def copy_site(where: Path) -> Path:
     """A private copy of the shipped site at `where` (its own local locks and override log)."""
-    for part in ("baselines", "inventory", "lanes"):
+    for part in SITE_PARTS:
         shutil.copytree(REPO / part, where / part)
     return where
 
@@ -117,5 +129,48 @@ def fleet_for_module(tmp_path_factory: pytest.TempPathFactory, name: str, port_b
     lab.up(4, fresh=True)
     try:
         yield Fleet(lab, site)
+    finally:
+        lab.down()
+
+
+@dataclass(frozen=True)
+class ConvergedImage:
+    """A down lab whose four nodes were converged to the shipped site: clone it, never start it."""
+
+    lab: Lab
+    site: Path
+    """The site copy the converge ran with (its local state included)."""
+    report: dict[str, Any]
+    """The converge's `apply --json` report (one entry per node)."""
+
+
+def converge_image(directory: Path, port_base: int) -> ConvergedImage:
+    """Converge a factory-fresh four-node lab in `directory` with `apply`, then bring it down.
+
+    Raises RuntimeError (with apply's output) when the apply fails.
+    """
+    require_root()
+    os.environ.setdefault("SPARKBASE_LAB_BOOT_DELAY", "0.3")
+    fleet = Fleet(Lab(directory / "lab", port_base=port_base), copy_site(directory / "site"))
+    fleet.lab.up(4, fresh=True)
+    try:
+        done = fleet.sparkbase("apply", "--allow-reboot", "--yes", "--json")
+    finally:
+        fleet.lab.down()
+    if done.returncode != 0:
+        raise RuntimeError(f"apply did not converge the image fleet:\n{done.stdout}\n{done.stderr}")
+    report: dict[str, Any] = json.loads(done.stdout)
+    return ConvergedImage(fleet.lab, fleet.site, report)
+
+
+def clone_fleet(image: ConvergedImage, directory: Path, port_base: int, nodes: int = 4) -> Iterator[Lab]:
+    """An independent copy of the image's first `nodes` nodes in `directory`, up on
+    `port_base`; brought down after."""
+    require_root()
+    os.environ.setdefault("SPARKBASE_LAB_BOOT_DELAY", "0.3")
+    lab = image.lab.clone(directory, port_base=port_base, nodes=nodes)
+    lab.up(nodes)
+    try:
+        yield lab
     finally:
         lab.down()
