@@ -48,6 +48,8 @@ REFUSED = [
     ("a label value without quotes", "m{a=1} 1\n", 1),
     ("two labels without a comma", 'm{a="1" b="2"} 1\n', 1),
     ("a label name that is not one", 'm{1a="x"} 1\n', 1),
+    ("a value in Arabic-Indic digits", "m \u0661\u0662\n", 1),
+    ("a timestamp in Devanagari digits", "m 1 \u0967\u0968\u0969\n", 1),
     ("a line longer than MAX_LINE", "m{a=\"" + "x" * MAX_LINE + "\"} 1\n", 1),
 ]
 
@@ -62,6 +64,13 @@ def test_a_repeated_bad_line_is_named_where_it_first_appears() -> None:
     text = 'm 1\nm{a="1",a="2"} 2\nm 3\nm{a="1",a="2"} 2\n'
     with pytest.raises(MetricsError, match=r"^s:2: "):
         parse_scrapes(text, 0.0, "s")
+
+
+def test_one_series_over_many_scrapes_keeps_each_value() -> None:
+    text = "".join(f'# scrape_time {1000 + 60 * i}\nm{{a="x\\"y"}} {i}\n' for i in range(5))
+    samples = parse_scrapes(text, 0.0)
+    assert [(s.value, s.time) for s in samples] == [(float(i), 1000.0 + 60 * i) for i in range(5)]
+    assert all(s.labels == {"a": 'x"y'} for s in samples)
 
 
 def test_repeated_lines_keep_their_own_scrape_time() -> None:
