@@ -59,17 +59,24 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return built
 
 
-@pytest.fixture(scope="module")
-def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("venv")
+def wheel_venv(root: Path, wheel: Path, extra_files: dict[str, str] | None = None) -> Path:
+    """A fresh venv at `root` with the wheel installed; its dependencies from the development
+    venv (a .pth file), plus `extra_files` in its site-packages."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
     purelib = Path(subprocess.run(
         [str(root / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         capture_output=True, text=True, check=True).stdout.strip())
+    for name, text in (extra_files or {}).items():
+        (purelib / name).write_text(text)
     (purelib / "_sparkbase_test_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     subprocess.run([sys.executable, "-m", "pip", "--python", str(root / "bin" / "python"), "install",
                     "-q", "--no-deps", "--no-index", str(wheel)], check=True, timeout=300)
     return root
+
+
+@pytest.fixture(scope="module")
+def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return wheel_venv(tmp_path_factory.mktemp("venv"), wheel)
 
 
 #: a stand-in for an environment installed without the `checks` extra: these cannot be imported
@@ -90,18 +97,10 @@ sys.meta_path.insert(0, _WithoutChecks())
 @pytest.fixture(scope="module")
 def venv_without_checks(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The wheel in a venv where pytest and testinfra cannot be imported (`pip install sparkbase`
-    without `[checks]`): the dependencies from the development venv, those two blocked."""
-    root = tmp_path_factory.mktemp("venv-no-checks")
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
-    purelib = Path(subprocess.run(
-        [str(root / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True, text=True, check=True).stdout.strip())
-    (purelib / "_sparkbase_no_checks.py").write_text(NO_CHECKS_FINDER)
-    (purelib / "_sparkbase_no_checks.pth").write_text("import _sparkbase_no_checks\n")
-    (purelib / "_sparkbase_test_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(root / "bin" / "python"), "install",
-                    "-q", "--no-deps", "--no-index", str(wheel)], check=True, timeout=300)
-    return root
+    without `[checks]`): the dependencies from the development venv, those blocked."""
+    blocker = {"_sparkbase_no_checks.py": NO_CHECKS_FINDER,
+               "_sparkbase_no_checks.pth": "import _sparkbase_no_checks\n"}
+    return wheel_venv(tmp_path_factory.mktemp("venv-no-checks"), wheel, blocker)
 
 
 def run(
