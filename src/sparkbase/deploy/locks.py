@@ -5,7 +5,7 @@
   (format-versioned), written into the lock file by filelock's `on_acquired` hook while it
   is held. filelock 4.x opens an existing lock file without truncating it (3.x truncated
   it on open, before trying the lock), so a refused run can still read the holder's record:
-  pyproject pins `filelock>=4.3,<5` and a unit test fails if that changes.
+  pyproject pins `filelock>=4.3.1,<5` and a unit test fails if that changes.
 - Remote: `mkdir /run/sparkbase/apply.lock` over SSH (atomic; /run is cleared by a
   reboot, as a lock held by a process that no longer exists should be), with an `owner`
   file inside. Re-acquiring with the same token succeeds (the run re-locks after a reboot).
