@@ -11,6 +11,7 @@ from sparkbase.facts.model import (
     FstabEntry,
     GpuFacts,
     GrubBoot,
+    GrubEntry,
     Interface,
     ModuleInfo,
     MokCertificate,
@@ -20,6 +21,7 @@ from sparkbase.facts.model import (
     UnitState,
 )
 from sparkbase.facts.parsers import parse_grub
+from sparkbase.model.baseline import Baseline
 from sparkbase.model.site import Site, load_site
 from sparkbase.model.types import GB10_FAST_CPUS
 from sparkbase.render import kernel_cmdline
@@ -62,6 +64,25 @@ def grub_boot(release: str, default: str | None = None, grubenv: str = "") -> Gr
         release=release,
     )
     return parse_grub(cfg, grubenv)
+
+
+def _factory_swap_facts(b: Baseline) -> tuple[tuple[FstabEntry, ...], tuple[SwapEntry, ...]]:
+    """The installer's /swap.img line (and its activity) as the baseline keeps it."""
+    factory = b.memory.factory_swap
+    if factory is None:
+        return (), ()
+    if factory.fstab == "noauto":
+        return (FstabEntry(factory.path, "none", "swap", "noauto"),), ()
+    return (FstabEntry(factory.path, "none", "swap", "sw"),), (SwapEntry(factory.path, 8 * 1024**3),)
+
+
+def _with_fallback(grub: GrubBoot, b: Baseline) -> GrubBoot:
+    """GRUB's menu with the baseline's fallback kernel's entry too."""
+    fallback = b.kernel.fallback
+    if fallback is None:
+        return grub
+    entry = GrubEntry(f"{ADVANCED}{fallback.release}", fallback.release)
+    return replace(grub, entries=(*grub.entries, entry))
 
 
 def converged(expected: Expected) -> NodeFacts:
@@ -116,6 +137,7 @@ def converged(expected: Expected) -> NodeFacts:
             hashes[file.path] = file.sha256
     nccl = expected.file("/etc/nccl.conf")
     swap = b.memory.swap
+    factory_fstab, factory_swaps = _factory_swap_facts(b)
     return NodeFacts(
         node=expected.node,
         kernel_release=b.kernel.release,
@@ -137,7 +159,7 @@ def converged(expected: Expected) -> NodeFacts:
         memory_saver=memory_saver,
         secure_boot=SecureBoot.ENABLED if b.secure_boot.enabled else SecureBoot.DISABLED,
         mok_certificates=(mok_certificate(b.secure_boot.mok_fingerprint),),
-        swaps=(SwapEntry(swap.path, swap.size_gib * 1024**3),) if swap else (),
+        swaps=((SwapEntry(swap.path, swap.size_gib * 1024**3),) if swap else ()) + factory_swaps,
         swap_header_page_size={swap.path: swap.header_page_size} if swap else {},
         default_target=b.host.boot_target,
         units=units,
@@ -151,10 +173,11 @@ def converged(expected: Expected) -> NodeFacts:
         gids=gids,
         governors=dict.fromkeys(range(20), "performance"),
         packages={pin.name: pin.version for pin in b.packages()},
-        grub=grub_boot(b.kernel.release),
+        grub=_with_fallback(grub_boot(b.kernel.release), b),
         fstab=(
             FstabEntry("/dev/nvme0n1p2", "/", "ext4", "errors=remount-ro"),
             *((FstabEntry(swap.path, "none", "swap", "sw"),) if swap else ()),
+            *factory_fstab,
         ),
         dgx_release={"DGX_SWBUILD_VERSION": "7.2.3", "DGX_OTA_VERSION": "7.5.0"},
         nvidia_modules={

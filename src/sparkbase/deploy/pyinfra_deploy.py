@@ -16,6 +16,7 @@ from pyinfra.operations import files
 
 from sparkbase.deploy import operations as ops
 from sparkbase.deploy import retire
+from sparkbase.deploy.operations import fstab as fstab_ops
 from sparkbase.deploy.steps import Step
 
 
@@ -109,6 +110,8 @@ ADDERS: dict[str, Callable[[Step, dict[str, Any]], Any]] = {
     "daemon-reload": _after(["systemctl", "daemon-reload"], "the serving slice"),
     "netplan-apply": _after(["netplan", "apply"], "the fabric netplan"),
     "swap-retire": _simple(retire.swap_retire),
+    "factory-swap": _simple(fstab_ops.factory_swap),
+    "factory-swap-restore": _simple(fstab_ops.factory_swap_restore),
     "swap-file": _simple(ops.swap_file),
     "fstab-line": _fstab_line,
     "swapon": _simple(ops.swapon),

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sparkbase.policy.foreign import Foreign, foreign_for, foreign_swap_files
+from sparkbase.model.baseline import FACTORY_SWAP_HEADER
+from sparkbase.policy.foreign import Foreign, foreign_for, foreign_fstab_edits, foreign_swap_files
 from sparkbase.render import (
     GRUB_DROPIN_PATH,
     NETPLAN_PATH,
@@ -37,6 +38,7 @@ DISPLAY_MANAGER_UNIT = "display-manager.service"
 #: step kinds whose operation records what it creates on the node, under the baseline's name
 #: (`sparkbase.policy.ownership`): only recorded things are ever retired
 RECORDING_KINDS = frozenset({"packages", "directory", "upload", "dkms-install", "file", "swap-file",
+                             "factory-swap",
                              "unit-enabled"})
 
 
@@ -270,6 +272,7 @@ def _activation_steps(baseline: Baseline) -> list[Step]:
                 "default_entry": kernel.grub_entry if kernel.pin_grub_default else None,
                 "cmdline": kernel_cmdline(baseline),
                 "forbid": list(kernel.cmdline_forbid),
+                "fallback": kernel.fallback.release if kernel.fallback is not None else None,
             },
             reboot=True,
             after_change_of=GRUB_DROPIN_PATH,
@@ -289,8 +292,16 @@ def _activation_steps(baseline: Baseline) -> list[Step]:
 
 
 def _swap_steps(site: Site, baseline: Baseline) -> list[Step]:
+    """The installer's swap line first (its edits rewrite /etc/fstab whole, guarded), then
+    other baselines' swap files retired, then this baseline's swap file."""
     swap = baseline.memory.swap
     steps = [
+        Step("factory-swap-restore", f"retire: the {path} line of /etc/fstab as sparkbase found it "
+             "(another baseline had it marked noauto)", {"path": path})
+        for path in foreign_fstab_edits(site, baseline)
+    ]
+    steps += _factory_swap_steps(baseline)
+    steps += [
         Step("swap-retire", f"retire: swap file {path} (another baseline's)", {"path": path})
         for path in foreign_swap_files(site, baseline)
     ]
@@ -312,6 +323,22 @@ def _swap_steps(site: Site, baseline: Baseline) -> list[Step]:
         ),
     ]
     return steps
+
+
+def _factory_swap_steps(baseline: Baseline) -> list[Step]:
+    """The installer's swap file: its fstab line marked noauto (recorded), or, kept as
+    installed, switched on as the node's swap."""
+    factory = baseline.memory.factory_swap
+    if factory is None:
+        return []
+    if factory.fstab == "noauto":
+        off = ", switched off when active" if factory.swapoff else ""
+        args = {"path": factory.path, "fstab": factory.fstab, "swapoff": factory.swapoff}
+        name = f"{factory.path} kept, its /etc/fstab line marked noauto{off} (recorded)"
+        return [Step("factory-swap", name, args)]
+    return [Step("swapon", f"swapon {factory.path} (the installer's swap, when running "
+                 f"{FACTORY_SWAP_HEADER}-byte pages)",
+                 {"path": factory.path, "header_page_size": FACTORY_SWAP_HEADER})]
 
 
 def _service_steps(baseline: Baseline) -> list[Step]:

@@ -128,6 +128,34 @@ class OsSpec(StrictModel):
     )
 
 
+#: the packages of one kernel release (image, headers, modules), all at its package version
+KERNEL_PACKAGE_STEMS: tuple[str, ...] = ("linux-image", "linux-headers", "linux-modules")
+
+
+class FallbackKernelSpec(StrictModel):
+    """A second kernel kept installed (held, with its GRUB menu entry) so that the node can
+    boot it when the baseline's kernel fails; GRUB's default stays the baseline's kernel.
+
+    The variant's recipe keeps the 4 KiB `7.0.0-1019-nvidia` so (spark-ds41f
+    config/kernel-trial.json `"fallback"`; docs/setup.md "Keep the 4 KiB kernel installed:
+    it is the fallback.").
+    """
+
+    release: KernelRelease = Field(description="kernel release of the fallback, as `uname -r` prints it")
+    package_version: PackageVersion = Field(
+        description="Debian version of its linux-image/headers/modules packages"
+    )
+
+    def packages(self, driver_branch: str) -> list[PackagePin]:
+        """Its kernel packages and the NVIDIA kernel-module package built for it (the kernel
+        package version plus `+1`, as for the baseline's own kernel)."""
+        pins = [PackagePin(name=f"{stem}-{self.release}", version=self.package_version)
+                for stem in KERNEL_PACKAGE_STEMS]
+        pins.append(PackagePin(name=f"linux-modules-nvidia-{driver_branch}-{self.release}",
+                               version=f"{self.package_version}+1"))
+        return pins
+
+
 class KernelSpec(StrictModel):
     """The kernel the node must run and how it boots."""
 
@@ -146,6 +174,10 @@ class KernelSpec(StrictModel):
     pin_grub_default: bool = Field(
         default=True, description="make this release GRUB's default entry (not just the newest)"
     )
+    fallback: FallbackKernelSpec | None = Field(
+        default=None,
+        description="a kernel kept installed beside this one, with its own GRUB entry (never the default)",
+    )
 
     @property
     def flavour(self) -> str:
@@ -161,7 +193,7 @@ class KernelSpec(StrictModel):
         """The kernel packages this release needs, at the pinned version."""
         return [
             PackagePin(name=f"{stem}-{self.release}", version=self.package_version)
-            for stem in ("linux-image", "linux-headers", "linux-modules")
+            for stem in KERNEL_PACKAGE_STEMS
         ]
 
 
@@ -283,6 +315,35 @@ class SwapSpec(StrictModel):
     header_page_size: PageSize = Field(description="page size written in the swap header")
 
 
+#: where the DGX OS installer (Ubuntu's curtin) puts its swap file, with a 4 KiB header
+FACTORY_SWAP_PATH = "/swap.img"
+#: the page size the installer writes the swap header for (DGX OS installs a 4 KiB kernel)
+FACTORY_SWAP_HEADER = 4096
+
+
+class FactorySwapSpec(StrictModel):
+    """The installer's swap file, which sparkbase never creates, resizes or deletes.
+
+    `fstab: noauto` is the recipe's (spark-ds41f install-boot-support.sh): its /etc/fstab
+    line keeps the file but no longer activates it at boot. sparkbase records the line as it
+    found it and puts it back when the node moves to a baseline that does not ask for
+    `noauto`, if nobody changed the line since. `fstab: as-installed` leaves the line alone
+    and judges that the file is the node's active swap (the recipe's 4 KiB profile swaps on
+    it: host/kernel-memory/spark3-kernel-memory).
+    """
+
+    path: SwapFilePath = Field(default=FACTORY_SWAP_PATH, description="the installer's swap file")
+    fstab: Literal["as-installed", "noauto"] = Field(
+        description="as-installed: its fstab line activates it at boot (the node's swap); "
+        "noauto: sparkbase marks its fstab line noauto (recorded, undone on move-back)"
+    )
+    swapoff: bool = Field(
+        default=False,
+        description="with noauto, also switch it off now when it is active (the recipe never swaps "
+        "off a live file: it stops at the next boot)",
+    )
+
+
 #: a module's `srcversion` as kmod and /sys/module print it (modpost's hex digest)
 SrcVersion = Annotated[str, StringConstraints(pattern=r"^[0-9A-F]{16,32}$")]
 
@@ -310,6 +371,9 @@ class MemorySpec(StrictModel):
     """Memory policy: swap, THP, sysctls, memory-saver, display carve-out."""
 
     swap: SwapSpec | None = Field(default=None, description="swap file, or none")
+    factory_swap: FactorySwapSpec | None = Field(
+        default=None, description="what becomes of the installer's /swap.img, or none (left as found)"
+    )
     transparent_hugepages: Literal["always", "madvise", "never"] = Field(
         description="/sys/kernel/mm/transparent_hugepage/enabled"
     )
@@ -443,6 +507,8 @@ class Baseline(StrictModel):
     def packages(self) -> list[PackagePin]:
         """Every package the baseline pins, in install order."""
         pins = [*self.kernel.packages(), *self.driver.packages(self.kernel)]
+        if self.kernel.fallback is not None:
+            pins.extend(self.kernel.fallback.packages(self.driver.branch))
         pins.append(PackagePin(name=self.nccl.library.package, version=self.nccl.library.version))
         if self.host.fan_control is not None:
             fan = self.host.fan_control

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sparkbase.errors import Severity
-from sparkbase.model.baseline import ONESHOT_SHAPES, SHAPE_NODES, Baseline
+from sparkbase.model.baseline import FACTORY_SWAP_HEADER, ONESHOT_SHAPES, SHAPE_NODES, Baseline
 from sparkbase.model.types import GB10_FAST_CPUS
 from sparkbase.model.yamlio import PathKey
 
@@ -132,6 +132,7 @@ def baseline_findings(name: str, baseline: Baseline) -> Iterator[Finding]:
                 f"(shape {home}); shape {shape.name} has {SHAPE_NODES[shape.name]}",
             )
     yield from _version_form_findings(doc, baseline)
+    yield from _fallback_and_factory_swap_findings(doc, baseline)
     yield from _provenance_findings(doc, baseline)
 
 
@@ -169,6 +170,41 @@ def _version_form_findings(doc: DocRef, baseline: Baseline) -> Iterator[Finding]
             f"DGX OS ships it as {driver.version}-0ubuntu0.24.04.N "
             "(read it with `dpkg-query -W nvidia-utils-580`)",
         )
+
+
+def _fallback_and_factory_swap_findings(doc: DocRef, baseline: Baseline) -> Iterator[Finding]:
+    """The fallback kernel is another kernel, versioned as Ubuntu versions it; the installer's
+    swap file is never sparkbase's own swap file, and only a 4 KiB kernel can swap on it."""
+    kernel = baseline.kernel
+    fallback = kernel.fallback
+    if fallback is not None and fallback.release == kernel.release:
+        yield Finding(doc, ("kernel", "fallback", "release"),
+                      f"the fallback kernel is the baseline's own kernel {kernel.release}: name another "
+                      "release, or drop kernel.fallback")
+    if fallback is not None:
+        upstream, abi = fallback.release.split("-")[:2]
+        form = _KERNEL_PACKAGE_VERSION.format(upstream=re.escape(upstream), abi=abi)
+        if re.fullmatch(form, fallback.package_version) is None:
+            yield Finding(doc, ("kernel", "fallback", "package_version"),
+                          f"{fallback.package_version} cannot be the package version of kernel "
+                          f"{fallback.release}: Ubuntu versions its packages {upstream}-{abi}.UPLOAD, "
+                          "with a series suffix on backports (e.g. 7.0.0-1019.19~24.04.2)")
+    memory = baseline.memory
+    factory = memory.factory_swap
+    if factory is None:
+        return
+    if memory.swap is not None and memory.swap.path == factory.path:
+        yield Finding(doc, ("memory", "swap", "path"),
+                      f"{factory.path} is the installer's swap file (memory.factory_swap): sparkbase "
+                      "never makes, resizes or deletes it; give its own swap file another path")
+    if factory.swapoff and factory.fstab != "noauto":
+        yield Finding(doc, ("memory", "factory_swap", "swapoff"),
+                      f"swapoff applies only with fstab: noauto (as-installed keeps {factory.path} "
+                      "the node's swap)")
+    if factory.fstab == "as-installed" and kernel.page_size != FACTORY_SWAP_HEADER:
+        yield Finding(doc, ("memory", "factory_swap", "fstab"),
+                      f"{factory.path} has the installer's {FACTORY_SWAP_HEADER}-byte swap header: a "
+                      f"{kernel.page_size}-byte-page kernel cannot swap on it (set fstab: noauto)")
 
 
 def _provenance_findings(doc: DocRef, baseline: Baseline) -> Iterator[Finding]:

@@ -83,6 +83,24 @@ def foreign_swap_files(site: Site, baseline: Baseline) -> tuple[str, ...]:
     )
 
 
+def foreign_fstab_edits(site: Site, baseline: Baseline) -> tuple[str, ...]:
+    """Installer swap files the site's other baselines mark `noauto` in /etc/fstab and
+    `baseline` does not (their line is put back, if sparkbase's edit is unchanged), sorted."""
+    own = baseline.memory.factory_swap
+    keep = own.path if own is not None and own.fstab == "noauto" else None
+    return tuple(
+        sorted(
+            {
+                other.memory.factory_swap.path
+                for other in site.baselines.values()
+                if other.memory.factory_swap is not None
+                and other.memory.factory_swap.fstab == "noauto"
+                and other.memory.factory_swap.path != keep
+            }
+        )
+    )
+
+
 def _needs_saver(baseline: Baseline) -> bool:
     saver = baseline.memory.memory_saver
     return saver is not None and saver.required
@@ -91,9 +109,10 @@ def _needs_saver(baseline: Baseline) -> bool:
 def _kernel_of(pin_name: str, baseline: Baseline) -> str | None:
     """The kernel release a package is built for: Ubuntu names every such package
     `<stem>-<release>` (linux-image-, linux-headers-, linux-modules-,
-    linux-modules-nvidia-580-open-)."""
-    release = baseline.kernel.release
-    return release if pin_name.endswith(f"-{release}") else None
+    linux-modules-nvidia-580-open-); the baseline's own kernel or its fallback."""
+    fallback = baseline.kernel.fallback
+    releases = [baseline.kernel.release, *([fallback.release] if fallback is not None else [])]
+    return next((release for release in releases if pin_name.endswith(f"-{release}")), None)
 
 
 def foreign_for(site: Site, name: str) -> Foreign:

@@ -14,9 +14,14 @@ now is still what sparkbase made; anything else is kept and reported:
 Pure: the record model, its JSON form and the decisions; no host, no pyinfra. The deploy
 (`deploy/operations/`) turns decisions into commands.
 
-Record file format 1:
+Besides what it created, the record holds the lines sparkbase edited in files it did not
+create (kind `fstab-line`: the installer's /swap.img line marked `noauto`), with the line as
+sparkbase found it (`original`) and as it wrote it (`written`), exact: the line is put back
+only while it still reads exactly as sparkbase wrote it (`sparkbase.policy.fstab`).
 
-    {"format": 1, "items": [{"kind": "swap", "target": "/swap-64k.img",
+Record file format 2 (format 1, without edited lines, is still read):
+
+    {"format": 2, "items": [{"kind": "swap", "target": "/swap-64k.img",
       "uuid": "…", "baseline": "ds41f-7x-64k", "recorded_at": "2026-12-01T01:02:03Z"}, …]}
 """
 
@@ -33,8 +38,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 #: where each node keeps the record of what sparkbase created on it
 OWNERSHIP_DIR = "/var/lib/sparkbase"
 OWNERSHIP_PATH = f"{OWNERSHIP_DIR}/owned.json"
-#: version of the record file's format; a newer one is never overwritten
-RECORD_FORMAT = 1
+#: version of the record file's format; a newer one is never overwritten (2 added `fstab-line`)
+RECORD_FORMAT = 2
 #: no-op reasons that start so are shown in plan and apply (deploy/results.KEPT)
 KEPT = "kept: "
 
@@ -55,6 +60,7 @@ class Kind(StrEnum):
     PACKAGE = "package"
     DKMS = "dkms"
     UNIT = "unit"
+    FSTAB_LINE = "fstab-line"  # a line of /etc/fstab sparkbase edited (target: its first field)
 
 
 class OwnedItem(_RecordModel):
@@ -70,6 +76,12 @@ class OwnedItem(_RecordModel):
     sha256: str | None = Field(default=None, description="sha256 of a file's content as written")
     uuid: str | None = Field(default=None, description="UUID sparkbase wrote into a swap header")
     version: str | None = Field(default=None, description="package version sparkbase installed")
+    original: str | None = Field(
+        default=None, max_length=4096, description="an edited line as sparkbase found it (exact)"
+    )
+    written: str | None = Field(
+        default=None, max_length=4096, description="an edited line as sparkbase wrote it (exact)"
+    )
 
 
 class OwnershipRecord(_RecordModel):
@@ -268,3 +280,9 @@ def created(kind: Kind, target: str, baseline: str, when: str, *, sha256: str | 
     """The record of something sparkbase just created."""
     return OwnedItem(kind=kind, target=target, baseline=baseline, recorded_at=when, sha256=sha256,
                      uuid=uuid, version=version)
+
+
+def edited_line(target: str, baseline: str, when: str, *, original: str, written: str) -> OwnedItem:
+    """The record of an /etc/fstab line sparkbase just rewrote: as found, and as written."""
+    return OwnedItem(kind=Kind.FSTAB_LINE, target=target, baseline=baseline, recorded_at=when,
+                     original=original, written=written)

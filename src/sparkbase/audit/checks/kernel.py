@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sparkbase.audit.checks.common import APST_ARG, apply_fix, unknown
 from sparkbase.audit.expected import Expected
-from sparkbase.audit.registry import Outcome, fail, node_check, ok
+from sparkbase.audit.registry import Outcome, fail, node_check, ok, skip
 from sparkbase.facts.model import NodeFacts
 from sparkbase.render import kernel_cmdline
 
@@ -46,6 +46,30 @@ def kernel_cmdline_check(expected: Expected, facts: NodeFacts, _item: str | None
                    f"at 8 streams): {fix}")
         return fail(want, "; ".join(problems), fix)
     return ok(want, " ".join(facts.cmdline))
+
+
+@node_check(
+    "kernel.fallback", "kernel", "the fallback kernel is installed at its version, with a GRUB menu entry"
+)
+def kernel_fallback(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
+    fallback = expected.baseline.kernel.fallback
+    if fallback is None:
+        return skip("the baseline keeps no fallback kernel")
+    image = f"linux-image-{fallback.release}"
+    want = (f"{image} {fallback.package_version} installed, with a GRUB entry "
+            "(the default stays the baseline's)")
+    if facts.grub is None:
+        return unknown(facts, "grub-cfg", want)
+    problems = []
+    seen = facts.packages.get(image)
+    if seen != fallback.package_version:
+        problems.append(f"{image} {seen or 'not installed'}")
+    if not any(e.release == fallback.release and not e.recovery for e in facts.grub.entries):
+        problems.append(f"no GRUB entry for {fallback.release}")
+    if problems:
+        return fail(want, "; ".join(problems),
+                    f"install it, hold it and run update-grub: {apply_fix(expected)}")
+    return ok(want, f"{image} {seen}, in the GRUB menu")
 
 
 def _forbidden(arg: str, forbidden: list[str]) -> bool:

@@ -101,6 +101,40 @@ def memory_swap_foreign_fstab(expected: Expected, facts: NodeFacts, _item: str |
     return ok(want, "none listed")
 
 
+@node_check(
+    "memory.swap.factory",
+    "memory",
+    "the installer's swap file as kept: noauto in /etc/fstab, or the node's active swap",
+)
+def memory_swap_factory(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
+    factory = expected.baseline.memory.factory_swap
+    if factory is None:
+        return skip("the baseline leaves the installer's swap file as it finds it")
+    path = factory.path
+    at_boot = f"{path} not activated at boot (noauto in /etc/fstab)" if factory.fstab == "noauto" \
+        else f"{path} activated at boot (/etc/fstab) and active"
+    want = at_boot + (", switched off" if factory.swapoff else "")
+    if facts.fstab is None:
+        return unknown(facts, "fstab", want)
+    auto = [e for e in facts.fstab
+            if e.spec == path and e.vfstype == "swap" and "noauto" not in e.options.split(",")]
+    active = any(entry.name == path for entry in facts.swaps)
+    problems = []
+    if factory.fstab == "noauto" and auto:
+        problems.append(f"/etc/fstab activates it at boot (options {auto[0].options})")
+    if factory.fstab == "as-installed":
+        if not auto:
+            problems.append("/etc/fstab does not activate it at boot")
+        if not active:
+            problems.append("not active")
+    if factory.swapoff and active:
+        problems.append("active")
+    if problems:
+        return fail(want, "; ".join(problems), f"{apply_fix(expected)}")
+    state = "active" if active else "inactive"
+    return ok(want, f"{path}: {state}" + ("" if auto else ", noauto or unlisted"))
+
+
 
 def _saver_items(expected: Expected) -> list[str]:
     saver = expected.baseline.memory.memory_saver

@@ -15,13 +15,16 @@ from sparkbase.facts.model import GrubBoot
 
 
 def grub_stale(grub: GrubBoot, release: str, default_entry: str | None, cmdline: list[str],
-               forbid: list[str]) -> str | None:
+               forbid: list[str], fallback: str | None = None) -> str | None:
     """Why grub.cfg does not reflect the baseline (None when it does). With `default_entry`
     (the baseline pins GRUB's default), the default must boot `release`, however GRUB names
-    it (title path, entry id, index, `${saved_entry}`), as the audit judges it."""
+    it (title path, entry id, index, `${saved_entry}`), as the audit judges it; with
+    `fallback`, that kernel must have an entry too."""
     entry = next((e for e in grub.entries if e.release == release and not e.recovery), None)
     if entry is None:
         return f"grub.cfg has no entry for {release}"
+    if fallback is not None and not any(e.release == fallback and not e.recovery for e in grub.entries):
+        return f"grub.cfg has no entry for the fallback kernel {fallback}"
     booted = grub.default_entry.release if grub.default_entry else None
     if default_entry is not None and booted != release:
         return f"grub.cfg default {grub.default!r} boots {booted or 'no entry'}"
@@ -36,10 +39,12 @@ def grub_stale(grub: GrubBoot, release: str, default_entry: str | None, cmdline:
 
 @operation()
 def grub_update(release: str, default_entry: str | None, cmdline: list[str], forbid: list[str],
-                trigger: Any = None) -> Any:
-    """`update-grub` when the drop-in changed or grub.cfg does not match the baseline."""
+                trigger: Any = None, fallback: str | None = None) -> Any:
+    """`update-grub` when the drop-in changed or grub.cfg does not match the baseline (a
+    fallback kernel installed by this run gets its entry so)."""
     reason = "the GRUB drop-in changed" if changed(trigger) else None
-    reason = reason or grub_stale(host.get_fact(GrubConfig), release, default_entry, cmdline, forbid)
+    grub = host.get_fact(GrubConfig)
+    reason = reason or grub_stale(grub, release, default_entry, cmdline, forbid, fallback)
     if reason is None:
         noop(f"grub.cfg boots {release} with the baseline's arguments")
         return
