@@ -177,3 +177,44 @@ def test_plain_output_does_not_import_rich(shipped_site: Path) -> None:
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "TERM": "xterm-256color"})
     assert done.stdout.splitlines()[-1] == "0 []", done.stderr[-2000:]
+
+
+def _on_a_terminal(argv: list[str], env: dict[str, str]) -> str:
+    """What `sparkbase ARGV` draws when stdout and stderr are a pseudo-terminal (read while
+    it runs: a full terminal buffer would block it)."""
+    import pty
+
+    main_end, child_end = pty.openpty()
+    process = subprocess.Popen([sys.executable, "-m", "sparkbase.cli.main", *argv], stdin=subprocess.DEVNULL,
+                               stdout=child_end, stderr=child_end, env=env)
+    os.close(child_end)
+    chunks = []
+    try:
+        while True:
+            try:
+                chunk = os.read(main_end, 65536)
+            except OSError:  # EIO: the child closed its side and everything was read
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(main_end)
+        status = process.wait(timeout=120)
+    assert status == 0
+    return b"".join(chunks).decode()
+
+
+@pytest.mark.parametrize("plain", [None, "--no-color", "NO_COLOR"])
+def test_the_cli_draws_on_a_terminal_unless_told_not_to(plain: str | None, shipped_site: Path) -> None:
+    env = {key: value for key, value in os.environ.items() if key != "NO_COLOR"}
+    env.update(TERM="xterm-256color", COLUMNS="250")
+    argv = ["compare", "site-stock-6.17-4k", "ds41f-7x-64k", "--site", str(shipped_site)]
+    if plain == "--no-color":
+        argv.append("--no-color")
+    elif plain == "NO_COLOR":
+        env["NO_COLOR"] = "1"
+    drawn = _on_a_terminal(argv, env)
+    assert "kernel.page_size" in drawn and "satisfies the site contract" in drawn
+    styled = "\x1b[" in drawn or any(char in drawn for char in BOX_CHARS)
+    assert styled is (plain is None), drawn[:500]
