@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from sparkbase.model.baseline import Baseline
+from sparkbase.model.provenance import RecipeSource
 from sparkbase.model.rules import baseline_findings
 from sparkbase.model.site import Site, load_site
 from sparkbase.policy.foreign import foreign_for, foreign_fstab_edits
@@ -43,7 +44,7 @@ def test_the_variant_keeps_the_recipes_fallback_kernel(site: Site) -> None:
     assert fallback is not None
     assert (fallback.release, fallback.package_version) == ("7.0.0-1019-nvidia", "7.0.0-1019.19~24.04.2")
     source = baseline.sources["kernel.fallback"]
-    assert (source.kind, source.file) == ("recipe", "config/kernel-trial.json")
+    assert isinstance(source, RecipeSource) and source.file == "config/kernel-trial.json"
     pins = {pin.name: pin.version for pin in baseline.packages()}
     assert pins["linux-image-7.0.0-1019-nvidia"] == "7.0.0-1019.19~24.04.2"
     assert pins["linux-modules-7.0.0-1019-nvidia"] == "7.0.0-1019.19~24.04.2"
@@ -58,7 +59,7 @@ def test_the_variant_marks_the_factory_swap_noauto(site: Site) -> None:
     assert factory is not None
     assert (factory.path, factory.fstab, factory.swapoff) == ("/swap.img", "noauto", False)
     source = baseline.sources["memory.factory_swap"]
-    assert source.kind == "recipe"
+    assert isinstance(source, RecipeSource)
     assert source.file == "experiments/2026-10-02-kernel-64k/install-boot-support.sh"
 
 
@@ -70,7 +71,8 @@ def test_stock_pages_swaps_on_the_factory_file_and_keeps_no_fallback(site: Site)
     factory = baseline.memory.factory_swap
     assert factory is not None and (factory.path, factory.fstab) == ("/swap.img", "as-installed")
     assert baseline.memory.swap is None
-    assert baseline.sources["memory.factory_swap"].file == "host/kernel-memory/spark3-kernel-memory"
+    source = baseline.sources["memory.factory_swap"]
+    assert isinstance(source, RecipeSource) and source.file == "host/kernel-memory/spark3-kernel-memory"
 
 
 def _with(baseline: Baseline, **changes: Any) -> Baseline:
@@ -316,3 +318,11 @@ def test_the_factory_swap_judged_from_the_real_fstab(site: Site) -> None:
     assert _judge(site, STOCK_PAGES, "memory.swap.factory", fstab=as_installed, swaps=active)[0] == "pass"
     status, seen = _judge(site, STOCK_PAGES, "memory.swap.factory", fstab=marked, swaps=())
     assert status == "fail" and "does not activate it at boot" in seen and "not active" in seen
+
+
+def test_swapon_is_read_for_the_factory_swap_only_when_judged(site: Site) -> None:
+    """Its activity matters as stock-pages' swap (or with swapoff), not when merely noauto."""
+    from sparkbase.audit.expected import expected_for
+
+    assert expected_for(site, "spark1", STOCK_PAGES).plan().swap_paths == ("/swap.img",)
+    assert expected_for(site, "spark1", VARIANT).plan().swap_paths == ("/swap-64k.img",)

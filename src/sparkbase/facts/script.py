@@ -82,7 +82,9 @@ def plan_for(baseline: Baseline, file_paths: Sequence[str], stamp_path: str,
     if saver is not None:
         params.append((saver.module, saver.packing_parameter))
     swap = baseline.memory.swap
-    factory = baseline.memory.factory_swap  # its state in swapon is judged too
+    factory = baseline.memory.factory_swap
+    # the installer's swap file is read in swapon when the audit judges whether it is active
+    judged = factory is not None and (factory.fstab == "as-installed" or factory.swapoff)
     hashed = [baseline.nccl.library.path, *(path for path in file_paths if path != stamp_path)]
     return FactPlan(
         sysctls=tuple(sorted({*baseline.memory.sysctls, *FLEET_SYSCTLS})),
@@ -96,7 +98,8 @@ def plan_for(baseline: Baseline, file_paths: Sequence[str], stamp_path: str,
         module_params=tuple(params),
         memory_saver_module=saver.module if saver is not None else None,
         swap_paths=tuple(path for path in (swap.path if swap is not None else None,
-                                           factory.path if factory is not None else None) if path),
+                                           factory.path if factory is not None and judged else None)
+                         if path),
         packages=tuple(dict.fromkeys([*(pin.name for pin in baseline.packages()), *foreign_packages])),
         # the enrolled certificates judge the memory-saver signature even with no pinned key
         mok_keys=baseline.secure_boot.mok_fingerprint is not None or (saver is not None and saver.required),

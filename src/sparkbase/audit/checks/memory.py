@@ -131,8 +131,9 @@ def memory_swap_factory(expected: Expected, facts: NodeFacts, _item: str | None)
         problems.append("active")
     if problems:
         return fail(want, "; ".join(problems), f"{apply_fix(expected)}")
-    state = "active" if active else "inactive"
-    return ok(want, f"{path}: {state}" + ("" if auto else ", noauto or unlisted"))
+    if factory.fstab == "as-installed":
+        return ok(want, f"{path}: activated at boot, active")
+    return ok(want, f"{path}: no /etc/fstab line activates it" + (", inactive" if factory.swapoff else ""))
 
 
 
