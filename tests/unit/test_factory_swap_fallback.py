@@ -326,3 +326,16 @@ def test_swapon_is_read_for_the_factory_swap_only_when_judged(site: Site) -> Non
 
     assert expected_for(site, "spark1", STOCK_PAGES).plan().swap_paths == ("/swap.img",)
     assert expected_for(site, "spark1", VARIANT).plan().swap_paths == ("/swap-64k.img",)
+
+
+def test_a_site_node_left_noauto_by_another_baseline_is_warned(site: Site) -> None:
+    from sparkbase.facts.parsers import parse_fstab
+
+    marked = parse_fstab(REAL_FSTAB.replace(FACTORY_LINE, NOAUTO_LINE))
+    status, seen = _judge(site, SITE_BASELINE, "memory.swap.factory_foreign", fstab=marked)
+    assert status == "fail" and "/swap.img noauto" in seen
+    as_installed = parse_fstab(REAL_FSTAB)
+    assert _judge(site, SITE_BASELINE, "memory.swap.factory_foreign", fstab=as_installed)[0] == "pass"
+    # stock-pages judges the line itself (memory.swap.factory); the variant asks for noauto
+    assert _judge(site, STOCK_PAGES, "memory.swap.factory_foreign", fstab=marked)[0] == "skip"
+    assert _judge(site, VARIANT, "memory.swap.factory_foreign", fstab=marked)[0] == "skip"

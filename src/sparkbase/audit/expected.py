@@ -52,6 +52,8 @@ class Expected:
     foreign_packages: tuple[str, ...] = ()
     #: swap files only the site's other baselines use (in /etc/fstab, they come back at boot)
     foreign_swaps: tuple[str, ...] = ()
+    #: installer swap files whose /etc/fstab line only the site's other baselines mark noauto
+    foreign_fstab_edits: tuple[str, ...] = ()
 
     def file(self, path: str) -> RenderedFile | None:
         """The rendered file at `path`, if the node must carry one."""
@@ -71,7 +73,7 @@ class Expected:
 def expected_for(site: Site, node: str, baseline_name: str | None = None) -> Expected:
     """Expectations of `node`: its inventory baseline, or `baseline_name` (a lane's) instead."""
     from sparkbase.model.fabric import node_gid_index
-    from sparkbase.policy.foreign import foreign_for, foreign_swap_files
+    from sparkbase.policy.foreign import foreign_for, foreign_fstab_edits, foreign_swap_files
     from sparkbase.render import STAMP_PATH, node_files
 
     entry = site.inventory.nodes[node]
@@ -93,6 +95,7 @@ def expected_for(site: Site, node: str, baseline_name: str | None = None) -> Exp
         inventory_baseline=entry.baseline,
         foreign_packages=tuple(foreign_for(site, name).package_names()),
         foreign_swaps=foreign_swap_files(site, baseline),
+        foreign_fstab_edits=foreign_fstab_edits(site, baseline),
     )
 
 

@@ -136,6 +136,28 @@ def memory_swap_factory(expected: Expected, facts: NodeFacts, _item: str | None)
     return ok(want, f"{path}: no /etc/fstab line activates it" + (", inactive" if factory.swapoff else ""))
 
 
+@node_check(
+    "memory.swap.factory_foreign",
+    "memory",
+    "the installer's swap line is not left noauto by another baseline (its swap is lost at boot)",
+    severity="warn",
+)
+def memory_swap_factory_foreign(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
+    own = expected.baseline.memory.factory_swap
+    paths = [path for path in expected.foreign_fstab_edits if own is None or own.path != path]
+    if not paths:
+        return skip("no other baseline marks an installer swap line noauto")
+    want = ", ".join(paths) + " activated at boot as installed"
+    if facts.fstab is None:
+        return unknown(facts, "fstab", want)
+    found = [f"{e.spec} {e.options}" for e in facts.fstab
+             if e.spec in paths and e.vfstype == "swap" and "noauto" in e.options.split(",")]
+    if found:
+        return fail(want, found, "apply puts back the line sparkbase marked noauto, if nobody changed it "
+                                 f"since (else it says kept:): {apply_fix(expected)}")
+    return ok(want, "no noauto line")
+
+
 
 def _saver_items(expected: Expected) -> list[str]:
     saver = expected.baseline.memory.memory_saver
