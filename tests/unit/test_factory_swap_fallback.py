@@ -339,3 +339,26 @@ def test_a_site_node_left_noauto_by_another_baseline_is_warned(site: Site) -> No
     # stock-pages judges the line itself (memory.swap.factory); the variant asks for noauto
     assert _judge(site, STOCK_PAGES, "memory.swap.factory_foreign", fstab=marked)[0] == "skip"
     assert _judge(site, VARIANT, "memory.swap.factory_foreign", fstab=marked)[0] == "skip"
+
+
+SWAPON_CASES = [
+    # (name, found, active, running page size, swapon?, reason)
+    ("on-4k", {"size": 8 << 30, "mode": 0o600, "header_page_size": 4096}, False, 4096, True, ""),
+    ("active", None, True, 4096, False, "/swap.img is active"),
+    ("64k-running", {"size": 8 << 30, "mode": 0o600, "header_page_size": 4096}, False, 65536, False,
+     "reboot pending"),
+    ("gone", None, False, 4096, False, "kept: /swap.img does not exist"),
+    ("no-signature", {"size": 8 << 30, "mode": 0o600, "header_page_size": None}, False, 4096, False,
+     "kept: /swap.img has no swap signature"),
+]
+
+
+@pytest.mark.parametrize(("found", "active", "running", "swapon", "reason"), [c[1:] for c in SWAPON_CASES],
+                         ids=[c[0] for c in SWAPON_CASES])
+def test_the_factory_swap_is_switched_on_only_as_it_is(found: dict[str, Any] | None, active: bool,
+                                                       running: int, swapon: bool, reason: str) -> None:
+    from sparkbase.deploy.operations.fstab import decide_factory_swapon
+
+    decision = decide_factory_swapon("/swap.img", found, active, running)
+    assert decision.commands == ([["swapon", "/swap.img"]] if swapon else [])
+    assert reason in decision.reason

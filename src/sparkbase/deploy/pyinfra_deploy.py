@@ -112,6 +112,7 @@ ADDERS: dict[str, Callable[[Step, dict[str, Any]], Any]] = {
     "swap-retire": _simple(retire.swap_retire),
     "factory-swap": _simple(fstab_ops.factory_swap),
     "factory-swap-restore": _simple(fstab_ops.factory_swap_restore),
+    "factory-swapon": _simple(fstab_ops.factory_swapon),
     "swap-file": _simple(ops.swap_file),
     "fstab-line": _fstab_line,
     "swapon": _simple(ops.swapon),

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sparkbase.model.baseline import FACTORY_SWAP_HEADER
 from sparkbase.policy.foreign import Foreign, foreign_for, foreign_fstab_edits, foreign_swap_files
 from sparkbase.render import (
     GRUB_DROPIN_PATH,
@@ -336,9 +335,8 @@ def _factory_swap_steps(baseline: Baseline) -> list[Step]:
         args = {"path": factory.path, "fstab": factory.fstab, "swapoff": factory.swapoff}
         name = f"{factory.path} kept, its /etc/fstab line marked noauto{off} (recorded)"
         return [Step("factory-swap", name, args)]
-    return [Step("swapon", f"swapon {factory.path} (the installer's swap, when running "
-                 f"{FACTORY_SWAP_HEADER}-byte pages)",
-                 {"path": factory.path, "header_page_size": FACTORY_SWAP_HEADER})]
+    return [Step("factory-swapon", f"swapon {factory.path} (the installer's swap, when the running page "
+                 "size is its header's)", {"path": factory.path})]
 
 
 def _service_steps(baseline: Baseline) -> list[Step]:

@@ -18,8 +18,16 @@ from pyinfra.api.command import StringCommand
 from pyinfra.api.operation import operation
 from pyinfra.context import host
 
-from sparkbase.deploy.facts import TEMP_SUFFIX, ActiveSwaps, FileInfo, FileState, FileText
-from sparkbase.deploy.operations.base import atomic_upload, cmd, noop
+from sparkbase.deploy.facts import (
+    TEMP_SUFFIX,
+    ActiveSwaps,
+    BootState,
+    FileInfo,
+    FileState,
+    FileText,
+    SwapFile,
+)
+from sparkbase.deploy.operations.base import Decision, atomic_upload, carry_out, cmd, noop
 from sparkbase.deploy.operations.record import forget, remember
 from sparkbase.deploy.ownership_fact import OwnedRecord
 from sparkbase.policy.fstab import FSTAB, FstabEdit, decide_noauto, decide_restore
@@ -78,6 +86,32 @@ def factory_swap(path: str, fstab: str, swapoff: bool, baseline: str = "") -> An
         yield from write_fstab(edit.text, info)
         if edit.record is not None:
             yield from remember(edit.record)
+
+
+def decide_factory_swapon(path: str, found: dict[str, Any] | None, active: bool, running: int) -> Decision:
+    """`swapon` the installer's swap file when the running page size is its header's; a
+    missing file, or one with no swap signature, is kept as it is (sparkbase never makes it)."""
+    if active:
+        return Decision([], f"{path} is active")
+    if found is None:
+        return Decision([], f"{KEPT}{path} does not exist: sparkbase never makes the installer's swap file")
+    header = found["header_page_size"]
+    if header is None:
+        return Decision([], f"{KEPT}{path} has no swap signature: sparkbase never formats a file it "
+                            "did not make")
+    if header != running:
+        return Decision([], f"running page size {running} differs from {path}'s {header}-byte header: it "
+                            "activates at boot (reboot pending)")
+    return Decision([["swapon", path]])
+
+
+@operation()
+def factory_swapon(path: str) -> Any:
+    """The installer's swap file active, as the node's swap (its fstab line brings it back at boot)."""
+    active = path in host.get_fact(ActiveSwaps)
+    found = None if active else host.get_fact(SwapFile, path=path)
+    running = host.get_fact(BootState)["page_size"] if found is not None else 0
+    yield from carry_out(decide_factory_swapon(path, found, active, running))
 
 
 @operation()
