@@ -86,8 +86,10 @@ def _sysctl(expected: Expected) -> str:
     return rendered.content
 
 
-def test_the_key_covers_the_templates() -> None:
-    assert b"render/templates/sysctl.conf.j2:" in site_cache._code_stamp()
+def test_the_key_covers_the_templates_and_their_engine() -> None:
+    stamp = site_cache._code_stamp()
+    assert b"render/templates/sysctl.conf.j2:" in stamp
+    assert b"\njinja2:" in stamp and b"jinja2:<absent>" not in stamp
 
 
 def _zeroed(data: bytes) -> bytes:

@@ -46,8 +46,9 @@ DISABLE_ENV = "SPARKBASE_NO_SITE_CACHE"
 #: bumped when the key's recipe or the cached object's shape changes
 _CACHE_FORMAT = "2"
 _KEY_SIZE = 32  # a sha256 digest, stored before the pickle
-#: libraries whose version can change what a site load returns (parsing, validation)
-_PARSING_DEPENDENCIES = ("ruamel.yaml", "pydantic", "pydantic_core")
+#: libraries whose version can change what a site load returns (parsing, validation) or what
+#: is derived from it (rendering)
+_PARSING_DEPENDENCIES = ("ruamel.yaml", "pydantic", "pydantic_core", "jinja2")
 #: files of the package whose content shapes a load or what is derived from it
 _CODE_SUFFIXES = (".py", ".j2")
 #: the key of each site this process loaded through the cache: id -> (the site, its key)
@@ -66,7 +67,7 @@ def site_key(root: Path, inventory_file: Path, directories: tuple[str, ...]) -> 
     file changes the key, as it changes what the loader reports), the inventory file's
     path and content, the site root, sparkbase's version and Python's, the size and
     modification time of every module of sparkbase (a checkout edited between releases
-    keeps its version number) and where and how big ruamel.yaml and pydantic are.
+    keeps its version number) and where and how big ruamel.yaml, pydantic and jinja2 are.
     """
     from sparkbase import __version__
 
