@@ -14,7 +14,8 @@ import re
 
 #: ports between two workers' session labs (a lab has at most this many nodes)
 WORKER_STRIDE = 10
-#: session labs of workers 0..MAX_WORKERS-1 fit below the next base in use (2451)
+#: session labs of workers 0..MAX_WORKERS-1 (2301…2444) fit below the next base in use (2451;
+#: tests/unit/test_e2e_ports.py checks that no two labs share a port)
 MAX_WORKERS = 15
 
 

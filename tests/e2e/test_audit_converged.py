@@ -1,4 +1,4 @@
-"""Audit and preflight on a converged fleet: this module's own lab (ports 2351…), a clone of
+"""Audit and preflight on a converged fleet: this module's own lab (ports 2481…), a clone of
 the run's converged image (`sparkbase apply --allow-reboot --yes` from the factory state, see
 fleets.py), then drift injected by hand, one node each."""
 
@@ -18,7 +18,7 @@ from sparkbase.lab.fleet import Lab
 
 pytestmark = pytest.mark.end_to_end
 
-PORT_BASE = port_base("SPARKBASE_TEST_AUDIT_PORT_BASE", 2351)
+PORT_BASE = port_base("SPARKBASE_TEST_AUDIT_PORT_BASE", 2481)
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from sparkbase.lab.fleet import Lab, LabError
 
 pytestmark = pytest.mark.end_to_end
 
-#: its own ports (2351 was the converged-audit module's too: they could not run side by side)
+#: its own ports (it shared 2351 with the converged-audit module: they could not run side by side)
 PORT_BASE = port_base("SPARKBASE_TEST_LIFECYCLE_PORT_BASE", 2451)
 
 

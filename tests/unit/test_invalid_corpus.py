@@ -14,6 +14,11 @@ A case is a folder with `case.yaml`:
 
 `validate` must exit 2 printing each expected problem as `FILE:LINE:COL: ...`, and
 `render` must exit 2 without writing anything.
+
+Speed: every case loads its site three times (validate, validate --json, render), and all
+but one or two of its files are the shipped ones, the same in every case: the cases parse
+each distinct file content once (`parsed_once`, tests/unit/site_memo.py). A sample of cases also
+runs without it and must print the same.
 """
 
 from __future__ import annotations
@@ -26,11 +31,17 @@ from typing import Any
 
 import pytest
 from ruamel.yaml import YAML
+from site_memo import load_yaml_memoised
 
 from sparkbase.cli.main import main
+from sparkbase.model import site as site_module
+from sparkbase.model.yamlio import load_yaml
 
 CASES = Path(__file__).resolve().parents[1] / "cases" / "invalid"
 CASE_NAMES = sorted(path.name for path in CASES.iterdir() if (path / "case.yaml").is_file())
+#: cases also run without the parse memo (one of every kind of input), compared output to output
+UNMEMOISED = ("fabric-hca-wrong", "yaml-undefined-alias", "yaml-duplicate-key", "file-not-utf8",
+              "file-fifo-lane", "file-huge", "rule-extends-cycle", "sources-placeholder-without-note")
 
 
 def load_case(name: str) -> dict[str, Any]:
@@ -94,16 +105,12 @@ def test_corpus_is_large_enough() -> None:
     assert len(CASE_NAMES) >= 150
 
 
-@pytest.mark.parametrize("name", CASE_NAMES)
-def test_invalid_case(
-    name: str,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-    make_site: Callable[[Path], Path],
-) -> None:
+def check_case(name: str, root: Path, make_site: Callable[[Path], Path],
+               capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> str:
+    """Build the case's site under `root`, check validate (text and JSON) and render refuse
+    it as the case expects; the text validate printed."""
     case = load_case(name)
-    site = build_site(case, tmp_path / "site", make_site)
+    site = build_site(case, root / "site", make_site)
     monkeypatch.chdir(site)
 
     assert main(["validate", "--site", str(site)]) == 2
@@ -121,8 +128,38 @@ def test_invalid_case(
     for problem in report["problems"]:
         assert problem["file"] and problem["line"] >= 1 and problem["column"] >= 1 and problem["message"]
 
-    out = tmp_path / "out"
+    out = root / "out"
     with pytest.raises(SystemExit) as exited:
         main(["render", "--site", str(site), "--out", str(out)])
     assert exited.value.code == 2
     assert not out.exists() or not any(out.iterdir())
+    return text
+
+
+@pytest.mark.parametrize("name", CASE_NAMES)
+def test_invalid_case(
+    name: str,
+    tmp_path: Path,
+    parsed_once: None,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    make_site: Callable[[Path], Path],
+) -> None:
+    check_case(name, tmp_path, make_site, capsys, monkeypatch)
+
+
+@pytest.mark.parametrize("name", UNMEMOISED)
+def test_the_parse_memo_changes_nothing(
+    name: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    make_site: Callable[[Path], Path],
+) -> None:
+    assert name in CASE_NAMES
+    monkeypatch.setattr(site_module, "load_yaml", load_yaml)  # whatever `parsed_once` left
+    plain = check_case(name, tmp_path / "plain", make_site, capsys, monkeypatch)
+    monkeypatch.setattr(site_module, "load_yaml", lambda file: load_yaml_memoised(load_yaml, file))
+    for attempt in ("fills", "reads"):  # the first run fills the memo, the second reads from it
+        memo = check_case(name, tmp_path / attempt, make_site, capsys, monkeypatch)
+        assert memo == plain.replace(str(tmp_path / "plain"), str(tmp_path / attempt))

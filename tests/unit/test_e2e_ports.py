@@ -1,0 +1,81 @@
+"""The e2e modules' port bases never meet: under pytest-xdist two modules run side by side,
+so each module's lab (up to NODES_PER_LAB nodes from its base) needs ports no other
+module's lab and no worker's session lab (tests/e2e/ports.py) can take."""
+
+from __future__ import annotations
+
+import itertools
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+E2E = Path(__file__).resolve().parents[1] / "e2e"
+sys.path.insert(0, str(E2E))
+import ports  # noqa: E402  (tests/e2e/ports.py, not on the unit tier's path)
+
+#: the most nodes any e2e module brings up from its base
+NODES_PER_LAB = 4
+BASE_CALL = re.compile(r'(session_)?port_base\(\s*"(?P<variable>[A-Z0-9_]+)",\s*(?P<default>\d+)\)')
+SESSION_LAB = "SPARKBASE_TEST_LAB_PORT_BASE"
+
+
+def declared_bases() -> dict[str, tuple[int, str]]:
+    """Every `port_base("VAR", default)` in tests/e2e: variable -> (default, file)."""
+    found: dict[str, tuple[int, str]] = {}
+    for path in sorted(E2E.glob("*.py")):
+        for match in BASE_CALL.finditer(path.read_text()):
+            variable, default = match["variable"], int(match["default"])
+            assert variable not in found or found[variable][0] == default, f"{variable} twice"
+            found[variable] = (default, path.name)
+    return found
+
+
+def ranges(bases: dict[str, tuple[int, str]]) -> list[tuple[int, int, str]]:
+    """(first port, end, owner) of every lab; the session lab once per possible worker."""
+    out = []
+    for variable, (base, file) in bases.items():
+        if variable == SESSION_LAB:
+            out += [(base + ports.WORKER_STRIDE * worker, base + ports.WORKER_STRIDE * worker + NODES_PER_LAB,
+                     f"{file} (worker {worker})") for worker in range(ports.MAX_WORKERS)]
+        else:
+            out.append((base, base + NODES_PER_LAB, f"{file} ({variable})"))
+    return sorted(out)
+
+
+def clashes(spans: list[tuple[int, int, str]]) -> list[tuple[str, str]]:
+    """Neighbouring spans (sorted) that overlap, by owner."""
+    return [(a[2], b[2]) for a, b in itertools.pairwise(sorted(spans)) if b[0] < a[1]]
+
+
+def test_the_scan_finds_the_modules_bases() -> None:
+    bases = declared_bases()
+    assert SESSION_LAB in bases and len(bases) >= 15
+
+
+def test_no_two_labs_share_a_port() -> None:
+    found = clashes(ranges(declared_bases()))
+    assert not found, found
+
+
+@pytest.mark.parametrize(("spans", "clash"), [
+    ([(2301, 2305, "a"), (2305, 2309, "b")], False),
+    ([(2301, 2305, "a"), (2304, 2308, "b")], True),
+    ([(2304, 2308, "b"), (2301, 2305, "a")], True),
+])
+def test_the_clash_rule(spans: list[tuple[int, int, str]], clash: bool) -> None:
+    assert bool(clashes(spans)) is clash
+
+
+def test_worker_index_shifts_only_session_labs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPARKBASE_TEST_PORT_OFFSET", "4000")
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw2")
+    assert ports.worker_index() == 2
+    assert ports.port_base("SPARKBASE_TEST_NOT_SET", 2801) == 6801
+    assert ports.session_port_base("SPARKBASE_TEST_NOT_SET", 2301) == 6321
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", f"gw{ports.MAX_WORKERS}")
+    with pytest.raises(RuntimeError, match="at most"):
+        ports.session_port_base("SPARKBASE_TEST_NOT_SET", 2301)
+    monkeypatch.delenv("PYTEST_XDIST_WORKER")
+    assert ports.worker_index() == 0
