@@ -22,6 +22,7 @@ from sparkbase.facts.model import (
 )
 from sparkbase.facts.parsers import parse_grub
 from sparkbase.model.baseline import Baseline
+from sparkbase.model.dgxos import GOVERNOR_UNIT, NVME_COALESCING_UNIT, coalescing_value
 from sparkbase.model.site import Site, load_site
 from sparkbase.model.types import GB10_FAST_CPUS
 from sparkbase.render import kernel_cmdline
@@ -111,6 +112,10 @@ def converged(expected: Expected) -> NodeFacts:
         )
     units = {"display-manager.service": UnitState("alias", "inactive")}
     units.update({unit: UnitState("disabled", "inactive") for unit in b.host.disable_services})
+    if b.host.cpu_governor is not None:  # DGX OS's governor unit ran and exited (Type=idle)
+        units[GOVERNOR_UNIT] = UnitState("enabled", "inactive")
+    units[NVME_COALESCING_UNIT] = (UnitState("enabled", "active") if b.host.nvme.interrupt_coalescing
+                                   else UnitState("masked", "inactive"))
     if b.host.fan_control is not None:
         units[b.host.fan_control.service] = UnitState("enabled", "active")
     interfaces = {
@@ -171,7 +176,8 @@ def converged(expected: Expected) -> NodeFacts:
         interfaces=interfaces,
         rdma_devices=tuple(sorted(b.fabric.hca_names())),
         gids=gids,
-        governors=dict.fromkeys(range(20), "performance"),
+        governors=dict.fromkeys(range(20), b.host.cpu_governor or "schedutil"),
+        nvme_coalescing=coalescing_value(b.host.nvme.interrupt_coalescing),
         packages={pin.name: pin.version for pin in b.packages()},
         grub=_with_fallback(grub_boot(b.kernel.release), b),
         fstab=(

@@ -100,7 +100,8 @@ def test_every_retire_operation_has_a_case_that_keeps_what_is_not_sparkbases() -
 def test_foreign_pins_of_the_site_baseline_are_the_variants_leftovers(site: Site) -> None:
     foreign = foreign_for(site, SITE_BASELINE)
     kernels = {f"{stem}-{kernel}": kernel for kernel in ("7.0.0-1019-nvidia-64k", "7.0.0-1019-nvidia")
-               for stem in ("linux-headers", "linux-image", "linux-modules", "linux-modules-nvidia-580-open")}
+               for stem in ("linux-headers", "linux-image", "linux-modules", "linux-modules-nvidia-580-open",
+                            "linux-tools")}
     assert {pin.name: pin.kernel for pin in foreign.pins} == {
         "dgx-spark-fan-control": None,
         "libnccl2": None,
@@ -131,6 +132,7 @@ def test_a_baseline_that_signs_the_saver_keeps_its_own_dkms_and_key_dir(site: Si
         "linux-image-6.17.0-1032-nvidia",
         "linux-modules-6.17.0-1032-nvidia",
         "linux-modules-nvidia-580-open-6.17.0-1032-nvidia",
+        "linux-tools-6.17.0-1032-nvidia",
         "nccl-site-ring4",
     ]
     # stock-pages' kernel is the variant's fallback (kernel.fallback): never retired here
@@ -165,7 +167,7 @@ def test_every_node_and_baseline_names_its_retire_steps(site: Site) -> None:
     names = [s.name for s in _retire(site, "spark2", VARIANT)]
     assert names == [
         "retire: unhold and purge nccl-site-ring4 (pinned only by other baselines)",
-        "retire: unhold and purge the 6.17.0-1032-nvidia kernel packages (4; once "
+        "retire: unhold and purge the 6.17.0-1032-nvidia kernel packages (5; once "
         "7.0.0-1019-nvidia-64k runs)",
         "keep: other baselines' packages sparkbase did not install (reported)",
     ]

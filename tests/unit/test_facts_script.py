@@ -10,7 +10,7 @@ import pytest
 
 from sparkbase.audit.expected import expected_for
 from sparkbase.facts.assemble import assemble
-from sparkbase.facts.model import SecureBoot
+from sparkbase.facts.model import SecureBoot, UnitState
 from sparkbase.facts.script import (
     Section,
     build_script,
@@ -120,6 +120,9 @@ def test_captured_variant_answer_assembles(site: Site) -> None:
     assert facts.swap_header_page_size == {"/swap-64k.img": None}
     assert facts.memory_saver is not None and facts.memory_saver.error is not None
     assert facts.units["spark-fan-control.service"].active_state == "inactive"
+    # a factory node: DGX OS's governor unit ran and exited, its coalescing unit set 0x107
+    assert facts.units["nv-cpu-governor.service"] == UnitState("enabled", "inactive")
+    assert facts.nvme_coalescing == 0x107
 
 
 def test_a_cut_short_answer_records_what_is_missing(site: Site) -> None:

@@ -195,7 +195,7 @@ def test_each_placeholder_warns_once_at_its_entry(
     assert len(lines) == 1  # spark-common's entry, inherited by two baselines, said once
     assert lines[0].startswith("baselines/spark-common.yaml:") or "/baselines/spark-common.yaml:" in lines[0]
     driver = next(line for line in out.splitlines() if "sources.driver: placeholder" in line)
-    assert "site-stock-6.17-4k.yaml:46:3: warning:" in driver
+    assert "site-stock-6.17-4k.yaml:48:3: warning:" in driver
     assert "placeholder value(s) to confirm" in out.splitlines()[-1]
 
 
@@ -205,7 +205,7 @@ def test_validate_json_lists_placeholders(shipped_site: Path, capsys: pytest.Cap
     assert report["format"] == 2
     by_key = {(Path(p["file"]).name, p["key"]): p for p in report["placeholders"]}
     driver = by_key[("site-stock-6.17-4k.yaml", "driver")]
-    assert driver["line"] == 46 and driver["note"].startswith("site to confirm")
+    assert driver["line"] == 48 and driver["note"].startswith("site to confirm")
     assert ("spark-common.yaml", "os.release") in by_key
     assert all(set(p) == {"file", "line", "key", "note"} for p in report["placeholders"])
 
@@ -220,7 +220,7 @@ def test_uncovered_block_warns(site_copy: Path, capsys: pytest.CaptureFixture[st
     code, out = validate(site_copy, capsys)
     assert code == 0
     warning = next(line for line in out.splitlines() if "no source recorded for shapes" in line)
-    assert "site-stock-6.17-4k.yaml:39:1: warning: shapes:" in warning
+    assert "site-stock-6.17-4k.yaml:40:1: warning: shapes:" in warning
     assert main(["lock", "--check", "--allow-placeholders", "--site", str(site_copy)]) == 0
     capsys.readouterr()
     assert main(["lock", "--check", "--site", str(site_copy)]) == 1

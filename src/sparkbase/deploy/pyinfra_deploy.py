@@ -17,6 +17,7 @@ from pyinfra.operations import files
 from sparkbase.deploy import operations as ops
 from sparkbase.deploy import retire
 from sparkbase.deploy.operations import fstab as fstab_ops
+from sparkbase.deploy.operations import tuning
 from sparkbase.deploy.steps import Step
 
 
@@ -120,6 +121,8 @@ ADDERS: dict[str, Callable[[Step, dict[str, Any]], Any]] = {
     "default-target": _simple(ops.default_target),
     "unit-disabled": _simple(ops.unit_disabled),
     "unit-enabled": _simple(ops.unit_enabled),
+    "cpu-governor": _simple(tuning.cpu_governor),
+    "nvme-coalescing": _simple(tuning.nvme_coalescing),
 }
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sparkbase.model.dgxos import GOVERNOR_UNIT, NVME_COALESCING_UNIT
 from sparkbase.policy.foreign import Foreign, foreign_for, foreign_fstab_edits, foreign_swap_files
 from sparkbase.render import (
     GRUB_DROPIN_PATH,
@@ -38,7 +39,7 @@ DISPLAY_MANAGER_UNIT = "display-manager.service"
 #: (`sparkbase.policy.ownership`): only recorded things are ever retired
 RECORDING_KINDS = frozenset({"packages", "directory", "upload", "dkms-install", "file", "swap-file",
                              "factory-swap",
-                             "unit-enabled"})
+                             "unit-enabled", "nvme-coalescing"})
 
 
 class DeployConfigError(ValueError):
@@ -351,6 +352,21 @@ def _service_steps(baseline: Baseline) -> list[Step]:
     if host.fan_control is not None:
         unit = host.fan_control.service
         steps.append(Step("unit-enabled", f"{unit} enabled and running", {"unit": unit}))
+    return [*steps, *tuning_steps(baseline)]
+
+
+def tuning_steps(baseline: Baseline) -> list[Step]:
+    """DGX OS's tuning units: the CPU governor (when the baseline manages it) and NVMe
+    interrupt coalescing (masking the vendor unit is recorded, so the step records)."""
+    host = baseline.host
+    steps: list[Step] = []
+    if host.cpu_governor is not None:
+        steps.append(Step("cpu-governor", f"every CPU runs {host.cpu_governor} ({GOVERNOR_UNIT})",
+                          {"governor": host.cpu_governor, "release": baseline.kernel.release}))
+    on = host.nvme.interrupt_coalescing
+    steps.append(Step("nvme-coalescing",
+                      f"NVMe interrupt coalescing {'on (0x107)' if on else 'off (0, unit masked)'} "
+                      f"({NVME_COALESCING_UNIT})", {"on": on}))
     return steps
 
 

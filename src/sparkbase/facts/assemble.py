@@ -9,6 +9,7 @@ from sparkbase.facts import parsers as p
 from sparkbase.facts.model import DkmsStatus, Gid, GpuFacts, GrubBoot, NodeFacts, SecureBoot
 from sparkbase.facts.runtime import RUNTIME_SECTION, ServingProcess, serving_processes
 from sparkbase.facts.script import FactPlan, Sections, expand_files, file_reads, modules_section
+from sparkbase.model.dgxos import NVME_COALESCING_FEATURE
 
 T = TypeVar("T")
 
@@ -114,6 +115,7 @@ def assemble(node: str, plan: FactPlan, sections: Sections, elapsed: float = 0.0
         rdma_devices=r.parse("rdma", p.parse_ls, quiet=True) or (),
         gids=gids,
         governors=r.parse("governors", p.parse_governors, quiet=True) or {},
+        nvme_coalescing=r.parse("nvme-coalescing", _coalescing) if plan.nvme_coalescing else None,
         packages=p.parse_dpkg_query(dpkg.output) if dpkg is not None else {},
         grub=_grub(r, plan),
         fstab=r.parse("fstab", p.parse_fstab) if not plan.core_only else None,
@@ -123,6 +125,11 @@ def assemble(node: str, plan: FactPlan, sections: Sections, elapsed: float = 0.0
         elapsed_seconds=elapsed,
         serving=_serving(r, plan),
     )
+
+
+def _coalescing(text: str) -> int:
+    """NVMe feature 0x08 as `nvme get-feature` prints it."""
+    return p.parse_nvme_feature(text, NVME_COALESCING_FEATURE)
 
 
 def _serving(r: _Reader, plan: FactPlan) -> tuple[ServingProcess, ...]:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sparkbase.facts.parsers.gpu import GPU_QUERY
+from sparkbase.model.dgxos import GOVERNOR_UNIT, NVME_COALESCING_FEATURE, NVME_COALESCING_UNIT, NVME_DEVICE
 
 if TYPE_CHECKING:
     from sparkbase.model.baseline import Baseline
@@ -67,6 +68,8 @@ class FactPlan:
     gpu_probe: tuple[str, ...] = ()
     #: seconds the probe runs before nvidia-smi reads (it is stopped right after)
     gpu_probe_seconds: float = 2.0
+    #: read NVMe feature 0x08 (interrupt coalescing) of the node's first controller
+    nvme_coalescing: bool = False
 
 
 def plan_for(baseline: Baseline, file_paths: Sequence[str], stamp_path: str,
@@ -77,6 +80,9 @@ def plan_for(baseline: Baseline, file_paths: Sequence[str], stamp_path: str,
     units = [DISPLAY_MANAGER, *host.disable_services]
     if host.fan_control is not None:
         units.append(host.fan_control.service)
+    if host.cpu_governor is not None:
+        units.append(GOVERNOR_UNIT)
+    units.append(NVME_COALESCING_UNIT)
     params = [("nvidia_drm", "modeset"), ("nvidia_drm", "fbdev")]
     saver = baseline.memory.memory_saver
     if saver is not None:
@@ -93,6 +99,7 @@ def plan_for(baseline: Baseline, file_paths: Sequence[str], stamp_path: str,
         hashed_paths=tuple(dict.fromkeys(hashed)),
         nccl_library_path=baseline.nccl.library.path,
         stamp_path=stamp_path,
+        nvme_coalescing=True,
         hcas=tuple(baseline.fabric.hca_names()),
         gid_index=baseline.fabric.gid_index,
         module_params=tuple(params),
@@ -228,6 +235,8 @@ def sections(plan: FactPlan) -> list[tuple[str, str]]:
     if plan.memory_saver_module:
         out.append(("dkms", _cmd("dkms", "status")))
         out.append(("modinfo", _cmd("modinfo", plan.memory_saver_module)))
+    if plan.nvme_coalescing:
+        out.append(("nvme-coalescing", NVME_COALESCING_COMMAND))
     if plan.swap_paths:
         out.append(("swapon", _cmd("swapon", "--show=NAME,SIZE", "--bytes", "--noheadings")))
     for path in plan.swap_paths:
@@ -241,6 +250,10 @@ def sections(plan: FactPlan) -> list[tuple[str, str]]:
         out.append((RUNTIME_SECTION, probe_command(plan.serving_matches)))
     return out
 
+
+#: the interrupt-coalescing feature, read as the recipe reads it (spark-ds41f
+#: experiments/2026-10-02-nvme-coalescing/run.sh, 3df77d2e)
+NVME_COALESCING_COMMAND = _cmd("nvme", "get-feature", NVME_DEVICE, "-f", f"{NVME_COALESCING_FEATURE:#04x}")
 
 #: kernels (and lab nodes) without /proc/modules: the same first column from /sys/module
 #: (`[` is built into sh, so this costs no process when /proc/modules exists)

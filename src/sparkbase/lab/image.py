@@ -258,7 +258,8 @@ def build_factory(upper: Path, firmware_dir: Path, name: str = "spark") -> None:
     )
     _symlink(upper, "etc/systemd/system/multi-user.target.wants/cups.service", f"{lib}/cups.service")
     for unit in ("snapd.service", "nv-cpu-governor.service", "dgx-dashboard.service",
-                 "dgx-dashboard-admin.service", "cups-browsed.service"):
+                 "dgx-dashboard-admin.service", "cups-browsed.service",
+                 "nvidia-nvme-interrupt-coalescing.service"):
         _symlink(upper, f"etc/systemd/system/multi-user.target.wants/{unit}", f"{lib}/{unit}")
     for unit in ("snapd.snap-repair.timer", "fwupd-refresh.timer"):
         _symlink(upper, f"etc/systemd/system/timers.target.wants/{unit}", f"{lib}/{unit}")

@@ -237,7 +237,7 @@ def _kernel_packages(release: str, kver: str, lrms: list[tuple[str, str]] | None
         # the initramfs
         postinst=_initramfs_postinst(release),
     )
-    out = [image, headers, modules]
+    out = [image, headers, modules, _tools_package(release, kver)]
     for lrm_version, driver in lrms if lrms is not None else [(f"{d}-0ubuntu1+{kver}", d) for d in DRIVERS]:
         out.append(
             Package(
@@ -258,6 +258,101 @@ def _kernel_packages(release: str, kver: str, lrms: list[tuple[str, str]] | None
             )
         )
     return out
+
+
+#: the lab's cpupower for one kernel: the node command `cpupower` (shims/cmd_hw.py), which
+#: is not on PATH: only Ubuntu's wrapper /usr/bin/cpupower (linux-tools-common) runs it
+_CPUPOWER = ("#!/usr/bin/python3 -IS\nimport sys\nsys.path.insert(0, '/usr/local/lib/sparkbase-lab')\n"
+             "from sparkbase.lab.shims.registry import main\nsys.exit(main('cpupower', sys.argv[1:]))\n")
+
+
+def _tools_package(release: str, kver: str) -> Package:
+    """`linux-tools-<release>`: cpupower built for that kernel, where Ubuntu's wrapper looks."""
+    return Package(
+        f"linux-tools-{release}",
+        kver,
+        f"Linux kernel version specific tools for version {release} (lab stand-in)",
+        section="devel",
+        files=(_text(f"/usr/lib/linux-tools/{release}/cpupower", _CPUPOWER, 0o755),),
+    )
+
+
+#: Ubuntu's linux-tools-common wrapper (as /usr/bin/perf, /usr/bin/cpupower): run the tool
+#: built for the running kernel, else warn and exit 2 (message as pasted from real Ubuntu
+#: nodes: tests/fixtures/real/cpupower__not_found_for_kernel__ubuntu_linux-tools-wrapper.txt)
+LINUX_TOOLS_WRAPPER = """#!/bin/sh
+full_version=$(uname -r)
+this="/usr/lib/linux-tools/$full_version/$(basename "$0")"
+if [ -f "$this" ]; then
+	exec "$this" "$@"
+fi
+version=$(echo "$full_version" | cut -d- -f1,2)
+flavour=$(echo "$full_version" | cut -d- -f3-)
+{
+	echo "WARNING: $(basename "$0") not found for kernel $version"
+	echo
+	echo "  You may need to install the following packages for this specific kernel:"
+	echo "    linux-tools-$full_version"
+	echo "    linux-cloud-tools-$full_version"
+	echo
+	echo "  You may also want to install one of the following packages to keep up to date:"
+	echo "    linux-tools-$flavour"
+	echo "    linux-cloud-tools-$flavour"
+} >&2
+exit 2
+"""
+LINUX_TOOLS_COMMON_VERSION = "6.8.0-90.91"
+
+#: DGX OS's governor unit (nv-cpu-governor; unit text as published from a DGX OS image,
+#: the [Install] section the lab's: DGX OS enables it)
+NV_CPU_GOVERNOR_UNIT = (
+    "[Unit]\nDescription=Set the CPU Frequency Scaling governor\nConditionVirtualization=no\n"
+    "ConditionPathExists=/sys/devices/system/cpu/online\n"
+    "ConditionPathExists=!/etc/init/lxc-android-config.conf\n\n"
+    "[Service]\nType=idle\nExecStart=/usr/bin/cpupower frequency-set -g performance\n\n"
+    "[Install]\nWantedBy=multi-user.target\n"
+)
+
+#: DGX OS's NVMe coalescing script (lab stand-in: its behaviour as published, feature 0x08
+#: to 0x107 on every Samsung, Kioxia or Micron controller at `enable`, 0 at `disable`)
+NVME_COALESCING_SCRIPT = """#!/bin/sh
+case "$1" in
+	enable) value=0x107 ;;
+	disable) value=0 ;;
+	*) echo "usage: $0 enable|disable" >&2; exit 1 ;;
+esac
+for ctrl in /sys/class/nvme/nvme*; do
+	[ -e "$ctrl/device/vendor" ] || continue
+	case "$(cat "$ctrl/device/vendor")" in
+		0x144d|0x1e0f|0x1344)
+			nvme set-feature "/dev/$(basename "$ctrl")" -f 8 --value="$value" >/dev/null || exit 1 ;;
+	esac
+done
+exit 0
+"""
+NVME_COALESCING_UNIT_TEXT = (
+    "[Unit]\nDescription=NVIDIA NVMe interrupt coalescing\n\n"
+    "[Service]\nType=oneshot\nRemainAfterExit=yes\n"
+    "ExecStart=/usr/bin/nvidia-nvme-interrupt-coalescing.sh enable\n"
+    "ExecStop=/usr/bin/nvidia-nvme-interrupt-coalescing.sh disable\n\n"
+    "[Install]\nWantedBy=multi-user.target\n"
+)
+#: the nvidia-nvme-options version a public DGX Spark note names
+NVME_OPTIONS_VERSION = "26.02-1"
+
+
+def _dgx_tuning_packages() -> list[Package]:
+    """linux-tools-common (the cpupower wrapper) and DGX OS's NVMe options package."""
+    return [
+        Package("linux-tools-common", LINUX_TOOLS_COMMON_VERSION,
+                "Linux kernel version specific tools - common files (lab stand-in)", section="kernel",
+                files=(_text("/usr/bin/cpupower", LINUX_TOOLS_WRAPPER, 0o755),)),
+        Package("nvidia-nvme-options", NVME_OPTIONS_VERSION,
+                "NVIDIA NVMe interrupt coalescing settings (lab stand-in)",
+                files=(_text("/usr/bin/nvidia-nvme-interrupt-coalescing.sh", NVME_COALESCING_SCRIPT, 0o755),
+                       _text("/lib/systemd/system/nvidia-nvme-interrupt-coalescing.service",
+                             NVME_COALESCING_UNIT_TEXT))),
+    ]
 
 
 def _desktop_packages() -> list[Package]:
@@ -336,14 +431,9 @@ def _desktop_packages() -> list[Package]:
         Package(
             "nv-cpu-governor",
             "1.0-1",
-            "DGX OS CPU frequency governor setup (lab stand-in; the package name is the lab's)",
+            "DGX OS CPU frequency governor setup (lab stand-in)",
             files=(
-                unit(
-                    "nv-cpu-governor.service",
-                    "[Unit]\nDescription=NVIDIA CPU governor\n\n[Service]\nType=oneshot\n"
-                    "ExecStart=/usr/sbin/nv-cpu-governor\nRemainAfterExit=yes\n\n"
-                    "[Install]\nWantedBy=multi-user.target\n",
-                ),
+                unit("nv-cpu-governor.service", NV_CPU_GOVERNOR_UNIT),
             ),
         ),
         Package(
@@ -522,6 +612,7 @@ def _build_catalogue() -> tuple[Package, ...]:
             out.extend(_kernel_packages(release, kver, lrm))
     out.extend(_site_packages())
     out.extend(_desktop_packages())
+    out.extend(_dgx_tuning_packages())
     return tuple(out)
 
 
@@ -544,6 +635,9 @@ def factory_packages() -> list[Package]:
         (f"linux-image-{FACTORY_KERNEL}", kver),
         (f"linux-headers-{FACTORY_KERNEL}", kver),
         (f"linux-modules-{FACTORY_KERNEL}", kver),
+        (f"linux-tools-{FACTORY_KERNEL}", kver),
+        ("linux-tools-common", LINUX_TOOLS_COMMON_VERSION),
+        ("nvidia-nvme-options", NVME_OPTIONS_VERSION),
         (f"linux-modules-nvidia-580-open-{FACTORY_KERNEL}", f"{FACTORY_DRIVER}-0ubuntu1+{kver}"),
         ("nvidia-utils-580", FACTORY_DRIVER),
         ("gdm3", "46.2-1ubuntu1"),

@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, StringConstraints
 
+from sparkbase.model.dgxos import TOOLS_PACKAGE_STEM
 from sparkbase.model.paths import DisableableUnit, LibraryPath, MokKeyPath, SliceUnit, SwapFilePath
 from sparkbase.model.provenance import Source, SourceKey
 from sparkbase.model.types import (
@@ -174,6 +175,11 @@ class KernelSpec(StrictModel):
     pin_grub_default: bool = Field(
         default=True, description="make this release GRUB's default entry (not just the newest)"
     )
+    tools: bool = Field(
+        default=False,
+        description="also install linux-tools-<release>: the cpupower DGX OS's nv-cpu-governor.service "
+        "runs (it fails on a kernel without it)",
+    )
     fallback: FallbackKernelSpec | None = Field(
         default=None,
         description="a kernel kept installed beside this one, with its own GRUB entry (never the default)",
@@ -190,11 +196,10 @@ class KernelSpec(StrictModel):
         return f"Advanced options for Ubuntu>Ubuntu, with Linux {self.release}"
 
     def packages(self) -> list[PackagePin]:
-        """The kernel packages this release needs, at the pinned version."""
-        return [
-            PackagePin(name=f"{stem}-{self.release}", version=self.package_version)
-            for stem in KERNEL_PACKAGE_STEMS
-        ]
+        """The kernel packages this release needs, at the pinned version (with `tools`,
+        also `linux-tools-<release>`, Ubuntu's per-kernel cpupower)."""
+        stems = [*KERNEL_PACKAGE_STEMS, *([TOOLS_PACKAGE_STEM] if self.tools else [])]
+        return [PackagePin(name=f"{stem}-{self.release}", version=self.package_version) for stem in stems]
 
 
 class DriverSpec(StrictModel):
@@ -418,7 +423,12 @@ class NvmeSpec(StrictModel):
     apst: Literal["default", "disabled"] = Field(
         description="Autonomous Power State Transition: 'disabled' pins the drive awake"
     )
-    interrupt_coalescing: bool = Field(default=True, description="NVMe interrupt coalescing on")
+    interrupt_coalescing: bool = Field(
+        default=True,
+        description="NVMe interrupt coalescing: true = DGX OS's default (its "
+        "nvidia-nvme-interrupt-coalescing.service sets feature 0x08 to 0x107 at boot); false = that "
+        "unit masked (recorded, undone on move-back) and the feature set to 0",
+    )
 
 
 class FanControlSpec(StrictModel):
@@ -440,6 +450,11 @@ class HostSpec(StrictModel):
     display_manager: bool = Field(description="a display manager may run (false: headless)")
     nvidia_drm: NvidiaDrmSpec = Field(description="nvidia-drm module parameters")
     nvme: NvmeSpec = Field(description="NVMe power settings")
+    cpu_governor: Literal["performance"] | None = Field(
+        default=None,
+        description="scaling_governor of every CPU, set at boot by DGX OS's nv-cpu-governor.service "
+        "(which sets performance only; needs kernel.tools); null: not managed or judged",
+    )
     fan_control: FanControlSpec | None = Field(default=None, description="fan control, or none")
     disable_services: list[DisableableUnit] = Field(
         default_factory=list, description="units that must be disabled and stopped"
@@ -509,6 +524,10 @@ class Baseline(StrictModel):
         pins = [*self.kernel.packages(), *self.driver.packages(self.kernel)]
         if self.kernel.fallback is not None:
             pins.extend(self.kernel.fallback.packages(self.driver.branch))
+            if self.kernel.tools:  # the governor unit runs cpupower on the fallback kernel too
+                fallback = self.kernel.fallback
+                pins.append(PackagePin(name=f"{TOOLS_PACKAGE_STEM}-{fallback.release}",
+                                       version=fallback.package_version))
         pins.append(PackagePin(name=self.nccl.library.package, version=self.nccl.library.version))
         if self.host.fan_control is not None:
             fan = self.host.fan_control

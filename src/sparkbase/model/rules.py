@@ -87,6 +87,7 @@ def baseline_findings(name: str, baseline: Baseline) -> Iterator[Finding]:
             ("memory", "display_carveout"),
             "the display carve-out needs nvidia-drm modeset (set host.nvidia_drm.modeset: true)",
         )
+    yield from _governor_findings(doc, baseline)
     for index, cpu in enumerate(baseline.cpuset.cpus):
         if cpu not in GB10_FAST_CPUS:
             yield Finding(
@@ -134,6 +135,19 @@ def baseline_findings(name: str, baseline: Baseline) -> Iterator[Finding]:
     yield from _version_form_findings(doc, baseline)
     yield from _fallback_and_factory_swap_findings(doc, baseline)
     yield from _provenance_findings(doc, baseline)
+
+
+def _governor_findings(doc: DocRef, baseline: Baseline) -> Iterator[Finding]:
+    """A managed CPU governor is set by DGX OS's nv-cpu-governor.service, which runs the
+    kernel's own cpupower: the kernel's linux-tools package must be pinned with it."""
+    if baseline.host.cpu_governor is not None and not baseline.kernel.tools:
+        yield Finding(
+            doc,
+            ("host", "cpu_governor"),
+            f"governor {baseline.host.cpu_governor} is set by nv-cpu-governor.service, which runs "
+            f"cpupower from linux-tools-{baseline.kernel.release} and fails without it: set "
+            "kernel.tools: true (or cpu_governor: null)",
+        )
 
 
 def _spelled(count: int) -> str:

@@ -60,6 +60,9 @@ class Kind(StrEnum):
     PACKAGE = "package"
     DKMS = "dkms"
     UNIT = "unit"
+    #: a vendor unit sparkbase masked (target: the unit; original: its UnitFileState before,
+    #: put back on move-back while the unit is still masked)
+    MASK = "mask"
     FSTAB_LINE = "fstab-line"  # a line of /etc/fstab sparkbase edited (target: its first field)
 
 

@@ -17,4 +17,5 @@ from sparkbase.audit.checks import (
     nccl,  # noqa: F401 - registers on import
     packages,  # noqa: F401 - registers on import
     secure_boot,  # noqa: F401 - registers on import
+    tuning,  # noqa: F401 - registers on import
 )

@@ -42,6 +42,7 @@ from sparkbase.facts.parsers.modules import (
     parse_module_attrs,
     parse_proc_modules,
 )
+from sparkbase.facts.parsers.nvme import parse_nvme_feature
 from sparkbase.facts.parsers.os_release import (
     dgx_os_version,
     parse_fstab,
@@ -97,6 +98,7 @@ __all__ = [
     "parse_mok_enrolled",
     "parse_nvidia_smi_csv",
     "parse_nvidia_smi_query",
+    "parse_nvme_feature",
     "parse_os_release",
     "parse_page_size",
     "parse_probe",

@@ -13,7 +13,7 @@ from sparkbase.lab.shims.cmd_grub import GRUBENV, installed_kernels, render
 from sparkbase.lab.shims.cmd_modules import compute_modules, find_module, write_modules
 from sparkbase.lab.shims.cmd_net import default_net, netplan_apply
 from sparkbase.lab.shims.cmd_swap import save_swaps, swap_activate
-from sparkbase.lab.shims.cmd_systemd import compute_active, default_target
+from sparkbase.lab.shims.cmd_systemd import boot_units, compute_active, default_target, set_active
 from sparkbase.lab.shims.common import (
     ACTIVE,
     FIRMWARE,
@@ -104,7 +104,7 @@ def do_boot(argv: list[str]) -> int:
     write_text("/sys/kernel/mm/transparent_hugepage/enabled", B.thp_text(thp))
     write_text("/sys/kernel/mm/transparent_hugepage/defrag",
                "always defer defer+madvise [madvise] never\n")
-    write_governor()
+    write_governor(boot=True)
     sysctls = dict(B.SYSCTL_DEFAULTS)
     conf = B.parse_sysctl_conf([read_text("/etc/sysctl.conf"), *sorted_conf("/etc/sysctl.d/*.conf")])
     for key, value in conf.items():
@@ -131,6 +131,11 @@ def do_boot(argv: list[str]) -> int:
     except Fail as exc:
         boot_log(f"netplan: {exc}")
     write_fabric_sysfs()
+    # last, as systemd reaches multi-user.target: the oneshot/idle units run their commands
+    # (DGX OS's governor and NVMe coalescing units), on the node as it now stands
+    active = set(compute_active(target))
+    boot_units(active)
+    set_active(active)
     print(json.dumps({"sysctls": sorted([*sysctls, *kernel_files])}))
     return 0
 

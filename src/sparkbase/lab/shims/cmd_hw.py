@@ -1,4 +1,5 @@
-"""`efibootmgr` and `nvme`: the node's UEFI boot entries and its NVMe controller's features."""
+"""`efibootmgr`, `nvme` and `cpupower`: the node's UEFI boot entries, its NVMe controller's
+features and its CPU frequency governor."""
 
 from __future__ import annotations
 
@@ -59,6 +60,41 @@ def _feature(argv: list[str]) -> int:
     raise Fail("nvme: feature-id required param", 22)
 
 
+def _value(argv: list[str]) -> int:
+    """set-feature's value: `-V VALUE`, `--value VALUE` or `--value=VALUE` (nvme-cli 2.x;
+    `-v` is --verbose there, so `-v 263` sets 0, as on a real Spark with nvme-cli 2.8)."""
+    for index, arg in enumerate(argv):
+        if arg in ("-V", "--value") and index + 1 < len(argv):
+            return int(argv[index + 1], 0)
+        if arg.startswith("--value="):
+            return int(arg.split("=", 1)[1], 0)
+    return 0
+
+
+def cmd_cpupower(argv: list[str]) -> int:
+    """cpupower for the running kernel (run through Ubuntu's /usr/bin/cpupower wrapper):
+    `frequency-set -g GOVERNOR` on every CPU, `frequency-info -p` (the current policy)."""
+    from sparkbase.lab.shims.sysfs import CPU, set_governor
+
+    words = [a for a in argv if not a.startswith("-c") and a != "all"]
+    if words[:1] == ["frequency-set"] and "-g" in words and words.index("-g") + 1 < len(words):
+        governor = words[words.index("-g") + 1]
+        available = read_text(CPU / "cpufreq" / "policy0" / "scaling_available_governors").split()
+        if governor not in available:
+            raise Fail("Error setting new values. Common errors:\n- Do you have proper administration "
+                       "rights? (super-user?)\n- Is the governor you requested available and modprobed?\n"
+                       "- Trying to set an invalid policy?", 1)
+        for cpu in set_governor(governor):
+            print(f"Setting cpu: {cpu}")
+        return 0
+    if words[:1] == ["frequency-info"]:
+        governor = read_text(CPU / "cpufreq" / "policy0" / "scaling_governor").strip()
+        print(f"analyzing CPU 0:\n  current policy: frequency should be within the limits.\n"
+              f"                  The governor \"{governor}\" may decide which speed to use")
+        return 0
+    raise Fail("cpupower: only frequency-set -g and frequency-info are emulated by the sparkbase lab", 1)
+
+
 def feature_value(feature: int) -> int:
     """A feature's current value: APST follows `nvme_core.default_ps_max_latency_us` (0 turns
     it off); interrupt coalescing is 0 (off) until `nvme set-feature -f 8` changes it."""
@@ -92,8 +128,7 @@ def cmd_nvme(argv: list[str]) -> int:
             raise Fail(f"NVMe status: Invalid Field in Command: A reserved coded value or an unsupported "
                        f"value in a defined field(0x2) feature-id:{feature:#04x}", 2)
         if verb == "set-feature":
-            given = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a in ("-v", "--value")]
-            new = int(given[0] if given else "0", 0)
+            new = _value(argv)
             if feature == 0x0C:
                 raise Fail("NVMe status: Invalid Field in Command (APST follows nvme_core in the lab)", 2)
             values: dict[str, int] = read_json(NVME_STATE, {})
@@ -102,7 +137,9 @@ def cmd_nvme(argv: list[str]) -> int:
             print(f"set-feature:{feature:#04x} ({name}), value:{new:#010x}, cdw12:00000000, save:0")
             return 0
         value = feature_value(feature)
-        print(f"get-feature:{feature:#04x} ({name}), Current value:{value:#010x}")
+        # nvme-cli's `%#0*x` with width `result ? 10 : 8`: zero prints `00000000`, no `0x`
+        print(f"get-feature:{feature:#04x} ({name}), Current value:{value:#010x}" if value
+              else f"get-feature:{feature:#04x} ({name}), Current value:{0:08x}")
         if "-H" in argv or "--human-readable" in argv:
             if feature == 0x0C:
                 state = "Enabled" if value else "Disabled"
@@ -114,4 +151,6 @@ def cmd_nvme(argv: list[str]) -> int:
     raise Fail(f"nvme: {verb} is not emulated by the sparkbase lab", 1)
 
 
-COMMANDS: dict[str, Callable[[list[str]], int]] = {"efibootmgr": cmd_efibootmgr, "nvme": cmd_nvme}
+COMMANDS: dict[str, Callable[[list[str]], int]] = {
+    "efibootmgr": cmd_efibootmgr, "nvme": cmd_nvme, "cpupower": cmd_cpupower,
+}

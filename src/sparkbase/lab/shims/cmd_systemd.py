@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 
-from sparkbase.lab.shims.common import ACTIVE, SYSTEMD_ETC, SYSTEMD_LIB, Fail, read_text, write_text
+from sparkbase.lab.shims.common import ACTIVE, RUN, SYSTEMD_ETC, SYSTEMD_LIB, Fail, read_text, write_text
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
@@ -84,6 +84,8 @@ def show(unit: str, prop: str) -> str:
         path = unit_path(unit)
         real = os.path.basename(os.path.realpath(path)) if path is not None else unit
         active = active_units()
+        if real in failed_units() or unit in failed_units():
+            return "failed"
         return "active" if real in active or unit in active else "inactive"
     if prop == "UnitFileState":
         return unit_file_state(unit) or ""
@@ -153,6 +155,93 @@ def _is_enabled(unit: str) -> str:
     if value is None:
         raise Fail(f"Failed to get unit file state for {unit}: No such file or directory", 1)
     return value
+
+
+#: units whose last start failed (`ActiveState=failed` until started again or reset)
+FAILED = f"{RUN}/failed"
+#: systemd's PATH for the commands a unit runs
+UNIT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def failed_units() -> set[str]:
+    """Units whose last run failed."""
+    return {line.strip() for line in read_text(FAILED).splitlines() if line.strip()}
+
+
+def _service_keys(unit: str) -> dict[str, list[str]]:
+    """The `[Service]` keys of a unit file (every ExecStart= line kept, in order)."""
+    path = unit_path(unit)
+    out: dict[str, list[str]] = {}
+    section = ""
+    for raw in read_text(os.path.realpath(path)).splitlines() if path is not None else []:
+        line = raw.strip()
+        if line.startswith("["):
+            section = line
+        elif section == "[Service]" and "=" in line:
+            key, _, value = line.partition("=")
+            out.setdefault(key.strip(), []).append(value.strip())
+    return out
+
+
+def runs_commands(unit: str) -> bool:
+    """Whether the lab runs the unit's commands: `Type=oneshot` and `Type=idle` services
+    (short tasks such as DGX OS's tuning units); daemons are only marked running."""
+    return _service_keys(unit).get("Type", ["simple"])[-1] in ("oneshot", "idle")
+
+
+def _run_commands(unit: str, key: str) -> bool:
+    """Run the unit's `key` (ExecStart, ExecStop) commands in order, as systemd does (a `-`
+    prefix ignores a failure); False when one failed."""
+    import shlex
+    import subprocess
+
+    env = {**os.environ, "PATH": UNIT_PATH}
+    for command in _service_keys(unit).get(key, []):
+        ignore = command.startswith("-")
+        argv = shlex.split(command.lstrip("-@+!:"))
+        try:
+            status = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, check=False).returncode
+        except OSError:
+            status = 203  # systemd's EXEC status: the program could not be run
+        if status != 0 and not ignore:
+            return False
+    return True
+
+
+def run_unit(unit: str, start: bool, active: set[str]) -> bool:
+    """Start (ExecStart) or stop (ExecStop) a unit whose commands the lab runs; the active
+    and failed sets follow: a oneshot/idle service without RemainAfterExit= is inactive
+    once its command exited; a failed start leaves it `failed`. False: the start failed."""
+    real = resolve_alias(unit)
+    failed = failed_units() - {real}
+    ok = True
+    if start:
+        ok = _run_commands(unit, "ExecStart")
+        remain = _service_keys(unit).get("RemainAfterExit", ["no"])[-1] in ("yes", "true", "1")
+        (active.add if ok and remain else active.discard)(real)
+        if not ok:
+            failed.add(real)
+    else:
+        if real in active:
+            _run_commands(unit, "ExecStop")
+        active.discard(real)
+    write_text(FAILED, "".join(f"{u}\n" for u in sorted(failed)))
+    return ok
+
+
+def start_failed(unit: str) -> Fail:
+    """What systemctl prints when a unit's start fails."""
+    return Fail(f"Job for {unit} failed because the control process exited with error code.\n"
+                f"See \"systemctl status {unit}\" and \"journalctl -xeu {unit}\" for details.", 1)
+
+
+def boot_units(active: set[str]) -> None:
+    """At boot: run the commands of every started oneshot/idle unit (idle ones last)."""
+    write_text(FAILED, "")
+    units = sorted((u for u in active if runs_commands(u)),
+                   key=lambda u: (_service_keys(u).get("Type", [""])[-1] == "idle", u))
+    for unit in units:
+        run_unit(unit, True, active)
 
 
 def set_active(units: set[str]) -> None:
@@ -283,11 +372,21 @@ def _start_stop(verb: str, units: list[str]) -> int:
     from sparkbase.lab.shims import cmd_serving
 
     active = active_units()
+    failed: list[str] = []
     for unit in units:
         path = unit_path(unit)
         if path is None:
             raise Fail(f"Failed to {verb} {unit}: Unit {unit} not found.", 5)
         running = verb != "stop" and (verb != "try-restart" or resolve_alias(unit) in active)
+        if running and unit_file_state(unit) == "masked":
+            raise Fail(f"Failed to {verb} {unit}: Unit {unit} is masked.", 1)
+        if runs_commands(unit):
+            if "restart" in verb and resolve_alias(unit) in active:
+                run_unit(unit, False, active)
+            # systemctl waits for a oneshot's command; other types return once it is spawned
+            if not run_unit(unit, running, active) and _service_keys(unit).get("Type") == ["oneshot"]:
+                failed.append(unit)
+            continue
         serving = cmd_serving.is_serving_unit(path)  # a lane's unit: its process really runs
         if serving and (verb == "stop" or (running and "restart" in verb)):
             cmd_serving.stop_unit(unit)
@@ -295,10 +394,14 @@ def _start_stop(verb: str, units: list[str]) -> int:
             cmd_serving.start_unit(unit, path)
         (active.add if running else active.discard)(resolve_alias(unit))
     set_active(active)
+    if failed:
+        raise start_failed(failed[0])
     return 0
 
 
-def _mask(verb: str, units: list[str]) -> int:
+def _mask(verb: str, units: list[str], now: bool = False) -> int:
+    if now and verb == "mask":
+        _start_stop("stop", [u for u in units if unit_path(u) is not None])
     for unit in units:
         link = f"{SYSTEMD_ETC}/{unit}"
         if verb == "mask":
@@ -337,16 +440,19 @@ def cmd_systemctl(argv: list[str]) -> int:
         return _is_active_cmd(units, quiet)
     if verb in ("enable", "disable"):
         active = active_units()
+        # the units as they resolve now: disabling removes an alias (display-manager.service)
+        resolved = [resolve_alias(unit) if unit_path(unit) is not None else unit for unit in units]
         for unit in units:
             _enable(unit, verb == "enable")
-            if "--now" in flags:
-                (active.add if verb == "enable" else active.discard)(resolve_alias(unit))
         set_active(active)
+        if "--now" in flags:
+            return _start_stop("start" if verb == "enable" else "stop",
+                               [unit for unit in resolved if unit_path(unit) is not None])
         return 0
     if verb in ("start", "stop", "restart", "reload", "try-restart", "reload-or-restart"):
         return _start_stop(verb, units)
     if verb in ("mask", "unmask"):
-        return _mask(verb, units)
+        return _mask(verb, units, "--now" in flags)
     raise Fail(f"systemctl: {verb} is not emulated by the sparkbase lab", 1)
 
 

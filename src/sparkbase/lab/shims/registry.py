@@ -30,7 +30,7 @@ MODULES: dict[str, str] = {
     "grub-reboot": "cmd_grub", "grub-set-default": "cmd_grub", "grub-editenv": "cmd_grub",
     "reboot": "cmd_power", "shutdown": "cmd_power", "poweroff": "cmd_power", "halt": "cmd_power",
     "netplan": "cmd_net", "ip": "cmd_net", "rdma": "cmd_net", "lspci": "cmd_net",
-    "efibootmgr": "cmd_hw", "nvme": "cmd_hw",
+    "efibootmgr": "cmd_hw", "nvme": "cmd_hw", "cpupower": "cmd_hw",
     "__boot__": "boot_step", "__refresh__": "boot_step", "__serve__": "cmd_serving",
 }
 
@@ -45,9 +45,15 @@ SBIN_SHADOWS = ("reboot", "shutdown", "poweroff", "halt", "swapon", "swapoff", "
                 "grub-mkconfig", "grub-reboot", "grub-set-default", "dkms")
 
 
+#: commands a package installs elsewhere (linux-tools-<release>'s
+#: /usr/lib/linux-tools/<release>/cpupower): never in /usr/local/bin, where they would
+#: shadow the wrapper that decides whether they run
+NOT_ON_PATH = ("cpupower",)
+
+
 def commands() -> list[str]:
     """Every command a node has in /usr/local/bin."""
-    return [name for name in MODULES if name not in INTERNAL]
+    return [name for name in MODULES if name not in INTERNAL and name not in NOT_ON_PATH]
 
 
 def resolve(command: str) -> Callable[[list[str]], int]:

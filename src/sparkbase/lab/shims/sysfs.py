@@ -60,11 +60,37 @@ def write_sysfs_static(node: str) -> None:
     write_nvme()
 
 
-def write_governor() -> None:
-    """The governor of every cpufreq policy (`powersave` under the `governor` fault)."""
-    governor = "powersave" if faults().get("governor") else "performance"
+#: the governor a kernel starts every policy with, before anything sets one (a lab choice:
+#: the GB10's cppc_cpufreq on Ubuntu's arm64 kernels; no source here gives it)
+KERNEL_DEFAULT_GOVERNOR = "schedutil"
+
+
+def _governor_state() -> str:
+    from sparkbase.lab.shims.common import RUN
+
+    return f"{RUN}/cpufreq-governor"
+
+
+def write_governor(boot: bool = False) -> None:
+    """The governor of every cpufreq policy: at boot the kernel's default (cpupower, run by
+    nv-cpu-governor.service, changes it after), later the last one cpupower set; `powersave`
+    under the `governor` fault, whatever was set."""
+    from sparkbase.lab.shims.common import read_text
+
+    if boot:
+        write_text(_governor_state(), KERNEL_DEFAULT_GOVERNOR + "\n")
+    governor = read_text(_governor_state()).strip() or KERNEL_DEFAULT_GOVERNOR
+    if faults().get("governor"):
+        governor = "powersave"
     for cpu in range(B.NCPUS):
         write_text(CPU / "cpufreq" / f"policy{cpu}" / "scaling_governor", governor + "\n")
+
+
+def set_governor(governor: str) -> list[int]:
+    """What `cpupower frequency-set -g` does: every policy's governor (the fault still wins)."""
+    write_text(_governor_state(), governor + "\n")
+    write_governor()
+    return list(range(B.NCPUS))
 
 
 #: the GB10's display controller as DRM shows it (PCI 000f:01:00.0, NVIDIA)
@@ -96,6 +122,9 @@ def write_drm() -> None:
 
 #: the node's NVMe controller (a lab model name: no real Spark sample names the drive)
 NVME_MODEL = "sparkbase lab NVMe"
+#: its PCI vendor: Samsung, as the public DGX Spark notes name the drive (MZALC4T0HBL1);
+#: DGX OS's coalescing script acts on Samsung, Kioxia and Micron controllers only
+NVME_VENDOR = "0x144d"
 
 
 def write_nvme() -> None:
@@ -104,7 +133,7 @@ def write_nvme() -> None:
 
     node = Path("/sys/class/nvme/nvme0")
     for name, value in (("model", NVME_MODEL), ("serial", "SPARKBASELAB0001"), ("firmware_rev", "ERFM11.0"),
-                        ("state", "live"), ("transport", "pcie")):
+                        ("state", "live"), ("transport", "pcie"), ("device/vendor", NVME_VENDOR)):
         write_text(node / name, value + "\n")
     cmdline = read_text(f"{RUN}/proc/cmdline")
     latency = B.cmdline_param(cmdline, "nvme_core.default_ps_max_latency_us") or "100000"
