@@ -1,6 +1,4 @@
-"""Shared test fixtures: a private copy of the shipped site, and `--update-golden`; and the
-pytest-xdist groups that let the e2e tier run in parallel (`scripts/test` runs
-`-n auto --dist loadgroup`)."""
+"""Shared unit-test fixtures: a private copy of the shipped site, and `--update-golden`."""
 
 from __future__ import annotations
 
@@ -22,33 +20,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="rewrite tests/golden/ from the shipped site instead of comparing against it",
     )
-
-
-#: the xdist group of every e2e test that uses the session-wide `lab` (they share its nodes)
-SESSION_LAB_GROUP = "e2e-session-lab"
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Put each e2e module in an xdist group of its own (its lab and ports are the module's:
-    never split over two workers), and every e2e test using the session `lab` in one group.
-
-    Unit tests stay ungrouped: `--dist loadgroup` spreads them one by one. Without xdist the
-    groups are inert marks.
-    """
-    for item in items:
-        path = Path(str(item.path))
-        if "e2e" not in path.relative_to(REPO).parts:
-            continue
-        item.add_marker(pytest.mark.xdist_group(_e2e_group(item, path)))
-
-
-def _e2e_group(item: pytest.Item, path: Path) -> str:
-    info = getattr(item, "_fixtureinfo", None)
-    definitions = info.name2fixturedefs.get("lab", ()) if info is not None else ()
-    if definitions and definitions[-1].scope == "session":
-        return SESSION_LAB_GROUP
-    return f"e2e-{path.stem}"
 
 
 def copy_shipped_site(destination: Path) -> Path:

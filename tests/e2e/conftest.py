@@ -5,8 +5,7 @@ spark1..spark4 on 127.0.0.1:2301..2304 (+10 per xdist worker) in a fresh tempora
 directory, torn down at the end. Use `lab.run(node, "command")` -> (exit status, stdout,
 stderr) over OpenSSH, or `lab.ssh_config_path` / `lab.known_hosts_path` / `lab.key_path` for
 pyinfra, testinfra and paramiko. Tests that change a node should say which node they own
-(see test_lab_*.py). Under xdist every module using it runs on one worker (tests/conftest.py
-groups them), so they share one session lab as in a serial run.
+(see test_lab_*.py). Under xdist each worker has its own, on its own ports (ports.py).
 
 `converged_image` (session scope, one per run, shared by the xdist workers) is four nodes
 converged once to the shipped site by a real `apply` (fleets.converge_image); a module that

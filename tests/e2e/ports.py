@@ -2,9 +2,9 @@
 
 Each module's lab has its own base (overridable by its own variable); every base is shifted
 by `SPARKBASE_TEST_PORT_OFFSET`, so several test runs can share one machine. Under
-pytest-xdist a module runs whole on one worker (the e2e conftest groups items by module), so
-module bases never meet; the labs a worker makes for its session (`session_port_base`) are
-shifted by the worker's index as well.
+pytest-xdist (`--dist loadfile`) a module runs whole on one worker, so module bases never
+meet; the labs every worker makes for its session (`session_port_base`) are shifted by the
+worker's index as well.
 """
 
 from __future__ import annotations
