@@ -251,16 +251,6 @@ def _text(chunks: list[bytes]) -> str:
     return b"".join(chunks).decode("utf-8", errors="replace")
 
 
-def run(target: SshTarget, script: str, timeout: float | None = None) -> Answer:
-    """Connect, run one command (under sudo when the target says), disconnect."""
-    client = connect(target)
-    try:
-        seconds = target.command_timeout if timeout is None else timeout
-        return run_command(client, script, seconds, target.sudo)
-    finally:
-        client.close()
-
-
 def diagnose(target: SshTarget) -> NodeFailure | None:
     """Why `target` cannot be reached, from one strict connection attempt (a refused host
     key says how to verify and enrol it); None when it connects now."""
