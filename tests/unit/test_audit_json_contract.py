@@ -46,9 +46,9 @@ def _data() -> dict[str, object]:
     return data
 
 
-def test_format_version_is_one() -> None:
-    assert JSON_FORMAT == 1
-    assert _data()["format"] == 1
+def test_format_version_is_two() -> None:
+    assert JSON_FORMAT == 2
+    assert _data()["format"] == 2
 
 
 def test_top_level_shape() -> None:

@@ -215,7 +215,7 @@ def test_report_json_contract_and_exit_codes() -> None:
     report = Report("apply", [node])
     data = report.to_json()
     assert set(data) == {"format", "command", "exit_code", "notes", "nodes"}
-    assert data["format"] == 1 and data["exit_code"] == 0
+    assert data["format"] == 2 and data["exit_code"] == 0
     assert set(data["nodes"][0]) == {"node", "baseline", "status", "operations", "reboot_reasons",
                                      "reboot_required", "rebooted", "running_kernel", "message", "failure"}
     assert data["nodes"][0]["failure"] is None

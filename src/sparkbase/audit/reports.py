@@ -17,7 +17,7 @@ from sparkbase.audit.run import AuditReport
 if TYPE_CHECKING:
     from sparkbase.console import Table
 
-JSON_FORMAT = 1
+JSON_FORMAT = 2  # 2: nodes[].failure (the typed failure kind)
 FORMATS = ("table", "json", "junit", "prometheus")
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from sparkbase.transport.failure import FailureKind
 
-RESULT_FORMAT = 1
+RESULT_FORMAT = 2  # 2: nodes[].failure (the typed failure kind)
 #: a no-op reason that starts so is a change waiting for the reboot (plan and apply show it)
 DEFERRED = "deferred: "
 #: a no-op reason that starts so reports state deliberately kept (plan and apply show it)
