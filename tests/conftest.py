@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="rewrite tests/golden/ from the shipped site instead of comparing against it",
     )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_gevent_patching_in_xdist_workers() -> Iterator[None]:
+    """In a pytest-xdist worker, a `plan` or `apply` run in-process does not patch the
+    standard library with gevent (`gevent.monkey.patch_all` is a no-op): the worker talks to
+    the controller from a thread of its own, which a patched `threading` stalls (the worker
+    crashes). pyinfra then runs its hosts one after another; the CLI in a subprocess (the
+    e2e tier) still patches. Without xdist nothing changes."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        yield
+        return
+    from gevent import monkey
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(monkey, "patch_all", lambda *args, **kwargs: None)
+        yield
 
 
 def copy_shipped_site(destination: Path) -> Path:
