@@ -30,6 +30,9 @@ from sparkbase.model.baseline import Baseline
 from sparkbase.model.site import Site, load_site
 from sparkbase.render import kernel_cmdline, render_baseline
 
+#: each distinct file content is parsed once (tests/unit/site_memo.py): an example changes one file
+pytestmark = pytest.mark.usefixtures("parsed_once")
+
 REPO = Path(__file__).resolve().parents[2]
 SITE_FILES = [
     "baselines/site.yaml",
