@@ -445,10 +445,13 @@ def cmd_systemctl(argv: list[str]) -> int:
         for unit in units:
             _enable(unit, verb == "enable")
         set_active(active)
-        if "--now" in flags:
-            return _start_stop("start" if verb == "enable" else "stop",
-                               [unit for unit in resolved if unit_path(unit) is not None])
-        return 0
+        if "--now" not in flags:
+            return 0
+        status = _start_stop("start" if verb == "enable" else "stop",
+                             [unit for unit in resolved if unit_path(unit) is not None])
+        if verb == "disable":  # an alias that is gone is stopped under its own name too
+            set_active(active_units() - set(units))
+        return status
     if verb in ("start", "stop", "restart", "reload", "try-restart", "reload-or-restart"):
         return _start_stop(verb, units)
     if verb in ("mask", "unmask"):
