@@ -170,7 +170,7 @@ def captured_values(facts: NodeFacts, baseline: Baseline) -> Capture:
                 "nvidia_drm is not loaded")
     if host.fan_control is not None:
         fan = host.fan_control
-        out.put(("host", "fan_control", "version"), facts.packages.get(fan.package),
+        out.put(("host", "fan_control", "package_version"), facts.packages.get(fan.package),
                 f"{fan.package} is not installed")
     if host.disable_services and facts.units:
         kept = [unit for unit in host.disable_services

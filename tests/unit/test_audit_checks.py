@@ -246,13 +246,16 @@ VARIANT_DRIFTS: list[tuple[str, Callable[[NodeFacts], NodeFacts], set[str]]] = [
         lambda f: replace(f, swaps=(replace(f.swaps[0], size_bytes=8 * 1024**3),)),
         {"memory.swap"},
     ),
-    ("saver not built", _set(dkms=()), {"memory_saver.dkms"}),
+    ("saver not built",
+     lambda f: replace(f, dkms=tuple(e for e in f.dkms if e.name != "dgx-spark-memory-saver")),
+     {"memory_saver.dkms"}),
     (
         "saver unsigned",
         lambda f: replace(f, memory_saver=replace(f.memory_saver, sig_key=None)),  # type: ignore[type-var]
         {"memory_saver.signature"},
     ),
-    ("key not enrolled", _set(mok_certificates=()), {"memory_saver.signature", "secure_boot.mok"}),
+    ("key not enrolled", _set(mok_certificates=()),
+     {"memory_saver.signature", "host.fan_control.signature", "secure_boot.mok"}),
     (
         "signed by another key",
         lambda f: replace(f, memory_saver=replace(f.memory_saver, sig_key="40:E5:D9:9D"),  # type: ignore[type-var]
@@ -272,7 +275,22 @@ VARIANT_DRIFTS: list[tuple[str, Callable[[NodeFacts], NodeFacts], set[str]]] = [
         ),
         {"memory_saver.loaded"},
     ),
-    ("fan off", _unit("spark-fan-control.service", UnitState("disabled", "inactive")), {"host.fan_control"}),
+    ("fan off", _unit("dgx-fan-control.service", UnitState("disabled", "inactive")),
+     {"host.fan_control.service"}),
+    ("fan module not built for the running kernel",
+     lambda f: replace(f, dkms=tuple(e for e in f.dkms if e.name != "dgx-spark-fan-control")),
+     {"host.fan_control.dkms"}),
+    ("fan module unsigned",
+     lambda f: replace(f, fan_control=replace(f.fan_control, sig_key=None, signer=None)),  # type: ignore[type-var]
+     {"host.fan_control.signature"}),
+    ("fan module not loaded", lambda f: replace(f, modules=f.modules - {"dgx_ec_fan_control"}),
+     {"host.fan_control.loaded"}),
+    ("modeset0 override still installed",
+     lambda f: replace(f, packages={**f.packages, "nvidia-drm-options-modeset0": "25.07-1"}),
+     {"host.nvidia_drm.purge"}),
+    ("modeset off (the override's option in the initramfs)",
+     lambda f: replace(f, module_params={**f.module_params, "nvidia_drm.modeset": "N"}),
+     {"host.nvidia_drm"}),
     (
         "site NCCL left",
         lambda f: replace(f, packages={**f.packages, "nccl-site-ring4": "2.27.7-1+site.ring4.p3"}),
@@ -429,7 +447,7 @@ OTHER_MOK = "0a:0b:0c:0d:0e:0f:10:11:12:13:14:15:16:17:18:19:1a:1b:1c:1d"
 
 @pytest.mark.parametrize(("pin", "fails"), [
     ("converged", set()),
-    (OTHER_MOK, {"memory_saver.signature", "secure_boot.mok"}),
+    (OTHER_MOK, {"memory_saver.signature", "host.fan_control.signature", "secure_boot.mok"}),
 ])
 def test_a_pinned_mok_is_found_by_fingerprint_and_judged_by_serial(site: Site, pin: str,
                                                                    fails: set[str]) -> None:

@@ -116,8 +116,16 @@ def converged(expected: Expected) -> NodeFacts:
         units[GOVERNOR_UNIT] = UnitState("enabled", "inactive")
     units[NVME_COALESCING_UNIT] = (UnitState("enabled", "active") if b.host.nvme.interrupt_coalescing
                                    else UnitState("masked", "inactive"))
+    fan_control = None
     if b.host.fan_control is not None:
-        units[b.host.fan_control.service] = UnitState("enabled", "active")
+        fan = b.host.fan_control
+        units[fan.service] = UnitState("enabled", "active")
+        modules.add(fan.module)
+        from sparkbase.facts.model import DkmsEntry
+
+        dkms = (*dkms, DkmsEntry(fan.dkms_name, fan.dkms_version, b.kernel.release, "aarch64", "installed"))
+        fan_control = ModuleInfo(filename=f"/lib/modules/x/updates/dkms/{fan.module}.ko",
+                                 signer=MOK_CN, sig_key=MOK_SERIAL, sig_hashalgo="sha512")
     interfaces = {
         port.netdev: Interface(
             port.netdev,
@@ -162,6 +170,7 @@ def converged(expected: Expected) -> NodeFacts:
         module_params=params,
         dkms=dkms,
         memory_saver=memory_saver,
+        fan_control=fan_control,
         secure_boot=SecureBoot.ENABLED if b.secure_boot.enabled else SecureBoot.DISABLED,
         mok_certificates=(mok_certificate(b.secure_boot.mok_fingerprint),),
         swaps=((SwapEntry(swap.path, swap.size_gib * 1024**3),) if swap else ()) + factory_swaps,

@@ -108,10 +108,14 @@ def test_foreign_pins_of_the_site_baseline_are_the_variants_leftovers(site: Site
         "dgx-spark-memory-saver": None,
         **kernels,
     }
-    assert foreign.services == (("spark-fan-control.service", (VARIANT, STOCK_PAGES)),)
+    assert foreign.services == (("dgx-fan-control.service", (VARIANT, STOCK_PAGES)),)
     dkms = [(d.name, d.version, d.baselines) for d in foreign.dkms]
-    assert dkms == [("dgx-spark-memory-saver", "0.2.0", (VARIANT,))]
+    assert dkms == [("dgx-spark-fan-control", "0.1.3", (VARIANT, STOCK_PAGES)),
+                    ("dgx-spark-memory-saver", "0.2.0", (VARIANT,))]
     assert [m.path for m in foreign.mok_dirs] == ["/var/lib/shim-signed/mok"]
+    # the fan module's boot entry goes; the modeset override the variants purge comes back
+    assert foreign.files == (("/etc/modules-load.d/dgx_ec_fan_control.conf", (VARIANT, STOCK_PAGES)),)
+    assert foreign.restore == (("nvidia-drm-options-modeset0", (VARIANT, STOCK_PAGES)),)
 
 
 @pytest.mark.parametrize("name", [SITE_BASELINE, VARIANT, STOCK_PAGES])
@@ -127,6 +131,7 @@ def test_foreign_pins_are_exactly_what_others_pin_and_this_one_does_not(site: Si
 def test_a_baseline_that_signs_the_saver_keeps_its_own_dkms_and_key_dir(site: Site) -> None:
     foreign = foreign_for(site, VARIANT)
     assert foreign.dkms == () and foreign.mok_dirs == () and foreign.services == ()
+    assert foreign.files == () and foreign.restore == ()  # fan control and the purge are its own too
     assert foreign.package_names() == [
         "linux-headers-6.17.0-1032-nvidia",
         "linux-image-6.17.0-1032-nvidia",
@@ -149,7 +154,7 @@ def _retire(site: Site, node: str, baseline: str | None = None) -> list[Any]:
 def test_retire_steps_run_in_a_safe_order_with_kernel_packages_gated(site: Site) -> None:
     steps = build_steps(site, "spark1")
     kinds = [s.kind for s in steps]
-    fan = next(i for i, s in enumerate(steps) if s.args.get("unit") == "spark-fan-control.service")
+    fan = next(i for i, s in enumerate(steps) if s.args.get("unit") == "dgx-fan-control.service")
     purges = [i for i, k in enumerate(kinds) if k == "packages-retire"]
     assert kinds.index("hold") < fan < kinds.index("dkms-retire") < purges[0]
     plain, *kernels = (steps[i] for i in purges)

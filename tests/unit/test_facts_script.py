@@ -42,7 +42,12 @@ def test_plan_reads_exactly_what_the_baseline_names(site: Site) -> None:
     variant = expected_for(site, "spark1", "ds41f-7x-64k").plan()
     assert variant.swap_paths == ("/swap-64k.img",)
     assert variant.memory_saver_module == "nvidia_uvm"
-    assert "spark-fan-control.service" in variant.units
+    assert "dgx-fan-control.service" in variant.units
+    # fan control: its module's modinfo, dkms status, and whether the modeset0 override is installed
+    assert variant.fan_module == "dgx_ec_fan_control" and plan.fan_module is None
+    assert "nvidia-drm-options-modeset0" in variant.packages
+    found = dict(sections(variant))
+    assert shlex.split(found["modinfo-fan"]) == ["modinfo", "dgx_ec_fan_control"] and "dkms" in found
 
 
 def test_plan_asks_dpkg_about_the_other_baselines_pins_too(site: Site) -> None:
@@ -119,7 +124,8 @@ def test_captured_variant_answer_assembles(site: Site) -> None:
     facts = assemble("spark1", expected.plan(), split_sections(text, CAPTURED_MARKER))
     assert facts.swap_header_page_size == {"/swap-64k.img": None}
     assert facts.memory_saver is not None and facts.memory_saver.error is not None
-    assert facts.units["spark-fan-control.service"].active_state == "inactive"
+    assert facts.units["dgx-fan-control.service"].active_state == "inactive"
+    assert facts.fan_control is None  # the capture predates the fan module's modinfo section
     # a factory node: DGX OS's governor unit ran and exited, its coalescing unit set 0x107
     assert facts.units["nv-cpu-governor.service"] == UnitState("enabled", "inactive")
     assert facts.nvme_coalescing == 0x107

@@ -43,7 +43,8 @@ def test_catalogue_names_others_rely_on() -> None:
     have = names_versions()
     for pair in [
         ("nccl-site-ring4", "2.27.7-1+site.ring4.p3"), ("libnccl2", "2.28.9-1+cuda13.0"),
-        ("dgx-spark-memory-saver", "0.2.0-1"), ("dgx-spark-fan-control", "1.3.0-1"),
+        ("dgx-spark-memory-saver", "0.2.0-1"), ("dgx-spark-fan-control", "0.1.3-1"),
+        ("nvidia-drm-options-modeset0", "25.07-1"),
         ("grub-kho-off", "1.0-1"),
     ]:
         assert pair in have
@@ -85,9 +86,19 @@ def test_dkms_conf_and_fan_unit() -> None:
     source = files["/usr/src/dgx-spark-memory-saver-0.2.0/nvidia-uvm.c"]
     assert "uvm_pack_sysmem_leaf_tables = true" in source
     assert packages.MEMORY_SAVER_SRCVERSION in source
-    fan = packages.find("dgx-spark-fan-control", "1.3.0-1")
-    unit = {f.path: f.content.decode() for f in fan.files}["/lib/systemd/system/spark-fan-control.service"]
-    assert "WantedBy=multi-user.target" in unit
+    fan = {f.path: f.content.decode() for f in packages.find("dgx-spark-fan-control", "0.1.3-1").files}
+    unit = fan["/lib/systemd/system/dgx-fan-control.service"]
+    assert "WantedBy=multi-user.target" in unit and "After=systemd-modules-load.service" in unit
+    # the fan repository's own dkms.conf (d19178a0), at the fleet's DKMS version
+    for line in ('PACKAGE_NAME="dgx-spark-fan-control"', 'PACKAGE_VERSION="0.1.3"',
+                 'BUILT_MODULE_NAME[0]="dgx_ec_fan_control"', 'BUILT_MODULE_LOCATION[0]="kernel"',
+                 'BUILD_EXCLUSIVE_ARCH="^aarch64$"'):
+        assert line in fan["/usr/src/dgx-spark-fan-control-0.1.3/dkms.conf"]
+    assert "/usr/src/dgx-spark-fan-control-0.1.3/kernel/dgx_ec_fan_control.c" in fan
+    override = packages.find("nvidia-drm-options-modeset0", "25.07-1").files
+    assert [(f.path, f.content) for f in override] == [
+        ("/etc/modprobe.d/zz-nvidia-drm-override.conf", b"options nvidia-drm modeset=0\n")]
+    assert "nvidia-drm-options-modeset0" in {p.name for p in packages.factory_packages()}
 
 
 def test_factory_set() -> None:

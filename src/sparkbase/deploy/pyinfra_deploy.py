@@ -17,7 +17,7 @@ from pyinfra.operations import files
 from sparkbase.deploy import operations as ops
 from sparkbase.deploy import retire
 from sparkbase.deploy.operations import fstab as fstab_ops
-from sparkbase.deploy.operations import tuning
+from sparkbase.deploy.operations import modeset, tuning
 from sparkbase.deploy.steps import Step
 
 
@@ -105,11 +105,15 @@ ADDERS: dict[str, Callable[[Step, dict[str, Any]], Any]] = {
     "mok-dir-retire": _simple(retire.mok_dir_retire),
     "mok-kept": _simple(retire.mok_kept),
     "unit-retire": _simple(retire.unit_retire),
+    "file-retire": _simple(retire.file_retire),
+    "modeset-purge": _simple(modeset.modeset_purge),
+    "modeset-restore": _simple(modeset.modeset_restore),
     "file": _file,
     "grub-update": _grub,
     "sysctl-apply": _simple(ops.sysctl_apply),
     "daemon-reload": _after(["systemctl", "daemon-reload"], "the serving slice"),
     "netplan-apply": _after(["netplan", "apply"], "the fabric netplan"),
+    "initramfs-update": _after(["update-initramfs", "-u", "-k", "all"], "the nvidia-drm options"),
     "swap-retire": _simple(retire.swap_retire),
     "factory-swap": _simple(fstab_ops.factory_swap),
     "factory-swap-restore": _simple(fstab_ops.factory_swap_restore),

@@ -53,6 +53,9 @@ def module_mismatches(baseline: Baseline, boot: dict[str, Any], mok: dict[str, A
     saver = baseline.memory.memory_saver
     if saver is not None and saver.required and saver.module not in boot["modules"]:
         problems.append(f"{saver.module} is not loaded")
+    fan = baseline.host.fan_control
+    if fan is not None and fan.module not in boot["modules"]:
+        problems.append(f"{fan.module} is not loaded")
     fingerprint = baseline.secure_boot.mok_fingerprint
     if fingerprint and fingerprint in mok["pending"]:
         problems.append("MOK enrolment pending")

@@ -22,6 +22,7 @@ from sparkbase.deploy.facts import (
     ActiveSwaps,
     BootState,
     DkmsBuilds,
+    FileState,
     HeldPackages,
     MokState,
     SwapFile,
@@ -241,3 +242,23 @@ def mok_kept(fingerprints: list[str]) -> Any:
     """Report MOK keys other baselines enrolled: firmware state, kept, never removed."""
     enrolled: list[str] = host.get_fact(MokState)["enrolled"]
     yield from carry_out(decide_mok_kept(fingerprints, enrolled))
+
+
+def decide_file_retire(path: str, sha256: str | None, owned: OwnershipRecord) -> Decision:
+    """Delete a file another baseline rendered (the fan module's modules-load.d entry) when
+    sparkbase wrote it and it is unchanged (`sha256` None: no file)."""
+    verdict = decide_identified(Kind.FILE, path, sha256 is not None, sha256, owned)
+    if verdict.verdict is Verdict.ABSENT:
+        return Decision([], f"no {path}")
+    if not verdict.removable:
+        return Decision([], verdict.kept_note())
+    return Decision([["rm", "-f", "--", path]], forget=verdict.forget)
+
+
+@operation()
+def file_retire(path: str) -> Any:
+    """Delete another baseline's rendered file, if sparkbase wrote it and it is unchanged."""
+    info = host.get_fact(FileState, path=path)
+    owned = host.get_fact(OwnedRecord) if info is not None else OwnershipRecord()
+    sha256 = info.sha256 if info is not None else None
+    yield from _carry_out_and_forget(decide_file_retire(path, sha256, owned))

@@ -19,6 +19,7 @@ from sparkbase.model.dgxos import GOVERNOR_UNIT, NVME_COALESCING_UNIT
 from sparkbase.policy.foreign import Foreign, foreign_for, foreign_fstab_edits, foreign_swap_files
 from sparkbase.render import (
     GRUB_DROPIN_PATH,
+    MODPROBE_PATH,
     NETPLAN_PATH,
     STAMP_PATH,
     SYSCTL_PATH,
@@ -38,7 +39,7 @@ DISPLAY_MANAGER_UNIT = "display-manager.service"
 #: step kinds whose operation records what it creates on the node, under the baseline's name
 #: (`sparkbase.policy.ownership`): only recorded things are ever retired
 RECORDING_KINDS = frozenset({"packages", "directory", "upload", "dkms-install", "file", "swap-file",
-                             "factory-swap",
+                             "factory-swap", "modeset-purge",
                              "unit-enabled", "nvme-coalescing"})
 
 
@@ -107,6 +108,7 @@ def build_steps(site: Site, node: str, mok: MokFiles | None = None) -> list[Step
         *retire_steps(foreign_for(site, name), baseline),
         *_secure_boot_steps(baseline, mok),
         *(_file_step(f) for f in files if f.path != STAMP_PATH),
+        *_modeset_steps(foreign_for(site, name), baseline),
         *_activation_steps(baseline),
         *_swap_steps(site, baseline),
         Step("thp", f"transparent hugepages {baseline.memory.transparent_hugepages} (live)",
@@ -153,8 +155,12 @@ def retire_steps(foreign: Foreign, baseline: Baseline) -> list[Step]:
     ]
     steps += [
         Step("dkms-retire", f"retire: dkms remove {d.name}/{d.version} --all ({_owners(d.baselines)}'s "
-             "memory-saver)", {"dkms_name": d.name, "version": d.version})
+             "module)", {"dkms_name": d.name, "version": d.version})
         for d in foreign.dkms
+    ]
+    steps += [
+        Step("file-retire", f"retire: {path} (rendered only by {_owners(owners)})", {"path": path})
+        for path, owners in foreign.files
     ]
     return [*steps, *_retire_packages(foreign, baseline.kernel.release), *_retire_mok(foreign)]
 
@@ -191,15 +197,16 @@ def _retire_mok(foreign: Foreign) -> list[Step]:
 
 
 def _secure_boot_steps(baseline: Baseline, mok: MokFiles | None) -> list[Step]:
-    saver = baseline.memory.memory_saver
-    if saver is None or not saver.required:
+    builds = baseline.dkms_builds()
+    if not builds:
         return []
     secure = baseline.secure_boot
     steps: list[Step] = []
     if secure.enabled:
         if mok is None:
+            what = " and ".join(f"the {build.purpose} module" for build in builds)
             raise DeployConfigError(
-                "the memory-saver module must be signed under Secure Boot: give the MOK key "
+                f"{what} must be signed under Secure Boot: give the MOK key "
                 "pair with --mok-dir DIR (or $SPARKBASE_MOK_DIR) holding MOK.der and MOK.priv"
             )
         for path in (mok.certificate, mok.private_key):
@@ -231,23 +238,39 @@ def _secure_boot_steps(baseline: Baseline, mok: MokFiles | None) -> list[Step]:
                 reboot=True,
             ),
         ]
-    steps.append(
+    # the pinned MOK, else the key this deploy signs with (a site still to confirm its key,
+    # the lab's own): a module signed by another key is re-signed
+    fingerprint = (secure.mok_fingerprint or (mok.fingerprint() if mok else None)) if secure.enabled else None
+    steps += [
         Step(
             "dkms-install",
-            f"build and sign {saver.dkms_name}/{saver.dkms_version} for {baseline.kernel.release}",
+            f"build and sign {build.dkms_name}/{build.dkms_version} for {baseline.kernel.release} "
+            f"({build.purpose})",
             {
-                "dkms_name": saver.dkms_name,
-                "version": saver.dkms_version,
+                "dkms_name": build.dkms_name,
+                "version": build.dkms_version,
                 "kernel": baseline.kernel.release,
-                "module": saver.module,
-                # the pinned MOK, else the key this deploy signs with (a site still to confirm
-                # its key, the lab's own): a module signed by another key is re-signed
-                "fingerprint": (secure.mok_fingerprint or (mok.fingerprint() if mok else None))
-                if secure.enabled else None,
+                "module": build.module,
+                "fingerprint": fingerprint,
             },
             reboot=True,
         )
-    )
+        for build in builds
+    ]
+    return steps
+
+
+def _modeset_steps(foreign: Foreign, baseline: Baseline) -> list[Step]:
+    """Purge the nvidia-drm modeset options package the baseline names (recorded), or put
+    back the one other baselines had sparkbase purge; either rebuilds every initramfs."""
+    purge = baseline.host.nvidia_drm.purge
+    steps = [Step("modeset-purge", f"purge {purge} and rebuild the initramfs (nvidia-drm modeset on)",
+                  {"package": purge}, reboot=True)] if purge is not None else []
+    steps += [
+        Step("modeset-restore", f"put back {package} at the version sparkbase purged, rebuild the initramfs "
+             f"({_owners(owners)} purged it)", {"package": package}, reboot=True)
+        for package, owners in foreign.restore
+    ]
     return steps
 
 
@@ -288,6 +311,9 @@ def _activation_steps(baseline: Baseline) -> list[Step]:
             after_change_of=f"/etc/systemd/system/{baseline.cpuset.slice}",
         ),
         Step("netplan-apply", "netplan apply (fabric netplan changed)", after_change_of=NETPLAN_PATH),
+        # nvidia-drm is loaded from the initramfs: its options act once the image is rebuilt
+        Step("initramfs-update", "update-initramfs -u -k all (nvidia-drm options changed)",
+             after_change_of=MODPROBE_PATH, reboot=True),
     ]
 
 

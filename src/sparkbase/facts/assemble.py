@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from sparkbase.facts import parsers as p
-from sparkbase.facts.model import DkmsStatus, Gid, GpuFacts, GrubBoot, NodeFacts, SecureBoot
+from sparkbase.facts.model import DkmsStatus, Gid, GpuFacts, GrubBoot, ModuleInfo, NodeFacts, SecureBoot
 from sparkbase.facts.runtime import RUNTIME_SECTION, ServingProcess, serving_processes
 from sparkbase.facts.script import FactPlan, Sections, expand_files, file_reads, modules_section
 from sparkbase.model.dgxos import NVME_COALESCING_FEATURE
@@ -62,11 +62,8 @@ def assemble(node: str, plan: FactPlan, sections: Sections, elapsed: float = 0.0
     units = {unit: p.unit_state(props) for unit, props in shown.items() if unit in plan.units}
     slice_text = shown.get(plan.slice_unit or "", {}).get("AllowedCPUs") if plan.slice_unit else None
     slice_cpus = r.parse("units", lambda _text: p.parse_cpu_list(slice_text or "")) if slice_text else None
-    saver = None
-    if plan.memory_saver_module:
-        modinfo = sections.get("modinfo")
-        saver = p.parse_modinfo(modinfo.output + (modinfo.stderr if modinfo.status else ""),
-                                modinfo.status) if modinfo else None
+    saver = _modinfo(sections, "modinfo") if plan.memory_saver_module else None
+    fan = _modinfo(sections, "modinfo-fan") if plan.fan_module else None
     gids: dict[str, Gid] = {}
     for hca in plan.hcas:
         gid = r.parse(f"gid:{hca}", p.parse_single_line, quiet=True)
@@ -80,7 +77,7 @@ def assemble(node: str, plan: FactPlan, sections: Sections, elapsed: float = 0.0
     stamp_section = sections.get("stamp")
     stamp = r.parse("stamp", p.parse_stamp, quiet=True) if stamp_section else None
     dpkg = sections.get("dpkg")
-    dkms = _dkms(sections) if plan.memory_saver_module else DkmsStatus()
+    dkms = _dkms(sections) if plan.memory_saver_module or plan.fan_module else DkmsStatus()
     hashes = _hashes(sections, plan)
     return NodeFacts(
         node=node,
@@ -100,6 +97,7 @@ def assemble(node: str, plan: FactPlan, sections: Sections, elapsed: float = 0.0
         dkms=dkms.entries,
         dkms_noise=dkms.noise,
         memory_saver=saver,
+        fan_control=fan,
         secure_boot=_secure_boot(r, sections),
         mok_certificates=(r.parse("mok-enrolled", p.parse_mok_certificates) or ()) if plan.mok_keys else (),
         swaps=(r.parse("swapon", p.parse_swapon_show) or ()) if plan.swap_paths else (),
@@ -130,6 +128,14 @@ def assemble(node: str, plan: FactPlan, sections: Sections, elapsed: float = 0.0
 def _coalescing(text: str) -> int:
     """NVMe feature 0x08 as `nvme get-feature` prints it."""
     return p.parse_nvme_feature(text, NVME_COALESCING_FEATURE)
+
+
+def _modinfo(sections: Sections, name: str) -> ModuleInfo | None:
+    """`modinfo` of one module (its error text when kmod failed), None when not asked."""
+    section = sections.get(name)
+    if section is None:
+        return None
+    return p.parse_modinfo(section.output + (section.stderr if section.status else ""), section.status)
 
 
 def _serving(r: _Reader, plan: FactPlan) -> tuple[ServingProcess, ...]:

@@ -56,6 +56,7 @@ class FactPlan:
     gid_index: int = 3
     module_params: tuple[tuple[str, str], ...] = ()  # (module, parameter)
     memory_saver_module: str | None = None
+    fan_module: str | None = None  # the fan-control DKMS module (`modinfo`)
     swap_paths: tuple[str, ...] = ()
     packages: tuple[str, ...] = ()
     mok_keys: bool = True  # list enrolled MOK keys (a pinned key, or a module to sign)
@@ -88,6 +89,8 @@ def plan_for(baseline: Baseline, file_paths: Sequence[str], stamp_path: str,
     if saver is not None:
         params.append((saver.module, saver.packing_parameter))
     swap = baseline.memory.swap
+    fan = host.fan_control
+    purge = [host.nvidia_drm.purge] if host.nvidia_drm.purge is not None else []
     factory = baseline.memory.factory_swap
     # the installer's swap file is read in swapon when the audit judges whether it is active
     judged = factory is not None and (factory.fstab == "as-installed" or factory.swapoff)
@@ -104,12 +107,14 @@ def plan_for(baseline: Baseline, file_paths: Sequence[str], stamp_path: str,
         gid_index=baseline.fabric.gid_index,
         module_params=tuple(params),
         memory_saver_module=saver.module if saver is not None else None,
+        fan_module=fan.module if fan is not None else None,
         swap_paths=tuple(path for path in (swap.path if swap is not None else None,
                                            factory.path if factory is not None and judged else None)
                          if path),
-        packages=tuple(dict.fromkeys([*(pin.name for pin in baseline.packages()), *foreign_packages])),
-        # the enrolled certificates judge the memory-saver signature even with no pinned key
-        mok_keys=baseline.secure_boot.mok_fingerprint is not None or (saver is not None and saver.required),
+        packages=tuple(dict.fromkeys([*(pin.name for pin in baseline.packages()), *purge,
+                                      *foreign_packages])),
+        # the enrolled certificates judge the DKMS modules' signatures even with no pinned key
+        mok_keys=baseline.secure_boot.mok_fingerprint is not None or bool(baseline.dkms_builds()),
     )
 
 
@@ -232,9 +237,12 @@ def sections(plan: FactPlan) -> list[tuple[str, str]]:
         )
     if plan.hashed_paths:
         out.append(("sha256", _cmd("sha256sum", "--", *plan.hashed_paths)))
-    if plan.memory_saver_module:
+    if plan.memory_saver_module or plan.fan_module:
         out.append(("dkms", _cmd("dkms", "status")))
+    if plan.memory_saver_module:
         out.append(("modinfo", _cmd("modinfo", plan.memory_saver_module)))
+    if plan.fan_module:
+        out.append(("modinfo-fan", _cmd("modinfo", plan.fan_module)))
     if plan.nvme_coalescing:
         out.append(("nvme-coalescing", NVME_COALESCING_COMMAND))
     if plan.swap_paths:

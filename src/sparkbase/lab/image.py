@@ -247,7 +247,8 @@ def build_factory(upper: Path, firmware_dir: Path, name: str = "spark") -> None:
     _write(upper, "boot/grub/grubenv", boot.render_grubenv({}))
     from sparkbase.lab.shims.cmd_kernel import initrd_text
 
-    _write(upper, f"boot/initrd.img-{packages.FACTORY_KERNEL}", initrd_text(packages.FACTORY_KERNEL))
+    _write(upper, f"boot/initrd.img-{packages.FACTORY_KERNEL}",
+           initrd_text(packages.FACTORY_KERNEL, packages.factory_modprobe_text()))
     lib = "/lib/systemd/system"
     _symlink(upper, "etc/systemd/system/default.target", f"{lib}/graphical.target")
     _symlink(upper, "etc/systemd/system/display-manager.service", f"{lib}/gdm3.service")

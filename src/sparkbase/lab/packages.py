@@ -61,6 +61,20 @@ MEMORY_SAVER_VERSION = "0.2.0-1"
 #: config/kernel-trial.json, f2089eda); the lab's build prints it as modpost would
 MEMORY_SAVER_SRCVERSION = "34683B82C2D3339BBD2EEC9"
 
+#: fan control: the checkout of christopherowen/dgx-spark-fan-control shipped as a package
+#: (DKMS source, daemon, unit); DKMS 0.1.3 is what the recipe's fleet had installed
+#: (spark-ds41f experiments/2026-10-02-kernel-64k/boot-test/dgx1-trial-inventory.json, 24b8aafc)
+FAN_PACKAGE = "dgx-spark-fan-control"
+FAN_PACKAGE_VERSION = "0.1.3-1"
+FAN_DKMS_NAME = "dgx-spark-fan-control"
+FAN_DKMS_VERSION = "0.1.3"
+#: DGX OS's nvidia-drm modeset override: version 25.07-1 owns
+#: /etc/modprobe.d/zz-nvidia-drm-override.conf holding `options nvidia-drm modeset=0` (a
+#: public inspection of a DGX Spark, docs/sources/ds41f-recipe.md); DGX OS ships it installed
+MODESET0_PACKAGE = "nvidia-drm-options-modeset0"
+MODESET0_VERSION = "25.07-1"
+MODESET0_FILE = "/etc/modprobe.d/zz-nvidia-drm-override.conf"
+
 #: bumped whenever the way packages are built changes (forces a repository rebuild)
 REPO_FORMAT = 3
 
@@ -564,24 +578,45 @@ def _site_packages() -> list[Package]:
             ),
         )
     )
+    fan = f"/usr/src/{FAN_DKMS_NAME}-{FAN_DKMS_VERSION}"
     out.append(
         Package(
-            "dgx-spark-fan-control",
-            "1.3.0-1",
-            "DGX Spark fan control daemon (lab stand-in)",
+            FAN_PACKAGE,
+            FAN_PACKAGE_VERSION,
+            "DGX Spark fan-floor control: DKMS source, daemon and unit (lab stand-in)",
+            section="kernel",
             files=(
+                # as the fan repository's dkms.conf (d19178a0), at the fleet's version 0.1.3
                 _text(
-                    "/usr/sbin/spark-fanctl",
-                    "#!/bin/sh\necho 'spark-fanctl 1.3.0 (sparkbase lab stand-in)'\n",
-                    0o755,
+                    f"{fan}/dkms.conf",
+                    f'PACKAGE_NAME="{FAN_DKMS_NAME}"\nPACKAGE_VERSION="{FAN_DKMS_VERSION}"\n'
+                    'BUILT_MODULE_NAME[0]="dgx_ec_fan_control"\nBUILT_MODULE_LOCATION[0]="kernel"\n'
+                    'DEST_MODULE_LOCATION[0]="/kernel/drivers/hwmon"\n'
+                    'MAKE[0]="make -C kernel KDIR=${kernel_source_dir}"\n'
+                    'AUTOINSTALL="yes"\nBUILD_EXCLUSIVE_ARCH="^aarch64$"\n',
                 ),
-                _text(
-                    "/lib/systemd/system/spark-fan-control.service",
-                    "[Unit]\nDescription=DGX Spark fan control\n\n[Service]\n"
-                    "ExecStart=/usr/sbin/spark-fanctl --daemon\n\n"
-                    "[Install]\nWantedBy=multi-user.target\n",
-                ),
+                _text(f"{fan}/kernel/dgx_ec_fan_control.c",
+                      "/* sparkbase-lab stand-in source */\n"
+                      f'MODULE_VERSION("{FAN_DKMS_VERSION}");\n'),
+                _text(f"{fan}/kernel/Makefile", "obj-m += dgx_ec_fan_control.o\n"),
+                _text("/usr/local/sbin/dgx-fan-control",
+                      "#!/bin/sh\necho 'dgx-fan-control (sparkbase lab stand-in)'\n", 0o755),
+                # the unit as the fan repository ships it (systemd/dgx-fan-control.service, 99cca898)
+                _text("/lib/systemd/system/dgx-fan-control.service",
+                      "[Unit]\nDescription=DGX Spark additive fan-floor controller\n"
+                      "After=systemd-modules-load.service\nWants=systemd-modules-load.service\n\n"
+                      "[Service]\nType=simple\nExecStart=/usr/local/sbin/dgx-fan-control daemon\n"
+                      "ExecStop=/usr/local/sbin/dgx-fan-control automatic\nRestart=on-failure\n\n"
+                      "[Install]\nWantedBy=multi-user.target\n"),
             ),
+        )
+    )
+    out.append(
+        Package(
+            MODESET0_PACKAGE,
+            MODESET0_VERSION,
+            "DRM modeset=0 override (lab stand-in of DGX OS's package)",
+            files=(_text(MODESET0_FILE, "options nvidia-drm modeset=0\n"),),
         )
     )
     out.append(
@@ -643,9 +678,16 @@ def factory_packages() -> list[Package]:
         ("gdm3", "46.2-1ubuntu1"),
         ("gnome-remote-desktop", "46.3-0ubuntu1"),
         ("cups", "2.4.7-1.2ubuntu7"),
+        (MODESET0_PACKAGE, MODESET0_VERSION),
         *FACTORY_SERVICE_PACKAGES,
     ]
     return [find(name, version) for name, version in names]
+
+
+def factory_modprobe_text() -> str:
+    """The modprobe.d options the factory packages install (what the factory initramfs packs)."""
+    return "".join(f.content.decode() for pkg in factory_packages() for f in pkg.files
+                   if f.path.startswith("/etc/modprobe.d/"))
 
 
 #: the services DGX OS ships enabled besides the desktop (package, version)

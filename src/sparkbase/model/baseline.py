@@ -9,6 +9,7 @@ exact field to change.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, StringConstraints
@@ -410,11 +411,24 @@ class SecureBootSpec(StrictModel):
     )
 
 
+#: the only packages `host.nvidia_drm.purge` may name: DGX OS's nvidia-drm options package
+#: that forces a modeset value (`nvidia-drm-options-modeset0` turns it off; spark-ds41f
+#: docs/setup.md "Kernel mode setting"), never a free package name
+ModesetOptionsPackage = Annotated[str, StringConstraints(pattern=r"^nvidia-drm-options-modeset[0-9]$")]
+
+
 class NvidiaDrmSpec(StrictModel):
-    """nvidia-drm module parameters (modprobe.d)."""
+    """nvidia-drm module parameters (modprobe.d), and the DGX OS options package that
+    overrides them from the initramfs."""
 
     modeset: bool = Field(description="nvidia-drm modeset=1")
     fbdev: bool = Field(description="nvidia-drm fbdev=1")
+    purge: ModesetOptionsPackage | None = Field(
+        default=None,
+        description="DGX OS's nvidia-drm-options-modeset<N> package to purge (then the initramfs "
+        "is rebuilt for every kernel and the node reboots); the version removed is recorded and "
+        "reinstalled when the node moves back to a baseline that keeps it",
+    )
 
 
 class NvmeSpec(StrictModel):
@@ -432,13 +446,28 @@ class NvmeSpec(StrictModel):
 
 
 class FanControlSpec(StrictModel):
-    """The fan-control package and its daemon."""
+    """Fan control (spark-ds41f, christopherowen/dgx-spark-fan-control): a DKMS module
+    (`dgx_ec_fan_control`) that DKMS builds and signs with the fleet MOK key, loaded at boot
+    by a modules-load.d entry, and the daemon that sets the fan floor."""
 
-    package: PackageName = Field(description="fan-control Debian package")
-    version: PackageVersion = Field(description="exact package version")
+    package: PackageName = Field(
+        description="package that installs the DKMS source tree, the daemon and its unit"
+    )
+    package_version: PackageVersion = Field(description="exact version of that package")
+    dkms_name: Name = Field(description="DKMS module name (dkms status)")
+    dkms_version: Name = Field(description="DKMS module version")
+    module: Name = Field(
+        description="kernel module name as loaded (/proc/modules), listed in /etc/modules-load.d/MODULE.conf"
+    )
     service: DisableableUnit = Field(
         description="unit that must be enabled and active (disabled on other baselines' nodes)"
     )
+
+    @property
+    def modules_load_path(self) -> str:
+        """The modules-load.d entry that loads the module at boot (dgx-spark-fan-control
+        docs/installation.md: /etc/modules-load.d/dgx_ec_fan_control.conf)."""
+        return f"/etc/modules-load.d/{self.module}.conf"
 
 
 class HostSpec(StrictModel):
@@ -531,9 +560,32 @@ class Baseline(StrictModel):
         pins.append(PackagePin(name=self.nccl.library.package, version=self.nccl.library.version))
         if self.host.fan_control is not None:
             fan = self.host.fan_control
-            pins.append(PackagePin(name=fan.package, version=fan.version))
+            pins.append(PackagePin(name=fan.package, version=fan.package_version))
         saver = self.memory.memory_saver
         if saver is not None and saver.required:
             pins.append(PackagePin(name=saver.package, version=saver.package_version))
         pins.extend(self.host.packages)
         return pins
+
+    def dkms_builds(self) -> list[DkmsBuild]:
+        """Every module DKMS must build, sign (under Secure Boot) and install for the kernel:
+        the memory saver when required, and fan control."""
+        builds = []
+        saver = self.memory.memory_saver
+        if saver is not None and saver.required:
+            builds.append(DkmsBuild("memory saver", saver.dkms_name, saver.dkms_version, saver.module))
+        fan = self.host.fan_control
+        if fan is not None:
+            builds.append(DkmsBuild("fan control", fan.dkms_name, fan.dkms_version, fan.module))
+        return builds
+
+
+@dataclass(frozen=True)
+class DkmsBuild:
+    """One module DKMS builds for the baseline's kernel: what it is for, its DKMS name and
+    version, and the kernel module it installs."""
+
+    purpose: str
+    dkms_name: str
+    dkms_version: str
+    module: str

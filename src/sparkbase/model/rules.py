@@ -87,6 +87,7 @@ def baseline_findings(name: str, baseline: Baseline) -> Iterator[Finding]:
             ("memory", "display_carveout"),
             "the display carve-out needs nvidia-drm modeset (set host.nvidia_drm.modeset: true)",
         )
+    yield from _modeset_purge_findings(doc, baseline)
     yield from _governor_findings(doc, baseline)
     for index, cpu in enumerate(baseline.cpuset.cpus):
         if cpu not in GB10_FAST_CPUS:
@@ -147,6 +148,26 @@ def _governor_findings(doc: DocRef, baseline: Baseline) -> Iterator[Finding]:
             f"governor {baseline.host.cpu_governor} is set by nv-cpu-governor.service, which runs "
             f"cpupower from linux-tools-{baseline.kernel.release} and fails without it: set "
             "kernel.tools: true (or cpu_governor: null)",
+        )
+
+
+def _modeset_purge_findings(doc: DocRef, baseline: Baseline) -> Iterator[Finding]:
+    """`host.nvidia_drm.purge` removes the package that forces modeset off: it goes with
+    modeset on, and never with a pin of the same package."""
+    drm = baseline.host.nvidia_drm
+    if drm.purge is None:
+        return
+    if not drm.modeset:
+        yield Finding(
+            doc,
+            ("host", "nvidia_drm", "purge"),
+            f"purging {drm.purge} turns nvidia-drm modeset on, but host.nvidia_drm.modeset is false",
+        )
+    if drm.purge in {pin.name for pin in baseline.packages()}:
+        yield Finding(
+            doc,
+            ("host", "nvidia_drm", "purge"),
+            f"{drm.purge} is both purged (host.nvidia_drm.purge) and pinned: remove the pin",
         )
 
 

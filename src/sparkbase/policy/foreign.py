@@ -3,7 +3,8 @@
 A node that moves from one baseline to another and back must end up as if it had always
 been on the baseline it carries now. Whatever another baseline of the site manages but
 this one does not is *foreign*: its package pins, the services it enables, its
-memory-saver DKMS builds, the MOK key directory it uploads and its swap file. The deploy
+DKMS builds (memory saver, fan control), the MOK key directory it uploads, its swap file,
+its fan module's modules-load.d entry and the DGX OS package it purges (put back). The deploy
 retires them (`deploy/steps.py`; only what sparkbase recorded creating, see
 `policy/ownership.py`) and the audit warns about foreign packages still installed
 (`packages.foreign`); both take the list from here, the one place it is computed.
@@ -36,7 +37,7 @@ class ForeignPin:
 
 @dataclass(frozen=True)
 class ForeignDkms:
-    """A memory-saver DKMS module (name/version) another baseline builds."""
+    """A DKMS module (name/version: memory saver, fan control) another baseline builds."""
 
     name: str
     version: str
@@ -63,6 +64,12 @@ class Foreign:
     services: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (unit, baselines)
     dkms: tuple[ForeignDkms, ...] = ()
     mok_dirs: tuple[ForeignMokDir, ...] = ()
+    #: files other baselines render and this one does not (path, baselines): the fan-control
+    #: module's modules-load.d entry
+    files: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: DGX OS packages other baselines purge and this one (modeset off) keeps (name,
+    #: baselines): put back at the version sparkbase removed (`host.nvidia_drm.purge`)
+    restore: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def package_names(self) -> list[str]:
         """Names of every foreign pin, in a stable order."""
@@ -101,9 +108,9 @@ def foreign_fstab_edits(site: Site, baseline: Baseline) -> tuple[str, ...]:
     )
 
 
-def _needs_saver(baseline: Baseline) -> bool:
-    saver = baseline.memory.memory_saver
-    return saver is not None and saver.required
+def _signs_modules(baseline: Baseline) -> bool:
+    """Whether apply uploads the MOK key pair to sign DKMS builds (memory saver, fan control)."""
+    return bool(baseline.dkms_builds()) and baseline.secure_boot.enabled
 
 
 def _kernel_of(pin_name: str, baseline: Baseline) -> str | None:
@@ -138,28 +145,40 @@ def foreign_for(site: Site, name: str) -> Foreign:
         if fan is not None and fan.service not in own_units:
             services.setdefault(fan.service, []).append(other)
 
-    own_saver = own.memory.memory_saver if _needs_saver(own) else None
+    own_builds = {(build.dkms_name, build.dkms_version) for build in own.dkms_builds()}
     dkms: dict[tuple[str, str], list[str]] = {}
     for other, baseline in others:
         saver = baseline.memory.memory_saver
-        if saver is None:
-            continue
-        key = (saver.dkms_name, saver.dkms_version)
-        if own_saver is not None and key == (own_saver.dkms_name, own_saver.dkms_version):
-            continue
-        dkms.setdefault(key, []).append(other)
+        builds = [(saver.dkms_name, saver.dkms_version)] if saver is not None else []
+        fan = baseline.host.fan_control
+        builds += [(fan.dkms_name, fan.dkms_version)] if fan is not None else []
+        for key in builds:
+            if key not in own_builds:
+                dkms.setdefault(key, []).append(other)
 
     mok_dirs: dict[str, tuple[str, list[str], list[str]]] = {}
-    if not (_needs_saver(own) and own.secure_boot.enabled):
+    if not _signs_modules(own):
         for other, baseline in others:
             secure = baseline.secure_boot
-            if not (_needs_saver(baseline) and secure.enabled):
+            if not _signs_modules(baseline):
                 continue
             path = str(PurePosixPath(secure.mok_private_key).parent)
             _, keys, owners = mok_dirs.setdefault(path, (secure.mok_certificate, [], []))
             if secure.mok_fingerprint and secure.mok_fingerprint not in keys:
                 keys.append(secure.mok_fingerprint)
             owners.append(other)
+
+    own_fan = own.host.fan_control.modules_load_path if own.host.fan_control is not None else None
+    files: dict[str, list[str]] = {}
+    restore: dict[str, list[str]] = {}
+    for other, baseline in others:
+        fan = baseline.host.fan_control
+        if fan is not None and fan.modules_load_path != own_fan:
+            files.setdefault(fan.modules_load_path, []).append(other)
+        purged = baseline.host.nvidia_drm.purge
+        # put back only where this baseline wants modeset off (the package forces it off)
+        if purged is not None and purged != own.host.nvidia_drm.purge and not own.host.nvidia_drm.modeset:
+            restore.setdefault(purged, []).append(other)
 
     return Foreign(
         baseline=name,
@@ -170,4 +189,6 @@ def foreign_for(site: Site, name: str) -> Foreign:
             ForeignMokDir(path, cert, tuple(keys), tuple(owners))
             for path, (cert, keys, owners) in sorted(mok_dirs.items())
         ),
+        files=tuple((path, tuple(owners)) for path, owners in sorted(files.items())),
+        restore=tuple((pkg, tuple(owners)) for pkg, owners in sorted(restore.items())),
     )

@@ -60,6 +60,9 @@ class Kind(StrEnum):
     PACKAGE = "package"
     DKMS = "dkms"
     UNIT = "unit"
+    #: a DGX OS package sparkbase purged (target: its name; version: the one it removed, which
+    #: is put back on move-back while the node has not reinstalled it itself)
+    PURGED = "purged"
     #: a vendor unit sparkbase masked (target: the unit; original: its UnitFileState before,
     #: put back on move-back while the unit is still masked)
     MASK = "mask"

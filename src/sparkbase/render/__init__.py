@@ -122,8 +122,20 @@ def render_baseline(name: str, baseline: Baseline) -> list[RenderedFile]:
             _render("slice.j2", **context),
             purpose="serving cpuset slice",
         ),
+        *render_modules_load(name, baseline),
     ]
     return sorted(files, key=lambda f: f.path)
+
+
+def render_modules_load(name: str, baseline: Baseline) -> list[RenderedFile]:
+    """The modules-load.d entry of the fan-control module (none without fan control)."""
+    fan = baseline.host.fan_control
+    if fan is None:
+        return []
+    content = _render("modules-load.conf.j2", baseline_name=name, baseline=baseline, module=fan.module,
+                      purpose=f"fan control ({fan.dkms_name})")
+    return [RenderedFile(fan.modules_load_path, content, needs_reboot=True,
+                         purpose="fan-control module loaded at boot")]
 
 
 def render_nccl_conf(name: str, baseline: Baseline, gid_index: int | None = None) -> RenderedFile:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from sparkbase.audit.expected import Expected
-from sparkbase.audit.registry import Outcome, fail
-from sparkbase.facts.model import NodeFacts
+from sparkbase.audit.registry import Outcome, fail, ok
+from sparkbase.facts.model import ModuleInfo, NodeFacts
+from sparkbase.facts.signing import SignatureProblem, judge_signature
 
 LATCH_FIX = "full AC disconnect (unplug power), then re-run"
 THROTTLE_FIX = "remove the named cause (power cap, cooling), then re-run"
@@ -24,6 +25,33 @@ def unknown(facts: NodeFacts, section: str, what: object) -> Outcome:
     """A fact the node could not report: fail, saying why."""
     reason = facts.errors.get(section, "not reported")
     return fail(what, f"unknown ({reason})", "check the node by hand; the fact could not be read")
+
+
+def dkms_installed(expected: Expected, facts: NodeFacts, dkms_name: str, version: str) -> Outcome:
+    """DKMS has `dkms_name/version` installed for the running kernel (`dkms status` noise is
+    reported beside, never fatal)."""
+    release = facts.kernel_release
+    want = f"{dkms_name}/{version} installed for {release}"
+    entry = next((e for e in facts.dkms if e.name == dkms_name and e.version == version
+                  and e.kernel == release and e.status == "installed"), None)
+    noise = f" (dkms also said: {'; '.join(facts.dkms_noise)})" if facts.dkms_noise else ""
+    if entry is None:
+        seen = ", ".join(f"{e.name}/{e.version} {e.kernel or ''} {e.status}" for e in facts.dkms)
+        return fail(want, (seen or "not installed") + noise,
+                    f"dkms install {dkms_name}/{version} -k {release}: {apply_fix(expected)}")
+    return ok(want, "installed" + noise)
+
+
+def module_signed(expected: Expected, facts: NodeFacts, info: ModuleInfo | None) -> Outcome:
+    """The module file `modinfo` read is signed by the pinned MOK (else by an enrolled one)."""
+    key = expected.baseline.secure_boot.mok_fingerprint
+    want = f"signed with MOK {key}" if key else "signed with an enrolled MOK"
+    verdict = judge_signature(info, facts.mok_certificates, key)
+    if verdict.ok:
+        return ok(want, verdict.detail)
+    if verdict.problem is SignatureProblem.UNSIGNED:
+        return fail(want, "unsigned", "rebuild with the MOK key present: " + apply_fix(expected))
+    return fail(want, verdict.detail, "re-sign with the enrolled MOK key: " + apply_fix(expected))
 
 
 def module_flag(value: str | None) -> bool | None:

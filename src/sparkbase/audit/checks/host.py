@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sparkbase.audit.checks.common import apply_fix, module_flag, unknown
+from sparkbase.audit.checks.common import apply_fix, dkms_installed, module_flag, module_signed, unknown
 from sparkbase.audit.expected import Expected
 from sparkbase.audit.registry import Outcome, fail, node_check, ok, skip
 from sparkbase.facts.model import NodeFacts
@@ -62,11 +62,33 @@ def service_disabled(expected: Expected, facts: NodeFacts, item: str | None) -> 
     return ok("disabled, inactive", seen)
 
 
-@node_check("host.fan_control", "host", "the fan-control daemon is enabled and running")
-def host_fan_control(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
+def _fan_items(expected: Expected) -> list[str]:
+    if expected.baseline.host.fan_control is None:
+        return []
+    signs = expected.baseline.secure_boot.enabled
+    return ["dkms", *(["signature"] if signs else []), "loaded", "service"]
+
+
+@node_check(
+    "host.fan_control",
+    "host",
+    "the fan-control module is built for the running kernel, signed, loaded, and its daemon runs",
+    items=_fan_items,
+)
+def host_fan_control(expected: Expected, facts: NodeFacts, item: str | None) -> Outcome:
     fan = expected.baseline.host.fan_control
     if fan is None:
         return skip("the baseline has no fan control")
+    if item == "dkms":
+        return dkms_installed(expected, facts, fan.dkms_name, fan.dkms_version)
+    if item == "signature":
+        return module_signed(expected, facts, facts.fan_control)
+    if item == "loaded":
+        if fan.module not in facts.modules:
+            return fail(f"{fan.module} loaded", "not loaded",
+                        f"{fan.modules_load_path} loads it at boot (check dmesg for a signature refusal): "
+                        + apply_fix(expected, True))
+        return ok(f"{fan.module} loaded", "loaded")
     state = facts.units.get(fan.service)
     want = f"{fan.service} enabled, active"
     if state is None:
@@ -75,6 +97,22 @@ def host_fan_control(expected: Expected, facts: NodeFacts, _item: str | None) ->
     if not (state.enabled and state.active):
         return fail(want, seen, f"install {fan.package} and enable {fan.service}: {apply_fix(expected)}")
     return ok(want, seen)
+
+
+@node_check("host.nvidia_drm.purge", "host",
+            "DGX OS's nvidia-drm modeset options package is gone where the baseline purges it")
+def host_nvidia_drm_purge(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
+    purge = expected.baseline.host.nvidia_drm.purge
+    if purge is None:
+        return skip("the baseline purges no nvidia-drm options package")
+    if "dpkg" in facts.errors and not facts.packages:
+        return unknown(facts, "dpkg", f"{purge} not installed")
+    version = facts.packages.get(purge)
+    if version is not None:
+        return fail(f"{purge} not installed", f"{purge} {version} installed",
+                    "purge it and rebuild the initramfs (update-initramfs -u -k all): "
+                    + apply_fix(expected, True))
+    return ok(f"{purge} not installed", "not installed")
 
 
 

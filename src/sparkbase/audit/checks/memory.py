@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from sparkbase.audit.checks.common import apply_fix, module_flag, unknown
+from sparkbase.audit.checks.common import apply_fix, dkms_installed, module_flag, module_signed, unknown
 from sparkbase.audit.expected import Expected
 from sparkbase.audit.registry import Outcome, fail, node_check, ok, skip
 from sparkbase.facts.model import NodeFacts
-from sparkbase.facts.signing import SignatureProblem, judge_signature
 
 
 @node_check("memory.thp", "memory", "transparent huge pages in the baseline's mode")
@@ -176,7 +175,6 @@ def memory_saver(expected: Expected, facts: NodeFacts, item: str | None) -> Outc
     saver = expected.baseline.memory.memory_saver
     if saver is None:
         return skip("no memory-saver module in the baseline")
-    release = facts.kernel_release
     loaded_src = facts.nvidia_modules.get(f"{saver.module}.srcversion")
     if not saver.required:
         patched = saver.module in facts.modules and (
@@ -185,36 +183,9 @@ def memory_saver(expected: Expected, facts: NodeFacts, item: str | None) -> Outc
             return fail("not loaded", "loaded", f"dkms remove {saver.dkms_name}/{saver.dkms_version} --all")
         return ok("not loaded", "not loaded")
     if item == "dkms":
-        want = f"{saver.dkms_name}/{saver.dkms_version} installed for {release}"
-        entry = next(
-            (
-                e
-                for e in facts.dkms
-                if e.name == saver.dkms_name
-                and e.version == saver.dkms_version
-                and e.kernel == release
-                and e.status == "installed"
-            ),
-            None,
-        )
-        noise = f" (dkms also said: {'; '.join(facts.dkms_noise)})" if facts.dkms_noise else ""
-        if entry is None:
-            seen = ", ".join(f"{e.name}/{e.version} {e.kernel or ''} {e.status}" for e in facts.dkms)
-            return fail(
-                want,
-                (seen or "not installed") + noise,
-                f"dkms install {saver.dkms_name}/{saver.dkms_version} -k {release}: {apply_fix(expected)}",
-            )
-        return ok(want, "installed" + noise)
+        return dkms_installed(expected, facts, saver.dkms_name, saver.dkms_version)
     if item == "signature":
-        key = expected.baseline.secure_boot.mok_fingerprint
-        want = f"signed with MOK {key}" if key else "signed with an enrolled MOK"
-        verdict = judge_signature(facts.memory_saver, facts.mok_certificates, key)
-        if verdict.ok:
-            return ok(want, verdict.detail)
-        if verdict.problem is SignatureProblem.UNSIGNED:
-            return fail(want, "unsigned", "rebuild with the MOK key present: " + apply_fix(expected))
-        return fail(want, verdict.detail, "re-sign with the enrolled MOK key: " + apply_fix(expected))
+        return module_signed(expected, facts, facts.memory_saver)
     param = f"{saver.module}.{saver.packing_parameter}"
     want = f"{saver.module} loaded, {saver.packing_parameter}={'on' if saver.packing else 'off'}"
     if saver.module not in facts.modules:

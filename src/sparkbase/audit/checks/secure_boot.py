@@ -31,8 +31,7 @@ def secure_boot_state(expected: Expected, facts: NodeFacts, _item: str | None) -
 
 def _mok_items(expected: Expected) -> list[str]:
     secure = expected.baseline.secure_boot
-    saver = expected.baseline.memory.memory_saver
-    signs = secure.enabled and saver is not None and saver.required
+    signs = secure.enabled and bool(expected.baseline.dkms_builds())
     return ["mok"] if secure.mok_fingerprint or signs else []
 
 
@@ -44,10 +43,12 @@ def secure_boot_mok(expected: Expected, facts: NodeFacts, _item: str | None) -> 
     if key is not None:
         return ok(key, key) if key in facts.mok_fingerprints else fail(key, enrolled, enroll)
     # no pinned key (a site still to confirm its own): the key that signed the module
-    want = "the key that signed the memory-saver module"
-    info = facts.memory_saver
-    if info is None or info.error or not info.sig_key:
+    modules = (("memory-saver", facts.memory_saver), ("fan-control", facts.fan_control))
+    signed = [(what, info) for what, info in modules if info is not None and not info.error and info.sig_key]
+    if not signed:
         return skip("no MOK is pinned and no signed module names one (see memory_saver.signature)")
+    what, info = signed[0]
+    want = f"the key that signed the {what} module"
     verdict = judge_signature(info, facts.mok_certificates, None)
     if verdict.ok and verdict.certificate is not None:
         return ok(want, f"MOK {verdict.certificate.fingerprint} enrolled")

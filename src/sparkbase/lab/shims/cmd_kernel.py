@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from sparkbase.lab.shims.common import ARCH, Fail, LazyModule, state
+from sparkbase.lab.shims.common import ARCH, Fail, LazyModule, read_text, state
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
@@ -69,15 +69,43 @@ def cmd_nproc(argv: list[str]) -> int:
     return 0
 
 
-def initrd_text(release: str) -> str:
-    """A stand-in initramfs image for `release` (text; what it would pack is named)."""
-    return f"sparkbase-lab initramfs\nrelease={release}\nmodules=/lib/modules/{release}\n"
+#: modules the initramfs loads: their modprobe.d options act from the image, as packed when
+#: it was built, until `update-initramfs` rebuilds it (why the recipe rebuilds it after
+#: purging DGX OS's nvidia-drm modeset override: spark-ds41f docs/setup.md)
+INITRAMFS_MODULES = ("nvidia_drm",)
+#: the line that says an image packs modprobe.d options (`modprobe=` lines follow)
+PACKED_OPTIONS = "modprobe.d=packed"
+
+
+def initrd_text(release: str, modprobe_text: str = "") -> str:
+    """A stand-in initramfs image for `release` (text; what it would pack is named), with the
+    `options` lines of `modprobe_text` (the modprobe.d files) for the modules it loads."""
+    packed = [
+        f"modprobe={line.strip()}"
+        for line in modprobe_text.splitlines()
+        if line.split("#", 1)[0].split()[:1] == ["options"]
+        and len(line.split()) > 1 and line.split()[1].replace("-", "_") in INITRAMFS_MODULES
+    ]
+    return (f"sparkbase-lab initramfs\nrelease={release}\nmodules=/lib/modules/{release}\n{PACKED_OPTIONS}\n"
+            + "".join(f"{line}\n" for line in packed))
+
+
+def initramfs_options(release: str) -> dict[str, dict[str, str]]:
+    """The options of the initramfs modules as `release`'s image packed them (empty for an
+    image that packs none, or no image: then /etc/modprobe.d as it is counts)."""
+    image = f"/boot/initrd.img-{release}"
+    text = read_text(image) if os.path.isfile(image) else ""
+    if PACKED_OPTIONS not in text.splitlines():
+        return {}
+    lines = [line[len("modprobe="):] for line in text.splitlines() if line.startswith("modprobe=")]
+    packed = B.parse_modprobe_options(lines)
+    return {module: packed.get(module, {}) for module in INITRAMFS_MODULES}
 
 
 def cmd_update_initramfs(argv: list[str]) -> int:
     """`update-initramfs -c|-u|-d -k RELEASE|all`: create, update or delete
     `/boot/initrd.img-RELEASE` (`-u` without `-k`: the newest kernel's)."""
-    from sparkbase.lab.shims.common import glob, write_text
+    from sparkbase.lab.shims.common import boot_log, glob, sorted_conf, write_text
 
     mode = next((a for a in argv if a in ("-c", "-u", "-d")), "")
     if not mode:
@@ -101,7 +129,8 @@ def cmd_update_initramfs(argv: list[str]) -> int:
         if mode == "-u" and not os.path.exists(image):
             continue
         print(f"update-initramfs: Generating {image}")
-        write_text(image, initrd_text(release))
+        write_text(image, initrd_text(release, "".join(sorted_conf("/etc/modprobe.d/*.conf"))))
+        boot_log(f"update-initramfs {mode} -k {release}: generated {image}")
     return 0
 
 

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from sparkbase.lab.shims import modfile
+from sparkbase.lab.shims.cmd_kernel import initramfs_options
 from sparkbase.lab.shims.cmd_secureboot import key_record
 from sparkbase.lab.shims.common import (
     ARCH,
@@ -63,6 +64,18 @@ BUILTIN_MODULES = ("nvme_core",)
 PARAM_DEFAULTS = {"nvidia_drm": {"modeset": "N", "fbdev": "N"}}
 
 
+def modules_load_d() -> list[str]:
+    """Modules /etc/modules-load.d/*.conf names (one per line, `#`/`;` comments), as
+    systemd-modules-load loads them at boot."""
+    names: list[str] = []
+    for text in sorted_conf("/etc/modules-load.d/*.conf"):
+        for raw in text.splitlines():
+            line = raw.strip()
+            if line and not line.startswith(("#", ";")):
+                names.append(line.replace("-", "_"))
+    return names
+
+
 def param_defaults(module: str, path: Path | None) -> dict[str, str]:
     """A module's parameters before any modprobe.d option: the table's, then those its
     file declares (a DKMS build's `module_param` with an initial value)."""
@@ -80,6 +93,7 @@ def compute_modules(release: str, fw: dict[str, Any]) -> tuple[list[str], dict[s
     wanted += FABRIC_MODULES
     dkms = Path("/lib/modules", release, "updates/dkms")
     wanted += [modfile.module_name(str(ko)) for ko in sorted(dkms.glob("*.ko"))]
+    wanted += modules_load_d()
     loaded: list[str] = []
     for module in dict.fromkeys(wanted):
         path = find_module(module, release)
@@ -91,6 +105,7 @@ def compute_modules(release: str, fw: dict[str, Any]) -> tuple[list[str], dict[s
             continue
         loaded.append(module)
     options = B.parse_modprobe_options(sorted_conf("/etc/modprobe.d/*.conf"))
+    options.update(initramfs_options(release))
     params: dict[str, dict[str, str]] = {}
     for module in loaded:
         merged = param_defaults(module, find_module(module, release))
@@ -191,7 +206,8 @@ def _module_lines(
     """The `.modinfo` of a DKMS build, from its source (parameters from `module_param`)."""
     import re
 
-    source = read_text(Path("/usr/src") / f"{name}-{version}" / f"{module}.c")
+    location = conf.get("BUILT_MODULE_LOCATION_0", "")  # the source's subdirectory, if any
+    source = read_text(Path("/usr/src") / f"{name}-{version}" / location / f"{module}.c")
     params = re.findall(r"module_param\((\w+),\s*(\w+)", source)
     initial = dict(re.findall(r"static \w+ (\w+) = (\w+);", source))
     declared = re.search(r"sparkbase-lab srcversion: ([0-9A-F]+)", source)
@@ -217,7 +233,9 @@ def _dkms_build(name: str, version: str, release: str, install: bool) -> None:
     module = conf.get("BUILT_MODULE_NAME_0", name.replace("-", "_"))
     tree = Path("/var/lib/dkms") / name / version
     exclusive = conf.get("BUILD_EXCLUSIVE_KERNEL")
-    if exclusive and not re.search(exclusive, release):
+    exclusive_arch = conf.get("BUILD_EXCLUSIVE_ARCH")
+    if (exclusive and not re.search(exclusive, release)) or (
+            exclusive_arch and not re.search(exclusive_arch, ARCH)):
         # DKMS 3's words and exit status for a BUILD_EXCLUSIVE mismatch
         raise Fail(f"Error! The {tree}/source/dkms.conf for module {name} includes a BUILD_EXCLUSIVE "
                    "directive which does not match this kernel/arch/config.\n"
