@@ -10,6 +10,6 @@ baseline signs the memory-saver module.
 
 from __future__ import annotations
 
-from sparkbase.deploy.native import deploy_current_host
+from sparkbase.cli.native import deploy_current_host
 
 deploy_current_host()

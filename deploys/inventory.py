@@ -7,7 +7,7 @@ known_hosts instead of the inventory's. Host keys are always checked strictly.
 
 from __future__ import annotations
 
-from sparkbase.deploy.native import inventory_hosts
+from sparkbase.cli.native import inventory_hosts
 
 #: every node of the site, as (name, host data)
 sparks = inventory_hosts()

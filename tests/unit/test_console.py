@@ -145,7 +145,7 @@ def test_progress_elsewhere_is_plain_lines_on_stderr(capsys: pytest.CaptureFixtu
 
 
 def test_plan_summary_is_a_table_with_escaped_messages(capsys: pytest.CaptureFixture[str]) -> None:
-    from sparkbase.deploy.cliutil import print_report
+    from sparkbase.cli.deploying import print_report
     from sparkbase.deploy.results import NodeResult, NodeStatus, OpResult, Report
 
     report = Report("plan", [

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from lab_mok_pair import lab_mok_dir
 
+from sparkbase.cli.deploying import print_report
 from sparkbase.deploy.assign import with_assignment
-from sparkbase.deploy.cliutil import print_report
 from sparkbase.deploy.facts import parse_dkms_builds
 from sparkbase.deploy.operations import Decision, NotSparkbases, decide_swap_file
 from sparkbase.deploy.results import KEPT, NodeResult, NodeStatus, OpResult, Report

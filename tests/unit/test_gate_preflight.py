@@ -276,7 +276,9 @@ def test_an_override_reason_without_visible_text_is_refused(
     _fake_gate(monkeypatch, **_latched())
     log = tmp_path / "overrides.log"
     argv = ["preflight", "glm-fp8", "--site", str(SITE.root), "--log", str(log), "--override", reason]
-    assert main(argv) == 2
+    with pytest.raises(SystemExit) as refused:
+        main(argv)
+    assert refused.value.code == 2
     assert "no visible text" in capsys.readouterr().err and not log.exists()
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 import sparkbase
-from sparkbase.deploy.cliutil import is_lab_key, mok_dir_from_env, mok_files, refuse_lab_key
+from sparkbase.cli.deploying import mok_files
+from sparkbase.deploy.mok_keys import is_lab_key, mok_dir_from_env, refuse_lab_key
 from sparkbase.deploy.steps import DeployConfigError, MokFiles
 from sparkbase.lab import mok
 

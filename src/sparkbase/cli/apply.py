@@ -14,13 +14,7 @@ import sys
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from sparkbase.cli.common import (
-    add_site_arguments,
-    add_target_arguments,
-    lab_path,
-    load_site_or_exit,
-    selected_nodes,
-)
+from sparkbase.cli.common import add_site_arguments, add_target_arguments, reason_or_exit
 
 if TYPE_CHECKING:
     from sparkbase.model.site import Site
@@ -28,7 +22,7 @@ if TYPE_CHECKING:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of `sparkbase apply`."""
-    from sparkbase.deploy.cliutil import add_deploy_arguments
+    from sparkbase.cli.deploying import add_deploy_arguments
 
     add_site_arguments(parser)
     add_target_arguments(parser)
@@ -48,25 +42,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Apply; exit 0 converged, 1 failed/refused/reboot pending, 2 bad config, 3 unreachable."""
+    from sparkbase.cli.deploying import prepared_run, print_report
     from sparkbase.deploy.assign import breaches_by_baseline
-    from sparkbase.deploy.cliutil import check_buildable, mok_files, print_report, site_for_run
     from sparkbase.deploy.runner import Options, apply, plan
-    from sparkbase.policy.overrides import ReasonError, checked_reason
     from sparkbase.text import shown
 
-    site = load_site_or_exit(args)
-    nodes = selected_nodes(site, args)
-    site = site_for_run(site, args, nodes)
-    lab = lab_path(args)
-    mok = mok_files(args, lab)
-    check_buildable(site, nodes, mok)
-    reason = None
-    if args.override_policy is not None:
-        try:
-            reason = checked_reason(args.override_policy)
-        except ReasonError as exc:
-            print(f"sparkbase: --override-policy: {exc}", file=sys.stderr)
-            return 2
+    site, nodes, lab, mok = prepared_run(args)
+    reason = reason_or_exit(args.override_policy, "--override-policy")
     breaches = breaches_by_baseline(site, nodes)
     if breaches and reason is None:
         for name, messages in breaches.items():

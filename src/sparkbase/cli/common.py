@@ -153,3 +153,28 @@ def selected_nodes(site: Site, args: argparse.Namespace) -> list[str]:
         )
         raise SystemExit(2)
     return [name for name in nodes if name in limit]
+
+
+def lane_or_exit(site: Site, lane: str) -> str:
+    """`lane` when the site has it; otherwise say which lanes it has and exit 2."""
+    if lane not in site.lanes:
+        from sparkbase.text import shown
+
+        have = ", ".join(sorted(site.lanes))
+        print(f"sparkbase: no lane {shown(lane)} (have: {shown(have)})", file=sys.stderr)
+        raise SystemExit(2)
+    return lane
+
+
+def reason_or_exit(text: str | None, option: str) -> str | None:
+    """The checked reason given with `option` (None when it was not given); a reason with no
+    visible text exits 2, naming the option."""
+    if text is None:
+        return None
+    from sparkbase.policy.overrides import ReasonError, checked_reason
+
+    try:
+        return checked_reason(text)
+    except ReasonError as exc:
+        print(f"sparkbase: {option}: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None

@@ -15,7 +15,13 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sparkbase.cli.common import add_global_options, add_lab_arguments, add_site_arguments
+from sparkbase.cli.common import (
+    add_global_options,
+    add_lab_arguments,
+    add_site_arguments,
+    lane_or_exit,
+    reason_or_exit,
+)
 
 if TYPE_CHECKING:
     from sparkbase.model.site import Site
@@ -106,27 +112,15 @@ def _switch(args: argparse.Namespace, site: Site, env: Path, current: str) -> in
     from sparkbase.gate.proxy_env import ProxyEnvError, switch_line
     from sparkbase.policy.overrides import (
         OverrideLogError,
-        ReasonError,
         RecordKind,
         append_record,
-        checked_reason,
         log_path,
         new_record,
     )
     from sparkbase.text import shown
 
-    target = args.lane
-    if target not in site.lanes:
-        have = ", ".join(sorted(site.lanes))
-        print(f"sparkbase: no lane {shown(target)} (have: {shown(have)})", file=sys.stderr)
-        return 2
-    reason = None
-    if args.override is not None:
-        try:
-            reason = checked_reason(args.override)
-        except ReasonError as exc:
-            print(f"sparkbase: --override: {exc}", file=sys.stderr)
-            return 2
+    target = lane_or_exit(site, args.lane)
+    reason = reason_or_exit(args.override, "--override")
     lines, blocked = _preflight_lines(args, site, target)
     for line in lines:
         print(line)

@@ -7,18 +7,12 @@ from __future__ import annotations
 
 import argparse
 
-from sparkbase.cli.common import (
-    add_site_arguments,
-    add_target_arguments,
-    lab_path,
-    load_site_or_exit,
-    selected_nodes,
-)
+from sparkbase.cli.common import add_site_arguments, add_target_arguments
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of `sparkbase plan`."""
-    from sparkbase.deploy.cliutil import add_deploy_arguments
+    from sparkbase.cli.deploying import add_deploy_arguments
 
     add_site_arguments(parser)
     add_target_arguments(parser)
@@ -30,16 +24,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Plan; exit 0 when nothing would change, 1 when something would, 3 unreachable."""
+    from sparkbase.cli.deploying import prepared_run, print_report
     from sparkbase.deploy.assign import breaches_by_baseline
-    from sparkbase.deploy.cliutil import check_buildable, mok_files, print_report, site_for_run
     from sparkbase.deploy.runner import Options, plan
 
-    site = load_site_or_exit(args)
-    nodes = selected_nodes(site, args)
-    site = site_for_run(site, args, nodes)
-    lab = lab_path(args)
-    mok = mok_files(args, lab)
-    check_buildable(site, nodes, mok)
+    site, nodes, lab, mok = prepared_run(args)
     from sparkbase.console import Progress
 
     with Progress("plan") as progress:

@@ -47,26 +47,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the gate."""
-    from sparkbase.cli.common import lab_path, load_site_or_exit
+    from sparkbase.cli.common import lab_path, lane_or_exit, load_site_or_exit, reason_or_exit
     from sparkbase.gate.preflight import preflight
-    from sparkbase.policy.overrides import ReasonError, checked_reason
     from sparkbase.text import shown
     from sparkbase.transport import ssh_targets
 
     site = load_site_or_exit(args)
-    if args.lane not in site.lanes:
-        print(
-            f"sparkbase: no lane {shown(args.lane)} (have: {shown(', '.join(sorted(site.lanes)))})",
-            file=sys.stderr,
-        )
-        return 2
-    reason = None
-    if args.override is not None:
-        try:
-            reason = checked_reason(args.override)
-        except ReasonError as exc:
-            print(f"sparkbase: --override: {exc}", file=sys.stderr)
-            return 2
+    lane_or_exit(site, args.lane)
+    reason = reason_or_exit(args.override, "--override")
     result = preflight(site, args.lane, ssh_targets(site, lab_path(args)), args.parallel)
     lines = [refusal.line() for refusal in result.refusals]
     if result.qualified:

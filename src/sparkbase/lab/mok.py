@@ -4,7 +4,7 @@ Ubuntu makes a machine owner key with `openssl req -new -x509 -newkey rsa:2048 â
 (shim-signed's `update-secureboot-policy --new-key`); the lab does the same, once per lab
 directory, so no private key ships in the repository or the wheel. The certificate's
 subject marks it as a lab key, so a deploy refuses it for any target that is not the lab
-(`sparkbase.deploy.cliutil`); it reads the pair from `<lab dir>/mok/` (`KEY_DIR`), never
+(`sparkbase.deploy.mok_keys`); it reads the pair from `<lab dir>/mok/` (`KEY_DIR`), never
 by importing this package. The serial number is 20 random bytes, as real CAs and openssl
 make them, so the serial kmod prints as `sig_key` is the enrolled certificate's.
 """

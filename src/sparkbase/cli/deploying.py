@@ -1,13 +1,15 @@
-"""What `plan` and `apply` share on the command line: site with assignment, MOK, output."""
+"""What `plan` and `apply` share on the command line: deploy options, the run's site and
+MOK key pair (exit 2 on misuse), and the printed report."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
+
+from sparkbase.deploy.mok_keys import mok_dir_from_env, refuse_lab_key
 
 if TYPE_CHECKING:
     from sparkbase.console import Table
@@ -70,45 +72,27 @@ def mok_files(args: argparse.Namespace, lab: Path | None) -> MokFiles | None:
         raise SystemExit(2) from None
 
 
-#: the lab's key pair, inside a lab directory (`sparkbase lab up` makes it there)
-LAB_MOK_DIR = "mok"
-#: what marks a lab key: its certificate's subject CN (sparkbase.lab.mok.LAB_KEY_CN), and
-#: the fingerprint of the key pair sparkbase 0.1.0 shipped in its source tree
-LAB_KEY_MARK = b"sparkbase lab MOK (not for production)"
-RETIRED_LAB_FINGERPRINTS = frozenset({"de:68:7c:66:aa:de:f7:ac:da:f7:f1:c7:c8:0f:80:9d:81:86:73:f1"})
+class PreparedRun(NamedTuple):
+    """What `plan` and `apply` act on, checked before any node is contacted."""
+
+    site: Site
+    nodes: list[str]
+    lab: Path | None
+    mok: MokFiles | None
 
 
-def is_lab_key(mok: MokFiles) -> bool:
-    """Whether the certificate is a sparkbase lab key (made for the emulated fleet)."""
-    try:
-        data = mok.certificate.read_bytes()
-    except OSError:
-        return False
-    return LAB_KEY_MARK in data or mok.fingerprint() in RETIRED_LAB_FINGERPRINTS
+def prepared_run(args: argparse.Namespace) -> PreparedRun:
+    """The site (with `--baseline` applied), the selected nodes, the lab and the MOK key
+    pair; every node's steps are built once, so a config problem exits 2 before connecting."""
+    from sparkbase.cli.common import lab_path, load_site_or_exit, selected_nodes
 
-
-def refuse_lab_key(mok: MokFiles | None, lab: Path | None) -> MokFiles | None:
-    """`mok`, unless it is a lab key and the target is not the lab (DeployConfigError)."""
-    from sparkbase.deploy.steps import DeployConfigError
-
-    if mok is not None and lab is None and is_lab_key(mok):
-        raise DeployConfigError(
-            f"MOK certificate {mok.certificate} is a sparkbase lab key: it signs for the "
-            "emulated fleet only; give the site's own key pair with --mok-dir"
-        )
-    return mok
-
-
-def mok_dir_from_env(lab: Path | None) -> MokFiles | None:
-    """$SPARKBASE_MOK_DIR, or with a lab the key pair the lab made in its directory
-    (`<lab dir>/mok`); a lab key for a target that is not the lab raises DeployConfigError."""
-    from sparkbase.deploy.steps import MokFiles
-
-    if os.environ.get("SPARKBASE_MOK_DIR"):
-        return refuse_lab_key(MokFiles.from_dir(Path(os.environ["SPARKBASE_MOK_DIR"])), lab)
-    if lab is not None:
-        return MokFiles.from_dir(lab / LAB_MOK_DIR)
-    return None
+    site = load_site_or_exit(args)
+    nodes = selected_nodes(site, args)
+    site = site_for_run(site, args, nodes)
+    lab = lab_path(args)
+    mok = mok_files(args, lab)
+    check_buildable(site, nodes, mok)
+    return PreparedRun(site, nodes, lab, mok)
 
 
 def check_buildable(site: Site, nodes: list[str], mok: MokFiles | None) -> None:

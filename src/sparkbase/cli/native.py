@@ -54,8 +54,8 @@ def deploy_current_host() -> None:
     from pyinfra import logger
     from pyinfra.context import host
 
-    from sparkbase.deploy.cliutil import mok_dir_from_env
     from sparkbase.deploy.facts import BootState, MokState
+    from sparkbase.deploy.mok_keys import mok_dir_from_env
     from sparkbase.deploy.pyinfra_deploy import add_steps
     from sparkbase.deploy.reboot import reboot_reasons
     from sparkbase.deploy.steps import build_steps
