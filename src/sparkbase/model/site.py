@@ -6,7 +6,6 @@ problem in every file is reported at once as `FILE:LINE:COL: field.path: message
 
 from __future__ import annotations
 
-import difflib
 import os
 import types
 import typing
@@ -411,6 +410,8 @@ def _problem_from_error(doc: YamlDocument, model: type[BaseModel], error: Any) -
         key = str(path[-1]) if path else "?"
         known = _field_names(model, path[:-1])
         message = f"unknown key '{key}'"
+        import difflib  # only on this error path: the launch gate never needs it
+
         close = difflib.get_close_matches(key, known, n=1)
         if close:
             message += f"; did you mean '{close[0]}'?"
