@@ -1,7 +1,11 @@
 """`sparkbase lane status|switch`: the serving lane the model-name proxy points at.
 
 `status` reads the active lane from the proxy's `.env` (site.yaml `proxy:`) and runs its
-pre-flight, runtime checks included (what its serving processes load). `switch LANE` runs
+pre-flight, runtime checks included (what its serving processes load); then it scrapes the
+lane's own metrics endpoint on each node (`runtime.metrics`; in the lab, the stand-in's
+loopback port) and shows what the session-load trigger reads there (running requests, KV
+cache in use, long sessions), or why a node could not be scraped. The scrape informs; it
+does not change the verdict. `switch LANE` runs
 LANE's pre-flight and, only when it qualifies (or `--override REASON` is given and the lane
 is enabled), rewrites the one `KEY=` line of the `.env` atomically, every other byte kept,
 and records who/when/from/to in the override log (kind `lane-switch`). A refused switch
@@ -50,7 +54,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         add_global_options(command.add_argument_group("global options"), with_defaults=False)
 
 
-def _env_file(args: argparse.Namespace, site: Site) -> Path:
+def proxy_env_file(args: argparse.Namespace, site: Site) -> Path:
+    """The proxy's .env: `--env-file`, else the lab's, else site.yaml `proxy.env_file`."""
     from sparkbase.cli.common import lab_path
 
     if args.env_file is not None:
@@ -72,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     if site.rules.proxy is None:
         print("sparkbase: baselines/site.yaml has no proxy: block (env_file, key)", file=sys.stderr)
         return 2
-    env = _env_file(args, site)
+    env = proxy_env_file(args, site)
     try:
         current = active_lane(read_env(env), site.rules.proxy.key, env)
     except ProxyEnvError as exc:
@@ -103,9 +108,37 @@ def _status(args: argparse.Namespace, site: Site, current: str) -> int:
     print(f"active lane: {shown(current)}")
     for line in lines:
         print(f"  {line}")
+    for line in _metrics_lines(args, site, current):
+        print(f"  {shown(line)}")
     verdict = "qualified" if not lines else f"NOT QUALIFIED ({len(lines)} reason(s))"
     print(f"lane {shown(current)}: {verdict}")
     return 0 if not lines else 1
+
+
+def _metrics_lines(args: argparse.Namespace, site: Site, lane: str) -> list[str]:
+    """Per node, the figures the session-load trigger reads from the lane's own metrics
+    endpoint, or why it could not be scraped (information: the verdict does not change)."""
+    from sparkbase.cli.common import lab_path
+    from sparkbase.gate.lane_metrics import LaneMetricsError, key_figures, scrape_lane
+    from sparkbase.gate.triggers import now
+
+    try:
+        scrapes = scrape_lane(site, lane, lab_path(args), now())
+    except LaneMetricsError as exc:
+        return [f"metrics: {exc}"]
+    triggers = [t for t in site.rules.triggers if t.kind == "session-load"]
+    lines: list[str] = []
+    for scrape in scrapes:
+        if not scrape.scraped:
+            where = f" {scrape.url}" if scrape.url else ""
+            lines.append(f"metrics {scrape.node}: not scraped{where}: {scrape.error}")
+        elif not triggers:
+            lines.append(f"metrics {scrape.node}: {scrape.url}: answered (no session-load trigger names "
+                         "the figures to read)")
+        else:
+            figures = "; ".join(key_figures(t, list(scrape.samples)) for t in triggers)
+            lines.append(f"metrics {scrape.node}: {scrape.url}: {figures}")
+    return lines
 
 
 def _switch(args: argparse.Namespace, site: Site, env: Path, current: str) -> int:

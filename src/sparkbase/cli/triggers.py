@@ -23,7 +23,7 @@ from sparkbase.cli.common import add_site_arguments, add_target_arguments
 
 if TYPE_CHECKING:
     from sparkbase.gate.metrics import Sample
-    from sparkbase.gate.triggers import TriggerVerdict
+    from sparkbase.gate.triggers import MetricsSource, TriggerVerdict
     from sparkbase.model.site import Site
 
 
@@ -40,6 +40,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "scrapes (repeatable)",
     )
     parser.add_argument(
+        "--env-file", type=Path, default=None,
+        help="the proxy's .env naming the active lane, whose endpoints are scraped without "
+        "--metrics (default: site.yaml proxy.env_file; with --lab, LAB_DIR/proxy.env)",
+    )
+    parser.add_argument(
         "--live", action="store_true", help="ask the inventory's nodes what they run (implied by --lab)"
     )
     parser.add_argument("--json", action="store_true", help="print the verdicts as JSON")
@@ -50,31 +55,34 @@ def run(args: argparse.Namespace) -> int:
     import json
 
     from sparkbase.cli.common import lab_path, load_site_or_exit, selected_nodes
+    from sparkbase.gate.lane_metrics import wanted_metrics
     from sparkbase.gate.metrics import MetricsError, load_metrics, parse_scrapes, shown_source
-    from sparkbase.gate.triggers import evaluate, exit_status, now
+    from sparkbase.gate.triggers import MetricsSource, evaluate, exit_status, now
     from sparkbase.text import shown
 
     site = load_site_or_exit(args)
+    lab = lab_path(args)
     samples: list[Sample] | None = None
+    scraped_at = now()  # one evaluation time for every untimestamped URL scrape
+    source: MetricsSource | None = None
     if args.metrics is not None:
-        wanted: set[str] = set()
-        for trigger in site.rules.triggers:
-            if trigger.kind == "session-load":
-                wanted |= trigger.metric_names()
-        scraped_at = now()  # one evaluation time for every untimestamped URL scrape
+        wanted = wanted_metrics(site)
         samples = []
         try:
-            for source in args.metrics:
-                text = load_metrics(source)
-                samples += parse_scrapes(text, scraped_at, shown_source(source), wanted)
+            for given in args.metrics:
+                text = load_metrics(given)
+                samples += parse_scrapes(text, scraped_at, shown_source(given), wanted)
         except MetricsError as exc:
             print(f"sparkbase: metrics: {shown(exc)}", file=sys.stderr)
             return 2
+        named = ", ".join(shown_source(given) for given in args.metrics)
+        source = MetricsSource(lines=(f"metrics source: --metrics {named}",))
+    elif any(trigger.kind == "session-load" for trigger in site.rules.triggers):
+        samples, source = _active_lane_metrics(args, site, lab, scraped_at)
     live = None
-    lab = lab_path(args)
     if args.live or lab is not None:
         live = _live_kernels(site, selected_nodes(site, args), lab)
-    verdicts = evaluate(site, samples, live)
+    verdicts = evaluate(site, samples, live, source)
     if args.json:
         print(
             json.dumps(
@@ -100,6 +108,38 @@ def run(args: argparse.Namespace) -> int:
         for line in verdict_lines(verdicts):
             print(line)
     return exit_status(verdicts)
+
+
+def _active_lane_metrics(
+    args: argparse.Namespace, site: Site, lab: Path | None, scraped_at: float
+) -> tuple[list[Sample] | None, MetricsSource]:
+    """Without --metrics: the active lane's own endpoints (lanes/NAME.yaml runtime.metrics;
+    with --lab only the lab's loopback ones), scraped; or why there is nothing to read."""
+    from sparkbase.cli.lane import proxy_env_file
+    from sparkbase.gate.lane_metrics import LaneMetricsError, scrape_lane, source_lines
+    from sparkbase.gate.proxy_env import ProxyEnvError, active_lane, read_env
+    from sparkbase.gate.triggers import MetricsSource
+
+    if site.rules.proxy is None and args.env_file is None:
+        return None, MetricsSource(lines=("metrics source: none (no --metrics, and site.yaml has no proxy: "
+                                          "block naming the active lane)",))
+    env = proxy_env_file(args, site)
+    try:
+        key = site.rules.proxy.key if site.rules.proxy is not None else "SERVING_LANE"
+        lane = active_lane(read_env(env), key, env)
+    except ProxyEnvError as exc:
+        why = f"metrics source: none (no --metrics; active lane unknown: {exc})"
+        return None, MetricsSource(lines=(why,))
+    if lane not in site.lanes:
+        return None, MetricsSource(lines=(f"metrics source: none (no --metrics; the active lane {lane} "
+                                          f"from {env} has no lanes/{lane}.yaml)",))
+    try:
+        scrapes = scrape_lane(site, lane, lab, scraped_at)
+    except LaneMetricsError as exc:
+        return None, MetricsSource(lines=(f"metrics source: none (no --metrics; {exc})",))
+    samples = [sample for scrape in scrapes for sample in scrape.samples]
+    missing = tuple(scrape.node for scrape in scrapes if not scrape.scraped)
+    return samples, MetricsSource(lines=tuple(source_lines(lane, env, scrapes)), missing=missing)
 
 
 def verdict_lines(verdicts: list[TriggerVerdict]) -> list[str]:

@@ -215,10 +215,21 @@ def evaluate_kernel_pin(
     )
 
 
+@dataclass(frozen=True)
+class MetricsSource:
+    """Where the session-load evidence came from, for the verdict: `lines` say which source
+    was read; `missing` names what could not be read (a lane node whose endpoint failed):
+    the samples are then a part of the load, enough to fire but never to call it quiet."""
+
+    lines: tuple[str, ...] = ()
+    missing: tuple[str, ...] = ()
+
+
 def evaluate(
     site: Site,
     samples: list[Sample] | None,
     live: Mapping[str, tuple[str | None, int | None]] | None = None,
+    source: MetricsSource | None = None,
 ) -> list[TriggerVerdict]:
     """Every trigger of the site (pure, given the evidence)."""
     verdicts: list[TriggerVerdict] = []
@@ -233,12 +244,28 @@ def evaluate(
                     UNKNOWN,
                     trigger.description,
                     trigger.reopens,
-                    ["no metrics given (--metrics URL_OR_FILE)"],
+                    [*(source.lines if source else ()), "no metrics given (--metrics URL_OR_FILE)"],
                 )
             )
         else:
-            verdicts.append(evaluate_session_load(trigger, samples))
+            verdicts.append(_with_source(evaluate_session_load(trigger, samples), source))
     return verdicts
+
+
+def _with_source(verdict: TriggerVerdict, source: MetricsSource | None) -> TriggerVerdict:
+    """The verdict with its source stated first; quiet becomes unknown when part is missing
+    (an unread node's sessions could be the ones over the line; fired stays fired)."""
+    if source is None:
+        return verdict
+    status = verdict.status
+    notes: list[str] = []
+    if source.missing:
+        if status == QUIET:
+            status = UNKNOWN
+        judged = "the load seen already fires" if status == FIRED else "quiet cannot be judged on a part"
+        notes.append(f"not read: {_few(list(source.missing))}; {judged}")
+    return TriggerVerdict(verdict.id, verdict.kind, status, verdict.description, verdict.reopens,
+                          [*source.lines, *verdict.evidence, *notes])
 
 
 def exit_status(verdicts: list[TriggerVerdict]) -> int:
