@@ -6,7 +6,10 @@ sglang:num_running_reqs and sglang:num_used_tokens, vLLM vllm:num_requests_runni
 vllm:kv_cache_usage_perc and vllm:cache_config_info; the names and what counts as a
 long session are stated in the trigger) from --metrics: a URL or saved text file, a
 regular file or an http(s) answer of at most 16 MiB, a URL answering in full within 10
-seconds; repeat --metrics for several engines.
+seconds; repeat --metrics for several engines. Without --metrics, the active lane's own
+endpoints are scraped (the lane the proxy's .env names; its runtime.metrics on each node;
+with --lab only the lab's loopback ones), and the verdict says which source it read; a
+node that could not be read keeps the trigger from being judged quiet.
 Exit 0 when every trigger was judged and none fired, 1 when one fired, 4 when none fired
 but one could not be judged (no --metrics, or a scrape without the metrics it reads),
 2 bad configuration or unusable metrics.
