@@ -118,10 +118,12 @@ def test_dkms_noise_is_reported_never_fatal(fleet: Fleet, variant: dict[str, Any
     try:
         _, found = fleet.facts()
         assert [(e.name, e.kernel, e.status) for e in found.dkms] == [
-            ("dgx-spark-memory-saver", VARIANT_KERNEL, "installed")
+            ("dgx-spark-fan-control", VARIANT_KERNEL, "installed"),
+            ("dgx-spark-memory-saver", VARIANT_KERNEL, "installed"),
         ]
         assert any("Deprecated feature" in line for line in found.dkms_noise)
-        assert "memory_saver.dkms" not in fleet.failed()
+        failed = fleet.failed()
+        assert "memory_saver.dkms" not in failed and "host.fan_control.dkms" not in failed
         plan = fleet.sparkbase("plan", "--limit", NODE, "--baseline", VARIANT,
                                "--override-policy", "e2e: dkms noise")
         assert "build and sign" not in plan.stdout.split("apply summary")[0].replace("=", "")
