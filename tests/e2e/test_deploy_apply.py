@@ -37,7 +37,7 @@ SITE_KERNEL = "6.17.0-1032-nvidia"
 VARIANT_KERNEL = "7.0.0-1019-nvidia-64k"
 SITE_BASELINE = "site-stock-6.17-4k"
 VARIANT = "ds41f-7x-64k"
-FAN = "spark-fan-control.service"
+FAN = "dgx-fan-control.service"
 MOK_DIR = "/var/lib/shim-signed/mok"
 
 
