@@ -8,8 +8,8 @@ from dataclasses import replace
 import pytest
 from test_audit_support import converged_node, grub_boot, shipped
 
+from sparkbase.audit.checks import node_checks, planned_checks
 from sparkbase.audit.expected import expected_for
-from sparkbase.audit.registry import node_checks, planned_checks
 from sparkbase.audit.run import build_report, judge_fleet, judge_node
 from sparkbase.facts.model import (
     FstabEntry,

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sparkbase.audit.registry import fleet_checks
+from sparkbase.audit.checks import fleet_checks
 
 REPO = Path(__file__).resolve().parents[2]
 

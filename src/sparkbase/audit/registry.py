@@ -9,7 +9,7 @@ across every reachable node.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -146,24 +146,3 @@ def fleet_check(
 ) -> None:
     """Register a fleet agreement check."""
     FLEET_CHECKS[check_id] = FleetCheck(check_id, area, severity, summary, key)
-
-
-def node_checks() -> dict[str, NodeCheck]:
-    """Every registered node check (importing the check modules registers them)."""
-    import sparkbase.audit.checks  # noqa: F401 - registers on import
-
-    return NODE_CHECKS
-
-
-def fleet_checks() -> dict[str, FleetCheck]:
-    """Every registered fleet check."""
-    import sparkbase.audit.checks  # noqa: F401 - registers on import
-
-    return FLEET_CHECKS
-
-
-def planned_checks(expected: Expected) -> Iterator[tuple[str, NodeCheck, str | None]]:
-    """(check id, check, item) for every check that applies to a node, in registry order."""
-    for check in node_checks().values():
-        for check_id, item in check.ids(expected):
-            yield check_id, check, item

@@ -7,8 +7,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from sparkbase.audit.checks import fleet_checks, planned_checks
 from sparkbase.audit.expected import Expected
-from sparkbase.audit.registry import CheckResult, fleet_checks, planned_checks
+from sparkbase.audit.registry import CheckResult
 from sparkbase.facts.model import FactsResult, NodeFacts, Unreachable
 from sparkbase.transport.failure import FailureKind
 

@@ -313,7 +313,7 @@ class SparkbaseSession:
 
     def result(self, host: Any, check_id: str) -> CheckResult | None:
         """The check's result on the host, or None when it does not apply to its baseline."""
-        from sparkbase.audit.registry import node_checks
+        from sparkbase.audit.checks import node_checks
         from sparkbase.facts.model import NodeFacts, Unreachable
 
         alias = host.backend.host.name
@@ -392,7 +392,7 @@ def sparkbase_session(config: pytest.Config) -> SparkbaseSession:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Parametrize the node test over every check id that stands for something on the
     session's hosts, and the fleet test over the fleet checks."""
-    from sparkbase.audit.registry import fleet_checks, node_checks
+    from sparkbase.audit.checks import fleet_checks, node_checks
 
     kind = getattr(metafunc.function, "sparkbase_checks", None)
     if kind == "fleet":

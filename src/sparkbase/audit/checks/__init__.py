@@ -1,10 +1,15 @@
 """Every check sparkbase runs, each a pure function of (expected, facts, item).
 
 Ids read as the drift they name. One module per area (after the prior `doctor`);
-importing this package registers them all, in the order below (the report order).
+importing this package registers them all, in the order below (the report order). The
+package knows every module, so it lists every check; `sparkbase.audit.registry` only
+registers them (each check module imports it, it imports none of them).
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from sparkbase.audit.checks import (
     fabric,  # noqa: F401 - registers on import
@@ -19,3 +24,24 @@ from sparkbase.audit.checks import (
     secure_boot,  # noqa: F401 - registers on import
     tuning,  # noqa: F401 - registers on import
 )
+from sparkbase.audit.registry import FLEET_CHECKS, NODE_CHECKS, FleetCheck, NodeCheck
+
+if TYPE_CHECKING:
+    from sparkbase.audit.expected import Expected
+
+
+def node_checks() -> dict[str, NodeCheck]:
+    """Every node check, by id, in registry order (the modules above registered them)."""
+    return NODE_CHECKS
+
+
+def fleet_checks() -> dict[str, FleetCheck]:
+    """Every fleet agreement check, by id."""
+    return FLEET_CHECKS
+
+
+def planned_checks(expected: Expected) -> Iterator[tuple[str, NodeCheck, str | None]]:
+    """(check id, check, item) for every check that applies to a node, in registry order."""
+    for check in NODE_CHECKS.values():
+        for check_id, item in check.ids(expected):
+            yield check_id, check, item
