@@ -14,7 +14,7 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from sparkbase.facts.parsers.os_release import parse_kv_conf
+from sparkbase.facts.parsers.nccl_conf import parse_kv_conf
 from sparkbase.facts.parsers.runtime import (
     MappedFile,
     ProcCgroup,

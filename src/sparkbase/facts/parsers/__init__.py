@@ -42,11 +42,11 @@ from sparkbase.facts.parsers.modules import (
     parse_module_attrs,
     parse_proc_modules,
 )
+from sparkbase.facts.parsers.nccl_conf import parse_kv_conf
 from sparkbase.facts.parsers.nvme import parse_nvme_feature
 from sparkbase.facts.parsers.os_release import (
     dgx_os_version,
     parse_fstab,
-    parse_kv_conf,
     parse_os_release,
     parse_sha256sum,
     parse_stamp,

@@ -1,5 +1,5 @@
-"""Files under /etc and what sparkbase writes: `/etc/dgx-release`, `/etc/fstab`,
-`KEY=value` files, the stamp, `sha256sum` answers."""
+"""Files under /etc and what sparkbase writes: `/etc/dgx-release`, `/etc/fstab`, the stamp,
+`sha256sum` answers (NCCL's `KEY=value` files: `nccl_conf.py`)."""
 
 from __future__ import annotations
 
@@ -44,19 +44,6 @@ def parse_fstab(text: str) -> tuple[FstabEntry, ...]:
             raise ValueError(f"unreadable fstab line: {line!r}")
         entries.append(FstabEntry(words[0], words[1], words[2], words[3] if len(words) > 3 else "defaults"))
     return tuple(entries)
-
-
-def parse_kv_conf(text: str) -> dict[str, str]:
-    """`KEY=value` lines (nccl.conf): comments and blanks ignored, a later key wins."""
-    values: dict[str, str] = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        key, sep, value = line.partition("=")
-        if sep:
-            values[key.strip()] = value.strip()
-    return values
 
 
 def parse_stamp(text: str) -> dict[str, object]:
