@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from sparkbase.model.dgxos import TOOLS_PACKAGE_STEM, coalescing_value
 from sparkbase.model.yamlio import PathKey, dotted
 
 if TYPE_CHECKING:
@@ -22,9 +23,10 @@ if TYPE_CHECKING:
     from sparkbase.facts.script import FactPlan
     from sparkbase.model.baseline import Baseline
 
-#: packages whose installed versions tell the kernel's and the driver's package versions
-#: when the node runs a release the baseline does not pin (dpkg-query takes the globs)
-CAPTURE_PACKAGE_GLOBS = ("linux-image-*", "nvidia-utils-*")
+#: packages whose installed versions tell the kernel's, its tools' and the driver's package
+#: versions when the node runs a release the baseline does not pin, and whether DGX OS's
+#: nvidia-drm options package is still installed (dpkg-query takes the globs)
+CAPTURE_PACKAGE_GLOBS = ("linux-image-*", "linux-tools-*", "nvidia-utils-*", "nvidia-drm-options-modeset*")
 #: top-level keys a baseline file may have: a target with any other key is not a baseline
 BASELINE_KEYS = frozenset(
     {"version", "description", "extends", "abstract", "os", "kernel", "driver", "nccl", "fabric",
@@ -91,6 +93,10 @@ class _Collector:
         else:
             self.values.append(Captured(path, value))
 
+    def put_null(self, path: PathKey) -> None:
+        """Set `path` to null: the node shows the baseline should not manage it."""
+        self.values.append(Captured(path, None))
+
 
 def captured_values(facts: NodeFacts, baseline: Baseline) -> Capture:
     """Every value `baseline` pins that `facts` can tell, as the node has it (pure).
@@ -116,6 +122,8 @@ def captured_values(facts: NodeFacts, baseline: Baseline) -> Capture:
         out.put(("kernel", "cmdline_add"), kept, "")
     else:
         out.missing.append("kernel.cmdline_add: /proc/cmdline was not read")
+    _kernel_tools(facts, baseline, out)
+    _fallback(facts, baseline, out)
     grub = facts.grub
     if grub is not None and release is not None:
         entry = grub.default_entry
@@ -147,10 +155,8 @@ def captured_values(facts: NodeFacts, baseline: Baseline) -> Capture:
             out.put(("memory", "sysctls"), {k: _number_or_text(str(v)) for k, v in sysctls.items()}, "")
     if memory.swap is not None:
         _swap(facts, memory.swap.path, out)
-    saver = memory.memory_saver
-    if saver is not None and saver.required:
-        out.put(("memory", "memory_saver", "package_version"), facts.packages.get(saver.package),
-                f"{saver.package} is not installed")
+    _factory_swap(facts, baseline, out)
+    _memory_saver(facts, baseline, out)
 
     sb = facts.secure_boot
     out.put(("secure_boot", "enabled"), None if sb is None else sb is SecureBoot.ENABLED,
@@ -168,10 +174,10 @@ def captured_values(facts: NodeFacts, baseline: Baseline) -> Capture:
     for param in ("modeset", "fbdev"):
         out.put(("host", "nvidia_drm", param), _yes(facts.module_params.get(f"nvidia_drm.{param}")),
                 "nvidia_drm is not loaded")
-    if host.fan_control is not None:
-        fan = host.fan_control
-        out.put(("host", "fan_control", "package_version"), facts.packages.get(fan.package),
-                f"{fan.package} is not installed")
+    _nvidia_drm_purge(facts, baseline, out)
+    _fan_control(facts, baseline, out)
+    _nvme_coalescing(facts, out)
+    _cpu_governor(facts, baseline, out)
     if host.disable_services and facts.units:
         kept = [unit for unit in host.disable_services
                 if unit in facts.units and not facts.units[unit].enabled and not facts.units[unit].active]
@@ -189,6 +195,157 @@ def captured_values(facts: NodeFacts, baseline: Baseline) -> Capture:
     out.put(("cpuset", "cpus"), _cpulist(cpus) if cpus else None,
             f"{baseline.cpuset.slice} has no AllowedCPUs")
     return Capture(tuple(out.values), tuple(out.missing), tuple(out.dropped))
+
+
+def _kernel_tools(facts: NodeFacts, baseline: Baseline, out: _Collector) -> None:
+    """`kernel.tools`: linux-tools of the running kernel is installed (cpupower, which DGX OS's
+    governor unit runs)."""
+    release = facts.kernel_release
+    if release is None or ("dpkg" in facts.errors and not facts.packages):
+        out.missing.append("kernel.tools: the installed packages were not read")
+        return
+    out.put(("kernel", "tools"), f"{TOOLS_PACKAGE_STEM}-{release}" in facts.packages, "")
+
+
+def _other_kernels(facts: NodeFacts) -> list[str]:
+    """Releases other than the running one with their linux-image installed and a (non
+    recovery) GRUB menu entry: the kernels a node can fall back to."""
+    menu = {entry.release for entry in facts.grub.entries if not entry.recovery} if facts.grub else set()
+    return sorted(name.removeprefix("linux-image-") for name in facts.packages
+                  if name.startswith("linux-image-")
+                  and name.removeprefix("linux-image-") in menu - {facts.kernel_release})
+
+
+def _fallback(facts: NodeFacts, baseline: Baseline, out: _Collector) -> None:
+    """`kernel.fallback`: the baseline's fallback release, installed with its GRUB entry, at
+    the version the node has. A baseline that keeps none still keeps none (a node's old
+    kernels are not a decision); the node's other bootable kernels are named."""
+    fallback = baseline.kernel.fallback
+    others = _other_kernels(facts)
+    if fallback is None:
+        if others:
+            out.missing.append(f"kernel.fallback: the baseline keeps none; the node can also boot "
+                               f"{', '.join(others)}")
+        return
+    if fallback.release not in others:
+        out.missing.append(f"kernel.fallback: {fallback.release} is not installed with a GRUB entry"
+                           + (f" (the node has {', '.join(others)})" if others else ""))
+        return
+    out.put(("kernel", "fallback", "release"), fallback.release, "")
+    out.put(("kernel", "fallback", "package_version"), facts.packages[f"linux-image-{fallback.release}"], "")
+
+
+def _factory_swap(facts: NodeFacts, baseline: Baseline, out: _Collector) -> None:
+    """`memory.factory_swap.fstab`: the installer's swap line as /etc/fstab has it (noauto, or
+    as installed); a baseline that leaves the file alone still leaves it."""
+    factory = baseline.memory.factory_swap
+    if factory is None:
+        return
+    if facts.fstab is None:
+        out.missing.append("memory.factory_swap: /etc/fstab was not read")
+        return
+    lines = [entry for entry in facts.fstab if entry.spec == factory.path and entry.vfstype == "swap"]
+    if not lines:
+        out.missing.append(f"memory.factory_swap: /etc/fstab has no swap line for {factory.path}")
+        return
+    noauto = all("noauto" in entry.options.split(",") for entry in lines)
+    out.put(("memory", "factory_swap", "fstab"), "noauto" if noauto else "as-installed", "")
+    if not noauto and factory.swapoff:  # swapoff goes with noauto only
+        out.put(("memory", "factory_swap", "swapoff"), False, "")
+
+
+def _dkms_version(facts: NodeFacts, dkms_name: str) -> str | None:
+    """The version DKMS has installed of `dkms_name` for the running kernel."""
+    versions = {entry.version for entry in facts.dkms
+                if entry.name == dkms_name and entry.kernel == facts.kernel_release
+                and entry.status == "installed"}
+    return versions.pop() if len(versions) == 1 else None
+
+
+def _memory_saver(facts: NodeFacts, baseline: Baseline, out: _Collector) -> None:
+    """The patched nvidia-uvm: its package and DKMS versions, and the loaded module's
+    srcversion and packing flag, when the module loaded is the one DKMS built (modinfo of
+    the file the kernel loads has the loaded srcversion)."""
+    saver = baseline.memory.memory_saver
+    if saver is None or not saver.required:
+        return
+    out.put(("memory", "memory_saver", "package_version"), facts.packages.get(saver.package),
+            f"{saver.package} is not installed")
+    dkms = _dkms_version(facts, saver.dkms_name)
+    out.put(("memory", "memory_saver", "dkms_version"), dkms,
+            f"dkms status has no {saver.dkms_name} installed for {facts.kernel_release}")
+    loaded = facts.nvidia_modules.get(f"{saver.module}.srcversion")
+    built = facts.memory_saver.srcversion if facts.memory_saver is not None else None
+    patched = dkms is not None and loaded is not None and loaded == built
+    out.put(("memory", "memory_saver", "srcversion"), loaded if patched else None,
+            f"{saver.module} loaded ({loaded or 'no srcversion'}) is not the DKMS build"
+            f" ({built or 'modinfo gave none'})")
+    packing = _yes(facts.module_params.get(f"{saver.module}.{saver.packing_parameter}"))
+    out.put(("memory", "memory_saver", "packing"), packing if patched else None,
+            f"{saver.packing_parameter} unreadable, or the module is not the DKMS build")
+
+
+def _nvidia_drm_purge(facts: NodeFacts, baseline: Baseline, out: _Collector) -> None:
+    """`host.nvidia_drm.purge`: kept where the options package is gone; dropped where the
+    node still has it installed."""
+    purge = baseline.host.nvidia_drm.purge
+    if purge is None:
+        return
+    if "dpkg" in facts.errors and not facts.packages:
+        out.missing.append("host.nvidia_drm.purge: the installed packages were not read")
+        return
+    version = facts.packages.get(purge)
+    if version is not None:
+        out.dropped.append(f"host.nvidia_drm.purge: {purge} (installed on the node, {version})")
+        out.put_null(("host", "nvidia_drm", "purge"))
+    else:
+        out.put(("host", "nvidia_drm", "purge"), purge, "")
+
+
+def _fan_control(facts: NodeFacts, baseline: Baseline, out: _Collector) -> None:
+    """The fan-control DKMS module: package and DKMS versions, the module loaded, its daemon
+    enabled and running (the names are kept where the node confirms them)."""
+    fan = baseline.host.fan_control
+    if fan is None:
+        return
+    out.put(("host", "fan_control", "package_version"), facts.packages.get(fan.package),
+            f"{fan.package} is not installed")
+    out.put(("host", "fan_control", "dkms_version"), _dkms_version(facts, fan.dkms_name),
+            f"dkms status has no {fan.dkms_name} installed for {facts.kernel_release}")
+    out.put(("host", "fan_control", "module"), fan.module if fan.module in facts.modules else None,
+            f"{fan.module} is not loaded")
+    state = facts.units.get(fan.service)
+    running = state is not None and state.enabled and state.active
+    out.put(("host", "fan_control", "service"), fan.service if running else None,
+            f"{fan.service} is not enabled and active")
+
+
+def _nvme_coalescing(facts: NodeFacts, out: _Collector) -> None:
+    """`host.nvme.interrupt_coalescing`: NVMe feature 0x08 is DGX OS's default (on) or 0 (off)."""
+    value = facts.nvme_coalescing
+    known = {coalescing_value(True): True, coalescing_value(False): False}
+    out.put(("host", "nvme", "interrupt_coalescing"), None if value is None else known.get(value),
+            "feature 0x08 unread" if value is None
+            else f"feature 0x08 = {value:#x}, neither on (0x107) nor off")
+
+
+def _cpu_governor(facts: NodeFacts, baseline: Baseline, out: _Collector) -> None:
+    """`host.cpu_governor`: performance when every CPU runs it and the kernel's linux-tools
+    is installed (DGX OS's unit keeps it so); else not managed (null)."""
+    if not facts.governors:
+        out.missing.append("host.cpu_governor: no CPU reported a scaling governor")
+        return
+    seen = set(facts.governors.values())
+    tools_package = f"{TOOLS_PACKAGE_STEM}-{facts.kernel_release}"
+    tools = facts.kernel_release is not None and tools_package in facts.packages
+    if seen == {"performance"} and tools:
+        out.put(("host", "cpu_governor"), "performance", "")
+        return
+    if baseline.host.cpu_governor is not None:
+        why = (f"the CPUs run {', '.join(sorted(seen))}" if seen != {"performance"}
+               else f"{tools_package} is not installed")
+        out.dropped.append(f"host.cpu_governor: {baseline.host.cpu_governor} ({why})")
+    out.put_null(("host", "cpu_governor"))
 
 
 def _os_release(seen: str | None, pinned: str) -> str | None:
@@ -263,7 +420,23 @@ def _yaml() -> Any:
     yaml.preserve_quotes = True
     yaml.width = 4096  # never fold a line the file did not fold
     yaml.indent(mapping=2, sequence=4, offset=2)
+    yaml.Representer = _null_writing_representer()
     return yaml
+
+
+def _null_writing_representer() -> Any:
+    """ruamel's round-trip representer writing null as `null`, as baselines write it (its
+    default writes nothing: `key:`); a subclass, so no other ruamel user changes."""
+    from ruamel.yaml.representer import RoundTripRepresenter
+
+    class NullWritingRepresenter(RoundTripRepresenter):
+        pass
+
+    def represent_null(representer: Any, _value: None) -> Any:
+        return representer.represent_scalar("tag:yaml.org,2002:null", "null")
+
+    NullWritingRepresenter.add_representer(type(None), represent_null)
+    return NullWritingRepresenter
 
 
 def _load(text: str) -> Any:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -17,9 +18,12 @@ from sparkbase.capture import (
 )
 from sparkbase.cli.main import main
 from sparkbase.facts.model import (
+    DkmsEntry,
+    FstabEntry,
     GpuFacts,
     GrubBoot,
     GrubEntry,
+    ModuleInfo,
     MokCertificate,
     NodeFacts,
     SecureBoot,
@@ -38,6 +42,16 @@ CAPTURED_KEYS = (
     "kernel.release", "kernel.package_version", "driver.version", "driver.package_version",
     "nccl.library.sha256", "nccl.library.version", "memory.sysctls", "memory.transparent_hugepages",
     "cpuset.cpus", "secure_boot.enabled", "host.disable_services", "os.release",
+    "kernel.tools", "host.cpu_governor", "host.nvme.interrupt_coalescing",
+)
+VARIANT = "ds41f-7x-64k"
+#: what a capture of a converged variant node marks beyond the site's fields
+VARIANT_KEYS = (
+    "kernel.fallback.release", "kernel.fallback.package_version", "memory.factory_swap.fstab",
+    "memory.memory_saver.package_version", "memory.memory_saver.dkms_version",
+    "memory.memory_saver.srcversion", "memory.memory_saver.packing", "host.nvidia_drm.purge",
+    "host.fan_control.package_version", "host.fan_control.dkms_version", "host.fan_control.module",
+    "host.fan_control.service", "secure_boot.mok_fingerprint",
 )
 
 
@@ -45,8 +59,34 @@ def converged_facts(baseline: Baseline, node: str = "spark1") -> NodeFacts:
     """What a node converged to `baseline` reports (every pinned value as pinned)."""
     release = baseline.kernel.release
     entry = GrubEntry(path=baseline.kernel.grub_entry, release=release)
+    entries = [entry]
+    if baseline.kernel.fallback is not None:
+        fallback = baseline.kernel.fallback.release
+        entries.append(GrubEntry(path=f"Advanced options for Ubuntu>Ubuntu, with Linux {fallback}",
+                                 release=fallback))
     units = {unit: UnitState("disabled", "inactive") for unit in baseline.host.disable_services}
     units["display-manager.service"] = UnitState("", "inactive")
+    host, memory = baseline.host, baseline.memory
+    modules = {build.module for build in baseline.dkms_builds()}
+    dkms = tuple(DkmsEntry(build.dkms_name, build.dkms_version, release, "aarch64", "installed")
+                 for build in baseline.dkms_builds())
+    params: dict[str, str | None] = {"nvidia_drm.modeset": "Y" if host.nvidia_drm.modeset else "N",
+              "nvidia_drm.fbdev": "Y" if host.nvidia_drm.fbdev else "N"}
+    saver = memory.memory_saver
+    saver_info, nvidia_modules = None, {}
+    if saver is not None and saver.required:
+        params[f"{saver.module}.{saver.packing_parameter}"] = "Y" if saver.packing else "N"
+        srcversion = saver.srcversion or "0123456789ABCDEF01234"
+        saver_info = ModuleInfo(filename=f"/lib/modules/{release}/updates/dkms/nvidia-uvm.ko.zst",
+                                srcversion=srcversion)
+        nvidia_modules[f"{saver.module}.srcversion"] = srcversion
+    if host.fan_control is not None:
+        units[host.fan_control.service] = UnitState("enabled", "active")
+    fstab = [FstabEntry("/dev/nvme0n1p2", "/", "ext4", "defaults")]
+    factory = memory.factory_swap
+    if factory is not None:
+        options = "sw,noauto" if factory.fstab == "noauto" else "sw"
+        fstab.append(FstabEntry(factory.path, "none", "swap", options))
     return NodeFacts(
         node=node,
         kernel_release=release,
@@ -55,7 +95,14 @@ def converged_facts(baseline: Baseline, node: str = "spark1") -> NodeFacts:
         thp=baseline.memory.transparent_hugepages,
         sysctls=dict(baseline.memory.sysctls),
         gpu=GpuFacts(driver_version=baseline.driver.version),
-        module_params={"nvidia_drm.modeset": "N", "nvidia_drm.fbdev": "N"},
+        module_params=params,
+        modules=frozenset(modules),
+        dkms=dkms,
+        memory_saver=saver_info,
+        nvidia_modules=nvidia_modules,
+        governors=dict.fromkeys(range(20), host.cpu_governor or "ondemand"),
+        nvme_coalescing=0x107 if host.nvme.interrupt_coalescing else 0,
+        fstab=tuple(fstab),
         secure_boot=SecureBoot.ENABLED,
         mok_certificates=(MokCertificate(MOK),),
         default_target=baseline.host.boot_target,
@@ -63,7 +110,7 @@ def converged_facts(baseline: Baseline, node: str = "spark1") -> NodeFacts:
         slice_allowed_cpus=frozenset(baseline.cpuset.cpus),
         file_sha256={baseline.nccl.library.path: baseline.nccl.library.sha256},
         packages={pin.name: pin.version for pin in baseline.packages()},
-        grub=GrubBoot(entries=(entry,), default=entry.path, default_entry=entry),
+        grub=GrubBoot(entries=tuple(entries), default=entry.path, default_entry=entry),
         dgx_release={"DGX_OTA_VERSION": "7.2.3"},
     )
 
@@ -213,7 +260,8 @@ def test_not_a_baseline_is_refused(text: str, message: str) -> None:
 def test_capture_plan_reads_moks_and_any_kernel_package() -> None:
     plan = capture_plan(FactPlan(packages=("nccl-site-ring4",), mok_keys=False))
     assert plan.mok_keys
-    assert plan.packages == ("nccl-site-ring4", "linux-image-*", "nvidia-utils-*")
+    assert plan.packages == ("nccl-site-ring4", "linux-image-*", "linux-tools-*", "nvidia-utils-*",
+                             "nvidia-drm-options-modeset*")
 
 
 @pytest.mark.parametrize(
@@ -359,3 +407,219 @@ def test_swap_is_captured_from_swapon_and_its_header() -> None:
     inactive = captured_values(replace(facts, swaps=()), variant)
     assert "memory.swap.size_gib" not in {v.key for v in inactive.values}
     assert any(item.startswith("memory.swap:") for item in inactive.missing)
+
+
+@pytest.fixture(scope="module")
+def variant() -> Baseline:
+    return load_site(Path(__file__).resolve().parents[2]).baselines[VARIANT]
+
+
+def values_of(facts: NodeFacts, baseline: Baseline) -> dict[str, object]:
+    return {v.key: v.value for v in captured_values(facts, baseline).values}
+
+
+def test_converged_variant_node_captures_its_own_baseline(site_copy: Path, variant: Baseline) -> None:
+    file = site_copy / "baselines" / f"{VARIANT}.yaml"
+    capture = captured_values(converged_facts(variant), variant)
+    assert capture.dropped == ()
+    file.write_text(write_captured(file.read_text(), capture, "spark3", TIME))
+    reloaded = load_site(site_copy).baselines[VARIANT]
+    expected = replace_os(variant).model_copy(update={"secure_boot": variant.secure_boot.model_copy(
+        update={"mok_fingerprint": MOK})})  # the variant pins none: the node's one enrolled MOK
+    assert reloaded.model_dump() == expected.model_dump()
+    for key in (*CAPTURED_KEYS, *VARIANT_KEYS):
+        source = reloaded.sources[key]
+        assert (source.kind, getattr(source, "node", None), getattr(source, "time", None)) == (
+            "captured", "spark3", TIME), key
+
+
+@pytest.mark.parametrize(
+    ("packages", "tools"),
+    [
+        ({"linux-tools-6.17.0-1032-nvidia": "6.17.0-1032.32"}, True),
+        ({"linux-tools-6.17.0-1040-nvidia": "6.17.0-1040.40"}, False),  # another kernel's tools
+        ({"linux-image-6.17.0-1032-nvidia": "6.17.0-1032.32"}, False),
+    ],
+)
+def test_kernel_tools_is_linux_tools_of_the_running_kernel(
+    shipped: Baseline, packages: dict[str, str], tools: bool
+) -> None:
+    facts = replace(converged_facts(shipped), packages=packages)
+    assert values_of(facts, shipped)["kernel.tools"] is tools
+
+
+def test_governor_without_tools_is_dropped_with_them(shipped: Baseline) -> None:
+    facts = converged_facts(shipped)
+    packages = {k: v for k, v in facts.packages.items() if not k.startswith("linux-tools-")}
+    capture = captured_values(replace(facts, packages=packages), shipped)
+    values = {v.key: v.value for v in capture.values}
+    assert (values["kernel.tools"], values["host.cpu_governor"]) == (False, None)
+    assert capture.dropped == (
+        "host.cpu_governor: performance (linux-tools-6.17.0-1032-nvidia is not installed)",)
+
+
+@pytest.mark.parametrize(
+    ("governors", "captured", "dropped"),
+    [
+        ({0: "performance", 1: "performance"}, "performance", ()),
+        ({0: "performance", 1: "schedutil"}, None,
+         ("host.cpu_governor: performance (the CPUs run performance, schedutil)",)),
+        ({0: "ondemand"}, None, ("host.cpu_governor: performance (the CPUs run ondemand)",)),
+    ],
+)
+def test_cpu_governor_is_performance_only_on_every_cpu(
+    shipped: Baseline, governors: dict[int, str], captured: str | None, dropped: tuple[str, ...]
+) -> None:
+    capture = captured_values(replace(converged_facts(shipped), governors=governors), shipped)
+    assert {v.key: v.value for v in capture.values}["host.cpu_governor"] == captured
+    assert capture.dropped == dropped
+
+
+def test_unread_governors_are_not_captured(shipped: Baseline) -> None:
+    capture = captured_values(replace(converged_facts(shipped), governors={}), shipped)
+    assert "host.cpu_governor" not in {v.key for v in capture.values}
+    assert "host.cpu_governor: no CPU reported a scaling governor" in capture.missing
+
+
+@pytest.mark.parametrize(("feature", "captured"), [(0x107, True), (0, False), (0x20, None), (None, None)])
+def test_nvme_coalescing_from_feature_0x08(
+    shipped: Baseline, feature: int | None, captured: bool | None
+) -> None:
+    capture = captured_values(replace(converged_facts(shipped), nvme_coalescing=feature), shipped)
+    values = {v.key: v.value for v in capture.values}
+    assert values.get("host.nvme.interrupt_coalescing") is captured
+    if captured is None:
+        assert any(item.startswith("host.nvme.interrupt_coalescing: feature 0x08")
+                   for item in capture.missing)
+
+
+def test_fallback_is_the_installed_release_with_a_grub_entry(variant: Baseline) -> None:
+    fallback = variant.kernel.fallback
+    assert fallback is not None
+    image = f"linux-image-{fallback.release}"
+    facts = converged_facts(variant)
+    newer = replace(facts, packages={**facts.packages, image: "7.0.0-1019.20~24.04.1"})
+    values = values_of(newer, variant)
+    assert (values["kernel.fallback.release"], values["kernel.fallback.package_version"]) == (
+        fallback.release, "7.0.0-1019.20~24.04.1")
+    # installed without a menu entry: not a kernel the node can fall back to
+    assert facts.grub is not None
+    no_entry = replace(facts, grub=replace(facts.grub, entries=facts.grub.entries[:1]))
+    capture = captured_values(no_entry, variant)
+    assert "kernel.fallback.package_version" not in {v.key for v in capture.values}
+    assert f"kernel.fallback: {fallback.release} is not installed with a GRUB entry" in capture.missing
+
+
+def test_a_baseline_without_fallback_keeps_none_and_names_the_nodes_kernels(shipped: Baseline) -> None:
+    facts = converged_facts(shipped)
+    assert facts.grub is not None
+    old = GrubEntry(path="Advanced options for Ubuntu>Ubuntu, with Linux 6.11.0-1016-nvidia",
+                    release="6.11.0-1016-nvidia")
+    facts = replace(facts, grub=replace(facts.grub, entries=(*facts.grub.entries, old)),
+                    packages={**facts.packages, "linux-image-6.11.0-1016-nvidia": "6.11.0-1016.16"})
+    capture = captured_values(facts, shipped)
+    assert not any(v.key.startswith("kernel.fallback") for v in capture.values)
+    assert ("kernel.fallback: the baseline keeps none; the node can also boot 6.11.0-1016-nvidia"
+            in capture.missing)
+
+
+@pytest.mark.parametrize(
+    ("options", "fstab", "swapoff"),
+    [("sw,noauto", "noauto", None), ("noauto", "noauto", None), ("sw", "as-installed", False),
+     ("defaults", "as-installed", False)],
+)
+def test_factory_swap_is_its_fstab_line(
+    variant: Baseline, options: str, fstab: str, swapoff: bool | None
+) -> None:
+    factory = variant.memory.factory_swap
+    assert factory is not None
+    swapping_off = variant.model_copy(update={"memory": variant.memory.model_copy(
+        update={"factory_swap": factory.model_copy(update={"swapoff": True})})})
+    facts = replace(converged_facts(variant), fstab=(FstabEntry(factory.path, "none", "swap", options),))
+    values = values_of(facts, swapping_off)
+    assert values["memory.factory_swap.fstab"] == fstab
+    assert values.get("memory.factory_swap.swapoff") is swapoff
+
+
+def test_factory_swap_without_its_line_is_not_captured(variant: Baseline, shipped: Baseline) -> None:
+    capture = captured_values(replace(converged_facts(variant), fstab=()), variant)
+    assert "memory.factory_swap.fstab" not in {v.key for v in capture.values}
+    assert "memory.factory_swap: /etc/fstab has no swap line for /swap.img" in capture.missing
+    # a baseline that leaves the installer's swap alone still does
+    assert not any(v.key.startswith("memory.factory_swap") for v in captured_values(
+        converged_facts(shipped), shipped).values)
+
+
+def test_memory_saver_srcversion_is_the_loaded_dkms_build(variant: Baseline) -> None:
+    facts = converged_facts(variant)
+    rebuilt = replace(facts, memory_saver=ModuleInfo(srcversion="ABCDEF0123456789ABCDEF0"),
+                      nvidia_modules={"nvidia_uvm.srcversion": "ABCDEF0123456789ABCDEF0"})
+    assert values_of(rebuilt, variant)["memory.memory_saver.srcversion"] == "ABCDEF0123456789ABCDEF0"
+    # the stock module loaded (modinfo's file, DKMS's build, says another srcversion): not captured
+    stock = replace(facts, nvidia_modules={"nvidia_uvm.srcversion": "1111111111111111"})
+    capture = captured_values(stock, variant)
+    keys = {v.key for v in capture.values}
+    assert "memory.memory_saver.srcversion" not in keys and "memory.memory_saver.packing" not in keys
+    assert any(item.startswith("memory.memory_saver.srcversion: nvidia_uvm loaded (1111111111111111)")
+               for item in capture.missing)
+
+
+def test_memory_saver_without_its_dkms_build_is_not_captured(variant: Baseline) -> None:
+    capture = captured_values(replace(converged_facts(variant), dkms=()), variant)
+    keys = {v.key for v in capture.values}
+    assert not keys & {"memory.memory_saver.dkms_version", "memory.memory_saver.srcversion",
+                       "host.fan_control.dkms_version"}
+    assert ("memory.memory_saver.dkms_version: dkms status has no dgx-spark-memory-saver installed for "
+            "7.0.0-1019-nvidia-64k") in capture.missing
+
+
+@pytest.mark.parametrize(("flag", "packing"), [("Y", True), ("N", False), ("1", True)])
+def test_memory_saver_packing_is_the_loaded_parameter(variant: Baseline, flag: str, packing: bool) -> None:
+    facts = converged_facts(variant)
+    params = {**facts.module_params, "nvidia_uvm.uvm_pack_sysmem_leaf_tables": flag}
+    facts = replace(facts, module_params=params)
+    assert values_of(facts, variant)["memory.memory_saver.packing"] is packing
+
+
+def test_dkms_of_another_kernel_or_not_installed_is_no_version(variant: Baseline) -> None:
+    facts = converged_facts(variant)
+    other = tuple(replace(e, kernel="7.0.0-1019-nvidia") for e in facts.dkms)
+    built = tuple(replace(e, status="built") for e in facts.dkms)
+    for dkms in (other, built):
+        keys = {v.key for v in captured_values(replace(facts, dkms=dkms), variant).values}
+        assert "host.fan_control.dkms_version" not in keys
+
+
+def test_fan_control_names_stay_only_where_the_node_confirms_them(variant: Baseline) -> None:
+    facts = converged_facts(variant)
+    values = values_of(replace(facts, dkms=tuple(replace(e, version="0.1.4") for e in facts.dkms)), variant)
+    assert values["host.fan_control.dkms_version"] == "0.1.4"
+    stopped = replace(facts, modules=frozenset({"nvidia_uvm"}),
+                      units={**facts.units, "dgx-fan-control.service": UnitState("enabled", "failed")})
+    capture = captured_values(stopped, variant)
+    keys = {v.key for v in capture.values}
+    assert "host.fan_control.module" not in keys and "host.fan_control.service" not in keys
+    assert "host.fan_control.module: dgx_ec_fan_control is not loaded" in capture.missing
+    assert "host.fan_control.service: dgx-fan-control.service is not enabled and active" in capture.missing
+
+
+def test_modeset_purge_kept_where_the_package_is_gone_dropped_where_installed(variant: Baseline) -> None:
+    facts = converged_facts(variant)
+    assert values_of(facts, variant)["host.nvidia_drm.purge"] == "nvidia-drm-options-modeset0"
+    installed = replace(facts, packages={**facts.packages, "nvidia-drm-options-modeset0": "25.07-1"})
+    capture = captured_values(installed, variant)
+    assert {v.key: v.value for v in capture.values}["host.nvidia_drm.purge"] is None
+    assert capture.dropped == ("host.nvidia_drm.purge: nvidia-drm-options-modeset0 (installed on the node, "
+                               "25.07-1)",)
+    unread = replace(facts, packages={}, errors={"dpkg": "dpkg-query: not found"})
+    assert "host.nvidia_drm.purge" not in values_of(unread, variant)
+
+
+def test_a_null_capture_is_written_as_null_and_other_nulls_stay_null() -> None:
+    from sparkbase.capture import Capture, Captured
+
+    text = ("version: 1.0.0\nsecure_boot:\n  mok_fingerprint: null  # none yet\n"
+            "host:\n  cpu_governor: performance  # keep\n")
+    out = write_captured(text, Capture((Captured(("host", "cpu_governor"), None),), ()), "spark1", TIME)
+    assert "  mok_fingerprint: null  # none yet\n" in out
+    assert re.search(r"^  cpu_governor: null +# keep$", out, re.MULTILINE), out
