@@ -76,6 +76,14 @@ class Fleet:
         assert status == 0, f"{node}: {command}: {err}"
         return out
 
+    def apply(self, node: str, *extra: str) -> dict[str, dict[str, Any]]:
+        """`apply --limit NODE --yes --json` (reboots staged, not done): operations by name."""
+        done = self.sparkbase("apply", "--limit", node, "--yes", "--json", *extra)
+        report = json.loads(done.stdout)
+        result = report["nodes"][0]
+        assert result["status"] in ("changed", "reboot pending", "unchanged"), done.stdout + done.stderr
+        return {op["name"]: op for op in result["operations"]}
+
     def wait_ssh(self, node: str, timeout: float = 30) -> None:
         """Wait until `node` answers over SSH again (after a fault is cleared)."""
         deadline = time.monotonic() + timeout

@@ -49,14 +49,6 @@ MARK = "/swap.img kept, its /etc/fstab line marked noauto, switched off when act
 class Fleet(fleets.Fleet):
     """The shared fleet, with what this module asks of a node."""
 
-    def apply(self, node: str, *extra: str) -> dict[str, dict[str, Any]]:
-        """`apply --limit NODE --yes --json` (reboots staged, not done): operations by name."""
-        done = self.sparkbase("apply", "--limit", node, "--yes", "--json", *extra)
-        report = json.loads(done.stdout)
-        result = report["nodes"][0]
-        assert result["status"] in ("changed", "reboot pending", "unchanged"), done.stdout + done.stderr
-        return {op["name"]: op for op in result["operations"]}
-
     def audit(self, node: str, baseline: str) -> dict[str, dict[str, Any]]:
         """`audit --baseline B --limit NODE --json`: the node's checks by id."""
         done = self.sparkbase("audit", "--baseline", baseline, "--limit", node, "--format", "json")

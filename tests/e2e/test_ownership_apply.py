@@ -15,7 +15,6 @@ included, so what is kept and what is removed is observed on the nodes themselve
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -55,14 +54,6 @@ class Fleet(fleets.Fleet):
     def exists(self, node: str, path: str) -> bool:
         """Whether `path` exists on `node`."""
         return self.lab.run(node, f"test -e {path}")[0] == 0
-
-    def apply(self, node: str, *extra: str) -> dict[str, dict[str, Any]]:
-        """`apply --limit NODE --yes --json` (reboots staged, not done): operations by name."""
-        done = self.sparkbase("apply", "--limit", node, "--yes", "--json", *extra)
-        report = json.loads(done.stdout)
-        result = report["nodes"][0]
-        assert result["status"] in ("changed", "reboot pending", "unchanged"), done.stdout + done.stderr
-        return {op["name"]: op for op in result["operations"]}
 
     def owned(self, node: str) -> Any:
         """The node's ownership record."""
