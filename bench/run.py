@@ -275,6 +275,8 @@ def bench_size(
             "-q",
             "-p",
             "no:cacheprovider",
+            "-p",
+            "no:sparkbase.checks_plugin",  # a plain suite: sparkbase's own checks stay out
             "-c",
             os.devnull,  # not the project's pytest configuration
             "--rootdir",
@@ -282,7 +284,7 @@ def bench_size(
             str(REPO / "bench" / "plain_testinfra"),
             f"--hosts={hosts}",
             f"--ssh-config={lab / 'ssh_config'}",
-            f"--sparkbase-site={site}",
+            f"--plain-site={site}",
         ]
         commands: dict[str, Callable[[], float]] = {AUDIT: command(audit, env)}
         if not args.no_testinfra:

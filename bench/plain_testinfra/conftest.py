@@ -3,60 +3,92 @@ would write them (one remote command per assertion). Expected values come from t
 sparkbase site, so both sides check the same things.
 
     pytest bench/plain_testinfra --hosts=paramiko://spark1,... --ssh-config=LAB/ssh_config \
-        --sparkbase-site=SITE
+        --plain-site=SITE -p no:sparkbase.checks_plugin
+
+(`-p no:...`: an installed sparkbase brings its checks plugin to every pytest run; a plain
+suite runs without it.)
 
 testinfra's paramiko backend accepts unknown host keys (WarningPolicy); like any careful
-suite, this one gives each backend a client that loads the ssh_config's
-`UserKnownHostsFile` and refuses any other key, so both sides of the benchmark pay for the
-same host-key checking.
+suite, this one hands each backend a strict client instead: sparkbase's own
+(`sparkbase.transport.client.connect`: the ssh_config's `UserKnownHostsFile` only, any
+other key refused), given to the backend by setting its `client` (a
+`functools.cached_property`, which Python lets a caller set: what the checks plugin does),
+so both sides of the benchmark pay for the same host-key checking.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--sparkbase-site", default=".", help="site directory")
-
-
-def _strict_client(backend: Any, ssh_config: str) -> Any:
-    """A connected paramiko client for `backend`'s host, known_hosts loaded, RejectPolicy."""
+if TYPE_CHECKING:
     import paramiko
 
-    entry = paramiko.SSHConfig.from_path(ssh_config).lookup(backend.host.name)
-    client = paramiko.SSHClient()
-    for known_hosts in str(entry.get("userknownhostsfile", "")).split():
-        client.load_host_keys(known_hosts)
-    client.set_missing_host_key_policy(paramiko.RejectPolicy())
-    client.connect(
-        entry.get("hostname", backend.host.name),
-        port=int(entry.get("port", 22)),
-        username=entry.get("user", "root"),
-        key_filename=entry.get("identityfile"),
-        timeout=backend.timeout,
-        allow_agent=False,
-        look_for_keys=False,
+    from sparkbase.audit.expected import Expected
+    from sparkbase.model.baseline import Baseline
+    from sparkbase.model.site import Site
+
+#: one strict connection per host alias for the whole session
+_CLIENTS: dict[str, paramiko.SSHClient] = {}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--plain-site", default=".", help="the sparkbase site the expected values come from")
+
+
+def _strict_client(alias: str, ssh_config: Path, timeout: float) -> paramiko.SSHClient:
+    """sparkbase's strict connection to `alias` (known_hosts from its ssh_config entry)."""
+    from sparkbase.transport.client import connect, import_paramiko
+    from sparkbase.transport.targets import SshTarget
+
+    import_paramiko()
+    import paramiko
+
+    entry = paramiko.SSHConfig.from_path(str(ssh_config)).lookup(alias)
+    known_hosts = str(entry.get("userknownhostsfile", "")).split()
+    if not known_hosts:
+        raise pytest.UsageError(f"{ssh_config}: {alias} has no UserKnownHostsFile to check keys with")
+    target = SshTarget(
+        node=alias,
+        alias=alias,
+        config_file=ssh_config,
+        known_hosts=Path(known_hosts[0]),
+        user="root",  # the ssh_config's User wins (as for `sparkbase audit --lab`)
+        sudo=False,
+        connect_timeout=timeout,
     )
-    return client
+    return connect(target)
 
 
 @pytest.fixture(autouse=True)
 def _strict_host_keys(host: Any, request: pytest.FixtureRequest) -> None:
-    backend = host.backend
+    """Hand the host's paramiko backend the session's strict client for its host."""
     ssh_config = request.config.getoption("ssh_config", default=None)
-    if ssh_config and "client" not in backend.__dict__:  # testinfra caches it per backend
-        backend.__dict__["client"] = _strict_client(backend, ssh_config)
+    backend = host.backend
+    if not ssh_config or getattr(backend, "NAME", "") != "paramiko":
+        return
+    alias = backend.host.name
+    if alias not in _CLIENTS:
+        _CLIENTS[alias] = _strict_client(alias, Path(ssh_config), float(backend.timeout))
+    backend.client = _CLIENTS[alias]  # sets the cached_property's value
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _close_clients() -> Iterator[None]:
+    yield
+    for client in _CLIENTS.values():
+        client.close()
+    _CLIENTS.clear()
 
 
 @pytest.fixture(scope="session")
-def site(request: pytest.FixtureRequest) -> Any:
+def site(request: pytest.FixtureRequest) -> Site:
     from sparkbase.model.site import load_site
 
-    return load_site(Path(request.config.getoption("--sparkbase-site")))
+    return load_site(Path(request.config.getoption("--plain-site")))
 
 
 @pytest.fixture()
@@ -65,5 +97,13 @@ def node(host: Any) -> str:
 
 
 @pytest.fixture()
-def baseline(site: Any, node: str) -> Any:
+def baseline(site: Site, node: str) -> Baseline:
     return site.baseline_of(node)
+
+
+@pytest.fixture()
+def expected(site: Site, node: str) -> Expected:
+    """The audit's expectations of the node (per-node GID index, cable addresses)."""
+    from sparkbase.audit.expected import expected_for
+
+    return expected_for(site, node)
