@@ -40,6 +40,8 @@ def test_gpu_clock(host: Any) -> None:
     query = ",".join(GPU_QUERY)
     result = host.run(f"nvidia-smi --query-gpu={query} --format=csv,noheader,nounits")
     judgement = judge_clock(parse_nvidia_smi_query(result.stdout, result.rc))
+    if judgement.state is ClockState.UNKNOWN:  # as the audit: test_driver reports it
+        pytest.skip(f"no SM clock reading ({judgement.reading})")
     assert judgement.state in CLOCK_PASSES, judgement.reading
 
 
