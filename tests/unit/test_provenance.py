@@ -11,14 +11,8 @@ import pytest
 
 from sparkbase.cli.main import main
 from sparkbase.model.baseline import Baseline, DriverSpec, KernelSpec
-from sparkbase.model.provenance import (
-    PlaceholderSource,
-    RecipeSource,
-    covering_key,
-    merge_sources,
-    source_of,
-    unconfirmed,
-)
+from sparkbase.model.coverage import unconfirmed
+from sparkbase.model.provenance import PlaceholderSource, RecipeSource, covering_key, merge_sources, source_of
 from sparkbase.model.site import Site, load_site
 
 VARIANT, STOCK_PAGES, SITE = "ds41f-7x-64k", "ds41f-stock-pages-262k", "site-stock-6.17-4k"

@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _check_sources(site: Site, allow: bool, count: int) -> int:
     """Refuse a release whose baselines still carry placeholders or unsourced values."""
-    from sparkbase.model.provenance import unconfirmed
+    from sparkbase.model.coverage import unconfirmed
     from sparkbase.text import shown
 
     pending = [item for name in sorted(site.baselines) for item in unconfirmed(name, site.baselines[name])]

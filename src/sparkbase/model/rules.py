@@ -248,7 +248,7 @@ def _provenance_findings(doc: DocRef, baseline: Baseline) -> Iterator[Finding]:
     No message names the baseline: an entry in a shared base file is then reported once,
     however many baselines extend it.
     """
-    from sparkbase.model.provenance import key_problem, placeholders, uncovered
+    from sparkbase.model.coverage import key_problem, placeholders, uncovered
 
     for key in baseline.sources:
         problem = key_problem(key, baseline)
