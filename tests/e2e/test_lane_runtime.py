@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fleets import ConvergedImage, clone_fleet
+from fleets import NODES, ConvergedImage, clone_fleet
 from ports import port_base
 
 from sparkbase.cli.main import main
@@ -112,3 +112,51 @@ def test_switch_and_refused_switch(running: Lab, site_copy: Path, tmp_path: Path
         lanes.restart(running, site, LANE, "spark2")
     records = [json.loads(line) for line in log.read_text().splitlines()]
     assert [(r["kind"], r["lane"]) for r in records] == [("lane-switch", LANE)]
+
+
+def test_status_and_triggers_read_the_lanes_own_metrics(running: Lab, site_copy: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """`lane status` shows each node's scraped figures; `triggers` without --metrics scrapes
+    the active lane's loopback endpoints: idle is quiet, fault lane-sessions fires, a node
+    whose engine is down is named and keeps the verdict from being quiet."""
+    site = load_site(site_copy)
+    assert site.rules.proxy is not None
+    lanes.write_proxy_env(running, site.rules.proxy.key, LANE)
+    common = ["--site", str(site_copy), "--lab-dir", str(running.dir)]
+    urls = {node: f"http://127.0.0.1:{lanes.metrics_port(running, node)}/metrics" for node in NODES}
+
+    assert main(["lane", "status", *common]) == 0
+    out = capsys.readouterr().out
+    for node, url in urls.items():
+        assert f"metrics {node}: {url}: sglang: running requests 0, KV-cache tokens in use 0, " \
+               "sessions of ≥500000 tokens 0" in out, out
+    assert main(["triggers", *common, "--json"]) == 0
+    session = next(t for t in json.loads(capsys.readouterr().out)["triggers"] if t["kind"] == "session-load")
+    assert session["status"] == "quiet"
+    assert session["evidence"][0].startswith(f"metrics source: the active lane {LANE} (from ")
+    assert [line for line in session["evidence"] if line.startswith("spark")] == [
+        f"{node}: scraped {url} (2 sample(s) read)" for node, url in urls.items()
+    ]
+
+    faults.inject(running, "spark1", "lane-sessions")
+    try:
+        assert main(["lane", "status", *common]) == 0
+        assert f"metrics spark1: {urls['spark1']}: sglang: running requests 6, KV-cache tokens in use " \
+               "2,150,000, sessions of ≥500000 tokens 4" in capsys.readouterr().out
+        assert main(["triggers", *common]) == 1
+        assert "FIRED   long-context-concurrency" in capsys.readouterr().out
+    finally:
+        faults.clear(running, "spark1", "lane-sessions")
+
+    unit = lanes.unit_name(site, LANE)
+    status, _out, err = running.run("spark3", f"systemctl stop {unit}", timeout=60)
+    assert status == 0, err
+    try:
+        assert main(["lane", "status", *common]) == 0  # informs: a lane not serving yet may qualify
+        assert f"metrics spark3: not scraped {urls['spark3']}: cannot fetch: [Errno 111] Connection refused" \
+               in capsys.readouterr().out
+        assert main(["triggers", *common]) == 4
+        out = capsys.readouterr().out
+        assert "UNKNOWN long-context-concurrency" in out and "not read: spark3" in out
+    finally:
+        lanes.restart(running, site, LANE, "spark3")

@@ -152,7 +152,7 @@ def test_scrape_one_reports_why_not() -> None:
     def refused(url: str) -> str:
         raise MetricsError(f"{url}: cannot fetch: [Errno 111] Connection refused")
     scrape = scrape_one(MetricsTarget("spark1", "http://127.0.0.1:1/metrics"), {"m"}, 0.0, fetch=refused)
-    assert not scrape.scraped and "Connection refused" in scrape.error
+    assert scrape.error == "cannot fetch: [Errno 111] Connection refused"  # the URL is said once
     garbled = scrape_one(MetricsTarget("spark1", "http://127.0.0.1:1/metrics"), {"m"}, 0.0,
                          fetch=lambda _url: "not a sample line\n")
     assert garbled.error == "http://127.0.0.1:1/metrics:1: not Prometheus text " \

@@ -138,8 +138,8 @@ def scrape_one(target: MetricsTarget, wanted: Collection[str], scraped_at: float
         return NodeScrape(target.node, "", error=target.refused)
     try:
         samples = parse_scrapes(fetch(target.url), scraped_at, target.url, wanted)
-    except MetricsError as exc:
-        return NodeScrape(target.node, target.url, error=str(exc))
+    except MetricsError as exc:  # said after the URL: the message's own leading URL goes
+        return NodeScrape(target.node, target.url, error=str(exc).removeprefix(f"{target.url}: "))
     return NodeScrape(target.node, target.url, tuple(labelled(samples, target.node)))
 
 
