@@ -1,8 +1,9 @@
 """`sparkbase capture` of a converged lab node (this module's own one-node lab, port 2941,
-spark1 cloned from the run's converged image):
-the captured baseline validates, renders the files the node was converged to, and audits
-the node clean once apply has rewritten the stamp (the only file that names the baseline's
-own hash)."""
+spark1 cloned from the run's converged image), on the site baseline and then moved to the
+variant (fallback kernel, factory swap noauto, fan control and the patched nvidia-uvm as
+DKMS modules, the modeset package purged, governor and NVMe coalescing): each captured
+baseline validates, renders the files the node was converged to, and audits the node clean
+once apply has rewritten the stamp (the only file that names the baseline's own hash)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,18 @@ pytestmark = pytest.mark.end_to_end
 PORT_BASE = port_base("SPARKBASE_TEST_CAPTURE_PORT_BASE", 2941)
 NODE = "spark1"
 BASELINE = "site-stock-6.17-4k"
+VARIANT = "ds41f-7x-64k"
+VARIANT_KERNEL = "7.0.0-1019-nvidia-64k"
+#: what a capture of the site baseline marks (every field the node can tell)
+SITE_CAPTURED = ("kernel.release", "kernel.tools", "driver.version", "nccl.library.sha256", "cpuset.cpus",
+                 "memory.sysctls", "host.cpu_governor", "host.nvme.interrupt_coalescing")
+#: what a capture of the variant marks beyond those
+VARIANT_CAPTURED = (
+    "kernel.fallback.release", "kernel.fallback.package_version", "memory.factory_swap.fstab",
+    "memory.memory_saver.dkms_version", "memory.memory_saver.srcversion", "memory.memory_saver.packing",
+    "host.nvidia_drm.purge", "host.fan_control.dkms_version", "host.fan_control.module",
+    "host.fan_control.service",
+)
 
 
 def sparkbase(*argv: str) -> subprocess.CompletedProcess[str]:
@@ -49,9 +62,10 @@ def converged(tmp_path_factory: pytest.TempPathFactory, converged_image: Converg
     yield from clone_fleet(converged_image, tmp_path_factory.mktemp("capture-lab"), PORT_BASE, nodes=1)
 
 
-def audit_failures(site: Path, lab: Lab, capsys: pytest.CaptureFixture[str]) -> tuple[int, set[str]]:
+def audit_failures(site: Path, lab: Lab, capsys: pytest.CaptureFixture[str],
+                   *baseline: str) -> tuple[int, set[str]]:
     code = main(["audit", "--site", str(site), "--lab-dir", str(lab.dir), "--limit", NODE,
-                 "--format", "json"])
+                 "--format", "json", *(["--baseline", *baseline] if baseline else [])])
     data = json.loads(capsys.readouterr().out)
     return code, {c["id"] for n in data["nodes"] for c in n["checks"] if c["status"] in {"fail", "warn"}}
 
@@ -73,7 +87,7 @@ def test_capture_of_a_converged_node(converged: Lab, site: Path, capsys: pytest.
     comments = [line.strip() for line in before_text.splitlines() if line.lstrip().startswith("#")]
     assert all(comment in text for comment in comments)
     captured = load_site(site).baselines[BASELINE]
-    for key in ("kernel.release", "driver.version", "nccl.library.sha256", "cpuset.cpus", "memory.sysctls"):
+    for key in SITE_CAPTURED:
         source = captured.sources[key]
         assert (source.kind, getattr(source, "node", None)) == ("captured", NODE), key
 
@@ -93,6 +107,48 @@ def test_capture_of_a_converged_node(converged: Lab, site: Path, capsys: pytest.
     assert "rebooting" not in result.stdout
     code, failures = audit_failures(site, converged, capsys)
     assert (code, failures) == (0, set())
+
+
+def test_capture_of_a_node_converged_to_the_variant(
+    converged: Lab, site: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    moved = sparkbase("apply", "--site", str(site), "--lab-dir", str(converged.dir), "--limit", NODE,
+                      "--baseline", VARIANT, "--allow-reboot", "--yes",
+                      "--override-policy", "e2e: capture of the variant")
+    assert moved.returncode == 0, moved.stdout + moved.stderr
+    file = site / "baselines" / f"{VARIANT}.yaml"
+    before_text = file.read_text()
+    before = {f.path: f.content for f in node_files(load_site(site), NODE, VARIANT)}
+
+    code = main(["capture", NODE, "--site", str(site), "--lab-dir", str(converged.dir), "--as", VARIANT])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert "dropped" not in out.out, out.out  # the node carries out everything the variant pins
+    assert main(["validate", "--site", str(site)]) == 0
+    capsys.readouterr()
+    text = file.read_text()
+    comments = [line.strip() for line in before_text.splitlines() if line.lstrip().startswith("#")]
+    assert all(comment in text for comment in comments)
+    captured = load_site(site).baselines[VARIANT]
+    assert captured.kernel.release == VARIANT_KERNEL
+    for key in (*SITE_CAPTURED, *VARIANT_CAPTURED):
+        source = captured.sources[key]
+        assert (source.kind, getattr(source, "node", None)) == ("captured", NODE), key
+
+    after = {f.path: f.content for f in node_files(load_site(site), NODE, VARIANT)}
+    assert after.keys() == before.keys()
+    assert {path for path in after if after[path] != before[path]} <= {STAMP_PATH}
+
+    # the inventory still assigns the site baseline: the audit warns that the node carries another
+    moved_away = {"stamp.assignment"}
+    code, failures = audit_failures(site, converged, capsys, VARIANT)
+    assert failures <= {"stamp", *moved_away}
+    result = sparkbase("apply", "--site", str(site), "--lab-dir", str(converged.dir), "--limit", NODE,
+                       "--baseline", VARIANT, "--yes", "--override-policy", "e2e: stamp of the capture")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "rebooting" not in result.stdout
+    code, failures = audit_failures(site, converged, capsys, VARIANT)
+    assert (code, failures) == (0, moved_away)
 
 
 def test_capture_refuses_an_unreachable_node(
