@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sparkbase.model.rules import DocRef, Finding
+from sparkbase.model.findings import DocRef, Finding
 
 if TYPE_CHECKING:
     from sparkbase.model.baseline import Baseline

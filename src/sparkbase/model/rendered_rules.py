@@ -24,7 +24,7 @@ from sparkbase.model.cmdline import (
     rendered_kernel_args,
     typed_parameters,
 )
-from sparkbase.model.rules import DocRef, Finding
+from sparkbase.model.findings import DocRef, Finding
 from sparkbase.model.yamlio import dotted
 
 

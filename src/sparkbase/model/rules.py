@@ -14,6 +14,9 @@ from typing import TYPE_CHECKING
 
 from sparkbase.errors import Severity
 from sparkbase.model.baseline import FACTORY_SWAP_HEADER, ONESHOT_SHAPES, SHAPE_NODES, Baseline
+from sparkbase.model.fabric import fabric_findings, lane_cabling_findings
+from sparkbase.model.findings import DocRef, Finding
+from sparkbase.model.rendered_rules import rendered_findings
 from sparkbase.model.types import GB10_FAST_CPUS
 from sparkbase.model.yamlio import PathKey
 
@@ -21,21 +24,6 @@ if TYPE_CHECKING:
     from sparkbase.model.inventory import Inventory
     from sparkbase.model.lanes import Lane
     from sparkbase.model.site_rules import SiteContract
-
-#: which document a finding is about: ("baseline", name), ("inventory", ""), ("lane", name),
-#: ("site", "")
-DocRef = tuple[str, str]
-
-
-@dataclass(frozen=True)
-class Finding:
-    """A rule's verdict on one field of one document."""
-
-    doc: DocRef
-    path: PathKey
-    message: str
-    severity: Severity = Severity.ERROR
-
 
 @dataclass(frozen=True)
 class Breach:
@@ -271,8 +259,6 @@ def _provenance_findings(doc: DocRef, baseline: Baseline) -> Iterator[Finding]:
 
 
 def _rendered_findings(doc: DocRef, baseline: Baseline) -> Iterator[Finding]:
-    from sparkbase.model.rendered_rules import rendered_findings  # it imports Finding from here
-
     yield from rendered_findings(doc, baseline)
 
 
@@ -389,8 +375,6 @@ def inventory_findings(
                 + " (an override is recorded by `sparkbase apply --override-policy`)",
             )
     yield from _shared_findings(inventory, baselines, contract)
-    from sparkbase.model.fabric import fabric_findings  # fabric.py builds on Finding
-
     yield from fabric_findings(inventory, baselines)
 
 
@@ -483,6 +467,4 @@ def lane_findings(
                 f"{node_name} carries baseline {node.baseline}, but the lane needs "
                 f"{lane.baseline}: a lane's nodes all carry its baseline",
             )
-    from sparkbase.model.fabric import lane_cabling_findings  # fabric.py builds on Finding
-
     yield from lane_cabling_findings(name, lane, inventory)

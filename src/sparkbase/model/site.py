@@ -17,12 +17,11 @@ from pydantic import BaseModel, ValidationError
 
 from sparkbase.errors import ConfigError, Problem, Severity
 from sparkbase.model.baseline import Baseline
+from sparkbase.model.findings import DocRef, Finding
 from sparkbase.model.inventory import Inventory
 from sparkbase.model.lanes import Lane
 from sparkbase.model.provenance import covering_key, dotted_key, leaf_paths, merge_sources
 from sparkbase.model.rules import (
-    DocRef,
-    Finding,
     baseline_findings,
     contract_breaches,
     contract_notice,
