@@ -1,7 +1,11 @@
 """Capture a baseline from a live node: one SSH round trip, every value it pins as the node
-has it (kernel release, page size, command line, package versions, driver, NCCL library
-sha256, sysctls, THP, swap, services, slice, GRUB default, MOK fingerprint), each marked
-`captured` (node, time) in the file's `sources:`.
+has it (kernel release, page size, command line, package versions, linux-tools, fallback
+kernel, driver, NCCL library sha256, sysctls, THP, swap, the installer's swap line, the
+memory saver's DKMS build, srcversion and packing, fan control's DKMS module and daemon,
+the nvidia-drm options package purged, CPU governor, NVMe coalescing, services, slice,
+GRUB default, MOK fingerprint), each marked `captured` (node, time) in the file's
+`sources:`. A value the node contradicts (a service it runs, a governor it does not) is
+dropped and said; what it cannot tell is kept and said.
 
 The file is baselines/NAME.yaml of the site (`--as NAME`, default captured-NODE) or
 `--out FILE`. An existing file is updated in place, keeping its comments and every value
@@ -32,7 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=None, metavar="FILE",
                         help="write FILE instead (its name, less .yaml, is the baseline's name)")
     parser.add_argument("--from", dest="start", metavar="BASELINE", default=None,
-                        help="a new file starts from this baseline (default: the node's)")
+                        help="a new file starts from this baseline, which says what to read "
+                        "(default: the inventory's; give the one a node was moved to with apply "
+                        "--baseline)")
     add_site_arguments(parser)
     add_lab_arguments(parser, "the node")
 
