@@ -145,7 +145,7 @@ def test_a_corrupt_cache_still_gives_the_right_answer(
     path.write_bytes(corrupt(path.read_bytes()))
     assert load_site(site_copy, cache=True) == expected
     # and the cache is sound again afterwards
-    assert site_cache.load_cached(site_copy.resolve(), path.read_bytes()[:32]) == expected
+    assert site_cache.load_cached(site_copy.resolve(), path.read_bytes()[:32], Site) == expected
 
 
 def test_a_cache_others_may_write_is_not_trusted(
@@ -155,7 +155,7 @@ def test_a_cache_others_may_write_is_not_trusted(
     path = _cache(site_copy)
     key = path.read_bytes()[:32]
     os.chmod(path, 0o620)
-    assert site_cache.load_cached(site_copy.resolve(), key) is None
+    assert site_cache.load_cached(site_copy.resolve(), key, Site) is None
 
 
 def test_a_cache_that_is_a_link_is_not_followed(site_copy: Path, tmp_path: Path) -> None:
@@ -164,7 +164,7 @@ def test_a_cache_that_is_a_link_is_not_followed(site_copy: Path, tmp_path: Path)
     moved = tmp_path / "elsewhere.pickle"
     path.rename(moved)
     path.symlink_to(moved)
-    assert site_cache.load_cached(site_copy.resolve(), moved.read_bytes()[:32]) is None
+    assert site_cache.load_cached(site_copy.resolve(), moved.read_bytes()[:32], Site) is None
 
 
 def test_the_key_covers_version_and_code(site_copy: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -30,13 +30,10 @@ import stat
 import sys
 import weakref
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol, TypeVar
 
 from sparkbase.boundedfile import FileRefused, read_regular_file
 from sparkbase.model.yamlio import MAX_FILE_BYTES
-
-if TYPE_CHECKING:
-    from sparkbase.model.site import Site
 
 #: where the cache lives, relative to the site root
 CACHE_DIR = Path(".sparkbase") / "cache"
@@ -51,8 +48,23 @@ _KEY_SIZE = 32  # a sha256 digest, stored before the pickle
 _PARSING_DEPENDENCIES = ("ruamel.yaml", "pydantic", "pydantic_core", "jinja2")
 #: files of the package whose content shapes a load or what is derived from it
 _CODE_SUFFIXES = (".py", ".j2")
+
+
+class CachedSite(Protocol):
+    """What the cache needs of a loaded site: the directory it was loaded from. The loader
+    (`sparkbase.model.site`) names its own type to `load_cached`, so this module never
+    imports the site module, which imports it."""
+
+    @property
+    def root(self) -> Path:
+        """The site directory (resolved)."""
+        ...
+
+
+SiteT = TypeVar("SiteT", bound=CachedSite)
+
 #: the key of each site this process loaded through the cache: id -> (the site, its key)
-_SITE_KEYS: dict[int, tuple[weakref.ref[Site], bytes]] = {}
+_SITE_KEYS: dict[int, tuple[weakref.ref[CachedSite], bytes]] = {}
 
 
 def cache_file(root: Path) -> Path:
@@ -90,20 +102,18 @@ def site_key(root: Path, inventory_file: Path, directories: tuple[str, ...]) -> 
     return digest.digest()
 
 
-def load_cached(root: Path, key: bytes) -> Site | None:
-    """The cached site of `root` if its key is `key` and it is sound, else None."""
+def load_cached(root: Path, key: bytes, kind: type[SiteT]) -> SiteT | None:
+    """The cached site of `root` if its key is `key` and it is a sound `kind`, else None."""
     if os.environ.get(DISABLE_ENV):
         return None
-    from sparkbase.model.site import Site
-
     site = _read_pickle(cache_file(root), key)
-    if not isinstance(site, Site):
+    if not isinstance(site, kind):
         return None
     _remember_key(site, key)
     return site
 
 
-def store(root: Path, key: bytes, site: Site) -> None:
+def store(root: Path, key: bytes, site: CachedSite) -> None:
     """Keep `site` under `key`; silently nothing when the site directory is not writable."""
     if os.environ.get(DISABLE_ENV):
         return
@@ -116,7 +126,7 @@ def derived_file(root: Path, name: str) -> Path:
     return root / CACHE_DIR / f"{name}.pickle"
 
 
-def load_derived(site: Site, name: str) -> dict[object, object]:
+def load_derived(site: CachedSite, name: str) -> dict[object, object]:
     """The values called `name` kept for `site`, or {} when there are none to trust: the
     site did not come through the cache (loaded without it, or changed since, as
     `dataclasses.replace` does), the file holds another key, or it is unsound."""
@@ -127,7 +137,7 @@ def load_derived(site: Site, name: str) -> dict[object, object]:
     return values if isinstance(values, dict) else {}
 
 
-def store_derived(site: Site, name: str, values: dict[object, object]) -> None:
+def store_derived(site: CachedSite, name: str, values: dict[object, object]) -> None:
     """Keep `values` (a dict, picklable) for `site` under its key; nothing for a site that
     did not come through the cache, or when the site directory is not writable."""
     key = _key_of(site)
@@ -135,14 +145,14 @@ def store_derived(site: Site, name: str, values: dict[object, object]) -> None:
         _write_pickle(derived_file(site.root, name), key, values)
 
 
-def _remember_key(site: Site, key: bytes) -> None:
+def _remember_key(site: CachedSite, key: bytes) -> None:
     """Note that `site` is what the files under `key` load into (for its derived values)."""
     ident = id(site)
     _SITE_KEYS[ident] = (weakref.ref(site), key)
     weakref.finalize(site, _SITE_KEYS.pop, ident, None)
 
 
-def _key_of(site: Site) -> bytes | None:
+def _key_of(site: CachedSite) -> bytes | None:
     """The key `site` was loaded or stored under by this process, if it was."""
     if os.environ.get(DISABLE_ENV):
         return None

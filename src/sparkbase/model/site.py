@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from sparkbase.errors import ConfigError, Problem, Severity
+from sparkbase.model import cache as site_cache
 from sparkbase.model.baseline import Baseline
 from sparkbase.model.findings import DocRef, Finding
 from sparkbase.model.inventory import Inventory
@@ -144,11 +145,9 @@ def load_site(root: Path, inventory: Path | None = None, *, cache: bool = False)
     root = root.resolve()
     if not cache:
         return _load_site(root, inventory)
-    from sparkbase.model import cache as site_cache
-
     inventory_file = Path(os.path.abspath(root / (inventory or DEFAULT_INVENTORY)))
     key = site_cache.site_key(root, inventory_file, ("baselines", "lanes"))
-    cached = site_cache.load_cached(root, key)
+    cached = site_cache.load_cached(root, key, Site)
     if cached is not None:
         return cached
     site = _load_site(root, inventory)
