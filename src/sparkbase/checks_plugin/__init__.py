@@ -350,7 +350,7 @@ def _openssh_failure(exc: RuntimeError) -> NodeFailure:
 def _config_known_hosts(ssh_config: Path | None, alias: str) -> Path | None:
     if ssh_config is None:
         return None
-    from sparkbase.transport.client import import_paramiko
+    from sparkbase.transport.paramiko_import import import_paramiko
 
     import_paramiko()
     import paramiko

@@ -19,8 +19,6 @@ from __future__ import annotations
 import functools
 import re
 import shlex
-import sys
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,30 +34,17 @@ from sparkbase.transport.failure import (
     classify_connect,
     failure,
 )
+from sparkbase.transport.paramiko_import import import_paramiko
 
 if TYPE_CHECKING:
     import paramiko
 
     from sparkbase.transport.targets import SshTarget
 
-_IMPORT_LOCK = threading.Lock()
 #: an ssh_config line that runs a command (`Match exec ...`), which paramiko does with invoke
 _MATCH_EXEC = re.compile(r"^\s*match\b.*\bexec\b", re.IGNORECASE | re.MULTILINE)
 #: how long one probe of a rebooting node may take (connect and the marker test)
 REBOOT_PROBE_TIMEOUT = 3.0
-
-
-def import_paramiko() -> None:
-    """Import paramiko without `invoke` (a third of paramiko's import time, asyncio and
-    unittest.mock included), which paramiko needs only for ssh_config `Match exec`;
-    `_ssh_config` brings it back for a config that has one. Call before `import paramiko`."""
-    with _IMPORT_LOCK:
-        if "paramiko" not in sys.modules and "invoke" not in sys.modules:
-            sys.modules["invoke"] = None  # type: ignore[assignment]  # import blocker
-            try:
-                import paramiko  # noqa: F401  # imported for its side effect on sys.modules
-            finally:
-                del sys.modules["invoke"]
 
 
 @functools.lru_cache(maxsize=16)

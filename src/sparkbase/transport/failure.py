@@ -15,6 +15,8 @@ import socket
 from dataclasses import dataclass
 from enum import StrEnum
 
+from sparkbase.transport.paramiko_import import import_paramiko
+
 
 class FailureKind(StrEnum):
     """What went wrong with one node (the values are the JSON and report spelling)."""
@@ -108,8 +110,6 @@ def classify_connect(exc: BaseException, *, handshake_done: bool = False,
     client's transport by `client.connect`): an SSHException after the handshake but
     before authentication is paramiko's "no authentication methods available".
     """
-    from sparkbase.transport.client import import_paramiko
-
     import_paramiko()
     import paramiko
 

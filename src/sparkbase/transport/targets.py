@@ -14,7 +14,7 @@ from pathlib import Path
 from sparkbase.boundedfile import FileRefused, Refusal, read_regular_file
 from sparkbase.errors import ConfigError, Problem
 from sparkbase.model.site import Site
-from sparkbase.transport.client import import_paramiko
+from sparkbase.transport.paramiko_import import import_paramiko
 
 DEFAULT_LAB_DIR = Path("/var/lib/sparkbase/lab")
 #: the largest ssh_config or known_hosts read (real ones are kilobytes)
