@@ -79,6 +79,9 @@ REFUSED: list[tuple[str, int, int, str, str]] = [
     ("a: !x 1\n", 1, 1, "a", "YAML tag '!x' is not allowed"),
     ("a: !!binary aGk=\n", 1, 1, "a", "binary data is not allowed"),
     ("a: " + "7" * 41 + "\n", 1, 4, "", "a number of 41 characters is out of range"),
+    # flow nesting is bounded before ruamel scans it (its scanner is quadratic in depth)
+    ("a: " + "[" * 41 + "]" * 41 + "\n", 1, 44, "", "nested deeper than 40 levels"),
+    ("a:\n  b: " + "{x: " * 41 + "1" + "}" * 41 + "\n", 2, 166, "", "nested deeper than 40 levels"),
 ]
 
 
@@ -134,3 +137,20 @@ def test_the_size_is_checked_before_reading(tmp_path: Path) -> None:
         handle.truncate(2 * 1024**3)
     with pytest.raises(FileRefused, match="the limit is"):
         read_site_file(big, limit=1024)
+
+
+#: texts with many brackets that do not nest deeper than 40: quoted, commented, or closed
+NOT_DEEP = [
+    "a: '" + "[" * 50 + "'\n",
+    'a: "' + "{" * 50 + '"\n',
+    'a: "\\"' + "[" * 50 + '"\n',
+    "a: 1  # " + "[" * 50 + "\n",
+    "a: [" + ", ".join(["[1]"] * 50) + "]\n",
+    "a: " + "[" * 40 + "]" * 40 + "\n",
+]
+
+
+@pytest.mark.parametrize("text", NOT_DEEP)
+def test_brackets_that_do_not_nest_deep_are_read(tmp_path: Path, text: str) -> None:
+    assert "a" in load_yaml(write(tmp_path, text)).data
+

@@ -203,6 +203,9 @@ def load_yaml(file: Path) -> YamlDocument:
     directive = _refused_directive(text)
     if directive is not None:
         raise fail(directive[0], 1, directive[1])
+    too_deep = _flow_too_deep(text)
+    if too_deep is not None:
+        raise fail(too_deep[0], too_deep[1], f"YAML: nested deeper than {MAX_DEPTH} levels")
     yaml = YAML(typ="rt")
     yaml.allow_duplicate_keys = False
     yaml.Constructor = _no_merge_constructor()
@@ -277,6 +280,50 @@ def _refused_directive(text: str) -> tuple[int, str] | None:
         if words[:1] == ["%YAML"]:
             return number, f"YAML: directive '{shown}' refused: site files are YAML 1.2 only"
         return number, f"YAML: directive '{shown}' is not allowed (plain YAML 1.2 only)"
+    return None
+
+
+def _flow_too_deep(text: str) -> tuple[int, int] | None:
+    """(line, column) of the first `[` or `{` that opens flow collections deeper than
+    `MAX_DEPTH`, outside quotes and comments; None when the text stays within it.
+
+    ruamel's scanner is quadratic in flow depth (a 10 KB file of nested `[` takes it many
+    seconds before any limit can apply), so the depth is bounded before it runs. The scan
+    may count a bracket inside a plain scalar as an opening one: it can only refuse more
+    than `MAX_DEPTH` unclosed brackets, which no site file has.
+    """
+    if text.count("[") + text.count("{") <= MAX_DEPTH:
+        return None
+    depth = 0
+    line, column = 1, 0
+    quote = ""
+    previous = "\n"
+    in_comment = False
+    chars = iter(text)
+    for char in chars:
+        column += 1
+        if char == "\n":
+            line, column, in_comment, previous = line + 1, 0, False, char
+            continue
+        if in_comment:
+            continue
+        if quote:
+            if char == "\\" and quote == '"':
+                next(chars, "")
+                column += 1
+            elif char == quote:
+                quote = ""
+        elif char in "'\"":
+            quote = char
+        elif char == "#" and previous in " \t\n":
+            in_comment = True
+        elif char in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                return line, column
+        elif char in "]}" and depth:
+            depth -= 1
+        previous = char
     return None
 
 
