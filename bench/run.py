@@ -468,8 +468,9 @@ def targets(results: dict[str, dict[str, Series]], sizes: list[int]) -> list[Tar
 
     small, large = min(sizes), max(sizes)
     absolute("audit of 4 nodes under 1 s", median("4", AUDIT), 1.0)
-    relative(f"audit of {large} nodes ≤ 3× the {small}-node audit",
-             _ratio(results, (str(large), AUDIT), (str(small), AUDIT)), 3.0)
+    if large > small:  # one size has no growth to judge
+        relative(f"audit of {large} nodes ≤ 3× the {small}-node audit",
+                 _ratio(results, (str(large), AUDIT), (str(small), AUDIT)), 3.0)
     for size in sizes:
         for tool, how in ((TI_SERIAL, "serial"), (TI_XDIST, "xdist -n 4")):
             ratio = _ratio(results, (str(size), tool), (str(size), AUDIT))
@@ -537,7 +538,9 @@ def generated_markdown(
     lines.append("| --- |" + " --- |" * len(sizes))
     lines += ratio_rows
     lines.append(f"| audit / audit of {sizes[0]} nodes | " + " | ".join(growth) + " |")
-    lines += ["", "![time against fleet size](scaling.png)", "", "### Every measurement", ""]
+    if len(sizes) > 1:  # one size draws no line
+        lines += ["", "![time against fleet size](scaling.png)"]
+    lines += ["", "### Every measurement", ""]
     lines += ["| measurement | nodes | median s | min–max s | runs |", "| --- | --- | --- | --- | --- |"]
     for group, series in results.items():
         nodes = "–" if group == "fixed" else group.split("-")[-1]
@@ -606,7 +609,8 @@ def write_report(
         ],
     }
     write_atomic(out / "results.json", json.dumps(raw, indent=2) + "\n")
-    plot(results, sorted(args.sizes), out / "scaling.png")
+    if len(args.sizes) > 1:  # a one-size run leaves the last plot of several sizes
+        plot(results, sorted(args.sizes), out / "scaling.png")
 
 
 def plot(results: dict[str, dict[str, Series]], sizes: list[int], dest: Path) -> None:

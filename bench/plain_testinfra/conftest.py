@@ -41,7 +41,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def _strict_client(alias: str, ssh_config: Path, timeout: float) -> paramiko.SSHClient:
     """sparkbase's strict connection to `alias` (known_hosts from its ssh_config entry)."""
-    from sparkbase.transport.client import connect, import_paramiko
+    from sparkbase.transport.client import connect
+    from sparkbase.transport.paramiko_import import import_paramiko
     from sparkbase.transport.targets import SshTarget
 
     import_paramiko()
