@@ -7,14 +7,14 @@ import json
 import pytest
 
 from sparkbase.lab import boot
-from sparkbase.lab.shims import cmd_net, common, registry
+from sparkbase.lab.shims import cmd_net, common, netdevs, registry
 
 
 def test_hardware_constants_and_macs_are_the_boot_helpers() -> None:
-    """cmd_net must not import the boot helpers for `ip -j addr`, so it carries their values: the same."""
-    assert cmd_net.FABRIC == boot.FABRIC
-    assert cmd_net.MGMT_NETDEV == boot.MGMT_NETDEV
-    assert cmd_net.mac_address("spark3", "enP7s7") == boot.mac_address("spark3", "enP7s7")
+    """The shims must not import the boot helpers for `ip -j addr`, so netdevs repeats their values."""
+    assert netdevs.FABRIC == boot.FABRIC
+    assert netdevs.MGMT_NETDEV == boot.MGMT_NETDEV
+    assert netdevs.mac_address("spark3", "enP7s7") == boot.mac_address("spark3", "enP7s7")
 
 
 def test_dumps_prints_what_json_dumps_prints() -> None:

@@ -11,7 +11,7 @@ import os
 
 from sparkbase.lab.shims.cmd_grub import GRUBENV, installed_kernels, render
 from sparkbase.lab.shims.cmd_modules import compute_modules, find_module, write_modules
-from sparkbase.lab.shims.cmd_net import default_net, netplan_apply
+from sparkbase.lab.shims.cmd_net import netplan_apply
 from sparkbase.lab.shims.cmd_swap import save_swaps, swap_activate
 from sparkbase.lab.shims.cmd_systemd import boot_units, compute_active, default_target, set_active
 from sparkbase.lab.shims.common import (
@@ -33,6 +33,7 @@ from sparkbase.lab.shims.common import (
     write_text,
 )
 from sparkbase.lab.shims.modfile import parse_ko
+from sparkbase.lab.shims.netdevs import default_net
 from sparkbase.lab.shims.sysfs import write_fabric_sysfs, write_governor, write_sysfs_static
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)

@@ -15,44 +15,18 @@ from sparkbase.lab.shims.common import (
     dumps,
     faults,
     glob,
-    node_info,
     read_json,
     read_text,
     write_json,
 )
+from sparkbase.lab.shims.netdevs import FABRIC, MGMT_NETDEV, default_net
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-#: the ConnectX-7 RDMA devices and their netdevs, and the management NIC (the same values
-#: as `sparkbase.lab.boot.FABRIC` / `MGMT_NETDEV`, which this module must not import)
-FABRIC = {
-    "rocep1s0f0": "enp1s0f0np0",
-    "rocep1s0f1": "enp1s0f1np1",
-    "roceP2p1s0f0": "enP2p1s0f0np0",
-    "roceP2p1s0f1": "enP2p1s0f1np1",
-}
-MGMT_NETDEV = "enP7s7"
 FOREVER = 4294967295
-
-
-def mac_address(node: str, netdev: str) -> str:
-    """A stable, locally administered MAC for a node's netdev (as `boot.mac_address`)."""
-    from hashlib import sha256
-
-    digest = sha256(f"{node}/{netdev}".encode()).digest()
-    return "4c:bb:47:" + ":".join(f"{b:02x}" for b in digest[:3])
-
-
-def default_net() -> dict[str, Any]:
-    """Every emulated netdev as it is before any netplan: up, MTU 1500, no address."""
-    node = node_info().get("name", "spark")
-    return {
-        netdev: {"mtu": 1500, "up": True, "addresses": [], "mac": mac_address(node, netdev)}
-        for netdev in [*FABRIC.values(), MGMT_NETDEV]
-    }
 
 
 def links() -> list[dict[str, Any]]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sparkbase.lab.shims.cmd_net import default_net
 from sparkbase.lab.shims.common import NET, LazyModule, faults, read_json, write_text
+from sparkbase.lab.shims.netdevs import default_net
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
