@@ -30,6 +30,10 @@ import time
 
 from sparkbase.lab.shims.common import RUN, faults, read_json, read_text, write_json, write_text
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 SERVING = f"{RUN}/serving"
 MARK = "X-SparkbaseLab=serving"
 PRIVATE_NCCL = "/opt/lane-image/lib/libnccl.so.2"
@@ -73,10 +77,12 @@ def running_pid(unit: str) -> int | None:
     return pid if _start_time(pid) == int(data["start"]) else None
 
 
-def start_unit(unit: str, path: str) -> None:
-    """Run the unit's ExecStart as its stand-in process (nothing when it already runs)."""
-    from sparkbase.lab.shims.cmd_systemd import show
+def start_unit(unit: str, path: str, slice_cpus: Callable[[str], str]) -> None:
+    """Run the unit's ExecStart as its stand-in process (nothing when it already runs).
 
+    `slice_cpus(SLICE)` is the slice's `AllowedCPUs=` as `systemctl show` prints it: systemctl
+    (`cmd_systemd`), which starts units, passes it, so this module never imports it back.
+    """
     if running_pid(unit) is not None:
         return
     active_faults = faults()
@@ -104,7 +110,7 @@ def start_unit(unit: str, path: str) -> None:
     write_json(_record(unit), {"pid": child.pid, "start": start or 0})
     slices = _service_values(path, "Slice")
     if slices and not active_faults.get("lane-outside-slice"):
-        _emulate_slice(child.pid, unit, slices[0], show(slices[0], "AllowedCPUs"))
+        _emulate_slice(child.pid, unit, slices[0], slice_cpus(slices[0]))
 
 
 def _slice_path(slice_unit: str) -> str:

@@ -369,7 +369,7 @@ def _is_active_cmd(units: list[str], quiet: bool) -> int:
 
 
 def _start_stop(verb: str, units: list[str]) -> int:
-    from sparkbase.lab.shims import cmd_serving
+    from sparkbase.lab.shims import cmd_serving  # subprocess, signal, time: not on `systemctl is-active`
 
     active = active_units()
     failed: list[str] = []
@@ -391,7 +391,7 @@ def _start_stop(verb: str, units: list[str]) -> int:
         if serving and (verb == "stop" or (running and "restart" in verb)):
             cmd_serving.stop_unit(unit)
         if serving and running:
-            cmd_serving.start_unit(unit, path)
+            cmd_serving.start_unit(unit, path, lambda slice_unit: show(slice_unit, "AllowedCPUs"))
         (active.add if running else active.discard)(resolve_alias(unit))
     set_active(active)
     if failed:
