@@ -262,6 +262,17 @@ def _dkms_version(facts: NodeFacts, dkms_name: str) -> str | None:
     return versions.pop() if len(versions) == 1 else None
 
 
+def _dkms_build(block: PathKey, dkms_name: str, version: str | None, facts: NodeFacts,
+                out: _Collector) -> None:
+    """A DKMS module's name and version, where dkms has it installed for the running kernel."""
+    if version is None:
+        out.missing.append(f"{dotted((*block, 'dkms_version'))}: dkms status has no {dkms_name} "
+                           f"installed for {facts.kernel_release}")
+        return
+    out.put((*block, "dkms_name"), dkms_name, "")
+    out.put((*block, "dkms_version"), version, "")
+
+
 def _memory_saver(facts: NodeFacts, baseline: Baseline, out: _Collector) -> None:
     """The patched nvidia-uvm: its package and DKMS versions, and the loaded module's
     srcversion and packing flag, when the module loaded is the one DKMS built (modinfo of
@@ -272,11 +283,12 @@ def _memory_saver(facts: NodeFacts, baseline: Baseline, out: _Collector) -> None
     out.put(("memory", "memory_saver", "package_version"), facts.packages.get(saver.package),
             f"{saver.package} is not installed")
     dkms = _dkms_version(facts, saver.dkms_name)
-    out.put(("memory", "memory_saver", "dkms_version"), dkms,
-            f"dkms status has no {saver.dkms_name} installed for {facts.kernel_release}")
+    _dkms_build(("memory", "memory_saver"), saver.dkms_name, dkms, facts, out)
     loaded = facts.nvidia_modules.get(f"{saver.module}.srcversion")
     built = facts.memory_saver.srcversion if facts.memory_saver is not None else None
     patched = dkms is not None and loaded is not None and loaded == built
+    if patched:
+        out.put(("memory", "memory_saver", "module"), saver.module, "")
     out.put(("memory", "memory_saver", "srcversion"), loaded if patched else None,
             f"{saver.module} loaded ({loaded or 'no srcversion'}) is not the DKMS build"
             f" ({built or 'modinfo gave none'})")
@@ -310,8 +322,7 @@ def _fan_control(facts: NodeFacts, baseline: Baseline, out: _Collector) -> None:
         return
     out.put(("host", "fan_control", "package_version"), facts.packages.get(fan.package),
             f"{fan.package} is not installed")
-    out.put(("host", "fan_control", "dkms_version"), _dkms_version(facts, fan.dkms_name),
-            f"dkms status has no {fan.dkms_name} installed for {facts.kernel_release}")
+    _dkms_build(("host", "fan_control"), fan.dkms_name, _dkms_version(facts, fan.dkms_name), facts, out)
     out.put(("host", "fan_control", "module"), fan.module if fan.module in facts.modules else None,
             f"{fan.module} is not loaded")
     state = facts.units.get(fan.service)

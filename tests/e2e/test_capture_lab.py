@@ -38,7 +38,8 @@ VARIANT_CAPTURED = (
     "kernel.fallback.release", "kernel.fallback.package_version", "memory.factory_swap.fstab",
     "memory.memory_saver.dkms_version", "memory.memory_saver.srcversion", "memory.memory_saver.packing",
     "host.nvidia_drm.purge", "host.fan_control.dkms_version", "host.fan_control.module",
-    "host.fan_control.service",
+    "host.fan_control.service", "memory.memory_saver.dkms_name", "memory.memory_saver.module",
+    "host.fan_control.dkms_name",
 )
 
 

@@ -51,7 +51,8 @@ VARIANT_KEYS = (
     "memory.memory_saver.package_version", "memory.memory_saver.dkms_version",
     "memory.memory_saver.srcversion", "memory.memory_saver.packing", "host.nvidia_drm.purge",
     "host.fan_control.package_version", "host.fan_control.dkms_version", "host.fan_control.module",
-    "host.fan_control.service", "secure_boot.mok_fingerprint",
+    "host.fan_control.service", "secure_boot.mok_fingerprint", "memory.memory_saver.dkms_name",
+    "memory.memory_saver.module", "host.fan_control.dkms_name",
 )
 
 
@@ -568,7 +569,8 @@ def test_memory_saver_without_its_dkms_build_is_not_captured(variant: Baseline) 
     capture = captured_values(replace(converged_facts(variant), dkms=()), variant)
     keys = {v.key for v in capture.values}
     assert not keys & {"memory.memory_saver.dkms_version", "memory.memory_saver.srcversion",
-                       "host.fan_control.dkms_version"}
+                       "memory.memory_saver.dkms_name", "memory.memory_saver.module",
+                       "host.fan_control.dkms_version", "host.fan_control.dkms_name"}
     assert ("memory.memory_saver.dkms_version: dkms status has no dgx-spark-memory-saver installed for "
             "7.0.0-1019-nvidia-64k") in capture.missing
 
