@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -99,6 +100,39 @@ def test_real_fleet_endpoint_resolves_the_alias_through_the_ssh_config(site: Sit
            for n in NODES}
     found = lane_targets(site, "glm-fp8", ssh, lab=False, resolve=resolve)
     assert found[2] == MetricsTarget("spark3", "http://192.0.2.3:8000/metrics")  # the lane's port, not SSH's
+
+
+def test_only_the_nodes_the_endpoint_names_are_asked(site: Site) -> None:
+    """An engine whose API server runs on its head node only (vLLM across nodes)."""
+    lane = site.lanes["glm-fp8"]
+    assert lane.runtime is not None and lane.runtime.metrics is not None
+    head_only = lane.runtime.metrics.model_copy(update={"nodes": ["spark1"]})
+    runtime = lane.runtime.model_copy(update={"metrics": head_only})
+    moved = replace(site, lanes=site.lanes | {"glm-fp8": lane.model_copy(update={"runtime": runtime})})
+    addresses = {node: (f"10.0.0.{i}", 22) for i, node in enumerate(NODES, start=1)}
+    found = lane_targets(moved, "glm-fp8", targets(site), lab=False, resolve=fake_resolve(addresses))
+    assert found == [MetricsTarget("spark1", "http://10.0.0.1:8000/metrics")]
+
+
+@pytest.mark.parametrize(("nodes", "error"), [
+    (["spark1"], None),
+    (["spark4", "spark2"], None),
+    (["spark9"], "runtime.metrics.nodes: spark9 not among the lane's nodes (spark1, spark2, spark3, spark4)"),
+    (["spark2", "spark2"], "runtime.metrics.nodes: a node is named twice"),
+    ([], "at least 1 item"),
+])
+def test_endpoint_nodes_are_the_lanes_own(site: Site, nodes: list[str], error: str | None) -> None:
+    from pydantic import ValidationError
+
+    from sparkbase.model.lanes import Lane
+
+    data = site.lanes["glm-fp8"].model_dump(exclude_unset=True)
+    data["runtime"]["metrics"]["nodes"] = nodes
+    if error is None:
+        assert Lane.model_validate(data).runtime is not None
+        return
+    with pytest.raises(ValidationError, match=re.escape(error)):
+        Lane.model_validate(data)
 
 
 def test_lab_endpoints_are_the_stand_ins_loopback_ports(site: Site) -> None:

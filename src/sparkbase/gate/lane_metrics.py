@@ -81,7 +81,8 @@ def lane_targets(
     lab: bool,
     resolve: Callable[[SshTarget], Endpoint] | None = None,
 ) -> list[MetricsTarget]:
-    """The metrics endpoint of each of the lane's nodes, in the lane's order.
+    """The metrics endpoint of each of the lane's nodes that serve one (`runtime.metrics.nodes`,
+    default all), in that order.
 
     Real fleet: the node's SSH HostName and the lane's port. Lab (`lab`): the node's lab
     address and the stand-in's port (its SSH port + the lab's offset), and only loopback.
@@ -99,7 +100,7 @@ def lane_targets(
 
         resolve = ssh_resolve
     found: list[MetricsTarget] = []
-    for node in lane.nodes:
+    for node in endpoint.nodes or lane.nodes:
         target = targets.get(node)
         if target is None:
             found.append(MetricsTarget(node, "", "not in the inventory"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, StringConstraints
+from pydantic import Field, StringConstraints, ValidationInfo, field_validator
 
 from sparkbase.model.baseline import ShapeName
 from sparkbase.model.types import Name, SemVer, StrictModel, SystemdUnit
@@ -21,6 +21,12 @@ class MetricsEndpoint(StrictModel):
 
     port: int = Field(ge=1, le=65535, description="TCP port of the engine's metrics endpoint")
     path: MetricsPath = Field(default="/metrics", description="HTTP path of the metrics endpoint")
+    nodes: list[Name] | None = Field(
+        default=None,
+        min_length=1,
+        description="the lane's nodes that serve the endpoint (default: every node of the lane); "
+        "an engine whose API server runs on its head node only names that node",
+    )
 
 
 class LaneRuntime(StrictModel):
@@ -63,3 +69,22 @@ class Lane(StrictModel):
     runtime: LaneRuntime | None = Field(
         default=None, description="how to find the lane's serving processes (none: no runtime checks)"
     )
+
+    @field_validator("runtime")
+    @classmethod
+    def _metrics_nodes_are_the_lanes(
+        cls, runtime: LaneRuntime | None, info: ValidationInfo
+    ) -> LaneRuntime | None:
+        """`runtime.metrics.nodes` names only the lane's own nodes, each once (when `nodes`
+        itself is valid: its own error is reported otherwise)."""
+        named = runtime.metrics.nodes if runtime is not None and runtime.metrics is not None else None
+        lane_nodes = info.data.get("nodes")
+        if not named or lane_nodes is None:
+            return runtime
+        strangers = [node for node in named if node not in lane_nodes]
+        if strangers:
+            raise ValueError(f"runtime.metrics.nodes: {', '.join(strangers)} not among the lane's nodes "
+                             f"({', '.join(lane_nodes)})")
+        if len(set(named)) != len(named):
+            raise ValueError("runtime.metrics.nodes: a node is named twice")
+        return runtime
