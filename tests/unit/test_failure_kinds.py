@@ -68,7 +68,7 @@ class SshResult:
      "ssh failed: ssh: connect to host 127.0.0.1 port 2302: Connection refused"),
 ])
 def test_the_plugin_types_what_openssh_says(stderr: str, kind: FailureKind, words: str) -> None:
-    from sparkbase.checks_plugin import _openssh_failure
+    from sparkbase.checks_plugin.session import _openssh_failure
 
     failure = _openssh_failure(RuntimeError(SshResult(stderr)))
     assert failure.kind is kind and failure.message.startswith(words)

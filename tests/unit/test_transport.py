@@ -140,7 +140,7 @@ def test_the_checks_refuse_backends_that_cannot_be_strict(extra: list[str], said
 
 
 def test_strict_openssh_options_come_first_and_are_quoted() -> None:
-    from sparkbase.checks_plugin import strict_ssh_options
+    from sparkbase.checks_plugin.session import strict_ssh_options
 
     options = strict_ssh_options(Path("/site dir/known_hosts"))
     assert options.startswith("-o StrictHostKeyChecking=yes ")

@@ -14,7 +14,7 @@ from sparkbase.facts.model import NodeFacts
 from sparkbase.text import shown
 
 if TYPE_CHECKING:
-    from sparkbase.checks_plugin import SparkbaseSession
+    from sparkbase.checks_plugin.session import SparkbaseSession
 
 
 def test_check(host: Any, sparkbase: SparkbaseSession, check_id: str) -> None:
