@@ -133,7 +133,9 @@ def test_status_and_triggers_read_the_lanes_own_metrics(running: Lab, site_copy:
     assert main(["triggers", *common, "--json"]) == 0
     session = next(t for t in json.loads(capsys.readouterr().out)["triggers"] if t["kind"] == "session-load")
     assert session["status"] == "quiet"
-    assert session["evidence"][0].startswith(f"metrics source: the active lane {LANE} (from ")
+    assert session["evidence"][0].startswith("1 sample time(s)")  # the judgement first, then its source
+    source = f"metrics source: the active lane {LANE} (from "
+    assert any(line.startswith(source) for line in session["evidence"])
     assert [line for line in session["evidence"] if line.startswith("spark")] == [
         f"{node}: scraped {url} (2 sample(s) read)" for node, url in urls.items()
     ]

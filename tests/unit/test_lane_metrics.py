@@ -236,7 +236,8 @@ def test_verdict_from_the_lanes_endpoints(site: Site, about: str, answers: list[
     samples = [sample for s in scrapes for sample in s.samples]
     verdict = next(v for v in evaluate(site, samples, None, source) if v.kind == "session-load")
     assert verdict.status == status, verdict.evidence
-    assert verdict.evidence[0].startswith(f"metrics source: the active lane {LANE} (from /p/.env)")
+    assert any(line.startswith(f"metrics source: the active lane {LANE} (from /p/.env)")
+               for line in verdict.evidence)
     assert sum(line.startswith("spark") for line in verdict.evidence) == 4  # every node accounted for
     if source.missing:
         assert any(line.startswith("not read: ") for line in verdict.evidence)
@@ -292,3 +293,12 @@ def test_triggers_say_why_no_lane_was_scraped(tmp_path: Path, scraped: list[Node
     out = capsys.readouterr().out
     assert "evidence: metrics source: none (no --metrics" in out and why in out
     assert "no metrics given" in out
+
+
+def test_an_unresolvable_node_is_named_not_a_crash(site: Site) -> None:
+    def broken(target: SshTarget) -> Endpoint:
+        raise ValueError("bad ssh_config line")
+    found = lane_targets(site, LANE, targets(site), lab=False, resolve=broken)
+    alias = site.inventory.nodes["spark1"].ssh_host
+    assert found[0] == MetricsTarget("spark1", "", f"cannot resolve {alias}: ValueError")
+    assert not [t for t in found if t.url]

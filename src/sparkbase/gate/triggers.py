@@ -244,7 +244,7 @@ def evaluate(
                     UNKNOWN,
                     trigger.description,
                     trigger.reopens,
-                    [*(source.lines if source else ()), "no metrics given (--metrics URL_OR_FILE)"],
+                    ["no metrics given (--metrics URL_OR_FILE)", *(source.lines if source else ())],
                 )
             )
         else:
@@ -253,7 +253,8 @@ def evaluate(
 
 
 def _with_source(verdict: TriggerVerdict, source: MetricsSource | None) -> TriggerVerdict:
-    """The verdict with its source stated first; quiet becomes unknown when part is missing
+    """The verdict with its source stated last (the judgement's lines keep their places);
+    quiet becomes unknown when part is missing
     (an unread node's sessions could be the ones over the line; fired stays fired)."""
     if source is None:
         return verdict
@@ -265,7 +266,7 @@ def _with_source(verdict: TriggerVerdict, source: MetricsSource | None) -> Trigg
         judged = "the load seen already fires" if status == FIRED else "quiet cannot be judged on a part"
         notes.append(f"not read: {_few(list(source.missing))}; {judged}")
     return TriggerVerdict(verdict.id, verdict.kind, status, verdict.description, verdict.reopens,
-                          [*source.lines, *verdict.evidence, *notes])
+                          [*verdict.evidence, *notes, *source.lines])
 
 
 def exit_status(verdicts: list[TriggerVerdict]) -> int:
