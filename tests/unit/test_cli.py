@@ -139,3 +139,20 @@ def test_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     for command in ("validate", "render", "lock", "compare", "schema"):
         assert command in out
+
+
+def test_a_reader_that_goes_away_is_not_an_internal_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`sparkbase validate | head -1`: the write that meets the closed pipe ends the run
+    quietly (141, as SIGPIPE would), never as exit 70 with an internal-error line."""
+    import sparkbase.cli.validate
+
+    def reader_gone(_args: object) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(sparkbase.cli.validate, "run", reader_gone)
+    monkeypatch.setattr("sparkbase.cli.main._reader_gone", lambda: 141)  # keeps pytest's stdout
+    assert main(["validate"]) == 141
+    err = capsys.readouterr().err
+    assert "internal error" not in err and "Traceback" not in err

@@ -166,6 +166,20 @@ def _main(argv: Sequence[str] | None, real: tuple[IO[str], IO[str]]) -> int:
         console.configure(False)  # the streams were this run's
 
 
+def _reader_gone() -> int:
+    """Whoever read stdout went away (`sparkbase triggers | head`): not an error of sparkbase.
+    Exit as a process killed by SIGPIPE would (141), quietly; stdout is pointed at /dev/null
+    so the interpreter's final flush cannot fail again (Python's documented remedy)."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.__stdout__.fileno() if sys.__stdout__ is not None else 1)
+    except OSError:
+        pass
+    return 141
+
+
 def _run(args: argparse.Namespace) -> int:
     """Run the command; a configuration error is exit 2, an unexpected one exit 70."""
     from sparkbase.errors import ConfigError
@@ -180,6 +194,8 @@ def _run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("sparkbase: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        return _reader_gone()
     except Exception as exc:  # the one place an unexpected error becomes exit 70
         return internal_error(exc, args.debug)
     return status

@@ -3,8 +3,9 @@
 A lane's `runtime.metrics` (lanes/NAME.yaml) names the port and path each of its nodes
 serves Prometheus metrics on. The host is the node's SSH address (its inventory alias
 resolved through the site's ssh_config, as SSH itself resolves it); in the lab it is the
-lab's loopback address and the stand-in's port (`sparkbase.lab.lanes.metrics_port`), and
-nothing outside 127.0.0.0/8 is ever contacted. Every scrape goes through
+lab's loopback address and the stand-in's port (the node's SSH port +
+`transport.targets.LAB_METRICS_PORT_OFFSET`), and nothing outside 127.0.0.0/8 is ever
+contacted. Every scrape goes through
 `sparkbase.gate.metrics` (16 MiB cap, 10 s deadline, strict parser); a node that cannot be
 scraped is reported with why, never skipped silently.
 """
@@ -88,7 +89,7 @@ def lane_targets(
     address and the stand-in's port (its SSH port + the lab's offset), and only loopback.
     `LaneMetricsError` when the lane names no endpoint.
     """
-    from sparkbase.lab.lanes import METRICS_PORT_OFFSET
+    from sparkbase.transport.targets import LAB_METRICS_PORT_OFFSET as METRICS_PORT_OFFSET
 
     lane = site.lanes[lane_name]
     endpoint = lane.runtime.metrics if lane.runtime is not None else None

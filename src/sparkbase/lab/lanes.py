@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sparkbase.lab.fleet import Lab, LabError
+from sparkbase.transport.targets import LAB_METRICS_PORT_OFFSET
 
 if TYPE_CHECKING:
     from sparkbase.model.site import Site
 
-#: metrics port of a node's lane stand-in = the node's SSH port + this
-METRICS_PORT_OFFSET = 400
+#: metrics port of a node's lane stand-in = the node's SSH port + this (the gate reads it there)
+METRICS_PORT_OFFSET = LAB_METRICS_PORT_OFFSET
 SHIM = "/usr/local/lib/sparkbase-lab/shim.py"
 UNIT_DIR = "/etc/systemd/system"
 PROXY_ENV = "proxy.env"

@@ -17,6 +17,9 @@ from sparkbase.model.site import Site
 from sparkbase.transport.paramiko_import import import_paramiko
 
 DEFAULT_LAB_DIR = Path("/var/lib/sparkbase/lab")
+#: the lab's interface for lane metrics: a node's serving stand-in listens on 127.0.0.1 at the
+#: node's SSH port + this (`sparkbase.lab.lanes` starts it there; the gate reads it there)
+LAB_METRICS_PORT_OFFSET = 400
 #: the largest ssh_config or known_hosts read (real ones are kilobytes)
 MAX_SSH_FILE_BYTES = 1024 * 1024
 

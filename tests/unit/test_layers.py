@@ -1,0 +1,58 @@
+"""The layers a reader can see (issue 14): production code never imports the emulated
+fleet, and command-line code (argparse) lives in `cli/` only.
+
+Every import counts: module level, inside functions, and under TYPE_CHECKING.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[2] / "src" / "sparkbase"
+#: the modules that exist to drive the lab: its own package and the `sparkbase lab` command
+LAB_SIDE = ("sparkbase.lab", "sparkbase.cli.lab")
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module `path` imports, by absolute name (relative imports resolved)."""
+    tree = ast.parse(path.read_text(), str(path))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module is not None and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+MODULES = {_module_name(path): _imports(path) for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _within(name: str, prefixes: tuple[str, ...]) -> bool:
+    return any(name == prefix or name.startswith(prefix + ".") for prefix in prefixes)
+
+
+def test_production_code_never_imports_the_lab() -> None:
+    offenders = {
+        module: sorted(name for name in imports if _within(name, ("sparkbase.lab",)))
+        for module, imports in MODULES.items()
+        if not _within(module, LAB_SIDE)
+    }
+    assert {module: names for module, names in offenders.items() if names} == {}
+
+
+def test_argparse_lives_in_cli_only() -> None:
+    outside_cli = [m for m in MODULES if not _within(m, ("sparkbase.cli",))]
+    assert [m for m in outside_cli if "argparse" in MODULES[m]] == []
+
+
+def test_the_walk_sees_the_lab_command_import_the_lab() -> None:
+    """The rule above can fail: the one module allowed to import the lab does."""
+    assert any(_within(name, ("sparkbase.lab",)) for name in MODULES["sparkbase.cli.lab"])
