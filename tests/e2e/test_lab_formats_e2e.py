@@ -181,11 +181,13 @@ def test_nvme_features_follow_the_kernel_argument_and_set_feature(lab: Lab) -> N
     apst = ok(lab, NODE, "nvme get-feature /dev/nvme0 -f 0x0c -H")
     assert apst.startswith("get-feature:0x0c (Autonomous Power State Transition), Current value:0x00000001\n")
     assert "(APSTE): Enabled" in apst
+    # DGX OS's nvidia-nvme-options sets coalescing to 0x107 at boot (its factory default);
+    # nvme-cli 2.x prints zero as 00000000 and takes the value as -V/--value (-v is verbose)
     assert ok(lab, NODE, "nvme get-feature /dev/nvme0 -f 8") == (
-        "get-feature:0x08 (Interrupt Coalescing), Current value:0x00000000\n")
-    ok(lab, NODE, "nvme set-feature /dev/nvme0 -f 8 -v 0x0a01")
+        "get-feature:0x08 (Interrupt Coalescing), Current value:0x00000107\n")
+    ok(lab, NODE, "nvme set-feature /dev/nvme0 -f 8 -V 0x0a01")
     assert "Current value:0x00000a01" in ok(lab, NODE, "nvme get-feature /dev/nvme0 -f 8")
-    ok(lab, NODE, "nvme set-feature /dev/nvme0 -f 8 -v 0")
+    ok(lab, NODE, "nvme set-feature /dev/nvme0 -f 8 --value=0x107")
     assert "BootOrder: 0001,0000" in ok(lab, NODE, "efibootmgr")
 
 
