@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import posixpath
+from collections.abc import Generator
 from io import BytesIO
 from typing import Any
 
@@ -43,18 +44,35 @@ def _leftover(path: str, leftover: bool) -> Any:
         yield cmd("rm", "-f", path + TEMP_SUFFIX)
 
 
+def _content_in_place(
+    path: str, current: Any, sha256: str, mode: int, in_place: str
+) -> Generator[Any, None, bool]:
+    """When `path` already holds the content (`sha256`): clear an interrupted run's leftover,
+    fix the mode (or record `in_place` as the no-op reason), and answer True."""
+    if current is None or current.sha256 != sha256:
+        return False
+    yield from _leftover(path, current.leftover)
+    if current.mode != mode:
+        yield cmd("chmod", f"{mode:o}", path)
+    elif not current.leftover:
+        noop(in_place)
+    return True
+
+
+def _record_written(path: str, sha256: str, baseline: str, existed: bool) -> Any:
+    """Record the file as sparkbase's when it created it (update the record when it rewrote one
+    the record already holds)."""
+    item = created(Kind.FILE, path, baseline, now_utc(), sha256=sha256)
+    yield from remember(item, only_if_recorded=existed)
+
+
 @operation()
 def file(path: str, content: str, mode: int, sha256: str, secret: bool = False, baseline: str = "") -> Any:
     """`path` holds exactly `content` with `mode`; written to a temp file, then renamed (and
     recorded as sparkbase's when it created the file)."""
     current = host.get_fact(FileState, path=path)
-    if current is not None and current.sha256 == sha256:
-        yield from _leftover(path, current.leftover)
-        if current.mode == mode:
-            if not current.leftover:
-                noop(f"{path} is identical (sha256 {sha256[:12]}, mode {mode:o})")
-            return
-        yield cmd("chmod", f"{mode:o}", path)
+    if (yield from _content_in_place(path, current, sha256, mode,
+                                     f"{path} is identical (sha256 {sha256[:12]}, mode {mode:o})")):
         return
     if state.config.DIFF and not secret:
         old = host.get_fact(FileText, path=path) if current is not None else None
@@ -63,8 +81,7 @@ def file(path: str, content: str, mode: int, sha256: str, secret: bool = False, 
     if current is None:
         yield cmd("mkdir", "-p", posixpath.dirname(path))
     yield from atomic_upload(BytesIO(content.encode()), path, mode, sha256, path + TEMP_SUFFIX)
-    yield from remember(created(Kind.FILE, path, baseline, now_utc(), sha256=sha256),
-                        only_if_recorded=current is not None)
+    yield from _record_written(path, sha256, baseline, existed=current is not None)
 
 
 @operation()
@@ -75,17 +92,10 @@ def upload(path: str, local: str, mode: int, sha256: str, baseline: str = "") ->
     mode is set before the rename, so the key is never readable by others, even briefly.
     """
     current = host.get_fact(FileState, path=path)
-    if current is not None and current.sha256 == sha256:
-        yield from _leftover(path, current.leftover)
-        if current.mode == mode:
-            if not current.leftover:
-                noop(f"{path} is in place (mode {mode:o})")
-            return
-        yield cmd("chmod", f"{mode:o}", path)
+    if (yield from _content_in_place(path, current, sha256, mode, f"{path} is in place (mode {mode:o})")):
         return
     yield from atomic_upload(local, path, mode, sha256, path + TEMP_SUFFIX)
-    yield from remember(created(Kind.FILE, path, baseline, now_utc(), sha256=sha256),
-                        only_if_recorded=current is not None)
+    yield from _record_written(path, sha256, baseline, existed=current is not None)
 
 
 @operation()
