@@ -54,7 +54,7 @@ def test_every_registered_check_applies_to_a_shipped_baseline(site: Site) -> Non
     covered = set()
     for baseline in (SITE_BASELINE, VARIANT):
         expected = expected_for(site, "spark1", baseline)
-        covered |= {check.id for _, check, _ in planned_checks(expected)}
+        covered |= {planned.check for planned in planned_checks(expected)}
     assert covered == set(node_checks())
 
 

@@ -7,7 +7,13 @@ from typing import Any
 
 import pytest
 
-from sparkbase.audit.runtime import affinity_problems, cgroup_problems, library_problems, nccl_env_problems
+from sparkbase.audit.runtime import (
+    LaneProbe,
+    affinity_problems,
+    cgroup_problems,
+    library_problems,
+    nccl_env_problems,
+)
 from sparkbase.facts.parsers.runtime import MappedFile, ProcCgroup, parse_probe
 from sparkbase.facts.runtime import PROBE_SELF, ServingProcess, probe_command, serving_processes
 
@@ -38,12 +44,11 @@ def section(pid: int = 42, env: str = "NCCL_IB_MERGE_NICS=0\0HOME=/root\0",
     return text + f"@hash {pid} {path_hex}\n{digest}\n@rc 0\n"
 
 
-def baseline(merge: int = 0) -> Any:
-    settings = SimpleNamespace(as_env=lambda: {"NCCL_IB_MERGE_NICS": str(merge)})
-    return SimpleNamespace(
-        nccl=SimpleNamespace(settings=settings, library=SimpleNamespace(path=PINNED, sha256=SHA)),
-        cpuset=SimpleNamespace(cpus=[5, 6, 7, 8, 9, 15, 16, 17, 18, 19], slice="sparkbase-serving.slice"),
-    )
+def probe(lane: str = "dsv", match: tuple[str, ...] = ("sglang.launch_server", "X"), merge: int = 0
+          ) -> LaneProbe:
+    """A lane whose baseline pins NCCL_IB_MERGE_NICS, the library and the serving slice."""
+    return LaneProbe(lane, match, (("NCCL_IB_MERGE_NICS", str(merge)),), PINNED, SHA,
+                     frozenset([5, 6, 7, 8, 9, 15, 16, 17, 18, 19]), "sparkbase-serving.slice")
 
 
 def test_probe_section_reads_back_every_file() -> None:
@@ -100,7 +105,7 @@ def _process(**changes: Any) -> ServingProcess:
 def test_a_conforming_process_has_no_findings() -> None:
     process = _process()
     for judge in (nccl_env_problems, library_problems, affinity_problems, cgroup_problems):
-        assert judge(process, baseline()) == []
+        assert judge(process, probe()) == []
 
 
 FINDINGS = [  # what is wrong with the process -> the check and the text it names
@@ -120,7 +125,7 @@ FINDINGS = [  # what is wrong with the process -> the check and the text it name
 
 @pytest.mark.parametrize(("changes", "judge", "text"), FINDINGS)
 def test_each_finding(changes: dict[str, Any], judge: Any, text: str) -> None:
-    problems = judge(_process(**changes), baseline())
+    problems = judge(_process(**changes), probe())
     assert any(text in problem for problem in problems), problems
 
 
@@ -130,12 +135,10 @@ def test_cgroup_slices_are_the_v2_path() -> None:
 
 
 def test_runtime_results_per_lane() -> None:
-    from sparkbase.audit.runtime import LaneProbe, runtime_results
+    from sparkbase.audit.runtime import runtime_results
 
-    runtime = SimpleNamespace(match=["sglang.launch_server", "X"])
-    other = SimpleNamespace(match=["vllm", "GLM"])
     facts: Any = SimpleNamespace(serving=tuple(serving_processes(section(env="NCCL_IB_MERGE_NICS=1\0"))))
-    probes = [LaneProbe("dsv", runtime, baseline()), LaneProbe("glm", other, baseline())]  # type: ignore[arg-type]
+    probes = [probe("dsv"), probe("glm", ("vllm", "GLM"))]
     results = {r.id: r for r in runtime_results("spark1", probes, facts)}
     assert results["runtime.running.glm"].status == "skip"
     failed = results["runtime.nccl_env.dsv"]

@@ -9,9 +9,11 @@ from dataclasses import replace
 import pytest
 from test_audit_support import converged_node, shipped
 
-from sparkbase.audit.checks.tuning import host_governor, host_governor_unit, host_nvme_coalescing
+from sparkbase.audit.checks import node_checks
+from sparkbase.audit.expected import Expected
+from sparkbase.audit.registry import CheckResult
 from sparkbase.deploy.operations.tuning import decide_coalescing_off, decide_coalescing_on, decide_governor
-from sparkbase.facts.model import UnitState
+from sparkbase.facts.model import NodeFacts, UnitState
 from sparkbase.facts.parsers import parse_nvme_feature
 from sparkbase.model.dgxos import GOVERNOR_UNIT, NVME_COALESCING_SCRIPT, NVME_COALESCING_UNIT
 from sparkbase.model.rules import baseline_findings
@@ -112,11 +114,16 @@ def test_nvme_feature_refuses_other_answers(text: str) -> None:
 # --- audit checks --------------------------------------------------------------------------
 
 
+def judged(check_id: str, expected: Expected, facts: NodeFacts) -> CheckResult:
+    """The check `check_id` planned on `expected` and judged on `facts`."""
+    return node_checks()[check_id].run(expected, facts, None, check_id)
+
+
 @pytest.mark.parametrize("baseline", [SITE_BASELINE, VARIANT, STOCK_PAGES])
 def test_converged_node_passes_the_tuning_checks(site: Site, baseline: str) -> None:
     expected, facts = converged_node(site, "spark3", baseline)
-    for check in (host_governor, host_governor_unit, host_nvme_coalescing):
-        assert check(expected, facts, None).status == "pass", check.__name__
+    for check_id in ("host.governor", "host.governor_unit", "host.nvme_coalescing"):
+        assert judged(check_id, expected, facts).status == "pass", check_id
 
 
 GOVERNOR_CASES = [
@@ -133,7 +140,7 @@ def test_governor_check(
 ) -> None:
     expected, facts = converged_node(site, "spark2", VARIANT)
     facts = replace(facts, governors=governors, units={**facts.units, GOVERNOR_UNIT: unit})
-    outcome = host_governor(expected, facts, None)
+    outcome = judged("host.governor", expected, facts)
     assert outcome.status == status
     assert words in f"{outcome.observed} {outcome.fix}"
 
@@ -146,7 +153,7 @@ def test_governor_check(
 def test_governor_unit_check(site: Site, unit: UnitState, status: str) -> None:
     expected, facts = converged_node(site, "spark2", VARIANT)
     facts = replace(facts, units={**facts.units, GOVERNOR_UNIT: unit})
-    assert host_governor_unit(expected, facts, None).status == status
+    assert judged("host.governor_unit", expected, facts).status == status
 
 
 COALESCING_CASES = [
@@ -165,13 +172,13 @@ COALESCING_CASES = [
 def test_coalescing_check(site: Site, baseline: str, value: int, unit: UnitState, status: str) -> None:
     expected, facts = converged_node(site, "spark2", baseline)
     facts = replace(facts, nvme_coalescing=value, units={**facts.units, NVME_COALESCING_UNIT: unit})
-    assert host_nvme_coalescing(expected, facts, None).status == status
+    assert judged("host.nvme_coalescing", expected, facts).status == status
 
 
 def test_coalescing_unread_is_unknown(site: Site) -> None:
     expected, facts = converged_node(site, "spark2", VARIANT)
     facts = replace(facts, nvme_coalescing=None, errors={"nvme-coalescing": "exit 1: permission denied"})
-    outcome = host_nvme_coalescing(expected, facts, None)
+    outcome = judged("host.nvme_coalescing", expected, facts)
     assert outcome.status == "fail" and "permission denied" in str(outcome.observed)
 
 

@@ -23,8 +23,6 @@ from sparkbase.facts.parsers.cpus import format_cpu_list
 if TYPE_CHECKING:
     from sparkbase.facts.model import NodeFacts
     from sparkbase.facts.runtime import ServingProcess
-    from sparkbase.model.baseline import Baseline
-    from sparkbase.model.lanes import Lane, LaneRuntime
     from sparkbase.model.site import Site
 
 #: NCCL's built-in defaults for the settings a baseline pins, where one exists (src/misc
@@ -36,11 +34,18 @@ KINDS = ("nccl_env", "nccl_library", "affinity", "cgroup")
 
 @dataclass(frozen=True)
 class LaneProbe:
-    """A lane to look for on a node: its name, how to find it, and the baseline it needs."""
+    """A lane to look for on a node: its name, how to find it (every `match` string in the
+    command line), and what its baseline needs of the process, as plain data (kept in the
+    gate's cache and judged without the typed model)."""
 
     lane: str
-    runtime: LaneRuntime
-    baseline: Baseline
+    match: tuple[str, ...]
+    #: the NCCL settings the baseline pins, as environment variables (`NcclSettings.as_env`)
+    nccl_env: tuple[tuple[str, str], ...]
+    library_path: str
+    library_sha256: str
+    slice_cpus: frozenset[int]
+    slice_name: str
 
 
 def lane_probes(site: Site, lanes: Iterable[str] | None = None) -> dict[str, list[LaneProbe]]:
@@ -48,18 +53,27 @@ def lane_probes(site: Site, lanes: Iterable[str] | None = None) -> dict[str, lis
     out: dict[str, list[LaneProbe]] = {}
     names = sorted(site.lanes) if lanes is None else list(lanes)
     for name in names:
-        lane: Lane = site.lanes[name]
+        lane = site.lanes[name]
         baseline = site.baselines.get(lane.baseline)
         if lane.runtime is None or baseline is None:
             continue
+        probe = LaneProbe(
+            lane=name,
+            match=tuple(lane.runtime.match),
+            nccl_env=tuple(baseline.nccl.settings.as_env().items()),
+            library_path=baseline.nccl.library.path,
+            library_sha256=baseline.nccl.library.sha256,
+            slice_cpus=frozenset(baseline.cpuset.cpus),
+            slice_name=baseline.cpuset.slice,
+        )
         for node in lane.nodes:
-            out.setdefault(node, []).append(LaneProbe(name, lane.runtime, baseline))
+            out.setdefault(node, []).append(probe)
     return out
 
 
 def first_matches(probes: Iterable[LaneProbe]) -> tuple[str, ...]:
     """The strings the node searches command lines for (each lane's first)."""
-    return tuple(sorted({probe.runtime.match[0] for probe in probes}))
+    return tuple(sorted({probe.match[0] for probe in probes}))
 
 
 def _result(node: str, check: str, lane: str, status: str, expected: str | None,
@@ -68,10 +82,10 @@ def _result(node: str, check: str, lane: str, status: str, expected: str | None,
                        status, expected, observed, fix)  # type: ignore[arg-type]
 
 
-def nccl_env_problems(process: ServingProcess, baseline: Baseline) -> list[str]:
+def nccl_env_problems(process: ServingProcess, probe: LaneProbe) -> list[str]:
     """`NCCL_X=got (from where), expected want` for every setting that differs."""
     problems: list[str] = []
-    for key, want in baseline.nccl.settings.as_env().items():
+    for key, want in probe.nccl_env:
         got, where = process.nccl_setting(key, NCCL_DEFAULTS.get(key))
         if got != want:
             if got is None:
@@ -82,15 +96,15 @@ def nccl_env_problems(process: ServingProcess, baseline: Baseline) -> list[str]:
     return problems
 
 
-def library_problems(process: ServingProcess, baseline: Baseline) -> list[str]:
+def library_problems(process: ServingProcess, probe: LaneProbe) -> list[str]:
     """What differs between the libnccl the process maps and the pinned one."""
-    pinned = baseline.nccl.library
+    pinned_path, pinned_sha256 = probe.library_path, probe.library_sha256
     if not process.libraries:
         return ["maps no libnccl (NCCL not loaded yet, or linked statically)"]
     problems: list[str] = []
     for mapped in process.libraries:
-        if mapped.path != pinned.path:
-            problems.append(f"maps {mapped.path}, not the pinned {pinned.path}")
+        if mapped.path != pinned_path:
+            problems.append(f"maps {mapped.path}, not the pinned {pinned_path}")
             continue
         if mapped.deleted:
             problems.append(f"maps a deleted {mapped.path} (replaced after the process started)")
@@ -98,15 +112,15 @@ def library_problems(process: ServingProcess, baseline: Baseline) -> list[str]:
         digest = process.library_sha256.get(mapped.path)
         if digest is None:
             problems.append(f"{mapped.path} unreadable through /proc/{process.pid}/root")
-        elif digest != pinned.sha256:
+        elif digest != pinned_sha256:
             problems.append(f"{mapped.path} in its mount namespace has sha256 {digest}, "
-                            f"pinned {pinned.sha256}")
+                            f"pinned {pinned_sha256}")
     return problems
 
 
-def affinity_problems(process: ServingProcess, baseline: Baseline) -> list[str]:
+def affinity_problems(process: ServingProcess, probe: LaneProbe) -> list[str]:
     """The process's CPUs when they are not the serving slice's."""
-    want = frozenset(baseline.cpuset.cpus)
+    want = probe.slice_cpus
     if process.cpus is None:
         return [process.errors.get("status", "Cpus_allowed_list unreadable")]
     if process.cpus != want:
@@ -115,13 +129,13 @@ def affinity_problems(process: ServingProcess, baseline: Baseline) -> list[str]:
     return []
 
 
-def cgroup_problems(process: ServingProcess, baseline: Baseline) -> list[str]:
+def cgroup_problems(process: ServingProcess, probe: LaneProbe) -> list[str]:
     """The process's cgroup when it is not under the serving slice."""
     if process.cgroup is None:
         return [process.errors.get("cgroup", "cgroup unreadable")]
-    if baseline.cpuset.slice not in process.cgroup.slices():
+    if probe.slice_name not in process.cgroup.slices():
         where = process.cgroup.unified if process.cgroup.unified is not None else "no cgroup v2 path"
-        return [f"cgroup {where} is outside {baseline.cpuset.slice}"]
+        return [f"cgroup {where} is outside {probe.slice_name}"]
     return []
 
 
@@ -143,14 +157,14 @@ def runtime_results(node: str, probes: Iterable[LaneProbe], facts: NodeFacts) ->
     """Every runtime check of every lane on `node` (skips for a lane not running there)."""
     results: list[CheckResult] = []
     for probe in probes:
-        running = [p for p in facts.serving if p.matches(probe.runtime.match)]
+        running = [p for p in facts.serving if p.matches(probe.match)]
         if not running:
             results.append(_result(node, "running", probe.lane, "skip", None,
-                                   f"no process matches {' '.join(probe.runtime.match)}"))
+                                   f"no process matches {' '.join(probe.match)}"))
             continue
         for kind in KINDS:
             judge, expected, fix = CHECKS[kind]
-            found = [f"pid {p.pid}: {problem}" for p in running for problem in judge(p, probe.baseline)]
+            found = [f"pid {p.pid}: {problem}" for p in running for problem in judge(p, probe)]
             observed = "; ".join(found) if found else ", ".join(f"pid {p.pid}" for p in running)
             results.append(_result(node, kind, probe.lane, "fail" if found else "pass", expected, observed,
                                    fix if found else None))

@@ -3,27 +3,66 @@
 from __future__ import annotations
 
 import ipaddress
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sparkbase.audit.checks.common import apply_fix, unknown
-from sparkbase.audit.expected import Expected
-from sparkbase.audit.registry import Outcome, fail, node_check, ok, skip
+from sparkbase.audit.registry import Outcome, Subject, fail, node_check, ok, skip
 from sparkbase.facts.model import NodeFacts
 from sparkbase.render import NETPLAN_PATH
 
+if TYPE_CHECKING:
+    from sparkbase.audit.expected import Expected
 
-@node_check("fabric.netplan", "fabric", "the four-PF fabric netplan is the rendered one")
-def fabric_netplan(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
+
+@dataclass(frozen=True)
+class LinkWant:
+    """A fabric netdev's MTU and, when cabled, the address its path gives it."""
+
+    mtu: int
+    address: str | None
+
+
+@dataclass(frozen=True)
+class GidWant:
+    """An HCA's GID index, its netdev and, when cabled, the path's address and subnet."""
+
+    index: int
+    netdev: str
+    address: str | None
+    subnet: str | None
+
+
+def _netplan(expected: Expected, _item: str | None) -> str | None:
     rendered = expected.file(NETPLAN_PATH)
-    if rendered is None:
+    return None if rendered is None else rendered.sha256
+
+
+def _link(expected: Expected, item: str | None) -> LinkWant:
+    cable = expected.cables.get(str(item))
+    return LinkWant(expected.baseline.fabric.mtu, cable.address if cable else None)
+
+
+def _gid(expected: Expected, item: str | None) -> GidWant:
+    netdev = next(port.netdev for port in expected.baseline.fabric.ports if port.hca == item)
+    cable = expected.cables.get(netdev)
+    if cable is None:
+        return GidWant(expected.gid_index, netdev, None, None)
+    return GidWant(expected.gid_index, netdev, cable.address, cable.subnet)
+
+
+@node_check("fabric.netplan", "fabric", "the four-PF fabric netplan is the rendered one", expect=_netplan)
+def fabric_netplan(sha256: str | None, facts: NodeFacts, at: Subject) -> Outcome:
+    if sha256 is None:
         return skip("no fabric netplan rendered")
     seen = facts.file_sha256.get(NETPLAN_PATH)
-    if seen != rendered.sha256:
+    if seen != sha256:
         return fail(
-            f"{NETPLAN_PATH} sha256 {rendered.sha256}",
+            f"{NETPLAN_PATH} sha256 {sha256}",
             f"sha256 {seen}" if seen else "missing",
-            f"rewrite and netplan apply: {apply_fix(expected)}",
+            f"rewrite and netplan apply: {apply_fix(at)}",
         )
-    return ok(rendered.sha256, seen)
+    return ok(sha256, seen)
 
 
 def _netdevs(expected: Expected) -> list[str]:
@@ -34,12 +73,12 @@ def _hcas(expected: Expected) -> list[str]:
     return expected.baseline.fabric.hca_names()
 
 
-@node_check("fabric.link", "fabric", "each fabric netdev is up, at the MTU, with its address", items=_netdevs)
-def fabric_link(expected: Expected, facts: NodeFacts, item: str | None) -> Outcome:
-    netdev = str(item)
-    mtu = expected.baseline.fabric.mtu
-    cable = expected.cables.get(netdev)
-    want = f"UP, mtu {mtu}" + (f", {cable.address}" if cable else "")
+@node_check("fabric.link", "fabric", "each fabric netdev is up, at the MTU, with its address", items=_netdevs,
+            expect=_link)
+def fabric_link(link: LinkWant, facts: NodeFacts, at: Subject) -> Outcome:
+    netdev = str(at.item)
+    mtu = link.mtu
+    want = f"UP, mtu {mtu}" + (f", {link.address}" if link.address is not None else "")
     if not facts.interfaces:
         return unknown(facts, "ip-addr", want)
     iface = facts.interfaces.get(netdev)
@@ -51,21 +90,22 @@ def fabric_link(expected: Expected, facts: NodeFacts, item: str | None) -> Outco
         problems.append("link down")
     if iface.mtu != mtu:
         problems.append("MTU")
-    if cable is not None and cable.address not in iface.addresses:
+    if link.address is not None and link.address not in iface.addresses:
         problems.append("address")
     if problems:
         fix = (
             "check the cable and the peer port; then re-run"
             if problems == ["link down"]
-            else f"netplan apply the fabric file: {apply_fix(expected)}"
+            else f"netplan apply the fabric file: {apply_fix(at)}"
         )
         return fail(want, observed, fix)
     return ok(want, observed)
 
 
-@node_check("fabric.rdma", "fabric", "every RDMA device exists", items=_hcas)
-def fabric_rdma(_expected: Expected, facts: NodeFacts, item: str | None) -> Outcome:
-    if item in facts.rdma_devices:
+@node_check("fabric.rdma", "fabric", "every RDMA device exists", items=_hcas,
+            expect=lambda _expected, _item: None)
+def fabric_rdma(_want: None, facts: NodeFacts, at: Subject) -> Outcome:
+    if at.item in facts.rdma_devices:
         return ok("present", "present")
     return fail(
         "present",
@@ -76,15 +116,13 @@ def fabric_rdma(_expected: Expected, facts: NodeFacts, item: str | None) -> Outc
 
 @node_check(
     "fabric.gid", "fabric", "the node's GID index holds the IPv4 RoCE v2 address in the path's own subnet",
-    items=_hcas,
+    items=_hcas, expect=_gid,
 )
-def fabric_gid(expected: Expected, facts: NodeFacts, item: str | None) -> Outcome:
-    hca = str(item)
-    index = expected.gid_index
-    netdev = next(port.netdev for port in expected.baseline.fabric.ports if port.hca == hca)
-    cable = expected.cables.get(netdev)
-    want_ip = cable.address.split("/")[0] if cable else None
-    want = f"index {index}: RoCE v2 {want_ip or 'IPv4'}" + (f" in {cable.subnet}" if cable else "")
+def fabric_gid(gid_want: GidWant, facts: NodeFacts, at: Subject) -> Outcome:
+    hca = str(at.item)
+    index, netdev, subnet = gid_want.index, gid_want.netdev, gid_want.subnet
+    want_ip = gid_want.address.split("/")[0] if gid_want.address is not None else None
+    want = f"index {index}: RoCE v2 {want_ip or 'IPv4'}" + (f" in {subnet}" if subnet is not None else "")
     gid = facts.gids.get(hca)
     if gid is None or gid.gid is None:
         return fail(want, f"no GID at index {index}", "check the link (rdma link show), then re-run")
@@ -96,12 +134,12 @@ def fabric_gid(expected: Expected, facts: NodeFacts, item: str | None) -> Outcom
     )
     if gid.type != "RoCE v2" or address is None:
         return fail(want, observed, fix)
-    if cable is not None and ipaddress.IPv4Address(address) not in ipaddress.IPv4Network(cable.subnet):
+    if subnet is not None and ipaddress.IPv4Address(address) not in ipaddress.IPv4Network(subnet):
         return fail(
             want,
-            observed + f" (outside {cable.subnet})",
-            f"fix the address on {netdev}: {apply_fix(expected)}",
+            observed + f" (outside {subnet})",
+            f"fix the address on {netdev}: {apply_fix(at)}",
         )
     if want_ip is not None and address != want_ip:
-        return fail(want, observed, f"fix the address on {netdev}: {apply_fix(expected)}")
+        return fail(want, observed, f"fix the address on {netdev}: {apply_fix(at)}")
     return ok(want, observed)

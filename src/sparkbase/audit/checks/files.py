@@ -2,51 +2,95 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 from sparkbase.audit.checks.common import apply_fix
-from sparkbase.audit.expected import Expected
-from sparkbase.audit.registry import Outcome, fail, node_check, ok, skip
+from sparkbase.audit.registry import Outcome, Subject, fail, node_check, ok, skip
 from sparkbase.facts.model import NodeFacts
 from sparkbase.render import NCCL_CONF_PATH, NETPLAN_PATH
 
+if TYPE_CHECKING:
+    from sparkbase.audit.expected import Expected
+
 _OWN_CHECKS = {NCCL_CONF_PATH, NETPLAN_PATH}
+#: the stamp fields that must equal the rendered stamp's
+_STAMP_KEYS = ("baseline", "version", "baseline_sha256", "files_sha256")
+
+
+@dataclass(frozen=True)
+class FileWant:
+    """A rendered file: its path, sha256, what it is for and whether fixing it needs a reboot."""
+
+    path: str
+    sha256: str
+    purpose: str
+    needs_reboot: bool
+
+
+@dataclass(frozen=True)
+class StampWant:
+    """The baseline and version the stamp must name, and the rendered stamp's fields."""
+
+    baseline: str
+    version: str
+    fields: tuple[tuple[str, object], ...]
+
+
+@dataclass(frozen=True)
+class AssignmentWant:
+    """The baseline the inventory assigns and the one the node is audited against."""
+
+    assigned: str
+    audited: str
 
 
 def _other_files(expected: Expected) -> list[str]:
     return [f.path for f in expected.files if f.path not in _OWN_CHECKS and f.path != expected.stamp_path]
 
 
-@node_check(
-    "file", "files", "every other rendered file is byte for byte the rendered one", items=_other_files
-)
-def rendered_file(expected: Expected, facts: NodeFacts, item: str | None) -> Outcome:
+def _file(expected: Expected, item: str | None) -> FileWant:
     rendered = expected.file(str(item))
     assert rendered is not None
+    return FileWant(rendered.path, rendered.sha256, rendered.purpose, rendered.needs_reboot)
+
+
+def _stamp(expected: Expected, _item: str | None) -> StampWant:
+    import json
+
+    rendered = expected.file(expected.stamp_path)
+    want_stamp = json.loads(rendered.content) if rendered else {}
+    return StampWant(expected.baseline_name, expected.baseline.version,
+                     tuple((key, want_stamp.get(key)) for key in _STAMP_KEYS))
+
+
+def _assignment(expected: Expected, _item: str | None) -> AssignmentWant:
+    return AssignmentWant(expected.inventory_baseline or expected.baseline_name, expected.baseline_name)
+
+
+@node_check(
+    "file", "files", "every other rendered file is byte for byte the rendered one", items=_other_files,
+    expect=_file,
+)
+def rendered_file(rendered: FileWant, facts: NodeFacts, at: Subject) -> Outcome:
     seen = facts.file_sha256.get(rendered.path)
     if seen != rendered.sha256:
         return fail(
             f"sha256 {rendered.sha256}",
             f"sha256 {seen}" if seen else "missing",
-            f"rewrite it ({rendered.purpose}): {apply_fix(expected, rendered.needs_reboot)}",
+            f"rewrite it ({rendered.purpose}): {apply_fix(at, rendered.needs_reboot)}",
         )
     return ok(rendered.sha256, seen)
 
 
-@node_check("stamp", "files", "the stamp names the baseline, version and hash the node must carry")
-def stamp(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
-    want_version = expected.baseline.version
-    want = f"{expected.baseline_name} {want_version}"
-    rendered = expected.file(expected.stamp_path)
+@node_check("stamp", "files", "the stamp names the baseline, version and hash the node must carry",
+            expect=_stamp)
+def stamp(stamp_want: StampWant, facts: NodeFacts, at: Subject) -> Outcome:
+    want = f"{stamp_want.baseline} {stamp_want.version}"
     if facts.stamp is None:
-        return fail(want, "no stamp (never converged by sparkbase)", apply_fix(expected, True))
-    import json
-
-    want_stamp = json.loads(rendered.content) if rendered else {}
+        return fail(want, "no stamp (never converged by sparkbase)", apply_fix(at, True))
     seen = f"{facts.stamp.get('baseline')} {facts.stamp.get('version')}"
-    mismatched = [
-        key
-        for key in ("baseline", "version", "baseline_sha256", "files_sha256")
-        if facts.stamp.get(key) != want_stamp.get(key)
-    ]
+    mismatched = [key for key, value in stamp_want.fields if facts.stamp.get(key) != value]
     if mismatched:
         detail = seen
         if not set(mismatched) & {"baseline", "version"}:
@@ -54,27 +98,27 @@ def stamp(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
                 f" but {', '.join(mismatched)} differ (the baseline changed without a version "
                 "bump, or the node was converged from another checkout)"
             )
-        return fail(want, detail, apply_fix(expected, True))
+        return fail(want, detail, apply_fix(at, True))
     return ok(want, seen)
 
 
 @node_check(
     "stamp.assignment", "files", "the node was converged to the baseline the inventory assigns",
-    severity="warn",
+    severity="warn", expect=_assignment,
 )
-def stamp_assignment(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
-    assigned = expected.inventory_baseline or expected.baseline_name
+def stamp_assignment(baselines: AssignmentWant, facts: NodeFacts, at: Subject) -> Outcome:
+    assigned, audited = baselines.assigned, baselines.audited
     want = f"{assigned} (the inventory's)"
-    if expected.baseline_name != assigned:
-        want += f"; audited against {expected.baseline_name}"
+    if audited != assigned:
+        want += f"; audited against {audited}"
     if facts.stamp is None:
         return skip("no stamp (the stamp check reports it)")
     seen = str(facts.stamp.get("baseline"))
     if seen == assigned:
         return ok(want, seen)
-    if seen == expected.baseline_name:
+    if seen == audited:
         fix = (f"the node carries {seen} (apply --baseline): assign it in the inventory, or move the node "
-               f"back: {apply_fix(expected, True)}")
+               f"back: {apply_fix(at, True)}")
     else:
-        fix = f"the node carries neither; converge it: {apply_fix(expected, True)}"
+        fix = f"the node carries neither; converge it: {apply_fix(at, True)}"
     return fail(want, f"stamp names {seen}", fix)

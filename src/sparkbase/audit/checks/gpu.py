@@ -3,26 +3,26 @@
 from __future__ import annotations
 
 from sparkbase.audit.checks.common import LATCH_FIX, LOW_CLOCK_FIX, THROTTLE_FIX, apply_fix
-from sparkbase.audit.expected import Expected
-from sparkbase.audit.registry import Outcome, fail, node_check, ok, skip
+from sparkbase.audit.registry import Outcome, Subject, fail, node_check, ok, skip
 from sparkbase.facts.model import NodeFacts
 from sparkbase.policy.gpu_clock import LATCH_CLOCK_MHZ, ClockState, in_latch_band, judge_clock
 
 
-@node_check("driver.version", "driver", "nvidia-smi reports the baseline's driver")
-def driver_version(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
-    want = expected.baseline.driver.version
+@node_check("driver.version", "driver", "nvidia-smi reports the baseline's driver",
+            expect=lambda expected, _item: expected.baseline.driver.version)
+def driver_version(want: str, facts: NodeFacts, at: Subject) -> Outcome:
     if facts.gpu.error is not None:
         return fail(
-            want, facts.gpu.error, f"install the driver for the running kernel: {apply_fix(expected, True)}"
+            want, facts.gpu.error, f"install the driver for the running kernel: {apply_fix(at, True)}"
         )
     if facts.gpu.driver_version != want:
-        return fail(want, facts.gpu.driver_version, f"install driver {want}: {apply_fix(expected, True)}")
+        return fail(want, facts.gpu.driver_version, f"install driver {want}: {apply_fix(at, True)}")
     return ok(want, facts.gpu.driver_version)
 
 
-@node_check("gpu.clock", "gpu", "the GPU is not clock-latched (under load: SM clock at least 1000 MHz)")
-def gpu_clock(_expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
+@node_check("gpu.clock", "gpu", "the GPU is not clock-latched (under load: SM clock at least 1000 MHz)",
+            expect=lambda _expected, _item: None)
+def gpu_clock(_want: None, facts: NodeFacts, _at: Subject) -> Outcome:
     want = f">= {LATCH_CLOCK_MHZ} MHz"
     judgement = judge_clock(facts.gpu)
     state, observed = judgement.state, judgement.reading

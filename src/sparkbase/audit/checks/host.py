@@ -2,16 +2,68 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 from sparkbase.audit.checks.common import apply_fix, dkms_installed, module_flag, module_signed, unknown
-from sparkbase.audit.expected import Expected
-from sparkbase.audit.registry import Outcome, fail, node_check, ok, skip
+from sparkbase.audit.registry import Outcome, Subject, fail, node_check, ok, skip
 from sparkbase.facts.model import NodeFacts
 from sparkbase.facts.parsers import dgx_os_version, format_cpu_list
 
+if TYPE_CHECKING:
+    from sparkbase.audit.expected import Expected
 
-@node_check("host.nvidia_drm", "host", "nvidia-drm modeset and fbdev as the baseline says")
-def host_nvidia_drm(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
+
+@dataclass(frozen=True)
+class DrmWant:
+    """nvidia-drm's `modeset` and `fbdev` as the baseline sets them."""
+
+    modeset: bool
+    fbdev: bool
+
+
+@dataclass(frozen=True)
+class FanWant:
+    """The fan-control module (DKMS build, module, how it loads), its daemon, and the pinned MOK."""
+
+    dkms_name: str
+    dkms_version: str
+    module: str
+    modules_load_path: str
+    service: str
+    package: str
+    mok_fingerprint: str | None
+
+
+@dataclass(frozen=True)
+class SliceWant:
+    """The serving slice: its unit, its CPUs and their list as systemd writes it."""
+
+    slice: str
+    cpus: frozenset[int]
+    cpulist: str
+
+
+def _drm(expected: Expected, _item: str | None) -> DrmWant:
     drm = expected.baseline.host.nvidia_drm
+    return DrmWant(drm.modeset, drm.fbdev)
+
+
+def _fan(expected: Expected, _item: str | None) -> FanWant | None:
+    fan = expected.baseline.host.fan_control
+    if fan is None:
+        return None
+    return FanWant(fan.dkms_name, fan.dkms_version, fan.module, fan.modules_load_path, fan.service,
+                   fan.package, expected.baseline.secure_boot.mok_fingerprint)
+
+
+def _slice(expected: Expected, _item: str | None) -> SliceWant:
+    cpuset = expected.baseline.cpuset
+    return SliceWant(cpuset.slice, frozenset(cpuset.cpus), cpuset.cpulist())
+
+
+@node_check("host.nvidia_drm", "host", "nvidia-drm modeset and fbdev as the baseline says", expect=_drm)
+def host_nvidia_drm(drm: DrmWant, facts: NodeFacts, at: Subject) -> Outcome:
     want = f"modeset={'Y' if drm.modeset else 'N'} fbdev={'Y' if drm.fbdev else 'N'}"
     modeset, fbdev = (
         facts.module_params.get("nvidia_drm.modeset"),
@@ -19,29 +71,30 @@ def host_nvidia_drm(expected: Expected, facts: NodeFacts, _item: str | None) -> 
     )
     seen = f"modeset={modeset or '?'} fbdev={fbdev or '?'}"
     if module_flag(modeset) != drm.modeset or module_flag(fbdev) != drm.fbdev:
-        return fail(want, seen, "write modprobe.d and reboot: " + apply_fix(expected, True))
+        return fail(want, seen, "write modprobe.d and reboot: " + apply_fix(at, True))
     return ok(want, seen)
 
 
-@node_check("host.boot_target", "host", "the default systemd target is the baseline's")
-def host_boot_target(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
-    want = expected.baseline.host.boot_target
+@node_check("host.boot_target", "host", "the default systemd target is the baseline's",
+            expect=lambda expected, _item: expected.baseline.host.boot_target)
+def host_boot_target(want: str, facts: NodeFacts, at: Subject) -> Outcome:
     if facts.default_target is None:
         return unknown(facts, "default-target", want)
     if facts.default_target != want:
-        return fail(want, facts.default_target, f"systemctl set-default {want}: {apply_fix(expected)}")
+        return fail(want, facts.default_target, f"systemctl set-default {want}: {apply_fix(at)}")
     return ok(want, facts.default_target)
 
 
-@node_check("host.display_manager", "host", "no display manager runs on a headless node")
-def host_display_manager(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
-    if expected.baseline.host.display_manager:
+@node_check("host.display_manager", "host", "no display manager runs on a headless node",
+            expect=lambda expected, _item: expected.baseline.host.display_manager)
+def host_display_manager(allowed: bool, facts: NodeFacts, at: Subject) -> Outcome:
+    if allowed:
         return skip("the baseline allows a display manager")
     state = facts.units.get("display-manager.service")
     if state is None:
         return unknown(facts, "units", "inactive")
     if state.active:
-        return fail("inactive", state.active_state, "disable the display manager: " + apply_fix(expected))
+        return fail("inactive", state.active_state, "disable the display manager: " + apply_fix(at))
     return ok("inactive", state.active_state or "inactive")
 
 
@@ -50,15 +103,17 @@ def _disabled_units(expected: Expected) -> list[str]:
 
 
 @node_check(
-    "service", "host", "each unit the baseline disables is disabled and stopped", items=_disabled_units
+    "service", "host", "each unit the baseline disables is disabled and stopped", items=_disabled_units,
+    expect=lambda _expected, _item: None,
 )
-def service_disabled(expected: Expected, facts: NodeFacts, item: str | None) -> Outcome:
+def service_disabled(_want: None, facts: NodeFacts, at: Subject) -> Outcome:
+    item = at.item
     state = facts.units.get(str(item))
     if state is None:
         return unknown(facts, "units", "disabled, inactive")
     seen = f"{state.unit_file_state or 'not installed'}, {state.active_state or 'inactive'}"
     if state.unit_file_state == "enabled" or state.active:
-        return fail("disabled, inactive", seen, f"systemctl disable --now {item}: {apply_fix(expected)}")
+        return fail("disabled, inactive", seen, f"systemctl disable --now {item}: {apply_fix(at)}")
     return ok("disabled, inactive", seen)
 
 
@@ -74,20 +129,20 @@ def _fan_items(expected: Expected) -> list[str]:
     "host",
     "the fan-control module is built for the running kernel, signed, loaded, and its daemon runs",
     items=_fan_items,
+    expect=_fan,
 )
-def host_fan_control(expected: Expected, facts: NodeFacts, item: str | None) -> Outcome:
-    fan = expected.baseline.host.fan_control
+def host_fan_control(fan: FanWant | None, facts: NodeFacts, at: Subject) -> Outcome:
     if fan is None:
         return skip("the baseline has no fan control")
-    if item == "dkms":
-        return dkms_installed(expected, facts, fan.dkms_name, fan.dkms_version)
-    if item == "signature":
-        return module_signed(expected, facts, facts.fan_control)
-    if item == "loaded":
+    if at.item == "dkms":
+        return dkms_installed(at, facts, fan.dkms_name, fan.dkms_version)
+    if at.item == "signature":
+        return module_signed(at, facts, facts.fan_control, fan.mok_fingerprint)
+    if at.item == "loaded":
         if fan.module not in facts.modules:
             return fail(f"{fan.module} loaded", "not loaded",
                         f"{fan.modules_load_path} loads it at boot (check dmesg for a signature refusal): "
-                        + apply_fix(expected, True))
+                        + apply_fix(at, True))
         return ok(f"{fan.module} loaded", "loaded")
     state = facts.units.get(fan.service)
     want = f"{fan.service} enabled, active"
@@ -95,14 +150,14 @@ def host_fan_control(expected: Expected, facts: NodeFacts, item: str | None) -> 
         return unknown(facts, "units", want)
     seen = f"{state.unit_file_state or 'not installed'}, {state.active_state or 'inactive'}"
     if not (state.enabled and state.active):
-        return fail(want, seen, f"install {fan.package} and enable {fan.service}: {apply_fix(expected)}")
+        return fail(want, seen, f"install {fan.package} and enable {fan.service}: {apply_fix(at)}")
     return ok(want, seen)
 
 
 @node_check("host.nvidia_drm.purge", "host",
-            "DGX OS's nvidia-drm modeset options package is gone where the baseline purges it")
-def host_nvidia_drm_purge(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
-    purge = expected.baseline.host.nvidia_drm.purge
+            "DGX OS's nvidia-drm modeset options package is gone where the baseline purges it",
+            expect=lambda expected, _item: expected.baseline.host.nvidia_drm.purge)
+def host_nvidia_drm_purge(purge: str | None, facts: NodeFacts, at: Subject) -> Outcome:
     if purge is None:
         return skip("the baseline purges no nvidia-drm options package")
     if "dpkg" in facts.errors and not facts.packages:
@@ -111,32 +166,30 @@ def host_nvidia_drm_purge(expected: Expected, facts: NodeFacts, _item: str | Non
     if version is not None:
         return fail(f"{purge} not installed", f"{purge} {version} installed",
                     "purge it and rebuild the initramfs (update-initramfs -u -k all): "
-                    + apply_fix(expected, True))
+                    + apply_fix(at, True))
     return ok(f"{purge} not installed", "not installed")
 
 
 
-@node_check("cpuset.slice", "cpuset", "the serving slice is pinned to the fast cores")
-def cpuset_slice(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
-    cpuset = expected.baseline.cpuset
-    want = f"{cpuset.slice} AllowedCPUs={cpuset.cpulist()}"
+@node_check("cpuset.slice", "cpuset", "the serving slice is pinned to the fast cores", expect=_slice)
+def cpuset_slice(cpuset: SliceWant, facts: NodeFacts, at: Subject) -> Outcome:
+    want = f"{cpuset.slice} AllowedCPUs={cpuset.cpulist}"
     seen = facts.slice_allowed_cpus
     if seen is None and "units" in facts.errors:
         return unknown(facts, "units", want)
-    if seen != frozenset(cpuset.cpus):
+    if seen != cpuset.cpus:
         shown = format_cpu_list(seen) if seen else "(unset)"
-        return fail(want, f"AllowedCPUs={shown}", f"write the slice: {apply_fix(expected)}")
-    if facts.fast_cpus and not set(cpuset.cpus) <= set(facts.fast_cpus):
-        slow = sorted(set(cpuset.cpus) - set(facts.fast_cpus))
+        return fail(want, f"AllowedCPUs={shown}", f"write the slice: {apply_fix(at)}")
+    if facts.fast_cpus and not cpuset.cpus <= set(facts.fast_cpus):
+        slow = sorted(cpuset.cpus - set(facts.fast_cpus))
         return fail(want, f"CPUs {slow} are not Cortex-X925 (CPU part 0xd85) here", "fix cpuset.cpus")
     return ok(want, f"AllowedCPUs={format_cpu_list(seen)}")
 
 
 
 @node_check("os.release", "host", "the node runs the DGX OS release the baseline was qualified on",
-            severity="warn")
-def os_release(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
-    want = expected.baseline.os.release
+            severity="warn", expect=lambda expected, _item: expected.baseline.os.release)
+def os_release(want: str, facts: NodeFacts, _at: Subject) -> Outcome:
     wanted = want.split()[-1]  # "DGX OS 26.09" -> "26.09" (a release line: 26.09.x matches)
     if facts.dgx_release is None:
         return fail(want, f"unknown ({facts.errors.get('dgx-release', '/etc/dgx-release missing')})",

@@ -2,22 +2,87 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 from sparkbase.audit.checks.common import apply_fix, dkms_installed, module_flag, module_signed, unknown
-from sparkbase.audit.expected import Expected
-from sparkbase.audit.registry import Outcome, fail, node_check, ok, skip
+from sparkbase.audit.registry import Outcome, Subject, fail, node_check, ok, skip
 from sparkbase.facts.model import NodeFacts
 
+if TYPE_CHECKING:
+    from sparkbase.audit.expected import Expected
 
-@node_check("memory.thp", "memory", "transparent huge pages in the baseline's mode")
-def memory_thp(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
-    want = expected.baseline.memory.transparent_hugepages
+
+@dataclass(frozen=True)
+class SwapWant:
+    """The baseline's swap file: its path, size and header page size."""
+
+    path: str
+    size_gib: int
+    header_page_size: int
+
+
+@dataclass(frozen=True)
+class FactorySwapWant:
+    """The installer's swap file as the baseline keeps it: its /etc/fstab line and whether it is off."""
+
+    path: str
+    fstab: str
+    swapoff: bool
+
+
+@dataclass(frozen=True)
+class SaverWant:
+    """The memory-saver module: its DKMS build, module, srcversion, packing, and the pinned MOK."""
+
+    required: bool
+    dkms_name: str
+    dkms_version: str
+    module: str
+    srcversion: str | None
+    packing_parameter: str
+    packing: bool
+    mok_fingerprint: str | None
+
+
+def _swap(expected: Expected, _item: str | None) -> SwapWant | None:
+    swap = expected.baseline.memory.swap
+    return None if swap is None else SwapWant(swap.path, swap.size_gib, swap.header_page_size)
+
+
+def _swap_path(expected: Expected, _item: str | None) -> str | None:
+    swap = expected.baseline.memory.swap
+    return None if swap is None else swap.path
+
+
+def _factory_swap(expected: Expected, _item: str | None) -> FactorySwapWant | None:
+    factory = expected.baseline.memory.factory_swap
+    return None if factory is None else FactorySwapWant(factory.path, factory.fstab, factory.swapoff)
+
+
+def _factory_foreign(expected: Expected, _item: str | None) -> tuple[str, ...]:
+    own = expected.baseline.memory.factory_swap
+    return tuple(path for path in expected.foreign_fstab_edits if own is None or own.path != path)
+
+
+def _saver(expected: Expected, _item: str | None) -> SaverWant | None:
+    saver = expected.baseline.memory.memory_saver
+    if saver is None:
+        return None
+    return SaverWant(saver.required, saver.dkms_name, saver.dkms_version, saver.module, saver.srcversion,
+                     saver.packing_parameter, saver.packing, expected.baseline.secure_boot.mok_fingerprint)
+
+
+@node_check("memory.thp", "memory", "transparent huge pages in the baseline's mode",
+            expect=lambda expected, _item: expected.baseline.memory.transparent_hugepages)
+def memory_thp(want: str, facts: NodeFacts, at: Subject) -> Outcome:
     if facts.thp is None:
         return unknown(facts, "thp", want)
     if facts.thp != want:
         return fail(
             want,
             facts.thp,
-            f"set transparent_hugepage={want} on the kernel command line: {apply_fix(expected, True)}",
+            f"set transparent_hugepage={want} on the kernel command line: {apply_fix(at, True)}",
         )
     return ok(want, facts.thp)
 
@@ -26,21 +91,21 @@ def _sysctl_keys(expected: Expected) -> list[str]:
     return sorted(expected.baseline.memory.sysctls)
 
 
-@node_check("sysctl", "memory", "each sysctl the baseline sets has its value", items=_sysctl_keys)
-def sysctl(expected: Expected, facts: NodeFacts, item: str | None) -> Outcome:
-    key = str(item)
-    want = expected.baseline.memory.sysctls[key]
+@node_check("sysctl", "memory", "each sysctl the baseline sets has its value", items=_sysctl_keys,
+            expect=lambda expected, item: expected.baseline.memory.sysctls[str(item)])
+def sysctl(want: str, facts: NodeFacts, at: Subject) -> Outcome:
+    key = str(at.item)
     seen = facts.sysctls.get(key)
     if seen is None:
         return unknown(facts, f"sysctl:{key}", want)
     if " ".join(seen.split()) != " ".join(want.split()):
-        return fail(want, seen, f"sysctl -w {key}={want} and keep it in sysctl.d: {apply_fix(expected)}")
+        return fail(want, seen, f"sysctl -w {key}={want} and keep it in sysctl.d: {apply_fix(at)}")
     return ok(want, seen)
 
 
-@node_check("memory.swap", "memory", "the swap file is active at its size with the right header")
-def memory_swap(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
-    swap = expected.baseline.memory.swap
+@node_check("memory.swap", "memory", "the swap file is active at its size with the right header",
+            expect=_swap)
+def memory_swap(swap: SwapWant | None, facts: NodeFacts, at: Subject) -> Outcome:
     if swap is None:
         return skip("the baseline has no swap file")
     size = swap.size_gib * 1024**3
@@ -60,25 +125,25 @@ def memory_swap(expected: Expected, facts: NodeFacts, _item: str | None) -> Outc
         return fail(
             want,
             "; ".join(problems),
-            f"recreate it (mkswap -p {swap.header_page_size}): {apply_fix(expected)}",
+            f"recreate it (mkswap -p {swap.header_page_size}): {apply_fix(at)}",
         )
     return ok(want, f"{swap.path} active, {size} bytes, header {header}")
 
 
-@node_check("memory.swap.fstab", "memory", "the swap file is in /etc/fstab, so it comes back at boot")
-def memory_swap_fstab(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
-    swap = expected.baseline.memory.swap
-    if swap is None:
+@node_check("memory.swap.fstab", "memory", "the swap file is in /etc/fstab, so it comes back at boot",
+            expect=_swap_path)
+def memory_swap_fstab(path: str | None, facts: NodeFacts, at: Subject) -> Outcome:
+    if path is None:
         return skip("the baseline has no swap file")
-    want = f"{swap.path} none swap sw 0 0"
+    want = f"{path} none swap sw 0 0"
     if facts.fstab is None:
         return unknown(facts, "fstab", want)
-    lines = [e for e in facts.fstab if e.spec == swap.path]
+    lines = [e for e in facts.fstab if e.spec == path]
     if not any(e.vfstype == "swap" for e in lines):
         seen = "; ".join(f"{e.spec} {e.file} {e.vfstype} {e.options}" for e in lines) or "not listed"
-        fix = f"add the swap line: {apply_fix(expected)}"
+        fix = f"add the swap line: {apply_fix(at)}"
         return fail(want, seen + " (swap is lost at the next boot)", fix)
-    return ok(want, f"{swap.path} listed as swap")
+    return ok(want, f"{path} listed as swap")
 
 
 @node_check(
@@ -86,17 +151,18 @@ def memory_swap_fstab(expected: Expected, facts: NodeFacts, _item: str | None) -
     "memory",
     "no swap file of another baseline is in /etc/fstab (it would come back at boot)",
     severity="warn",
+    expect=lambda expected, _item: tuple(expected.foreign_swaps),
 )
-def memory_swap_foreign_fstab(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
-    if not expected.foreign_swaps:
+def memory_swap_foreign_fstab(foreign_swaps: tuple[str, ...], facts: NodeFacts, at: Subject) -> Outcome:
+    if not foreign_swaps:
         return skip("no other baseline has a swap file")
-    want = "none of " + ", ".join(expected.foreign_swaps)
+    want = "none of " + ", ".join(foreign_swaps)
     if facts.fstab is None:
         return unknown(facts, "fstab", want)
-    found = [e.spec for e in facts.fstab if e.spec in expected.foreign_swaps and e.vfstype == "swap"]
+    found = [e.spec for e in facts.fstab if e.spec in foreign_swaps and e.vfstype == "swap"]
     if found:
         return fail(want, [f"{path} (swap)" for path in found],
-                    f"retire it (swapoff, drop the fstab line, delete the file): {apply_fix(expected)}")
+                    f"retire it (swapoff, drop the fstab line, delete the file): {apply_fix(at)}")
     return ok(want, "none listed")
 
 
@@ -104,9 +170,9 @@ def memory_swap_foreign_fstab(expected: Expected, facts: NodeFacts, _item: str |
     "memory.swap.factory",
     "memory",
     "the installer's swap file as kept: noauto in /etc/fstab, or the node's active swap",
+    expect=_factory_swap,
 )
-def memory_swap_factory(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
-    factory = expected.baseline.memory.factory_swap
+def memory_swap_factory(factory: FactorySwapWant | None, facts: NodeFacts, at: Subject) -> Outcome:
     if factory is None:
         return skip("the baseline leaves the installer's swap file as it finds it")
     path = factory.path
@@ -129,7 +195,7 @@ def memory_swap_factory(expected: Expected, facts: NodeFacts, _item: str | None)
     if factory.swapoff and active:
         problems.append("active")
     if problems:
-        return fail(want, "; ".join(problems), f"{apply_fix(expected)}")
+        return fail(want, "; ".join(problems), f"{apply_fix(at)}")
     if factory.fstab == "as-installed":
         return ok(want, f"{path}: activated at boot, active")
     return ok(want, f"{path}: no /etc/fstab line activates it" + (", inactive" if factory.swapoff else ""))
@@ -140,10 +206,9 @@ def memory_swap_factory(expected: Expected, facts: NodeFacts, _item: str | None)
     "memory",
     "the installer's swap line is not left noauto by another baseline (its swap is lost at boot)",
     severity="warn",
+    expect=_factory_foreign,
 )
-def memory_swap_factory_foreign(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
-    own = expected.baseline.memory.factory_swap
-    paths = [path for path in expected.foreign_fstab_edits if own is None or own.path != path]
+def memory_swap_factory_foreign(paths: tuple[str, ...], facts: NodeFacts, at: Subject) -> Outcome:
     if not paths:
         return skip("no other baseline marks an installer swap line noauto")
     want = ", ".join(paths) + " activated at boot as installed"
@@ -153,7 +218,7 @@ def memory_swap_factory_foreign(expected: Expected, facts: NodeFacts, _item: str
              if e.spec in paths and e.vfstype == "swap" and "noauto" in e.options.split(",")]
     if found:
         return fail(want, found, "apply puts back the line sparkbase marked noauto, if nobody changed it "
-                                 f"since (else it says kept:): {apply_fix(expected)}")
+                                 f"since (else it says kept:): {apply_fix(at)}")
     return ok(want, "no noauto line")
 
 
@@ -170,9 +235,9 @@ def _saver_items(expected: Expected) -> list[str]:
     "memory",
     "the memory-saver module is built, signed and loaded (if required)",
     items=_saver_items,
+    expect=_saver,
 )
-def memory_saver(expected: Expected, facts: NodeFacts, item: str | None) -> Outcome:
-    saver = expected.baseline.memory.memory_saver
+def memory_saver(saver: SaverWant | None, facts: NodeFacts, at: Subject) -> Outcome:
     if saver is None:
         return skip("no memory-saver module in the baseline")
     loaded_src = facts.nvidia_modules.get(f"{saver.module}.srcversion")
@@ -182,24 +247,24 @@ def memory_saver(expected: Expected, facts: NodeFacts, item: str | None) -> Outc
         if patched:
             return fail("not loaded", "loaded", f"dkms remove {saver.dkms_name}/{saver.dkms_version} --all")
         return ok("not loaded", "not loaded")
-    if item == "dkms":
-        return dkms_installed(expected, facts, saver.dkms_name, saver.dkms_version)
-    if item == "signature":
-        return module_signed(expected, facts, facts.memory_saver)
+    if at.item == "dkms":
+        return dkms_installed(at, facts, saver.dkms_name, saver.dkms_version)
+    if at.item == "signature":
+        return module_signed(at, facts, facts.memory_saver, saver.mok_fingerprint)
     param = f"{saver.module}.{saver.packing_parameter}"
     want = f"{saver.module} loaded, {saver.packing_parameter}={'on' if saver.packing else 'off'}"
     if saver.module not in facts.modules:
         return fail(
-            want, "not loaded", "check boot.log / dmesg for a signature refusal; " + apply_fix(expected, True)
+            want, "not loaded", "check boot.log / dmesg for a signature refusal; " + apply_fix(at, True)
         )
     if saver.srcversion is not None and loaded_src != saver.srcversion:
         return fail(
             f"{want}, srcversion {saver.srcversion}",
             f"srcversion {loaded_src or 'unknown'} (the stock module?)",
-            "install the patched module for this kernel and reboot: " + apply_fix(expected, True),
+            "install the patched module for this kernel and reboot: " + apply_fix(at, True),
         )
     value = facts.module_params.get(param)
     if module_flag(value) != saver.packing:
-        return fail(want, f"{saver.packing_parameter}={value}", apply_fix(expected, True))
+        return fail(want, f"{saver.packing_parameter}={value}", apply_fix(at, True))
     src = f", srcversion {loaded_src}" if saver.srcversion is not None else ""
     return ok(want, f"loaded{src}, {saver.packing_parameter}={value}")

@@ -2,51 +2,85 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 from sparkbase.audit.checks.common import apply_fix
-from sparkbase.audit.expected import Expected
-from sparkbase.audit.registry import Outcome, fail, node_check, ok, skip
+from sparkbase.audit.registry import Outcome, Subject, fail, node_check, ok, skip
 from sparkbase.facts.model import NodeFacts
 from sparkbase.facts.parsers import parse_kv_conf
 from sparkbase.render import NCCL_CONF_PATH
 
+if TYPE_CHECKING:
+    from sparkbase.audit.expected import Expected
 
-@node_check("nccl.library", "nccl", "the NCCL library every lane loads has the pinned sha256")
-def nccl_library(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
+
+@dataclass(frozen=True)
+class LibraryWant:
+    """The pinned NCCL library: its path, sha256 and the package version that installs it."""
+
+    path: str
+    sha256: str
+    package: str
+    version: str
+
+
+@dataclass(frozen=True)
+class ConfWant:
+    """The rendered nccl.conf: its sha256 and the settings it holds, in file order."""
+
+    sha256: str
+    settings: tuple[tuple[str, str], ...]
+
+
+def _library(expected: Expected, _item: str | None) -> LibraryWant:
     library = expected.baseline.nccl.library
+    return LibraryWant(library.path, library.sha256, library.package, library.version)
+
+
+def _conf(expected: Expected, _item: str | None) -> ConfWant | None:
+    rendered = expected.file(NCCL_CONF_PATH)
+    if rendered is None:
+        return None
+    return ConfWant(rendered.sha256, tuple(parse_kv_conf(rendered.content).items()))
+
+
+@node_check("nccl.library", "nccl", "the NCCL library every lane loads has the pinned sha256",
+            expect=_library)
+def nccl_library(library: LibraryWant, facts: NodeFacts, at: Subject) -> Outcome:
     seen = facts.file_sha256.get(library.path)
     if seen != library.sha256:
         observed = f"sha256 {seen}" if seen else f"{library.path} missing"
         return fail(
             f"{library.path} sha256 {library.sha256}",
             observed,
-            f"install {library.package}={library.version}: {apply_fix(expected)}",
+            f"install {library.package}={library.version}: {apply_fix(at)}",
         )
     return ok(library.sha256, seen)
 
 
-@node_check("nccl.conf", "nccl", "/etc/nccl.conf is exactly the rendered settings")
-def nccl_conf(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
-    rendered = expected.file(NCCL_CONF_PATH)
+@node_check("nccl.conf", "nccl", "/etc/nccl.conf is exactly the rendered settings", expect=_conf)
+def nccl_conf(rendered: ConfWant | None, facts: NodeFacts, at: Subject) -> Outcome:
     if rendered is None:
         return skip("the baseline renders no nccl.conf")
     seen = facts.file_sha256.get(NCCL_CONF_PATH)
     if seen == rendered.sha256:
         return ok(rendered.sha256, seen)
-    want = parse_kv_conf(rendered.content)
+    want = dict(rendered.settings)
     if facts.nccl_conf is None:
-        return fail(_env_text(want), f"{NCCL_CONF_PATH} missing", apply_fix(expected))
+        return fail(_env_text(want), f"{NCCL_CONF_PATH} missing", apply_fix(at))
     have = parse_kv_conf(facts.nccl_conf)
     keys = [key for key in sorted(set(want) | set(have)) if want.get(key) != have.get(key)]
     if not keys:
         return fail(
             _env_text(want),
             "same settings, different file (comments or layout)",
-            f"rewrite it: {apply_fix(expected)}",
+            f"rewrite it: {apply_fix(at)}",
         )
     return fail(
         "; ".join(f"{key}={want.get(key, '(unset)')}" for key in keys),
         "; ".join(f"{key}={have.get(key, '(unset)')}" for key in keys),
-        f"rewrite it: {apply_fix(expected)}",
+        f"rewrite it: {apply_fix(at)}",
     )
 
 

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from sparkbase.audit.checks.common import apply_fix
-from sparkbase.audit.expected import Expected
-from sparkbase.audit.registry import Outcome, fail, node_check, ok, skip
+from sparkbase.audit.registry import Outcome, Subject, fail, node_check, ok, skip
 from sparkbase.facts.model import NodeFacts
+
+if TYPE_CHECKING:
+    from sparkbase.audit.expected import Expected
 
 
 def _package_names(expected: Expected) -> list[str]:
     return list(dict.fromkeys(pin.name for pin in expected.baseline.packages()))
+
+
+def _pinned_version(expected: Expected, item: str | None) -> str:
+    return next(pin.version for pin in expected.baseline.packages() if pin.name == item)
 
 
 @node_check(
@@ -18,13 +26,14 @@ def _package_names(expected: Expected) -> list[str]:
     "each pinned package is installed at its version",
     severity="warn",
     items=_package_names,
+    expect=_pinned_version,
 )
-def package(expected: Expected, facts: NodeFacts, item: str | None) -> Outcome:
-    pin = next(pin for pin in expected.baseline.packages() if pin.name == item)
-    seen = facts.packages.get(pin.name)
-    if seen != pin.version:
-        return fail(pin.version, seen or "not installed", f"apt-get install {pin.name}={pin.version}")
-    return ok(pin.version, seen)
+def package(version: str, facts: NodeFacts, at: Subject) -> Outcome:
+    name = str(at.item)
+    seen = facts.packages.get(name)
+    if seen != version:
+        return fail(version, seen or "not installed", f"apt-get install {name}={version}")
+    return ok(version, seen)
 
 
 @node_check(
@@ -32,13 +41,14 @@ def package(expected: Expected, facts: NodeFacts, item: str | None) -> Outcome:
     "packages",
     "no package is installed that only the site's other baselines pin",
     severity="warn",
+    expect=lambda expected, _item: tuple(expected.foreign_packages),
 )
-def packages_foreign(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
+def packages_foreign(foreign: tuple[str, ...], facts: NodeFacts, at: Subject) -> Outcome:
     want = "none installed"
-    if not expected.foreign_packages:
+    if not foreign:
         return skip("no other baseline pins a package this one does not")
-    found = [f"{name} {facts.packages[name]}" for name in expected.foreign_packages if name in facts.packages]
+    found = [f"{name} {facts.packages[name]}" for name in foreign if name in facts.packages]
     if found:
-        fix = f"retire them (kernel packages after the reboot): {apply_fix(expected, True)}"
+        fix = f"retire them (kernel packages after the reboot): {apply_fix(at, True)}"
         return fail(want, found, fix)
     return ok(want, want)

@@ -2,21 +2,26 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from sparkbase.audit.checks.common import apply_fix, unknown
-from sparkbase.audit.expected import Expected
-from sparkbase.audit.registry import Outcome, fail, node_check, ok, skip
+from sparkbase.audit.registry import Outcome, Subject, fail, node_check, ok, skip
 from sparkbase.facts.model import NodeFacts, SecureBoot
 from sparkbase.facts.signing import judge_signature
 
+if TYPE_CHECKING:
+    from sparkbase.audit.expected import Expected
 
-@node_check("secure_boot.state", "secure_boot", "Secure Boot is in the baseline's state")
-def secure_boot_state(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
-    want = SecureBoot.ENABLED.value if expected.baseline.secure_boot.enabled else "not enforcing"
+
+@node_check("secure_boot.state", "secure_boot", "Secure Boot is in the baseline's state",
+            expect=lambda expected, _item: expected.baseline.secure_boot.enabled)
+def secure_boot_state(enabled: bool, facts: NodeFacts, _at: Subject) -> Outcome:
+    want = SecureBoot.ENABLED.value if enabled else "not enforcing"
     state = facts.secure_boot
     if state is None:
         return unknown(facts, "sb-state", want)
     firmware = "change it in the firmware setup (a person at the console)"
-    if not expected.baseline.secure_boot.enabled:
+    if not enabled:
         if state.enforcing:
             return fail(want, state.value, firmware)
         return ok(want, state.value)
@@ -35,10 +40,10 @@ def _mok_items(expected: Expected) -> list[str]:
     return ["mok"] if secure.mok_fingerprint or signs else []
 
 
-@node_check("secure_boot", "secure_boot", "the MOK key the baseline signs with is enrolled", items=_mok_items)
-def secure_boot_mok(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
-    key = expected.baseline.secure_boot.mok_fingerprint
-    enroll = "mokutil --import the MOK certificate, then reboot and accept it: " + apply_fix(expected, True)
+@node_check("secure_boot", "secure_boot", "the MOK key the baseline signs with is enrolled", items=_mok_items,
+            expect=lambda expected, _item: expected.baseline.secure_boot.mok_fingerprint)
+def secure_boot_mok(key: str | None, facts: NodeFacts, at: Subject) -> Outcome:
+    enroll = "mokutil --import the MOK certificate, then reboot and accept it: " + apply_fix(at, True)
     enrolled = ", ".join(facts.mok_fingerprints) or "no key enrolled"
     if key is not None:
         return ok(key, key) if key in facts.mok_fingerprints else fail(key, enrolled, enroll)

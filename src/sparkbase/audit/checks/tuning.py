@@ -10,8 +10,7 @@ interrupt coalescing off" are warn); that the nodes agree on a governor stays an
 from __future__ import annotations
 
 from sparkbase.audit.checks.common import apply_fix, unknown
-from sparkbase.audit.expected import Expected
-from sparkbase.audit.registry import Outcome, fail, node_check, ok, skip
+from sparkbase.audit.registry import Outcome, Subject, fail, node_check, ok, skip
 from sparkbase.facts.model import NodeFacts, UnitState
 from sparkbase.facts.parsers import format_cpu_list
 from sparkbase.model.dgxos import (
@@ -37,9 +36,9 @@ def _unit_seen(state: UnitState | None) -> str:
     return f"{state.unit_file_state}, {state.active_state or 'inactive'}"
 
 
-@node_check("host.governor", "host", "every CPU runs the baseline's frequency governor", severity="warn")
-def host_governor(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
-    want = expected.baseline.host.cpu_governor
+@node_check("host.governor", "host", "every CPU runs the baseline's frequency governor", severity="warn",
+            expect=lambda expected, _item: expected.baseline.host.cpu_governor)
+def host_governor(want: str | None, facts: NodeFacts, at: Subject) -> Outcome:
     if want is None:
         return skip("the baseline does not manage the CPU governor")
     wanted = f"{want} on every CPU"
@@ -50,17 +49,17 @@ def host_governor(expected: Expected, facts: NodeFacts, _item: str | None) -> Ou
         unit = facts.units.get(GOVERNOR_UNIT)
         if unit is not None and unit.active_state == "failed":
             fix = (f"{GOVERNOR_UNIT} failed: cpupower needs linux-tools-{facts.kernel_release}; "
-                   + apply_fix(expected))
+                   + apply_fix(at))
         else:
-            fix = f"systemctl restart {GOVERNOR_UNIT}: {apply_fix(expected)}"
+            fix = f"systemctl restart {GOVERNOR_UNIT}: {apply_fix(at)}"
         return fail(wanted, seen, fix)
     return ok(wanted, seen)
 
 
 @node_check("host.governor_unit", "host", "DGX OS's governor unit is enabled and did not fail",
-            severity="warn")
-def host_governor_unit(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
-    if expected.baseline.host.cpu_governor is None:
+            severity="warn", expect=lambda expected, _item: expected.baseline.host.cpu_governor is not None)
+def host_governor_unit(managed: bool, facts: NodeFacts, at: Subject) -> Outcome:
+    if not managed:
         return skip("the baseline does not manage the CPU governor")
     want = f"{GOVERNOR_UNIT} enabled, not failed"
     state = facts.units.get(GOVERNOR_UNIT)
@@ -69,7 +68,7 @@ def host_governor_unit(expected: Expected, facts: NodeFacts, _item: str | None) 
     seen = _unit_seen(state)
     if state.active_state == "failed":
         return fail(want, seen, f"cpupower failed: install linux-tools-{facts.kernel_release} (kernel.tools),"
-                                f" then systemctl restart {GOVERNOR_UNIT}: {apply_fix(expected)}")
+                                f" then systemctl restart {GOVERNOR_UNIT}: {apply_fix(at)}")
     if not state.enabled:
         return fail(want, seen, f"systemctl enable {GOVERNOR_UNIT} (sparkbase does not re-enable a "
                                 "vendor unit someone turned off: do it by hand)")
@@ -84,9 +83,8 @@ def coalescing_wanted(on: bool) -> str:
 
 
 @node_check("host.nvme_coalescing", "host", "NVMe interrupt coalescing is as the baseline says",
-            severity="warn")
-def host_nvme_coalescing(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
-    on = expected.baseline.host.nvme.interrupt_coalescing
+            severity="warn", expect=lambda expected, _item: expected.baseline.host.nvme.interrupt_coalescing)
+def host_nvme_coalescing(on: bool, facts: NodeFacts, at: Subject) -> Outcome:
     want = coalescing_wanted(on)
     if facts.nvme_coalescing is None:
         return unknown(facts, "nvme-coalescing", want)
@@ -96,10 +94,10 @@ def host_nvme_coalescing(expected: Expected, facts: NodeFacts, _item: str | None
     file_state = state.unit_file_state if state is not None else ""
     if on:
         if value != coalescing_value(True) or state is None or not state.enabled:
-            return fail(want, seen, f"unmask, enable and start {NVME_COALESCING_UNIT}: {apply_fix(expected)}")
+            return fail(want, seen, f"unmask, enable and start {NVME_COALESCING_UNIT}: {apply_fix(at)}")
         return ok(want, seen)
     # off: the unit must not be able to turn it back on at boot (absent counts as masked)
     if value != coalescing_value(False) or file_state not in ("", "masked"):
         return fail(want, seen, f"systemctl mask --now {NVME_COALESCING_UNIT}; "
-                                f"{NVME_COALESCING_SCRIPT} disable: {apply_fix(expected)}")
+                                f"{NVME_COALESCING_SCRIPT} disable: {apply_fix(at)}")
     return ok(want, seen)
