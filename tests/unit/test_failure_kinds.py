@@ -13,7 +13,7 @@ from sparkbase.audit.reports import to_json
 from sparkbase.audit.run import EXIT_UNREACHABLE, build_report
 from sparkbase.deploy.results import NodeResult, NodeStatus, Report
 from sparkbase.facts.model import Unreachable
-from sparkbase.gate.preflight import decide
+from sparkbase.gate.refusals import decide
 from sparkbase.transport import FailureKind
 
 SITE = shipped()

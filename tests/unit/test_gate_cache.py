@@ -1,4 +1,4 @@
-"""The expectations kept beside the validated-site cache never change what the gate judges."""
+"""The compiled expectations kept beside the validated-site cache never change what the gate judges."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from sparkbase.audit import expected as expected_module
-from sparkbase.audit.expected import DERIVED_NAME, Expected, expectations, expected_for
+from sparkbase.audit.checks.files import FileWant
+from sparkbase.audit.compiled import DERIVED_NAME, CompiledNode, compile_node, expectations
+from sparkbase.audit.expected import Expected, expected_for
 from sparkbase.model import cache as site_cache
 from sparkbase.model.site import Site, load_site
 from sparkbase.render import SYSCTL_PATH
@@ -38,9 +40,9 @@ def _no_rendering(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(expected_module, "expected_for", refuse)
 
 
-def _uncached(site: Path, baseline: str | None = None) -> dict[str, Expected]:
+def _uncached(site: Path, baseline: str | None = None) -> dict[str, CompiledNode]:
     plain = load_site(site)
-    return {node: expected_for(plain, node, baseline) for node in NODES}
+    return {node: compile_node(expected_for(plain, node, baseline)) for node in NODES}
 
 
 @pytest.mark.parametrize("baseline", [None, VARIANT], ids=["inventory's baseline", "a lane's baseline"])
@@ -70,20 +72,29 @@ def test_another_baseline_is_added_beside_the_kept_ones(
 
 def test_an_edited_baseline_gives_the_new_files(site_copy: Path) -> None:
     before = expectations(load_site(site_copy, cache=True), ["spark1"])["spark1"]
-    assert "vm.max_map_count = 1048576" in _sysctl(before)
+    assert _sysctl_sha256(before) == _rendered_sysctl(site_copy, "vm.max_map_count = 1048576")
     baseline = site_copy / "baselines" / "site-stock-6.17-4k.yaml"
     text = baseline.read_text()
     assert text.count(MAP_COUNT) == 1
     baseline.write_text(text.replace(MAP_COUNT, "vm.max_map_count: 2097152"))
     after = expectations(load_site(site_copy, cache=True), ["spark1"])["spark1"]
-    assert "vm.max_map_count = 2097152" in _sysctl(after)
+    assert _sysctl_sha256(after) == _rendered_sysctl(site_copy, "vm.max_map_count = 2097152")
+    assert _sysctl_sha256(after) != _sysctl_sha256(before)
     assert after == _uncached(site_copy)["spark1"]
 
 
-def _sysctl(expected: Expected) -> str:
-    rendered = expected.file(SYSCTL_PATH)
-    assert rendered is not None
-    return rendered.content
+def _sysctl_sha256(node: CompiledNode) -> str:
+    """The sha256 the compiled file check expects of the sysctl drop-in."""
+    wants = [c.want for c in node.checks if isinstance(c.want, FileWant) and c.want.path == SYSCTL_PATH]
+    assert len(wants) == 1
+    return wants[0].sha256
+
+
+def _rendered_sysctl(site: Path, line: str) -> str:
+    """The sha256 of spark1's sysctl drop-in rendered now, which must hold `line`."""
+    rendered = expected_for(load_site(site), "spark1").file(SYSCTL_PATH)
+    assert rendered is not None and line in rendered.content
+    return rendered.sha256
 
 
 def test_the_key_covers_the_templates_and_their_engine() -> None:
@@ -157,4 +168,4 @@ def test_a_changed_copy_of_a_cached_site_is_computed_not_looked_up(
     changed = dataclasses.replace(site, inventory=site.inventory.model_copy(update={"nodes": nodes}))
     found = expectations(changed, NODES)
     assert {expected.baseline_name for expected in found.values()} == {VARIANT}
-    assert found == {node: expected_for(changed, node) for node in NODES}
+    assert found == {node: compile_node(expected_for(changed, node)) for node in NODES}

@@ -3,9 +3,10 @@
 Each command runs in a fresh interpreter, as a launch script starts it, on a copy of the
 shipped site; the nodes' answers are the facts of converged nodes, handed over by a stand-in
 for the SSH round trip (no node, no network), so every step after gathering (judging,
-deciding, printing) runs as it does on a fleet. The first run parses and renders and fills
-the cache; the second, on the unchanged site, must import neither the YAML parser nor the
-template engine, and neither run may import the apply engine, the pytest tier or rich.
+deciding, printing) runs as it does on a fleet. The first run parses, validates and renders
+and fills the cache; the second, on the unchanged site, must import neither the YAML parser,
+the template engine nor the typed model (pydantic: the gate judges the compiled view), and
+neither run may import the apply engine, the pytest tier or rich.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ from sparkbase.model.site import load_site
 LANE = "dsv41-flash"
 #: never on the gate's path (the apply engine, the pytest tier, the terminal toolkit)
 NEVER = ("pyinfra", "testinfra", "pytest", "_pytest", "rich")
-#: not on the gate's path when the site is unchanged (parsing, rendering)
-NOT_WHEN_CACHED = ("ruamel.yaml", "jinja2")
+#: not on the gate's path when the site is unchanged (parsing, validating, rendering)
+NOT_WHEN_CACHED = ("ruamel.yaml", "jinja2", "pydantic", "pydantic_core", "sparkbase.model.baseline",
+                   "sparkbase.model.site", "sparkbase.model.lanes", "sparkbase.model.inventory")
 
 #: run in the fresh interpreter: the round trip answered from a pickle, the CLI, the module set
 RUNNER = """
@@ -93,7 +95,7 @@ COMMANDS = {
 
 
 @pytest.mark.parametrize("command", COMMANDS.values(), ids=COMMANDS.keys())
-def test_the_gate_imports_neither_parser_nor_templates_on_an_unchanged_site(
+def test_the_gate_imports_neither_parser_templates_nor_model_on_an_unchanged_site(
     gate_site: tuple[Path, Path, Path], tmp_path: Path, command: list[str]
 ) -> None:
     site, lab, answers = gate_site
@@ -103,6 +105,6 @@ def test_the_gate_imports_neither_parser_nor_templates_on_an_unchanged_site(
     second_code, second = _run(answers, argv, tmp_path, 2)
     assert first_code == second_code == 0  # converged nodes: qualified, clean
     assert "sparkbase.audit.run" in second and "paramiko" in second  # the whole path ran
-    assert _loaded(first, NOT_WHEN_CACHED), "the first run parses and renders"
+    assert _loaded(first, ("ruamel.yaml", "jinja2", "pydantic")), "the first run parses, validates, renders"
     assert _loaded(first | second, NEVER) == []
     assert _loaded(second, NOT_WHEN_CACHED) == []

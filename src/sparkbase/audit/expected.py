@@ -2,14 +2,11 @@
 
 `expected_for` is the one place the audit, the gate and the testinfra suite get a node's
 expectations from; `preflight` passes the lane's baseline instead of the inventory's.
-`expectations` gives several nodes' at once, kept beside the validated-site cache when the
-site came from it (rendering imports jinja2 and runs every template: the gate's hot path
-does neither on an unchanged site).
+`sparkbase.audit.compiled` turns them into plain data for the audit and the gate.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -18,9 +15,6 @@ if TYPE_CHECKING:
     from sparkbase.model.baseline import Baseline
     from sparkbase.model.site import Site
     from sparkbase.render import RenderedFile
-
-#: the name the expectations are kept under beside the validated-site cache
-DERIVED_NAME = "expected"
 
 
 @dataclass(frozen=True)
@@ -97,27 +91,3 @@ def expected_for(site: Site, node: str, baseline_name: str | None = None) -> Exp
         foreign_swaps=foreign_swap_files(site, baseline),
         foreign_fstab_edits=foreign_fstab_edits(site, baseline),
     )
-
-
-def expectations(site: Site, nodes: Iterable[str], baseline_name: str | None = None) -> dict[str, Expected]:
-    """`expected_for` of every node of `nodes`, in their order.
-
-    For a site loaded through the validated-site cache, what was computed once for the very
-    same site files (and sparkbase code) is reused and what is new is added to the cache;
-    for any other site (loaded without the cache, or changed since) every node is computed.
-    """
-    from sparkbase.model import cache as site_cache
-
-    kept = site_cache.load_derived(site, DERIVED_NAME)
-    found: dict[str, Expected] = {}
-    added = False
-    for node in nodes:
-        value = kept.get((node, baseline_name))
-        if not isinstance(value, Expected):
-            value = expected_for(site, node, baseline_name)
-            kept[(node, baseline_name)] = value
-            added = True
-        found[node] = value
-    if added:
-        site_cache.store_derived(site, DERIVED_NAME, kept)
-    return found

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 if TYPE_CHECKING:
     from sparkbase.audit.expected import Expected
@@ -73,19 +73,56 @@ class CheckResult:
         return self.status == "fail" and self.severity == "error"
 
 
-CheckFn = Callable[["Expected", "NodeFacts", str | None], Outcome]
+W = TypeVar("W")
+
+
+@dataclass(frozen=True)
+class Subject:
+    """The node (and item) a check is judging: what its fix texts name."""
+
+    node: str
+    item: str | None = None
+
+
+@dataclass(frozen=True)
+class Crashed:
+    """What a check expects when working that out crashed (a bug in the check): judged as
+    that check failing, never as every other check's."""
+
+    error: str
+
+
+#: what a check expects of a node, worked out from the typed model when the site is compiled
+ExpectFn = Callable[["Expected", str | None], W]
+#: the verdict on one node's facts against what was expected (plain data only)
+JudgeFn = Callable[[W, "NodeFacts", Subject], Outcome]
 ItemsFn = Callable[["Expected"], list[str]]
 
 
 @dataclass(frozen=True)
-class NodeCheck:
-    """A check of one node against its expectations."""
+class PlannedCheck:
+    """One check as planned on one node: its id (`base.item`), the registered check, the item
+    and what the check expects there. `want` is plain data (strings, numbers, tuples, the
+    check's own frozen dataclasses; never a model object), so planned checks are kept in the
+    site cache and judged by the gate without importing the typed model."""
+
+    id: str
+    check: str
+    item: str | None
+    want: object
+
+
+@dataclass(frozen=True)
+class NodeCheck(Generic[W]):
+    """A check of one node: `expect` (from the typed model, once per site) and `judge` (pure,
+    on plain data: what was expected and the node's facts)."""
 
     id: str
     area: str
     severity: Severity
     summary: str
-    fn: CheckFn
+    judge: JudgeFn[W]
+    expect: ExpectFn[W]
     items: ItemsFn | None = None
 
     def ids(self, expected: Expected) -> list[tuple[str, str | None]]:
@@ -94,22 +131,37 @@ class NodeCheck:
             return [(self.id, None)]
         return [(f"{self.id}.{item}", item) for item in self.items(expected)]
 
-    def run(self, expected: Expected, facts: NodeFacts, item: str | None, check_id: str) -> CheckResult:
-        """Run on one node; a crash in a check is reported as that check failing."""
+    def plan(self, expected: Expected) -> list[PlannedCheck]:
+        """This check's planned checks on the node `expected` describes."""
+        planned = []
+        for check_id, item in self.ids(expected):
+            try:
+                want: object = self.expect(expected, item)
+            except Exception as exc:  # a check bug must not hide every other result
+                want = Crashed(f"{type(exc).__name__}: {exc}")
+            planned.append(PlannedCheck(check_id, self.id, item, want))
+        return planned
+
+    def judge_planned(self, planned: PlannedCheck, facts: NodeFacts, node: str) -> CheckResult:
+        """Judge one planned check on a node's facts; a crash is reported as this check failing."""
         try:
-            outcome = self.fn(expected, facts, item)
+            if isinstance(planned.want, Crashed):
+                raise RuntimeError(planned.want.error)
+            outcome = self.judge(planned.want, facts, Subject(node, planned.item))  # type: ignore[arg-type]
         except Exception as exc:  # a check bug must not hide every other result
             outcome = fail(None, f"check crashed: {type(exc).__name__}: {exc}", "report this bug")
         return CheckResult(
-            check_id,
-            self.area,
-            self.severity,
-            expected.node,
-            outcome.status,
-            outcome.expected,
-            outcome.observed,
-            outcome.fix,
+            planned.id, self.area, self.severity, node,
+            outcome.status, outcome.expected, outcome.observed, outcome.fix,
         )
+
+    def run(self, expected: Expected, facts: NodeFacts, item: str | None, check_id: str) -> CheckResult:
+        """Plan and judge one item on one node (the testinfra checks run them one by one)."""
+        try:
+            want: object = self.expect(expected, item)
+        except Exception as exc:
+            want = Crashed(f"{type(exc).__name__}: {exc}")
+        return self.judge_planned(PlannedCheck(check_id, self.id, item, want), facts, expected.node)
 
 
 @dataclass(frozen=True)
@@ -123,20 +175,26 @@ class FleetCheck:
     key: Callable[[NodeFacts], object]
 
 
-NODE_CHECKS: dict[str, NodeCheck] = {}
+NODE_CHECKS: dict[str, NodeCheck[Any]] = {}
 FLEET_CHECKS: dict[str, FleetCheck] = {}
 
 
 def node_check(
-    check_id: str, area: str, summary: str, severity: Severity = "error", items: ItemsFn | None = None
-) -> Callable[[CheckFn], CheckFn]:
-    """Register a node check (decorator)."""
+    check_id: str,
+    area: str,
+    summary: str,
+    *,
+    expect: ExpectFn[W],
+    severity: Severity = "error",
+    items: ItemsFn | None = None,
+) -> Callable[[JudgeFn[W]], JudgeFn[W]]:
+    """Register a node check (decorator on its judge; `expect` works out what it compares)."""
 
-    def register(fn: CheckFn) -> CheckFn:
+    def register(judge: JudgeFn[W]) -> JudgeFn[W]:
         if check_id in NODE_CHECKS:
             raise ValueError(f"check {check_id} registered twice")
-        NODE_CHECKS[check_id] = NodeCheck(check_id, area, severity, summary, fn, items)
-        return fn
+        NODE_CHECKS[check_id] = NodeCheck(check_id, area, severity, summary, judge, expect, items)
+        return judge
 
     return register
 

@@ -7,13 +7,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from sparkbase.audit.checks import fleet_checks, planned_checks
-from sparkbase.audit.expected import Expected
+from sparkbase.audit.checks import fleet_checks, node_checks
+from sparkbase.audit.compiled import CompiledNode, compiled
 from sparkbase.audit.registry import CheckResult
 from sparkbase.facts.model import FactsResult, NodeFacts, Unreachable
 from sparkbase.transport.failure import FailureKind
 
 if TYPE_CHECKING:
+    from sparkbase.audit.expected import Expected
     from sparkbase.audit.runtime import LaneProbe
     from sparkbase.facts.script import FactPlan
     from sparkbase.transport import SshTarget
@@ -83,11 +84,11 @@ class AuditReport:
         return EXIT_DRIFT if self.drift else EXIT_CLEAN
 
 
-def judge_node(expected: Expected, facts: NodeFacts) -> tuple[CheckResult, ...]:
+def judge_node(expected: Expected | CompiledNode, facts: NodeFacts) -> tuple[CheckResult, ...]:
     """Every node check on one node's facts (pure)."""
-    return tuple(
-        check.run(expected, facts, item, check_id) for check_id, check, item in planned_checks(expected)
-    )
+    node = compiled(expected)
+    checks = node_checks()
+    return tuple(checks[planned.check].judge_planned(planned, facts, node.node) for planned in node.checks)
 
 
 def judge_fleet(facts: Mapping[str, NodeFacts]) -> tuple[CheckResult, ...]:
@@ -120,22 +121,23 @@ def judge_fleet(facts: Mapping[str, NodeFacts]) -> tuple[CheckResult, ...]:
     return tuple(results)
 
 
-def report_node(expected: Expected, result: FactsResult, probes: Sequence[LaneProbe] = ()) -> NodeReport:
+def report_node(expected: Expected | CompiledNode, result: FactsResult, probes: Sequence[LaneProbe] = ()
+                ) -> NodeReport:
     """A node's report from its facts (or its unreachability); `probes` are the lanes whose
     serving processes are checked there (audit/runtime.py)."""
     from sparkbase.audit.runtime import runtime_results
 
-    baseline = expected.baseline
+    node = compiled(expected)
     if isinstance(result, Unreachable):
-        return NodeReport(expected.node, expected.baseline_name, baseline.version, False, result.reason, (),
+        return NodeReport(node.node, node.baseline_name, node.baseline_version, False, result.reason, (),
                           failure=result.kind)
     return NodeReport(
-        expected.node,
-        expected.baseline_name,
-        baseline.version,
+        node.node,
+        node.baseline_name,
+        node.baseline_version,
         True,
         None,
-        (*judge_node(expected, result), *runtime_results(expected.node, probes, result)),
+        (*judge_node(node, result), *runtime_results(node.node, probes, result)),
         result.elapsed_seconds,
     )
 
@@ -145,7 +147,7 @@ Gatherer = Callable[[Mapping[str, "SshTarget"], Mapping[str, "FactPlan"], int], 
 
 def run_audit(
     site_name: str,
-    expectations: Mapping[str, Expected],
+    expectations: Mapping[str, Expected | CompiledNode],
     targets: Mapping[str, SshTarget],
     parallel: int = 16,
     gather: Gatherer | None = None,
@@ -157,19 +159,20 @@ def run_audit(
 
     started = time.time()
     clock = time.monotonic()
-    plans = {node: expected.plan() for node, expected in expectations.items()}
+    nodes = {name: compiled(expected) for name, expected in expectations.items()}
+    plans = {name: node.plan for name, node in nodes.items()}
     if probes:
         from sparkbase.audit.runtime import first_matches
 
         plans = {node: replace(plan, serving_matches=first_matches(probes.get(node, ())))
                  for node, plan in plans.items()}
     gathered = (gather or gather_fleet)(targets, plans, parallel)
-    return build_report(site_name, expectations, gathered, started, time.monotonic() - clock, probes)
+    return build_report(site_name, nodes, gathered, started, time.monotonic() - clock, probes)
 
 
 def build_report(
     site_name: str,
-    expectations: Mapping[str, Expected],
+    expectations: Mapping[str, Expected | CompiledNode],
     gathered: Mapping[str, FactsResult],
     started: float = 0.0,
     elapsed: float = 0.0,

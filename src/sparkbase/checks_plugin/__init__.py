@@ -175,7 +175,8 @@ def sparkbase_session(config: pytest.Config) -> SparkbaseSession:
     cached = config.stash.get(SESSION, None)
     if cached is not None:
         return cached
-    from sparkbase.model.site import find_site_root, load_site
+    from sparkbase.model.site import load_site
+    from sparkbase.model.site_files import find_site_root
 
     root = find_site_root(site_dir(config))
     ssh_config = config.getoption("ssh_config", default=None)

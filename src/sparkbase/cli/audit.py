@@ -20,6 +20,7 @@ from sparkbase.cli.common import add_site_arguments, add_target_arguments
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from sparkbase.audit.compiled import CompiledNode
     from sparkbase.audit.run import Gatherer
     from sparkbase.console import Progress
     from sparkbase.facts.model import FactsResult
@@ -50,30 +51,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the audit and print or write the report."""
     from sparkbase.atomicfile import write_output
-    from sparkbase.audit.expected import expectations
     from sparkbase.audit.reports import render
     from sparkbase.audit.run import run_audit
-    from sparkbase.cli.common import lab_path, load_site_or_exit, selected_nodes
-    from sparkbase.transport import ssh_targets
+    from sparkbase.cli.common import lab_path, load_view_or_exit, pick_nodes
+    from sparkbase.transport import targets_for
 
     if args.parallel < 1:
         print("sparkbase: --parallel must be at least 1", file=sys.stderr)
         return 2
-    site = load_site_or_exit(args)
-    nodes = selected_nodes(site, args)
-    problem = _baseline_problem(site, args)
-    if problem is not None:
-        print(f"sparkbase: {problem}", file=sys.stderr)
+    view = load_view_or_exit(args)
+    nodes = pick_nodes(view.nodes, args)
+    wanted = view.expectations(nodes) if args.baseline is None else _under_baseline(args, nodes)
+    if wanted is None:
         return 2
-    targets = ssh_targets(site, lab_path(args))
-    from sparkbase.audit.runtime import lane_probes
-
+    targets = targets_for(view.reach, lab_path(args))
     # the serving processes of every enabled lane, read in the same round trip
-    running = lane_probes(site, [name for name, lane in sorted(site.lanes.items()) if lane.enabled])
+    running = view.probes(name for name, lane in sorted(view.lanes.items()) if lane.enabled)
     from sparkbase.console import Progress
 
     with Progress("audit", total=len(nodes), live=len(nodes) > 1) as progress:
-        report = run_audit(site.rules.site, expectations(site, nodes, args.baseline), targets, args.parallel,
+        report = run_audit(view.site, wanted, targets, args.parallel,
                            gather=_gather_counted(progress), probes=running)
     from sparkbase.audit.reports import summary_line
     from sparkbase.text import shown
@@ -115,6 +112,20 @@ def _gather_counted(progress: Progress) -> Gatherer:
         return gather_fleet(targets, plans, parallel, gather=gather_one)
 
     return gather
+
+
+def _under_baseline(args: argparse.Namespace, nodes: list[str]) -> dict[str, CompiledNode] | None:
+    """`nodes` compiled under `--baseline` (the typed site is loaded: rare, not the gate's
+    path); None, having said why, when that baseline cannot be audited there."""
+    from sparkbase.audit.compiled import expectations
+    from sparkbase.cli.common import load_site_or_exit
+
+    site = load_site_or_exit(args)
+    problem = _baseline_problem(site, args)
+    if problem is not None:
+        print(f"sparkbase: {problem}", file=sys.stderr)
+        return None
+    return expectations(site, nodes, args.baseline)
 
 
 def _baseline_problem(site: Site, args: argparse.Namespace) -> str | None:

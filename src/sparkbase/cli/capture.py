@@ -78,7 +78,8 @@ def run(args: argparse.Namespace) -> int:
     target = args.out if args.out is not None else site.root / "baselines" / f"{name}.yaml"
     if args.out is not None and args.name is not None and args.name != name:
         return _fail(f"--as {args.name} and --out {args.out} name two baselines; give one")
-    from sparkbase.model.site import LOCK_FILE, SITE_RULES_FILE, _valid_name
+    from sparkbase.model.site import LOCK_FILE, _valid_name
+    from sparkbase.model.site_files import SITE_RULES_FILE
 
     if not _valid_name(name) or f"{name}.yaml" == SITE_RULES_FILE or name == LOCK_FILE:
         return _fail(f"{target}: '{name}' cannot be a baseline's name")

@@ -6,9 +6,13 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from sparkbase.errors import ConfigError
+    from sparkbase.gate.view import SiteView
     from sparkbase.model.site import Site
 
 
@@ -107,23 +111,53 @@ def load_site_or_exit(args: argparse.Namespace) -> Site:
     import time
 
     from sparkbase.errors import ConfigError
-    from sparkbase.model.site import find_site_root, load_site
+    from sparkbase.model.site import load_site
+    from sparkbase.model.site_files import find_site_root
 
     started = time.monotonic()
     try:
         root = find_site_root(args.site)
         site = load_site(root, args.inventory, cache=True)
     except ConfigError as exc:
-        for problem in exc.problems:
-            print(problem.format(Path.cwd()), file=sys.stderr)
-        errors = sum(1 for p in exc.problems if p.severity == "error")
-        print(f"sparkbase: {errors} error(s) in the site; nothing was done", file=sys.stderr)
-        raise SystemExit(2) from None
+        _exit_with_problems(exc)
     logging.getLogger(__name__).debug(
         "site %s loaded in %.3fs (%d baselines, %d nodes, %d lanes)", root,
         time.monotonic() - started, len(site.baselines), len(site.inventory.nodes), len(site.lanes),
     )
     return site
+
+
+def load_view_or_exit(args: argparse.Namespace) -> SiteView:
+    """The gate's view of the site named by the arguments (`gate.view`): kept from the last
+    load of the unchanged site, else the site loaded and validated (on problems print them
+    all and exit 2, as `load_site_or_exit` does)."""
+    import logging
+    import time
+
+    from sparkbase.errors import ConfigError
+    from sparkbase.gate.view import load_view
+    from sparkbase.model.site_files import find_site_root
+
+    started = time.monotonic()
+    try:
+        root = find_site_root(args.site)
+        view = load_view(root, args.inventory)
+    except ConfigError as exc:
+        _exit_with_problems(exc)
+    logging.getLogger(__name__).debug(
+        "site view %s loaded in %.3fs (%d nodes, %d lanes)", root, time.monotonic() - started,
+        len(view.nodes), len(view.lanes),
+    )
+    return view
+
+
+def _exit_with_problems(exc: ConfigError) -> NoReturn:
+    """Print every problem of the site and exit 2."""
+    for problem in exc.problems:
+        print(problem.format(Path.cwd()), file=sys.stderr)
+    errors = sum(1 for p in exc.problems if p.severity == "error")
+    print(f"sparkbase: {errors} error(s) in the site; nothing was done", file=sys.stderr)
+    raise SystemExit(2) from None
 
 
 def lab_path(args: argparse.Namespace) -> Path | None:
@@ -138,11 +172,17 @@ def lab_path(args: argparse.Namespace) -> Path | None:
 
 def selected_nodes(site: Site, args: argparse.Namespace) -> list[str]:
     """Nodes named by `--limit` (checked against the inventory), else all, in rank order."""
-    nodes = sorted(site.inventory.nodes, key=lambda name: site.inventory.nodes[name].rank)
+    return pick_nodes(sorted(site.inventory.nodes, key=lambda name: site.inventory.nodes[name].rank), args)
+
+
+def pick_nodes(ranked: Sequence[str], args: argparse.Namespace) -> list[str]:
+    """Nodes of `ranked` (the inventory's, in rank order) named by `--limit` (each checked
+    against it), else all."""
+    nodes = list(ranked)
     limit = getattr(args, "limit", None)
     if not limit:
         return nodes
-    unknown = [name for name in limit if name not in site.inventory.nodes]
+    unknown = [name for name in limit if name not in nodes]
     if unknown:
         from sparkbase.text import shown
 
@@ -155,7 +195,7 @@ def selected_nodes(site: Site, args: argparse.Namespace) -> list[str]:
     return [name for name in nodes if name in limit]
 
 
-def lane_or_exit(site: Site, lane: str) -> str:
+def lane_or_exit(site: Site | SiteView, lane: str) -> str:
     """`lane` when the site has it; otherwise say which lanes it has and exit 2."""
     if lane not in site.lanes:
         from sparkbase.text import shown

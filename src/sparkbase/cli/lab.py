@@ -175,7 +175,8 @@ def _lane(lab: object, args: argparse.Namespace) -> int:
     from sparkbase.errors import ConfigError
     from sparkbase.lab import lanes
     from sparkbase.lab.fleet import Lab
-    from sparkbase.model.site import find_site_root, load_site
+    from sparkbase.model.site import load_site
+    from sparkbase.model.site_files import find_site_root
 
     assert isinstance(lab, Lab)
     try:

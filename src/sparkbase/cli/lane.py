@@ -92,9 +92,10 @@ def _preflight_lines(args: argparse.Namespace, site: Site, lane: str) -> tuple[l
     """The pre-flight's refusal lines and whether any cannot be overridden."""
     from sparkbase.cli.common import lab_path
     from sparkbase.gate.preflight import preflight
+    from sparkbase.gate.view import view_of
     from sparkbase.transport import ssh_targets
 
-    result = preflight(site, lane, ssh_targets(site, lab_path(args)), args.parallel)
+    result = preflight(view_of(site), lane, ssh_targets(site, lab_path(args)), args.parallel)
     return [refusal.line() for refusal in result.refusals], bool(result.blocking_override)
 
 

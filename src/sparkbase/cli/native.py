@@ -19,7 +19,8 @@ from sparkbase.model.site import Site
 @cache
 def site_from_env() -> Site:
     """The site at $SPARKBASE_SITE (or the directory holding `deploys/`), loaded once."""
-    from sparkbase.model.site import find_site_root, load_site
+    from sparkbase.model.site import load_site
+    from sparkbase.model.site_files import find_site_root
 
     root = Path(os.environ.get("SPARKBASE_SITE") or Path.cwd())
     return load_site(find_site_root(root))

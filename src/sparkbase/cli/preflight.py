@@ -20,7 +20,7 @@ from sparkbase.cli.common import add_lab_arguments, add_site_arguments
 
 if TYPE_CHECKING:
     from sparkbase.gate.preflight import PreflightResult
-    from sparkbase.model.site import Site
+    from sparkbase.gate.view import SiteView
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,15 +47,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the gate."""
-    from sparkbase.cli.common import lab_path, lane_or_exit, load_site_or_exit, reason_or_exit
+    from sparkbase.cli.common import lab_path, lane_or_exit, load_view_or_exit, reason_or_exit
     from sparkbase.gate.preflight import preflight
     from sparkbase.text import shown
-    from sparkbase.transport import ssh_targets
+    from sparkbase.transport import targets_for
 
-    site = load_site_or_exit(args)
-    lane_or_exit(site, args.lane)
+    view = load_view_or_exit(args)
+    lane_or_exit(view, args.lane)
     reason = reason_or_exit(args.override, "--override")
-    result = preflight(site, args.lane, ssh_targets(site, lab_path(args)), args.parallel)
+    result = preflight(view, args.lane, targets_for(view.reach, lab_path(args)), args.parallel)
     lines = [refusal.line() for refusal in result.refusals]
     if result.qualified:
         _print_json(args, result, overridden=False)
@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
             )
         print(summary, file=stream)
         return 1
-    recorded = _record_override(args, site, lines, reason)
+    recorded = _record_override(args, view, lines, reason)
     _print_json(args, result, overridden=recorded)
     return 0 if recorded else 1
 
@@ -101,14 +101,14 @@ def _print_json(args: argparse.Namespace, result: PreflightResult, overridden: b
     print(json.dumps(document, indent=2))
 
 
-def _record_override(args: argparse.Namespace, site: Site, lines: list[str], reason: str) -> bool:
+def _record_override(args: argparse.Namespace, view: SiteView, lines: list[str], reason: str) -> bool:
     """Log the override (one record) and warn; False when it could not be recorded (only a
     recorded override launches)."""
     from sparkbase.policy.overrides import OverrideLogError, RecordKind, append_record, log_path, new_record
     from sparkbase.text import shown
 
-    lane = site.lanes[args.lane]
-    log = args.log or log_path(site.root)
+    lane = view.lanes[args.lane]
+    log = args.log or log_path(view.root)
     record = new_record(
         RecordKind.PREFLIGHT,
         reason,

@@ -35,7 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Validate; exit 0 (valid, maybe with warnings) or 2 (invalid)."""
     from sparkbase.errors import ConfigError, Severity
-    from sparkbase.model.site import find_site_root, load_site
+    from sparkbase.model.site import load_site
+    from sparkbase.model.site_files import find_site_root
 
     site: Site | None = None
     try:

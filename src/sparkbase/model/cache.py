@@ -145,6 +145,27 @@ def store_derived(site: CachedSite, name: str, values: dict[object, object]) -> 
         _write_pickle(derived_file(site.root, name), key, values)
 
 
+def load_keyed(root: Path, name: str, key: bytes) -> object:
+    """The value called `name` kept for the site at `root` under `key` (what `site_key`
+    gives for its files now), or None: missing, stale, foreign or corrupt. Used by the
+    gate to read what it needs of a site without loading the site."""
+    if os.environ.get(DISABLE_ENV):
+        return None
+    return _read_pickle(derived_file(root, name), key)
+
+
+def store_keyed(root: Path, name: str, key: bytes, value: object) -> None:
+    """Keep `value` (picklable) as `name` for the site at `root` under `key`; silently
+    nothing when the site directory is not writable."""
+    if not os.environ.get(DISABLE_ENV):
+        _write_pickle(derived_file(root, name), key, value)
+
+
+def key_of(site: CachedSite) -> bytes | None:
+    """The key `site` was loaded or stored under by this process, if it came through the cache."""
+    return _key_of(site)
+
+
 def _remember_key(site: CachedSite, key: bytes) -> None:
     """Note that `site` is what the files under `key` load into (for its derived values)."""
     ident = id(site)

@@ -29,12 +29,12 @@ from sparkbase.model.rules import (
     inventory_findings,
     lane_findings,
 )
+from sparkbase.model.site_files import DEFAULT_INVENTORY, SITE_DIRECTORIES, SITE_RULES_FILE
+from sparkbase.model.site_files import inventory_file as site_inventory_file
 from sparkbase.model.site_rules import SiteRules
 from sparkbase.model.yamlio import Location, PathKey, YamlDocument, dotted, load_yaml
 
-SITE_RULES_FILE = "site.yaml"
 LOCK_FILE = "sparkbase.lock"
-DEFAULT_INVENTORY = Path("inventory") / "site.yaml"
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
 
 M = TypeVar("M", bound=BaseModel)
@@ -70,25 +70,6 @@ class Site:
         """A path named in a site file, resolved against the site root."""
         candidate = Path(relative).expanduser()
         return candidate if candidate.is_absolute() else self.root / candidate
-
-
-def find_site_root(start: Path) -> Path:
-    """The site directory: `start`, or the nearest parent holding baselines/site.yaml."""
-    start = start.resolve()
-    for candidate in (start, *start.parents):
-        if os.path.lexists(candidate / "baselines" / SITE_RULES_FILE):  # the loader checks its type
-            return candidate
-    raise ConfigError(
-        [
-            Problem(
-                start / "baselines" / SITE_RULES_FILE,
-                1,
-                1,
-                "",
-                "no site here: expected baselines/site.yaml in this directory or a parent (pass --site DIR)",
-            )
-        ]
-    )
 
 
 class _Loader:
@@ -145,8 +126,7 @@ def load_site(root: Path, inventory: Path | None = None, *, cache: bool = False)
     root = root.resolve()
     if not cache:
         return _load_site(root, inventory)
-    inventory_file = Path(os.path.abspath(root / (inventory or DEFAULT_INVENTORY)))
-    key = site_cache.site_key(root, inventory_file, ("baselines", "lanes"))
+    key = site_cache.site_key(root, site_inventory_file(root, inventory), SITE_DIRECTORIES)
     cached = site_cache.load_cached(root, key, Site)
     if cached is not None:
         return cached

@@ -15,13 +15,16 @@ from sparkbase.transport.failure import HOST_KEY_HELP, FailureKind, NodeFailure,
 from sparkbase.transport.targets import (
     DEFAULT_LAB_DIR,
     MAX_SSH_FILE_BYTES,
+    SshReach,
     SshTarget,
     known_hosts_problem,
     lab_dir,
     plain_file_problem,
+    reach_of,
     read_plain_file,
     ssh_config_problem,
     ssh_targets,
+    targets_for,
 )
 
 __all__ = [
@@ -30,12 +33,15 @@ __all__ = [
     "MAX_SSH_FILE_BYTES",
     "FailureKind",
     "NodeFailure",
+    "SshReach",
     "SshTarget",
     "TransportError",
     "known_hosts_problem",
     "lab_dir",
     "plain_file_problem",
+    "reach_of",
     "read_plain_file",
     "ssh_config_problem",
     "ssh_targets",
+    "targets_for",
 ]

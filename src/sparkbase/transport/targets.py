@@ -10,11 +10,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sparkbase.boundedfile import FileRefused, Refusal, read_regular_file
 from sparkbase.errors import ConfigError, Problem
-from sparkbase.model.site import Site
 from sparkbase.transport.paramiko_import import import_paramiko
+
+if TYPE_CHECKING:
+    from sparkbase.model.site import Site
+    from sparkbase.model.yamlio import Location
 
 DEFAULT_LAB_DIR = Path("/var/lib/sparkbase/lab")
 #: the lab's interface for lane metrics: a node's serving stand-in listens on 127.0.0.1 at the
@@ -48,35 +52,74 @@ class SshTarget:
     user_from_inventory: bool = False
 
 
+@dataclass(frozen=True)
+class SshReach:
+    """How the inventory reaches its nodes, as plain data (`reach_of`): kept in the gate's
+    view of the site, so the gate builds its targets without loading the typed site."""
+
+    #: node -> SSH alias, in inventory order
+    aliases: dict[str, str]
+    #: the inventory's ssh_config and known_hosts, resolved against the site root
+    config: Path | None
+    known_hosts: Path
+    #: where the inventory names them (for errors about the files)
+    config_at: Location
+    known_hosts_at: Location
+    user: str
+    sudo: bool
+    user_from_inventory: bool
+    connect_timeout: float
+    command_timeout: float
+
+
+def reach_of(site: Site) -> SshReach:
+    """The inventory's SSH settings and every node's alias."""
+    settings = site.inventory.ssh
+    return SshReach(
+        aliases={name: node.ssh_host for name, node in site.inventory.nodes.items()},
+        config=site.path(settings.config) if settings.config else None,
+        known_hosts=site.path(settings.known_hosts),
+        config_at=site.locate_inventory(("ssh", "config")),
+        known_hosts_at=site.locate_inventory(("ssh", "known_hosts")),
+        user=settings.user,
+        sudo=settings.sudo,
+        user_from_inventory="user" in settings.model_fields_set,
+        connect_timeout=settings.connect_timeout,
+        command_timeout=settings.command_timeout,
+    )
+
+
 def ssh_targets(site: Site, lab: Path | None = None) -> dict[str, SshTarget]:
     """The SSH target of every node in the inventory (the lab's files when `lab` is set)."""
-    settings = site.inventory.ssh
+    return targets_for(reach_of(site), lab)
+
+
+def targets_for(reach: SshReach, lab: Path | None = None) -> dict[str, SshTarget]:
+    """The SSH target of every node `reach` names (the lab's files when `lab` is set)."""
     if lab is not None:
         config: Path | None = lab / "ssh_config"
         known_hosts = lab / "known_hosts"
     else:
-        config = site.path(settings.config) if settings.config else None
-        known_hosts = site.path(settings.known_hosts)
-    _require_files(site, lab, config, known_hosts)
+        config, known_hosts = reach.config, reach.known_hosts
+    _require_files(reach, lab, config, known_hosts)
     # the lab serves the inventory's user too (Lab.add_sudo_user), so --lab tests sudo paths
-    user = settings.user
     return {
         name: SshTarget(
             node=name,
-            alias=node.ssh_host,
+            alias=alias,
             config_file=config,
             known_hosts=known_hosts,
-            user=user,
-            sudo=settings.sudo,
-            user_from_inventory="user" in settings.model_fields_set,
-            connect_timeout=settings.connect_timeout,
-            command_timeout=settings.command_timeout,
+            user=reach.user,
+            sudo=reach.sudo,
+            user_from_inventory=reach.user_from_inventory,
+            connect_timeout=reach.connect_timeout,
+            command_timeout=reach.command_timeout,
         )
-        for name, node in site.inventory.nodes.items()
+        for name, alias in reach.aliases.items()
     }
 
 
-def _require_files(site: Site, lab: Path | None, config: Path | None, known_hosts: Path) -> None:
+def _require_files(reach: SshReach, lab: Path | None, config: Path | None, known_hosts: Path) -> None:
     """Refuse, as a configuration error, to connect without the files that make SSH strict,
     or with files that are not what they should be (never echoing what they hold)."""
     if lab is not None:
@@ -99,7 +142,7 @@ def _require_files(site: Site, lab: Path | None, config: Path | None, known_host
         return
     problems: list[Problem] = []
     if config is not None and not config.exists():
-        where = site.locate_inventory(("ssh", "config"))
+        where = reach.config_at
         problems.append(
             Problem(
                 where.file,
@@ -111,7 +154,7 @@ def _require_files(site: Site, lab: Path | None, config: Path | None, known_host
             )
         )
     if not known_hosts.exists():
-        where = site.locate_inventory(("ssh", "known_hosts"))
+        where = reach.known_hosts_at
         problems.append(
             Problem(
                 where.file,
@@ -130,7 +173,7 @@ def _require_files(site: Site, lab: Path | None, config: Path | None, known_host
         for key, path, check in checks:
             wrong = check(path) if path is not None else None
             if wrong is not None:
-                where = site.locate_inventory(("ssh", key))
+                where = reach.config_at if key == "config" else reach.known_hosts_at
                 problems.append(Problem(where.file, where.line, where.column, f"ssh.{key}", wrong))
     if problems:
         raise ConfigError(problems)

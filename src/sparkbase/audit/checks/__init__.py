@@ -1,4 +1,5 @@
-"""Every check sparkbase runs, each a pure function of (expected, facts, item).
+"""Every check sparkbase runs: what it expects (from the typed model) and its judge (a pure
+function of that plain expectation and a node's facts).
 
 Ids read as the drift they name. One module per area (after the prior `doctor`);
 importing this package registers them all, in the order below (the report order). The
@@ -9,7 +10,7 @@ registers them (each check module imports it, it imports none of them).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sparkbase.audit.checks import (
     fabric,  # noqa: F401 - registers on import
@@ -24,13 +25,13 @@ from sparkbase.audit.checks import (
     secure_boot,  # noqa: F401 - registers on import
     tuning,  # noqa: F401 - registers on import
 )
-from sparkbase.audit.registry import FLEET_CHECKS, NODE_CHECKS, FleetCheck, NodeCheck
+from sparkbase.audit.registry import FLEET_CHECKS, NODE_CHECKS, FleetCheck, NodeCheck, PlannedCheck
 
 if TYPE_CHECKING:
     from sparkbase.audit.expected import Expected
 
 
-def node_checks() -> dict[str, NodeCheck]:
+def node_checks() -> dict[str, NodeCheck[Any]]:
     """Every node check, by id, in registry order (the modules above registered them)."""
     return NODE_CHECKS
 
@@ -40,8 +41,7 @@ def fleet_checks() -> dict[str, FleetCheck]:
     return FLEET_CHECKS
 
 
-def planned_checks(expected: Expected) -> Iterator[tuple[str, NodeCheck, str | None]]:
-    """(check id, check, item) for every check that applies to a node, in registry order."""
+def planned_checks(expected: Expected) -> Iterator[PlannedCheck]:
+    """Every check that applies to a node, planned with what it expects, in registry order."""
     for check in NODE_CHECKS.values():
-        for check_id, item in check.ids(expected):
-            yield check_id, check, item
+        yield from check.plan(expected)

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from sparkbase.audit.expected import Expected
-from sparkbase.audit.registry import Outcome, fail, ok
+from sparkbase.audit.registry import Outcome, Subject, fail, ok
 from sparkbase.facts.model import ModuleInfo, NodeFacts
 from sparkbase.facts.signing import SignatureProblem, judge_signature
 
@@ -16,9 +15,9 @@ REBOOT_FIX = "sparkbase apply --limit {node} --allow-reboot"
 APST_ARG = "nvme_core.default_ps_max_latency_us=0"
 
 
-def apply_fix(expected: Expected, reboot: bool = False) -> str:
+def apply_fix(subject: Subject, reboot: bool = False) -> str:
     """The apply command that fixes this node (with `--allow-reboot` when it needs one)."""
-    return (REBOOT_FIX if reboot else APPLY_FIX).format(node=expected.node)
+    return (REBOOT_FIX if reboot else APPLY_FIX).format(node=subject.node)
 
 
 def unknown(facts: NodeFacts, section: str, what: object) -> Outcome:
@@ -27,7 +26,7 @@ def unknown(facts: NodeFacts, section: str, what: object) -> Outcome:
     return fail(what, f"unknown ({reason})", "check the node by hand; the fact could not be read")
 
 
-def dkms_installed(expected: Expected, facts: NodeFacts, dkms_name: str, version: str) -> Outcome:
+def dkms_installed(subject: Subject, facts: NodeFacts, dkms_name: str, version: str) -> Outcome:
     """DKMS has `dkms_name/version` installed for the running kernel (`dkms status` noise is
     reported beside, never fatal)."""
     release = facts.kernel_release
@@ -38,20 +37,20 @@ def dkms_installed(expected: Expected, facts: NodeFacts, dkms_name: str, version
     if entry is None:
         seen = ", ".join(f"{e.name}/{e.version} {e.kernel or ''} {e.status}" for e in facts.dkms)
         return fail(want, (seen or "not installed") + noise,
-                    f"dkms install {dkms_name}/{version} -k {release}: {apply_fix(expected)}")
+                    f"dkms install {dkms_name}/{version} -k {release}: {apply_fix(subject)}")
     return ok(want, "installed" + noise)
 
 
-def module_signed(expected: Expected, facts: NodeFacts, info: ModuleInfo | None) -> Outcome:
-    """The module file `modinfo` read is signed by the pinned MOK (else by an enrolled one)."""
-    key = expected.baseline.secure_boot.mok_fingerprint
+def module_signed(subject: Subject, facts: NodeFacts, info: ModuleInfo | None, key: str | None) -> Outcome:
+    """The module file `modinfo` read is signed by the pinned MOK `key` (else, with no key
+    pinned, by an enrolled one)."""
     want = f"signed with MOK {key}" if key else "signed with an enrolled MOK"
     verdict = judge_signature(info, facts.mok_certificates, key)
     if verdict.ok:
         return ok(want, verdict.detail)
     if verdict.problem is SignatureProblem.UNSIGNED:
-        return fail(want, "unsigned", "rebuild with the MOK key present: " + apply_fix(expected))
-    return fail(want, verdict.detail, "re-sign with the enrolled MOK key: " + apply_fix(expected))
+        return fail(want, "unsigned", "rebuild with the MOK key present: " + apply_fix(subject))
+    return fail(want, verdict.detail, "re-sign with the enrolled MOK key: " + apply_fix(subject))
 
 
 def module_flag(value: str | None) -> bool | None:

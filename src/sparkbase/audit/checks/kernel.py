@@ -2,37 +2,69 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 from sparkbase.audit.checks.common import APST_ARG, apply_fix, unknown
-from sparkbase.audit.expected import Expected
-from sparkbase.audit.registry import Outcome, fail, node_check, ok, skip
+from sparkbase.audit.registry import Outcome, Subject, fail, node_check, ok, skip
 from sparkbase.facts.model import NodeFacts
-from sparkbase.render import kernel_cmdline
+
+if TYPE_CHECKING:
+    from sparkbase.audit.expected import Expected
 
 
-@node_check("kernel.release", "kernel", "the running kernel is the baseline's")
-def kernel_release(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
-    want = expected.baseline.kernel.release
+@dataclass(frozen=True)
+class CmdlineWant:
+    """The kernel arguments the baseline requires and those it forbids."""
+
+    required: tuple[str, ...]
+    forbidden: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class FallbackWant:
+    """The fallback kernel: its release and the image package's version."""
+
+    release: str
+    package_version: str
+
+
+def _cmdline(expected: Expected, _item: str | None) -> CmdlineWant:
+    from sparkbase.render import kernel_cmdline
+
+    kernel = expected.baseline.kernel
+    return CmdlineWant(tuple(kernel_cmdline(expected.baseline)), tuple(kernel.cmdline_forbid))
+
+
+def _fallback(expected: Expected, _item: str | None) -> FallbackWant | None:
+    fallback = expected.baseline.kernel.fallback
+    return None if fallback is None else FallbackWant(fallback.release, fallback.package_version)
+
+
+@node_check("kernel.release", "kernel", "the running kernel is the baseline's",
+            expect=lambda expected, _item: expected.baseline.kernel.release)
+def kernel_release(want: str, facts: NodeFacts, at: Subject) -> Outcome:
     if facts.kernel_release is None:
         return unknown(facts, "uname", want)
     if facts.kernel_release != want:
-        return fail(want, facts.kernel_release, f"install and boot it: {apply_fix(expected, reboot=True)}")
+        return fail(want, facts.kernel_release, f"install and boot it: {apply_fix(at, reboot=True)}")
     return ok(want, facts.kernel_release)
 
 
-@node_check("kernel.page_size", "kernel", "the running page size is the baseline's")
-def kernel_page_size(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
-    want = expected.baseline.kernel.page_size
+@node_check("kernel.page_size", "kernel", "the running page size is the baseline's",
+            expect=lambda expected, _item: expected.baseline.kernel.page_size)
+def kernel_page_size(want: int, facts: NodeFacts, at: Subject) -> Outcome:
     if facts.page_size is None:
         return unknown(facts, "pagesize", want)
     if facts.page_size != want:
-        return fail(want, facts.page_size, f"boot the baseline's kernel flavour: {apply_fix(expected, True)}")
+        return fail(want, facts.page_size, f"boot the baseline's kernel flavour: {apply_fix(at, True)}")
     return ok(want, facts.page_size)
 
 
-@node_check("kernel.cmdline", "kernel", "required kernel arguments present, forbidden ones absent")
-def kernel_cmdline_check(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
-    required = kernel_cmdline(expected.baseline)
-    forbidden = expected.baseline.kernel.cmdline_forbid
+@node_check("kernel.cmdline", "kernel", "required kernel arguments present, forbidden ones absent",
+            expect=_cmdline)
+def kernel_cmdline_check(want_args: CmdlineWant, facts: NodeFacts, at: Subject) -> Outcome:
+    required, forbidden = want_args.required, want_args.forbidden
     if not facts.cmdline:
         return unknown(facts, "cmdline", " ".join(required))
     missing = [arg for arg in required if arg not in facts.cmdline]
@@ -40,7 +72,7 @@ def kernel_cmdline_check(expected: Expected, facts: NodeFacts, _item: str | None
     want = " ".join(required) + (f" (never: {' '.join(forbidden)})" if forbidden else "")
     if missing or present:
         problems = [*(f"missing {arg}" for arg in missing), *(f"forbidden {arg}" for arg in present)]
-        fix = f"rewrite the GRUB drop-in and reboot: {apply_fix(expected, True)}"
+        fix = f"rewrite the GRUB drop-in and reboot: {apply_fix(at, True)}"
         if APST_ARG in missing:
             fix = (f"NVMe APST is not pinned off ({APST_ARG} missing; APST sleep costs about 3% "
                    f"at 8 streams): {fix}")
@@ -49,10 +81,10 @@ def kernel_cmdline_check(expected: Expected, facts: NodeFacts, _item: str | None
 
 
 @node_check(
-    "kernel.fallback", "kernel", "the fallback kernel is installed at its version, with a GRUB menu entry"
+    "kernel.fallback", "kernel", "the fallback kernel is installed at its version, with a GRUB menu entry",
+    expect=_fallback,
 )
-def kernel_fallback(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
-    fallback = expected.baseline.kernel.fallback
+def kernel_fallback(fallback: FallbackWant | None, facts: NodeFacts, at: Subject) -> Outcome:
     if fallback is None:
         return skip("the baseline keeps no fallback kernel")
     image = f"linux-image-{fallback.release}"
@@ -68,29 +100,29 @@ def kernel_fallback(expected: Expected, facts: NodeFacts, _item: str | None) -> 
         problems.append(f"no GRUB entry for {fallback.release}")
     if problems:
         return fail(want, "; ".join(problems),
-                    f"install it, hold it and run update-grub: {apply_fix(expected)}")
+                    f"install it, hold it and run update-grub: {apply_fix(at)}")
     return ok(want, f"{image} {seen}, in the GRUB menu")
 
 
-def _forbidden(arg: str, forbidden: list[str]) -> bool:
+def _forbidden(arg: str, forbidden: tuple[str, ...]) -> bool:
     """`arg` is forbidden by name (`splash`) or exactly (`kho=off`)."""
     return arg in forbidden or any("=" not in rule and arg.split("=")[0] == rule for rule in forbidden)
 
 
 @node_check(
-    "boot.grub_default", "kernel", "GRUB has an entry for the kernel and boots it next and by default"
+    "boot.grub_default", "kernel", "GRUB has an entry for the kernel and boots it next and by default",
+    expect=lambda expected, _item: expected.baseline.kernel.release,
 )
-def boot_grub_default(expected: Expected, facts: NodeFacts, _item: str | None) -> Outcome:
-    release = expected.baseline.kernel.release
+def boot_grub_default(release: str, facts: NodeFacts, at: Subject) -> Outcome:
     want = f"an entry for {release}; the next and the normal boot take it"
     grub = facts.grub
     if grub is None:
         return unknown(facts, "grub-cfg", want)
-    reapply = f"rewrite the GRUB drop-in and run update-grub: {apply_fix(expected)}"
+    reapply = f"rewrite the GRUB drop-in and run update-grub: {apply_fix(at)}"
     if not any(e.release == release and not e.recovery for e in grub.entries):
         booted = sorted({e.release for e in grub.entries if e.release})
         return fail(want, f"no GRUB entry for {release} (entries: {', '.join(booted) or 'none'})",
-                    f"install the kernel and run update-grub: {apply_fix(expected, True)}")
+                    f"install the kernel and run update-grub: {apply_fix(at, True)}")
     problems: list[str] = []
     fixes: list[str] = []
     if grub.oneshot is not None and (grub.oneshot_entry is None or grub.oneshot_entry.release != release):

@@ -1,0 +1,114 @@
+"""The gate's view of a site: what `preflight` and `audit` read of it, as plain data.
+
+`view_of` builds it from the typed site: the site's name, its nodes in rank order, how to
+reach them, every lane's reasons to refuse that need no node (disabled, version, shape,
+contract), how to find its serving processes, and every node's compiled expectations
+under its inventory baseline and under each lane's baseline. `load_view` keeps it beside
+the validated-site cache under the same key (a digest of every site file, sparkbase's code
+and the parsing libraries): on an unchanged site the gate computes the key, unpickles the
+view and judges, without importing the typed model (pydantic), ruamel.yaml or jinja2. Any
+change is a miss: the site is loaded and validated as always (its errors reported as
+always), and the view built again and kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sparkbase.audit.compiled import CompiledNode
+from sparkbase.audit.runtime import LaneProbe
+from sparkbase.gate.refusals import Refusal
+from sparkbase.transport.targets import SshReach
+
+if TYPE_CHECKING:
+    from sparkbase.model.site import Site
+
+#: the name the view is kept under beside the validated-site cache
+VIEW_NAME = "gate-view"
+
+
+@dataclass(frozen=True)
+class LaneView:
+    """One lane as the gate judges it."""
+
+    name: str
+    enabled: bool
+    baseline: str
+    nodes: tuple[str, ...]
+    #: reasons in the lane and its baseline alone (`gate.refusals.lane_refusals`)
+    refusals: tuple[Refusal, ...]
+    #: how to find its serving processes and what they must load (None: no runtime block)
+    probe: LaneProbe | None
+
+
+@dataclass(frozen=True)
+class SiteView:
+    """What the gate and the audit read of a site."""
+
+    root: Path
+    site: str
+    #: every node of the inventory, in rank order
+    nodes: tuple[str, ...]
+    reach: SshReach
+    lanes: dict[str, LaneView]
+    #: (node, lane baseline or None for the inventory's) -> compiled expectations
+    compiled: dict[tuple[str, str | None], CompiledNode]
+
+    def expectations(self, nodes: Iterable[str], baseline: str | None = None) -> dict[str, CompiledNode]:
+        """The compiled expectations of `nodes` (under a lane's `baseline`), in their order."""
+        return {node: self.compiled[(node, baseline)] for node in nodes}
+
+    def probes(self, lanes: Iterable[str]) -> dict[str, list[LaneProbe]]:
+        """Per node, the serving processes of `lanes` to look for there."""
+        out: dict[str, list[LaneProbe]] = {}
+        for name in lanes:
+            lane = self.lanes[name]
+            if lane.probe is None:
+                continue
+            for node in lane.nodes:
+                out.setdefault(node, []).append(lane.probe)
+        return out
+
+
+def view_of(site: Site) -> SiteView:
+    """The gate's view of `site` (every node compiled under its baseline and each lane's)."""
+    from sparkbase.audit.compiled import expectations
+    from sparkbase.audit.runtime import lane_probes
+    from sparkbase.gate.refusals import lane_refusals
+    from sparkbase.transport.targets import reach_of
+
+    inventory = site.inventory.nodes
+    ranked = tuple(sorted(inventory, key=lambda name: inventory[name].rank))
+    compiled: dict[tuple[str, str | None], CompiledNode] = {
+        (node, None): value for node, value in expectations(site, ranked).items()
+    }
+    lanes: dict[str, LaneView] = {}
+    for name, lane in sorted(site.lanes.items()):
+        if lane.baseline in site.baselines and all(node in inventory for node in lane.nodes):
+            for node, value in expectations(site, lane.nodes, lane.baseline).items():
+                compiled[(node, lane.baseline)] = value
+        probes = lane_probes(site, [name])
+        probe = next(iter(probes.values()))[0] if probes else None
+        lanes[name] = LaneView(name, lane.enabled, lane.baseline, tuple(lane.nodes),
+                               tuple(lane_refusals(site, name, lane)), probe)
+    return SiteView(site.root, site.rules.site, ranked, reach_of(site), lanes, compiled)
+
+
+def load_view(root: Path, inventory: Path | None = None) -> SiteView:
+    """The view of the site at `root` (resolved): kept, or built from the loaded site and
+    kept. Raises `ConfigError` (every problem of the site) as loading the site does."""
+    from sparkbase.model import cache as site_cache
+    from sparkbase.model.site_files import SITE_DIRECTORIES, inventory_file
+
+    key = site_cache.site_key(root, inventory_file(root, inventory), SITE_DIRECTORIES)
+    kept = site_cache.load_keyed(root, VIEW_NAME, key)
+    if isinstance(kept, SiteView) and kept.root == root:
+        return kept
+    from sparkbase.model.site import load_site
+
+    view = view_of(load_site(root, inventory, cache=True))
+    site_cache.store_keyed(root, VIEW_NAME, key, view)
+    return view
