@@ -12,6 +12,17 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 #: the parts of the repository that make up the shipped site
 SITE_GLOBS = ("baselines/*.yaml", "baselines/sparkbase.lock", "inventory/*.yaml", "lanes/*.yaml")
+#: the slowest test files, slowest first (their time in a `./scripts/test` run with 4 workers on
+#: the 2-core machine, docs/benchmarks/suite.md). pytest-xdist hands whole files to workers in
+#: collection order, so these start first and the short files fill the gaps at the end instead
+#: of one long file running alone on a machine otherwise idle. Order only: every file still runs.
+SLOWEST_FIRST = (
+    "test_deploy_apply", "test_hardening_apply", "test_tuning_apply", "test_audit_converged",
+    "test_hardening_secrets", "test_lane_runtime", "test_ownership_apply", "test_wheel",
+    "test_fan_modeset_e2e", "test_invalid_corpus", "test_lane_safety", "test_capture_lab",
+    "test_facts_real_formats", "test_hardening_hostkeys", "test_factory_swap_fallback_e2e",
+    "test_properties", "test_lab_reboots", "test_hardening_nonroot",
+)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -21,6 +32,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="rewrite tests/golden/ from the shipped site instead of comparing against it",
     )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the slowest files first (`SLOWEST_FIRST`); every other file keeps its place."""
+    rank = {name: index for index, name in enumerate(SLOWEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -79,3 +79,20 @@ def test_worker_index_shifts_only_session_labs(monkeypatch: pytest.MonkeyPatch) 
         ports.session_port_base("SPARKBASE_TEST_NOT_SET", 2301)
     monkeypatch.delenv("PYTEST_XDIST_WORKER")
     assert ports.worker_index() == 0
+
+
+def test_every_slowest_first_name_is_a_test_file() -> None:
+    """The scheduling hint in tests/conftest.py names real files (a rename would drop one
+    silently to the back of the queue)."""
+    import ast
+
+    root = Path(__file__).resolve().parents[2]
+    tree = ast.parse((root / "tests" / "conftest.py").read_text())
+    names = next(
+        ast.literal_eval(node.value)
+        for node in tree.body
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "SLOWEST_FIRST" for t in node.targets)
+    )
+    assert len(names) == len(set(names)) >= 10
+    missing = [name for name in names if not list((root / "tests").glob(f"*/{name}.py"))]
+    assert missing == []
