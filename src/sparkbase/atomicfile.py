@@ -5,7 +5,9 @@ the proxy's `.env`, a captured baseline, an audit report, the starter site, the 
 state) goes through `write_atomic`: a temporary file in the same directory (so the rename
 never crosses a file system), the data, `fsync`, the final mode, `os.replace` over the
 target, then `fsync` of the directory so the rename itself survives a power cut (pipx's
-`pipx_metadata_file.py` does the same: temp file, then replace).
+`pipx_metadata_file.py` does the same: temp file, then replace). `create_atomic` creates a
+file only where nothing is (the starter site's new files): the same temporary file, then a
+hard link in place of the rename, which fails on anything already there.
 
 `write_output` is for a path a person names with `--output`: a device or FIFO there
 (`/dev/stdout`, `/dev/null`, a pipe) is written in place, since it cannot be replaced.
@@ -14,6 +16,7 @@ target, then `fsync` of the directory so the rename itself survives a power cut 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 import tempfile
@@ -47,6 +50,57 @@ def write_atomic(path: str | os.PathLike[str], data: bytes | str, mode: int = 0o
         raise
     if durable:
         fsync_directory(directory)
+
+
+def create_atomic(path: str | os.PathLike[str], data: bytes | str, mode: int = 0o644) -> bool:
+    """Create `path` holding `data`, whole or not at all, only if nothing is there: False
+    (and nothing written) when a file, directory or link (even a dangling one) already is.
+
+    The data goes to a temporary file in the same directory (fsynced, at `mode`), which is
+    then hard-linked to `path`: the link fails on anything already there, so a reader never
+    sees a half-written file and an interrupted write leaves no file at `path`.
+    """
+    target = Path(path)
+    directory = target.parent
+    directory.mkdir(parents=True, exist_ok=True)
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    fd, temp = tempfile.mkstemp(dir=directory, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(payload)
+            handle.flush()
+            os.fchmod(handle.fileno(), mode)
+            os.fsync(handle.fileno())
+        try:
+            os.link(temp, target, follow_symlinks=False)
+        except FileExistsError:
+            return False
+        except OSError as exc:
+            if exc.errno not in _NO_HARD_LINKS:
+                raise
+            return _create_exclusive(target, payload, mode)
+    finally:
+        Path(temp).unlink(missing_ok=True)
+    fsync_directory(directory)
+    return True
+
+
+#: what `link` says on a file system without hard links (vfat, some FUSE mounts)
+_NO_HARD_LINKS = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV})
+
+
+def _create_exclusive(target: Path, payload: bytes, mode: int) -> bool:
+    """`create_atomic` where hard links are not supported: created exclusively (never over
+    anything, never through a link), then written; a crash mid-write can leave it short."""
+    try:
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(payload)
+        os.fchmod(handle.fileno(), mode)
+        os.fsync(handle.fileno())
+    return True
 
 
 def fsync_directory(directory: str | os.PathLike[str]) -> None:

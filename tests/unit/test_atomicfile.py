@@ -111,3 +111,59 @@ def test_an_output_device_or_fifo_is_written_in_place(tmp_path: Path) -> None:
     finally:
         os.close(reader)
     assert _names(tmp_path) == ["pipe"]
+
+
+def test_create_writes_a_new_file_whole_with_its_mode(tmp_path: Path) -> None:
+    target = tmp_path / "dir" / "new"
+    assert atomicfile.create_atomic(target, "data\n", 0o640)
+    assert target.read_text() == "data\n"
+    assert target.stat().st_mode & 0o7777 == 0o640
+    assert _names(target.parent) == ["new"]
+
+
+@pytest.mark.parametrize("kind", ["file", "directory", "dangling link", "link to a file"])
+def test_create_never_touches_what_is_already_there(tmp_path: Path, kind: str) -> None:
+    target = tmp_path / "there"
+    outside = tmp_path / "outside"
+    if kind == "file":
+        target.write_text("theirs")
+    elif kind == "directory":
+        target.mkdir()
+    elif kind == "dangling link":
+        target.symlink_to(outside)
+    else:
+        outside.write_text("theirs")
+        target.symlink_to(outside)
+    assert not atomicfile.create_atomic(target, "ours")
+    assert sorted(_names(tmp_path)) == sorted(["there", *(["outside"] if kind == "link to a file" else [])])
+    if kind == "file":
+        assert target.read_text() == "theirs"
+    if kind == "dangling link":
+        assert target.is_symlink() and not outside.exists()
+    if kind == "link to a file":
+        assert outside.read_text() == "theirs"
+
+
+def test_an_interrupted_create_leaves_no_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken_fsync(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", broken_fsync)
+    with pytest.raises(OSError, match="No space"):
+        atomicfile.create_atomic(tmp_path / "new", "data")
+    assert _names(tmp_path) == []
+
+
+def test_create_without_hard_links_still_never_overwrites(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_links(*_args: object, **_kwargs: object) -> None:
+        raise OSError(1, "Operation not permitted")  # EPERM, as vfat says
+
+    monkeypatch.setattr(os, "link", no_links)
+    assert atomicfile.create_atomic(tmp_path / "new", "data", 0o600)
+    assert (tmp_path / "new").read_text() == "data"
+    assert (tmp_path / "new").stat().st_mode & 0o7777 == 0o600
+    assert not atomicfile.create_atomic(tmp_path / "new", "other")
+    assert (tmp_path / "new").read_text() == "data"
+    assert _names(tmp_path) == ["new"]

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path, PurePosixPath
 
-from sparkbase.atomicfile import write_atomic
+from sparkbase.atomicfile import create_atomic, write_atomic
 
 #: what init records about the files it wrote (relative path -> SHA-256 of the content)
 RECORD = PurePosixPath(".sparkbase/starter.json")
@@ -64,20 +63,8 @@ def read_record(target: Path) -> dict[str, str]:
     return {str(k): str(v) for k, v in files.items()}
 
 
-def _create_new(path: Path, data: bytes) -> bool:
-    """Create `path` holding `data` unless something is there (never follows a link)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    except FileExistsError:
-        return False
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
-    return True
-
-
 def _place(path: Path, data: bytes, recorded: str | None) -> Outcome:
-    if _create_new(path, data):
+    if create_atomic(path, data):
         return Outcome.WRITTEN
     if path.is_symlink() or not path.is_file():
         return Outcome.KEPT
