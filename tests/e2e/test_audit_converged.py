@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fleets import ConvergedImage, clone_fleet
@@ -26,12 +27,12 @@ def converged(tmp_path_factory: pytest.TempPathFactory, converged_image: Converg
     yield from clone_fleet(converged_image, tmp_path_factory.mktemp("audit-lab"), PORT_BASE)
 
 
-def audit(site: Path, lab: Lab, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, object]]:
+def audit(site: Path, lab: Lab, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:
     code = main(["audit", "--site", str(site), "--lab-dir", str(lab.dir), "--format", "json"])
     return code, json.loads(capsys.readouterr().out)
 
 
-def failing(data: dict[str, object]) -> set[tuple[str, str]]:
+def failing(data: dict[str, Any]) -> set[tuple[str, str]]:
     nodes = data["nodes"]
     assert isinstance(nodes, list)
     return {(n["node"], c["id"]) for n in nodes for c in n["checks"] if c["status"] == "fail"}
@@ -97,7 +98,7 @@ def test_hand_drift_is_named_on_the_right_node(
         c
         for n in data["nodes"]
         if n["node"] == "spark1"
-        for c in n["checks"]  # type: ignore[union-attr]
+        for c in n["checks"]
         if c["id"] == "nccl.conf"
     )
     assert nccl["observed"] == "NCCL_IB_MERGE_NICS=1" and nccl["expected"] == "NCCL_IB_MERGE_NICS=0"
@@ -122,7 +123,7 @@ def test_grub_reboot_and_a_foreign_fstab_swap_are_named(
         ok("spark2", "sed -i '\\|^/swap-64k.img |d' /etc/fstab")
     assert code == 1
     assert failing(data) == {("spark1", "boot.grub_default"), ("spark2", "memory.swap.foreign_fstab")}
-    checks = {(n["node"], c["id"]): c for n in data["nodes"] for c in n["checks"]}  # type: ignore[union-attr]
+    checks = {(n["node"], c["id"]): c for n in data["nodes"] for c in n["checks"]}
     grub = checks[("spark1", "boot.grub_default")]
     assert grub["severity"] == "error" and "grub-reboot" in grub["observed"]
     assert "grub-editenv /boot/grub/grubenv unset next_entry" in grub["fix"]
@@ -150,7 +151,7 @@ def test_a_path_in_another_paths_subnet_is_named(
         ("spark2", "fabric.link.enp1s0f0np0"),
         ("spark2", "fabric.gid.rocep1s0f0"),
     }
-    checks = {(n["node"], c["id"]): c for n in data["nodes"] for c in n["checks"]}  # type: ignore[union-attr]
+    checks = {(n["node"], c["id"]): c for n in data["nodes"] for c in n["checks"]}
     gid = checks[("spark2", "fabric.gid.rocep1s0f0")]
     assert "10.34.1.2 (outside 10.23.1.0/24)" in gid["observed"]
     assert "10.23.1.2 in 10.23.1.0/24" in gid["expected"]
@@ -169,7 +170,7 @@ def test_audit_against_another_baseline_names_the_stamp(
     code = main(argv)
     data = json.loads(capsys.readouterr().out)
     assert code == 1
-    assert [n["node"] for n in data["nodes"]] == ["spark1"]  # type: ignore[index]
+    assert [n["node"] for n in data["nodes"]] == ["spark1"]
     bad = failing(data)
     assert ("spark1", "stamp") in bad and ("spark1", "kernel.release") in bad
     assert ("spark1", "stamp.assignment") not in bad  # the stamp names the inventory's baseline

@@ -9,6 +9,7 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import paramiko
 import pytest
@@ -33,12 +34,12 @@ def site() -> Site:
     return load_site(REPO)
 
 
-def audit_json(lab: Lab, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, dict[str, object]]:
+def audit_json(lab: Lab, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, dict[str, Any]]:
     code = main(["audit", "--site", str(REPO), "--lab-dir", str(lab.dir), "--format", "json", *extra])
     return code, json.loads(capsys.readouterr().out)
 
 
-def failing(data: dict[str, object]) -> set[tuple[str, str]]:
+def failing(data: dict[str, Any]) -> set[tuple[str, str]]:
     nodes = data["nodes"]
     assert isinstance(nodes, list)
     return {(n["node"], c["id"]) for n in nodes for c in n["checks"] if c["status"] == "fail"}
@@ -153,7 +154,7 @@ def test_unreachable_node_exits_3_and_others_are_reported(
     finally:
         faults.clear(lab, "spark4", "unreachable")
     assert code == 3 and data["status"] == "unreachable"
-    nodes = {n["node"]: n for n in data["nodes"]}  # type: ignore[union-attr]
+    nodes = {n["node"]: n for n in data["nodes"]}
     assert nodes["spark4"]["reachable"] is False and "refused" in nodes["spark4"]["reason"]
     for node in ("spark1", "spark2", "spark3"):
         assert nodes[node]["reachable"] is True
@@ -182,7 +183,7 @@ def test_latched_gpu_is_named_on_its_node(lab: Lab, capsys: pytest.CaptureFixtur
         c
         for n in after["nodes"]
         if n["node"] == "spark2"
-        for c in n["checks"]  # type: ignore[union-attr]
+        for c in n["checks"]
         if c["id"] == "gpu.clock"
     )
     assert check["fix"] == "full AC disconnect (unplug power), then re-run" and "611 MHz" in check["observed"]

@@ -12,6 +12,7 @@ from sparkbase.audit.checks import node_checks, planned_checks
 from sparkbase.audit.expected import expected_for
 from sparkbase.audit.run import build_report, judge_fleet, judge_node
 from sparkbase.facts.model import (
+    FactsResult,
     FstabEntry,
     Gid,
     GpuFacts,
@@ -372,7 +373,7 @@ def test_report_exit_codes(site: Site) -> None:
     drifted = {**clean, "spark2": replace(clean["spark2"], thp="never")}
     report = build_report("s", expectations, drifted)
     assert report.exit_code == 1 and [r.node for r in report.all_results() if r.blocking] == ["spark2", None]
-    gone = {**drifted, "spark4": Unreachable("spark4", "connection refused")}
+    gone: dict[str, FactsResult] = {**drifted, "spark4": Unreachable("spark4", "connection refused")}
     report = build_report("s", expectations, gone)
     assert report.exit_code == 3
     assert [n.reachable for n in report.nodes] == [True, True, True, False]

@@ -10,7 +10,7 @@ from test_audit_support import converged_node, shipped
 from sparkbase.audit.expected import expected_for
 from sparkbase.audit.reports import JSON_FORMAT, to_json
 from sparkbase.audit.run import build_report
-from sparkbase.facts.model import Unreachable
+from sparkbase.facts.model import FactsResult, Unreachable
 from sparkbase.transport import FailureKind
 
 NODES = ("spark1", "spark2", "spark3", "spark4")
@@ -36,7 +36,7 @@ def _data() -> dict[str, object]:
     site = shipped()
     expectations = {node: expected_for(site, node) for node in NODES}
     facts = {node: converged_node(site, node)[1] for node in NODES}
-    gathered = {
+    gathered: dict[str, FactsResult] = {
         **facts,
         "spark1": replace(facts["spark1"], thp="never"),
         "spark3": Unreachable("spark3", "timed out", FailureKind.TIMEOUT),

@@ -11,7 +11,7 @@ from sparkbase.audit.expected import expected_for
 from sparkbase.audit.reports import render, to_junit, to_table
 from sparkbase.audit.run import AuditReport, build_report
 from sparkbase.audit.textfile import to_prometheus
-from sparkbase.facts.model import GpuFacts, Unreachable
+from sparkbase.facts.model import FactsResult, GpuFacts, Unreachable
 
 NODES = ("spark1", "spark2", "spark3", "spark4")
 
@@ -21,7 +21,7 @@ def _report() -> AuditReport:
     expectations = {node: expected_for(site, node) for node in NODES}
     facts = {node: converged_node(site, node)[1] for node in NODES}
     facts["spark2"] = replace(facts["spark2"], gpu=GpuFacts("580.126.09", 611, 10.0))
-    gathered = {**facts, "spark4": Unreachable("spark4", "connection refused")}
+    gathered: dict[str, FactsResult] = {**facts, "spark4": Unreachable("spark4", "connection refused")}
     return build_report("four-spark-ring", expectations, gathered, 1_700_000_000.0, 0.5)
 
 
@@ -65,7 +65,7 @@ def test_prometheus_textfile() -> None:
 
 def test_prometheus_label_values_are_escaped() -> None:
     report = _report()
-    hostile = replace(report, nodes=[replace(report.nodes[0], node='spark"1\n} 1\nfake 1')])
+    hostile = replace(report, nodes=(replace(report.nodes[0], node='spark"1\n} 1\nfake 1'),))
     text = to_prometheus(hostile)
     assert r'node="spark\"1\n} 1\nfake 1"' in text
     assert not any(line.startswith("fake") for line in text.splitlines())
@@ -84,7 +84,7 @@ def _hostile_report() -> AuditReport:
     expectations = {node: expected_for(site, node) for node in NODES}
     facts = {node: converged_node(site, node)[1] for node in NODES}
     facts["spark1"] = replace(facts["spark1"], kernel_release="6.17\x1b[2K\rspark1  PASS\u202e")
-    gathered = {**facts, "spark4": Unreachable("spark4", "refused\nspark4  PASS\x07")}
+    gathered: dict[str, FactsResult] = {**facts, "spark4": Unreachable("spark4", "refused\nspark4  PASS\x07")}
     return build_report("four-spark-ring", expectations, gathered, 1_700_000_000.0, 0.5)
 
 

@@ -93,11 +93,11 @@ def converged(expected: Expected) -> NodeFacts:
     b = expected.baseline
     saver = b.memory.memory_saver
     modules = {"nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm", "mlx5_core", "mlx5_ib"}
-    params = {
+    params: dict[str, str | None] = {
         "nvidia_drm.modeset": "Y" if b.host.nvidia_drm.modeset else "N",
         "nvidia_drm.fbdev": "Y" if b.host.nvidia_drm.fbdev else "N",
     }
-    dkms = ()
+    dkms: tuple[DkmsEntry, ...] = ()
     memory_saver = None
     if saver is not None and saver.required:
         modules.add(saver.module)

@@ -51,11 +51,11 @@ def mismatches(expected: Any, actual: Any, where: str = "") -> list[str]:
 
 
 def _text(sample: dict[str, Any]) -> str:
-    text = (REAL / sample["file"]).read_text()
+    text = (REAL / str(sample["file"])).read_text()
     prop = (sample.get("text_from") or {}).get("property")
     if prop is None:
         return text
-    values = [line.split("=", 1)[1] for line in text.splitlines() if line.startswith(prop + "=")]
+    values = [line.split("=", 1)[1] for line in text.splitlines() if line.startswith(f"{prop}=")]
     return values[-1]
 
 

@@ -159,8 +159,10 @@ def test_every_node_reports_the_free_memory_reserve(site: Site) -> None:
 
 def test_expand_files_attributes_every_line_to_its_file() -> None:
     marker = "@@m@@"
-    reads = [("fstab", ("/etc/fstab",)), ("stamp", ("/etc/stamp",)), ("empty", ("/etc/empty",)),
-             ("gov", ("/sys/cpu[0-9]*/gov",)), ("nv", ("/sys/module/nvidia*/version",))]
+    reads: list[tuple[str, tuple[str, ...]]] = [
+        ("fstab", ("/etc/fstab",)), ("stamp", ("/etc/stamp",)), ("empty", ("/etc/empty",)),
+        ("gov", ("/sys/cpu[0-9]*/gov",)), ("nv", ("/sys/module/nvidia*/version",)),
+    ]
     body = (
         "/etc/fstab:/swapfile none swap sw 0 0\n"
         f"/etc/fstab:{marker} END files 0\n"  # content that looks like a marker stays content

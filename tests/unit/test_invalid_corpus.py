@@ -89,11 +89,12 @@ def _generated(spec: dict[str, Any]) -> bytes:
     kind = spec["kind"]
     if kind == "huge":  # a valid lane followed by padding comments past the size limit
         line = b"# " + b"x" * 98 + b"\n"
-        return spec["prefix"].encode() + line * (spec["bytes"] // len(line) + 1)
+        return str(spec["prefix"]).encode() + line * (int(spec["bytes"]) // len(line) + 1)
     if kind == "deep":  # block mappings nested `depth` levels
-        return "".join(f"{'  ' * level}k{level}:\n" for level in range(spec["depth"])).encode()
+        return "".join(f"{'  ' * level}k{level}:\n" for level in range(int(spec["depth"]))).encode()
     if kind == "deep-flow":  # flow sequences nested `depth` levels
-        return ("x: " + "[" * spec["depth"] + "]" * spec["depth"] + "\n").encode()
+        depth = int(spec["depth"])
+        return ("x: " + "[" * depth + "]" * depth + "\n").encode()
     if kind == "latin1":  # text encoded as Latin-1: not UTF-8 where it has accents
         return str(spec["text"]).encode("latin-1")
     if kind == "bytes":  # arbitrary bytes given as a hex string

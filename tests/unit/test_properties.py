@@ -253,7 +253,7 @@ def test_rendered_files_hold_only_what_the_model_asks(
 
 
 #: fields whose text lands in a rendered file or on a command line
-FILE_FIELDS: list[tuple[str, ...]] = [
+FILE_FIELDS: list[tuple[str | int, ...]] = [
     ("kernel", "release"),
     ("kernel", "package_version"),
     ("nccl", "library", "path"),

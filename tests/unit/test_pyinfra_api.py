@@ -101,7 +101,7 @@ def test_callbacks_for_a_host_without_the_operation_say_nothing() -> None:
     step = Step("file", "file /etc/nccl.conf", {"path": "/etc/nccl.conf"})
     said: list[str] = []
     session = Session.__new__(Session)
-    session.state = StubState({"spark1": {"h1": SimpleNamespace(operation_meta=meta)}, "spark2": {}})
+    session.state = StubState({"spark1": {"h1": SimpleNamespace(operation_meta=meta)}, "spark2": {}})  # type: ignore[assignment]
     session.host = lambda node: SimpleNamespace(name=node)  # type: ignore[method-assign]
     session.prepared = {"spark1": Prepared([AddedOp(step, meta)], {}, {}), "spark2": Prepared([], {}, {})}
     session.executing = {"spark1", "spark2"}

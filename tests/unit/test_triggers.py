@@ -272,7 +272,9 @@ def _case_bytes(case: dict[str, Any]) -> bytes:
     if "hex" in case:
         return bytes.fromhex(case["hex"])
     spec = case["generate"]
-    return (spec["line"] * spec.get("times", 1) + spec.get("tail", "") * spec.get("tail_times", 0)).encode()
+    text = str(spec["line"]) * int(spec.get("times", 1))
+    text += str(spec.get("tail", "")) * int(spec.get("tail_times", 0))
+    return text.encode()
 
 
 def test_metrics_corpus_is_large_enough() -> None:

@@ -16,6 +16,7 @@ from sparkbase.deploy.operations.tuning import decide_coalescing_off, decide_coa
 from sparkbase.facts.model import NodeFacts, UnitState
 from sparkbase.facts.parsers import parse_nvme_feature
 from sparkbase.model.dgxos import GOVERNOR_UNIT, NVME_COALESCING_SCRIPT, NVME_COALESCING_UNIT
+from sparkbase.model.provenance import RecipeSource
 from sparkbase.model.rules import baseline_findings
 from sparkbase.model.site import Site
 from sparkbase.policy.ownership import Kind, OwnedItem
@@ -47,12 +48,19 @@ def test_every_governed_baseline_pins_linux_tools_of_its_kernel(
     assert tools_pin in [f"{pin.name}={pin.version}" for pin in b.packages()]
 
 
+def _recipe(site: Site, baseline: str, key: str) -> RecipeSource:
+    """The recipe source of `key` in `baseline` (fails when it is another kind)."""
+    source = site.baselines[baseline].sources[key]
+    assert isinstance(source, RecipeSource), source
+    return source
+
+
 def test_variant_sources_name_the_recipe_files(site: Site) -> None:
-    sources = site.baselines[VARIANT].sources
-    assert (sources["kernel.tools"].file, sources["kernel.tools"].commit) == ("docs/setup.md", "cff464c6")
-    governor = sources["host.cpu_governor"]
+    tools = _recipe(site, VARIANT, "kernel.tools")
+    assert (tools.file, tools.commit) == ("docs/setup.md", "cff464c6")
+    governor = _recipe(site, VARIANT, "host.cpu_governor")
     assert (governor.file, governor.commit) == ("docs/doctor.md", "0161d716")
-    coalescing = sources["host.nvme.interrupt_coalescing"]
+    coalescing = _recipe(site, VARIANT, "host.nvme.interrupt_coalescing")
     assert coalescing.kind == "recipe" and coalescing.file == "docs/setup.md"
     assert "disagree" in (coalescing.note or "") and "3df77d2e" in (coalescing.note or "")
     assert site.baselines[VARIANT].host.nvme.interrupt_coalescing is False
@@ -61,7 +69,8 @@ def test_variant_sources_name_the_recipe_files(site: Site) -> None:
 def test_stock_pages_keeps_the_variant_governor_and_coalescing(site: Site) -> None:
     b = site.baselines[STOCK_PAGES]
     assert b.kernel.tools and b.host.nvme.interrupt_coalescing is False
-    assert b.sources["kernel.tools"].file == "experiments/2026-10-02-kernel-64k/boot-test/README.md"
+    tools = _recipe(site, STOCK_PAGES, "kernel.tools")
+    assert tools.file == "experiments/2026-10-02-kernel-64k/boot-test/README.md"
 
 
 def test_site_governor_is_a_placeholder_and_coalescing_the_factory_default(site: Site) -> None:
