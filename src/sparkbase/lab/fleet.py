@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sparkbase.lab import image, mok, packages, preload, procs
+from sparkbase.lab import image, mok, packages, preload, procs, shimd_client
 
 DEFAULT_DIR = "/var/lib/sparkbase/lab"
 DEFAULT_PORT_BASE = 2201
@@ -37,8 +37,9 @@ ENV_DIR = "SPARKBASE_LAB_DIR"
 ENV_BOOT_DELAY = "SPARKBASE_LAB_BOOT_DELAY"
 
 #: what a clone copies of the lab directory (the client key, the MOK pair, the built apt
-#: repository and preload library; ssh files are written by the clone's own `up`)
-CLONED_LAB_PARTS = ("id_ed25519", "id_ed25519.pub", "mok", "apt", "preload")
+#: repository, preload library and node command client; ssh files are written by the
+#: clone's own `up`)
+CLONED_LAB_PARTS = ("id_ed25519", "id_ed25519.pub", "mok", "apt", "preload", "shimd")
 #: what a clone copies of each node: its disk (overlay upper dir), firmware, host key
 CLONED_NODE_PARTS = ("upper", "firmware", "ssh_host_ed25519_key", "ssh_host_ed25519_key.pub")
 
@@ -266,6 +267,7 @@ class Lab:
             raise LabError(str(exc)) from exc
         packages.build_repo(self.repo_path)
         library = preload.build(self.dir / "preload")
+        client = shimd_client.build(self.dir / "shimd")
         client_pub = self.key_path.with_suffix(".pub").read_text()
         boot_delay = float(os.environ.get(ENV_BOOT_DELAY, "1.0"))
         for index, (name, port) in enumerate(zip(names, ports, strict=True), 1):
@@ -278,7 +280,7 @@ class Lab:
             upper = nd / "upper"
             if not image.is_factory_built(upper):
                 image.build_factory(upper, nd / "firmware", name)
-            image.refresh(upper, name, index, port, host_key, client_pub, library)
+            image.refresh(upper, name, index, port, host_key, client_pub, library, client)
             (nd / "node.json").write_text(json.dumps({
                 "name": name, "index": index, "port": port, "labdir": str(self.dir),
                 "apt": str(self.repo_path), "boot_delay": boot_delay,

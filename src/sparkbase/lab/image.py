@@ -286,10 +286,11 @@ def is_factory_built(upper: Path) -> bool:
 
 def refresh(
     upper: Path, name: str, index: int, port: int, host_key: Path, client_pub: str,
-    preload: Path | None = None,
+    preload: Path | None = None, client: Path | None = None,
 ) -> None:
-    """Files written at every `lab up`: identity, sshd, keys, shims, and the node's
-    `/etc/ld.so.preload` naming the preload library (`preload`; none: no preload file)."""
+    """Files written at every `lab up`: identity, sshd, keys, shims (the commands are
+    copies of the C `client` when there is one), and the node's `/etc/ld.so.preload`
+    naming the preload library (`preload`; none: no preload file)."""
     _write(upper, "etc/hostname", f"{name}\n")
     _write(upper, "etc/hosts", f"127.0.0.1\tlocalhost\n127.0.1.1\t{name}\n"
            "::1\tlocalhost ip6-localhost ip6-loopback\n")
@@ -301,7 +302,7 @@ def refresh(
     ssh_dir.mkdir(parents=True, exist_ok=True)
     ssh_dir.chmod(0o700)
     _write(upper, "root/.ssh/authorized_keys", client_pub, 0o600)
-    install_shims(upper)
+    install_shims(upper, client)
     install_preload(upper, preload)
     (upper / "var/lib/sparkbase-lab").mkdir(parents=True, exist_ok=True)
 
@@ -320,10 +321,15 @@ def install_preload(upper: Path, library: Path | None) -> None:
     _write(upper, "etc/ld.so.preload", preload.NODE_PATH + "\n")
 
 
-def install_shims(upper: Path) -> None:
+def install_shims(upper: Path, client: Path | None = None) -> None:
     """The node commands: the `sparkbase.lab.shims` package (with `sparkbase.lab.boot`)
-    under /usr/local/lib/sparkbase-lab, one wrapper per command in /usr/local/bin, and
-    /usr/sbin shadows for commands that could reach the machine."""
+    under /usr/local/lib/sparkbase-lab, one entry per command in /usr/local/bin, and
+    /usr/sbin shadows for commands that could reach the machine.
+
+    An entry is a copy of the C `client` (it asks the node's command server, shims/shimd.py,
+    and runs `python3 -IS shim.py COMMAND` itself when the server is not there), or a python
+    wrapper for commands the server does not run (`registry.NOT_SERVED`) and for every
+    command when there is no client (no C compiler)."""
     from sparkbase.lab.shims import registry
 
     lib = f"{SHIM_LIB}/sparkbase"
@@ -336,7 +342,11 @@ def install_shims(upper: Path) -> None:
     _write(upper, f"{SHIM_LIB}/shim.py", (SHIMS / "shim.py").read_text())
     for old in OLD_SHIM_FILES:
         (upper / SHIM_LIB / old).unlink(missing_ok=True)
+    client_bytes = client.read_bytes() if client is not None else None
     for command in registry.commands():
+        if client_bytes is not None and command not in registry.NOT_SERVED:
+            write_atomic(upper / f"usr/local/bin/{command}", client_bytes, 0o755, durable=False)
+            continue
         _write(
             upper,
             f"usr/local/bin/{command}",

@@ -49,6 +49,7 @@ class Init:
         self.cfg: dict[str, Any] = json.loads((node_dir / "node.json").read_text())
         self.log = open(node_dir / "log", "a", buffering=1)  # noqa: SIM115 (lives as long as init)
         self.sshd: subprocess.Popen[bytes] | None = None
+        self.shimd: subprocess.Popen[bytes] | None = None
         self.bound: list[str] = []
         self.flags: set[str] = set()
         self.wake_r, self.wake_w = os.pipe()
@@ -151,6 +152,7 @@ class Init:
         if result.returncode != 0:
             raise RuntimeError(f"boot step failed with status {result.returncode}")
         keys: list[str] = json.loads(result.stdout.strip().splitlines()[-1])["sysctls"]
+        self.start_shimd()
         self.boot_time = time.monotonic()
         self.write_uptime()
         for name in ("cmdline", "cpuinfo", "modules", "swaps", "uptime"):
@@ -182,6 +184,16 @@ class Init:
         except (OSError, ValueError):
             self.faults = {}
 
+    def start_shimd(self) -> None:
+        """Start the node's command server (shims/shimd.py) unless it runs. The node's
+        commands ask it and run themselves while it is not up, so nobody waits for it."""
+        if self.shimd is None or self.shimd.poll() is not None:
+            self.shimd = subprocess.Popen(
+                ["/usr/bin/python3", "-IS", f"{SHIM_LIB}/shim.py", "__shimd__"],
+                stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log, env=self.env(),
+                cwd="/", start_new_session=True,
+            )
+
     def start_sshd(self) -> None:
         """Start sshd unless the node is faulted unreachable; freeze it for `hang`."""
         if self.faults.get("unreachable"):
@@ -201,8 +213,9 @@ class Init:
         self.read_faults()
         if self.faults.get("unreachable"):
             self.kill_all()
-            self.sshd = None
+            self.sshd = self.shimd = None
         else:
+            self.start_shimd()
             if self.sshd is not None and self.sshd.poll() is None:
                 os.kill(self.sshd.pid, signal.SIGCONT)
             self.start_sshd()
@@ -222,8 +235,9 @@ class Init:
                 return
             if pid == 0:
                 return
-            if self.sshd is not None and pid == self.sshd.pid:
-                self.sshd.returncode = -1
+            for child in (self.sshd, self.shimd):
+                if child is not None and pid == child.pid:
+                    child.returncode = -1
 
     def others(self) -> list[int]:
         """PIDs of every process in the node except init."""
@@ -248,7 +262,7 @@ class Init:
         self.say("reboot requested")
         time.sleep(0.2)  # let the `reboot` command's exit status reach its SSH client
         self.kill_all()
-        self.sshd = None
+        self.sshd = self.shimd = None
         self.unmount_volatile()
         time.sleep(float(self.cfg.get("boot_delay", 1.0)))
         self.mount_volatile()

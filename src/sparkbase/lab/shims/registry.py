@@ -3,7 +3,8 @@
 As testinfra finds its modules by name in a registry, every node command names the
 module (`cmd_<subsystem>.py`) whose `COMMANDS` table holds it; `main` imports just that
 module, so a command costs only its own subsystem's imports. The wrappers in a node's
-`/usr/local/bin` and the boot step (`shim.py __boot__`) all call `main`.
+`/usr/local/bin`, the boot step (`shim.py __boot__`) and the node's command server
+(`shim.py __shimd__`, which runs most commands: see shimd.py) all call `main`.
 """
 
 from __future__ import annotations
@@ -32,10 +33,17 @@ MODULES: dict[str, str] = {
     "netplan": "cmd_net", "ip": "cmd_net", "rdma": "cmd_net", "lspci": "cmd_net",
     "efibootmgr": "cmd_hw", "nvme": "cmd_hw", "cpupower": "cmd_hw",
     "__boot__": "boot_step", "__refresh__": "boot_step", "__serve__": "cmd_serving",
+    "__shimd__": "shimd",
 }
 
 #: internal entry points (run by node init), not commands in /usr/local/bin
-INTERNAL = ("__boot__", "__refresh__", "__serve__")
+INTERNAL = ("__boot__", "__refresh__", "__serve__", "__shimd__")
+
+#: what the node's command server (shimd.py) never runs: the power commands end the node
+#: (every process, the server's included) and the internal entries must be processes of
+#: their own (a lane's serving stand-in is found by its /proc/PID/cmdline); their
+#: /usr/local/bin entries stay python wrappers
+NOT_SERVED = ("reboot", "shutdown", "poweroff", "halt", *INTERNAL)
 
 #: commands also shadowed in /usr/sbin: absolute paths must not reach the machine, and
 #: maintainer scripts run by apt get PATH=/usr/sbin:/usr/bin:/sbin:/bin (no /usr/local),
