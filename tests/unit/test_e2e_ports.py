@@ -96,3 +96,11 @@ def test_every_slowest_first_name_is_a_test_file() -> None:
     assert len(names) == len(set(names)) >= 10
     missing = [name for name in names if not list((root / "tests").glob(f"*/{name}.py"))]
     assert missing == []
+
+
+def test_test_file_basenames_are_unique_across_tiers() -> None:
+    """pytest imports each test file by its basename (rootdir-relative, no packages): two
+    tiers with one name make the second fail to collect ("import file mismatch")."""
+    root = Path(__file__).resolve().parents[2] / "tests"
+    names = [path.name for path in root.glob("*/test_*.py")]
+    assert sorted(name for name in set(names) if names.count(name) > 1) == []
