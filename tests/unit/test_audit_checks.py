@@ -10,6 +10,7 @@ from test_audit_support import converged_node, grub_boot, shipped
 
 from sparkbase.audit.checks import node_checks, planned_checks
 from sparkbase.audit.expected import expected_for
+from sparkbase.audit.registry import NodeCheck, Outcome, Subject, ok
 from sparkbase.audit.run import build_report, judge_fleet, judge_node
 from sparkbase.facts.model import (
     FactsResult,
@@ -472,3 +473,33 @@ def test_os_release_in_dgx_os_7_numbering_says_the_numberings_differ(site: Site)
     assert result.status == "fail" and not result.blocking
     assert "another numbering" in str(result.observed)
     assert "'DGX OS 7.5'" in str(result.fix)
+
+
+def _expect_crashes(expected: object, item: str | None) -> str:
+    raise KeyError("no port for rocep9")
+
+
+def _judge_crashes(want: str, facts: NodeFacts, at: Subject) -> Outcome:
+    raise ZeroDivisionError("division by zero")
+
+
+@pytest.mark.parametrize(
+    ("expect", "judge", "observed"),
+    [
+        (_expect_crashes, lambda want, facts, at: ok(want, want),
+         "check crashed: KeyError: 'no port for rocep9'"),
+        (lambda expected, item: "x", _judge_crashes, "check crashed: ZeroDivisionError: division by zero"),
+    ],
+    ids=["expect", "judge"],
+)
+def test_a_crashing_check_fails_alone_and_says_why(
+    expect: Callable[..., str], judge: Callable[..., Outcome], observed: str
+) -> None:
+    expected, facts = converged_node(SITE, "spark1")
+    check = NodeCheck("test.crash", "test", "error", "crashes", judge, expect)
+    [planned] = check.plan(expected)
+    result = check.judge_planned(planned, facts, "spark1")
+    assert (result.status, result.observed, result.fix) == ("fail", observed, "report this bug")
+    assert result.blocking and result.node == "spark1"
+    # and every registered check still judges the same node cleanly
+    assert all(r.status != "fail" for r in judge_node(expected, facts))

@@ -1,4 +1,10 @@
-"""The check registry: every check once, by id, with its area, severity and pure function.
+"""The check registry: every check once, by id, with its area, severity, what it expects
+and its judge.
+
+Each node check is two functions: `expect` works out, from the typed model (`Expected`),
+what the check compares on a node, as plain data; `judge` is pure, on that plain value and
+the node's facts. Expectations are worked out once per site (`audit.compiled`), so judging
+(every audit, every launch gate) needs no typed model.
 
 A node check may stand for several items (one per sysctl, HCA, rendered file…): its
 `items(expected)` names them and its id becomes `base.item` (`fabric.gid.rocep1s0f0`).
@@ -146,8 +152,9 @@ class NodeCheck(Generic[W]):
         """Judge one planned check on a node's facts; a crash is reported as this check failing."""
         try:
             if isinstance(planned.want, Crashed):
-                raise RuntimeError(planned.want.error)
-            outcome = self.judge(planned.want, facts, Subject(node, planned.item))  # type: ignore[arg-type]
+                outcome = fail(None, f"check crashed: {planned.want.error}", "report this bug")
+            else:
+                outcome = self.judge(planned.want, facts, Subject(node, planned.item))  # type: ignore[arg-type]
         except Exception as exc:  # a check bug must not hide every other result
             outcome = fail(None, f"check crashed: {type(exc).__name__}: {exc}", "report this bug")
         return CheckResult(
