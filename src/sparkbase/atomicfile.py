@@ -33,10 +33,23 @@ def write_atomic(path: str | os.PathLike[str], data: bytes | str, mode: int = 0o
     write; only for scratch state that is rebuilt from scratch (the emulated fleet's images).
     """
     target = Path(path)
-    directory = target.parent
-    directory.mkdir(parents=True, exist_ok=True)
+    temp = _written_temp(target, data, mode, durable)
+    try:
+        os.replace(temp, target)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    if durable:
+        fsync_directory(target.parent)
+
+
+def _written_temp(target: Path, data: bytes | str, mode: int, durable: bool) -> Path:
+    """A temporary file beside `target` (its directory created when missing) holding `data`
+    (str as UTF-8) at `mode`, fsynced when `durable`; removed again when writing it fails."""
+    target.parent.mkdir(parents=True, exist_ok=True)
     payload = data.encode("utf-8") if isinstance(data, str) else data
-    fd, temp = tempfile.mkstemp(dir=directory, prefix=f".{target.name}.", suffix=".tmp")
+    fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    temp = Path(name)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(payload)
@@ -44,12 +57,10 @@ def write_atomic(path: str | os.PathLike[str], data: bytes | str, mode: int = 0o
             os.fchmod(handle.fileno(), mode)
             if durable:
                 os.fsync(handle.fileno())
-        os.replace(temp, target)
     except BaseException:
-        Path(temp).unlink(missing_ok=True)
+        temp.unlink(missing_ok=True)
         raise
-    if durable:
-        fsync_directory(directory)
+    return temp
 
 
 def create_atomic(path: str | os.PathLike[str], data: bytes | str, mode: int = 0o644) -> bool:
@@ -61,16 +72,8 @@ def create_atomic(path: str | os.PathLike[str], data: bytes | str, mode: int = 0
     sees a half-written file and an interrupted write leaves no file at `path`.
     """
     target = Path(path)
-    directory = target.parent
-    directory.mkdir(parents=True, exist_ok=True)
-    payload = data.encode("utf-8") if isinstance(data, str) else data
-    fd, temp = tempfile.mkstemp(dir=directory, prefix=f".{target.name}.", suffix=".tmp")
+    temp = _written_temp(target, data, mode, durable=True)
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(payload)
-            handle.flush()
-            os.fchmod(handle.fileno(), mode)
-            os.fsync(handle.fileno())
         try:
             os.link(temp, target, follow_symlinks=False)
         except FileExistsError:
@@ -78,10 +81,10 @@ def create_atomic(path: str | os.PathLike[str], data: bytes | str, mode: int = 0
         except OSError as exc:
             if exc.errno not in _NO_HARD_LINKS:
                 raise
-            return _create_exclusive(target, payload, mode)
+            return _create_exclusive(target, temp.read_bytes(), mode)
     finally:
-        Path(temp).unlink(missing_ok=True)
-    fsync_directory(directory)
+        temp.unlink(missing_ok=True)
+    fsync_directory(target.parent)
     return True
 
 

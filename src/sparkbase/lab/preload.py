@@ -15,9 +15,9 @@ library would mislead package tools). Without a C compiler the lab runs without 
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
+
+from sparkbase.lab.cbuild import build_c
 
 LIBRARY = "libsparkbase-node.so"
 #: where the library lives inside a node
@@ -90,25 +90,5 @@ int getpagesize(void) {
 def build(directory: Path) -> Path | None:
     """Compile the library into `directory` (rebuilt when the source changed); None when
     the machine has no C compiler or the build fails (the lab then runs without it)."""
-    compiler = shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        return None
-    directory.mkdir(parents=True, exist_ok=True)
-    source = directory / "sparkbase-node.c"
-    library = directory / LIBRARY
-    if library.is_file() and source.is_file() and source.read_text() == SOURCE:
-        return library
-    source.write_text(SOURCE)
-    tmp = directory / f".{LIBRARY}.tmp"
-    try:
-        result = subprocess.run(
-            [compiler, "-shared", "-fPIC", "-O2", "-Wall", "-o", str(tmp), str(source), "-ldl"],
-            capture_output=True, text=True, timeout=120, check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if result.returncode != 0 or not tmp.is_file():
-        tmp.unlink(missing_ok=True)
-        return None
-    tmp.replace(library)
-    return library
+    return build_c(directory, "sparkbase-node.c", SOURCE, LIBRARY,
+                   flags=("-shared", "-fPIC"), libraries=("-ldl",))

@@ -10,9 +10,9 @@ nodes keep their python wrappers.
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
+
+from sparkbase.lab.cbuild import build_c
 
 CLIENT = "sparkbase-node-command"
 SOURCE_PATH = Path(__file__).parent / "shims" / "client.c"
@@ -21,26 +21,4 @@ SOURCE_PATH = Path(__file__).parent / "shims" / "client.c"
 def build(directory: Path) -> Path | None:
     """Compile the client into `directory` (rebuilt when the source changed); None when
     the machine has no C compiler or the build fails (the nodes then keep python wrappers)."""
-    compiler = shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        return None
-    text = SOURCE_PATH.read_text()
-    directory.mkdir(parents=True, exist_ok=True)
-    source = directory / "client.c"
-    binary = directory / CLIENT
-    if binary.is_file() and source.is_file() and source.read_text() == text:
-        return binary
-    source.write_text(text)
-    tmp = directory / f".{CLIENT}.tmp"
-    try:
-        result = subprocess.run(
-            [compiler, "-O2", "-Wall", "-o", str(tmp), str(source)],
-            capture_output=True, text=True, timeout=120, check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if result.returncode != 0 or not tmp.is_file():
-        tmp.unlink(missing_ok=True)
-        return None
-    tmp.replace(binary)
-    return binary
+    return build_c(directory, "client.c", SOURCE_PATH.read_text(), CLIENT)
