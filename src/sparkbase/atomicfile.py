@@ -72,7 +72,8 @@ def create_atomic(path: str | os.PathLike[str], data: bytes | str, mode: int = 0
     sees a half-written file and an interrupted write leaves no file at `path`.
     """
     target = Path(path)
-    temp = _written_temp(target, data, mode, durable=True)
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    temp = _written_temp(target, payload, mode, durable=True)
     try:
         try:
             os.link(temp, target, follow_symlinks=False)
@@ -81,7 +82,7 @@ def create_atomic(path: str | os.PathLike[str], data: bytes | str, mode: int = 0
         except OSError as exc:
             if exc.errno not in _NO_HARD_LINKS:
                 raise
-            return _create_exclusive(target, temp.read_bytes(), mode)
+            return _create_exclusive(target, payload, mode)
     finally:
         temp.unlink(missing_ok=True)
     fsync_directory(target.parent)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -218,3 +219,34 @@ def test_without_a_server_the_client_falls_back_to_python(rig: Path) -> None:
     (rig.parent / "s.sock").unlink()
     result = run(rig, "t-fail", "x y")
     assert (result.returncode, result.stdout) == (7, "fallback t-fail x y\n")
+
+
+def test_listen_replaces_an_earlier_servers_socket(tmp_path: Path) -> None:
+    path = str(tmp_path / "s.sock")
+    first = shimd.listen(path)
+    first.close()  # a server gone, its socket left behind
+    second = shimd.listen(path)
+    try:
+        assert stat.S_ISSOCK(os.lstat(path).st_mode)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["s.sock"]
+    finally:
+        second.close()
+
+
+@pytest.mark.parametrize("kind", ["file", "directory", "link"])
+def test_listen_keeps_what_is_not_a_socket(tmp_path: Path, kind: str) -> None:
+    target = tmp_path / "s.sock"
+    other = tmp_path / "theirs"
+    other.write_text("theirs")
+    if kind == "file":
+        target.write_text("theirs")
+    elif kind == "directory":
+        target.mkdir()
+    else:
+        target.symlink_to(other)
+    with pytest.raises(FileExistsError, match="not a socket"):
+        shimd.listen(str(target))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.sock", "theirs"]
+    assert other.read_text() == "theirs"
+    if kind == "file":
+        assert target.read_text() == "theirs"

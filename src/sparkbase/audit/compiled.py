@@ -62,25 +62,33 @@ def compiled(expected: Expected | CompiledNode) -> CompiledNode:
 
 def expectations(site: Site, nodes: Iterable[str], baseline_name: str | None = None
                  ) -> dict[str, CompiledNode]:
-    """`expected_for` of every node of `nodes`, compiled, in their order.
+    """`expected_for` of every node of `nodes`, compiled, in their order (see `compile_many`)."""
+    found = compile_many(site, [(node, baseline_name) for node in nodes])
+    return {node: value for (node, _), value in found.items()}
+
+
+def compile_many(site: Site, wanted: Iterable[tuple[str, str | None]]
+                 ) -> dict[tuple[str, str | None], CompiledNode]:
+    """Every (node, baseline or None for the inventory's) of `wanted`, compiled, in order.
 
     For a site loaded through the validated-site cache, what was computed once for the very
-    same site files (and sparkbase code) is reused and what is new is added to the cache;
-    for any other site (loaded without the cache, or changed since) every node is computed.
+    same site files (and sparkbase code) is reused and what is new is added to the cache
+    (read once, written at most once); for any other site (loaded without the cache, or
+    changed since) every node is computed.
     """
     from sparkbase.audit.expected import expected_for
     from sparkbase.model import cache as site_cache
 
     kept = site_cache.load_derived(site, DERIVED_NAME)
-    found: dict[str, CompiledNode] = {}
+    found: dict[tuple[str, str | None], CompiledNode] = {}
     added = False
-    for node in nodes:
-        value = kept.get((node, baseline_name))
+    for key in wanted:
+        value = kept.get(key)
         if not isinstance(value, CompiledNode):
-            value = compile_node(expected_for(site, node, baseline_name))
-            kept[(node, baseline_name)] = value
+            value = compile_node(expected_for(site, *key))
+            kept[key] = value
             added = True
-        found[node] = value
+        found[key] = value
     if added:
         site_cache.store_derived(site, DERIVED_NAME, kept)
     return found

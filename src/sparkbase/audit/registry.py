@@ -139,14 +139,16 @@ class NodeCheck(Generic[W]):
 
     def plan(self, expected: Expected) -> list[PlannedCheck]:
         """This check's planned checks on the node `expected` describes."""
-        planned = []
-        for check_id, item in self.ids(expected):
-            try:
-                want: object = self.expect(expected, item)
-            except Exception as exc:  # a check bug must not hide every other result
-                want = Crashed(f"{type(exc).__name__}: {exc}")
-            planned.append(PlannedCheck(check_id, self.id, item, want))
-        return planned
+        return [PlannedCheck(check_id, self.id, item, self.want(expected, item))
+                for check_id, item in self.ids(expected)]
+
+    def want(self, expected: Expected, item: str | None) -> object:
+        """What this check expects of `item` on the node, or `Crashed` saying why that could
+        not be worked out (a check bug must not hide every other result)."""
+        try:
+            return self.expect(expected, item)
+        except Exception as exc:
+            return Crashed(f"{type(exc).__name__}: {exc}")
 
     def judge_planned(self, planned: PlannedCheck, facts: NodeFacts, node: str) -> CheckResult:
         """Judge one planned check on a node's facts; a crash is reported as this check failing."""
@@ -164,11 +166,8 @@ class NodeCheck(Generic[W]):
 
     def run(self, expected: Expected, facts: NodeFacts, item: str | None, check_id: str) -> CheckResult:
         """Plan and judge one item on one node (the testinfra checks run them one by one)."""
-        try:
-            want: object = self.expect(expected, item)
-        except Exception as exc:
-            want = Crashed(f"{type(exc).__name__}: {exc}")
-        return self.judge_planned(PlannedCheck(check_id, self.id, item, want), facts, expected.node)
+        planned = PlannedCheck(check_id, self.id, item, self.want(expected, item))
+        return self.judge_planned(planned, facts, expected.node)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ Each failure names the PID and what differs:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -48,27 +48,40 @@ class LaneProbe:
     slice_name: str
 
 
-def lane_probes(site: Site, lanes: Iterable[str] | None = None) -> dict[str, list[LaneProbe]]:
-    """Per node, the lanes (all with a runtime block, or just `lanes`) to look for there."""
+def lane_probe(site: Site, name: str) -> LaneProbe | None:
+    """How to find lane `name`'s serving processes and what they must load; None when the
+    lane has no runtime block (or no baseline)."""
+    lane = site.lanes[name]
+    baseline = site.baselines.get(lane.baseline)
+    if lane.runtime is None or baseline is None:
+        return None
+    return LaneProbe(
+        lane=name,
+        match=tuple(lane.runtime.match),
+        nccl_env=tuple(baseline.nccl.settings.as_env().items()),
+        library_path=baseline.nccl.library.path,
+        library_sha256=baseline.nccl.library.sha256,
+        slice_cpus=frozenset(baseline.cpuset.cpus),
+        slice_name=baseline.cpuset.slice,
+    )
+
+
+def probes_by_node(lanes: Iterable[tuple[Sequence[str], LaneProbe | None]]) -> dict[str, list[LaneProbe]]:
+    """Per node, the probes of the (nodes, probe) lanes that run there (lanes without a probe
+    left out), in the lanes' order."""
     out: dict[str, list[LaneProbe]] = {}
-    names = sorted(site.lanes) if lanes is None else list(lanes)
-    for name in names:
-        lane = site.lanes[name]
-        baseline = site.baselines.get(lane.baseline)
-        if lane.runtime is None or baseline is None:
+    for nodes, probe in lanes:
+        if probe is None:
             continue
-        probe = LaneProbe(
-            lane=name,
-            match=tuple(lane.runtime.match),
-            nccl_env=tuple(baseline.nccl.settings.as_env().items()),
-            library_path=baseline.nccl.library.path,
-            library_sha256=baseline.nccl.library.sha256,
-            slice_cpus=frozenset(baseline.cpuset.cpus),
-            slice_name=baseline.cpuset.slice,
-        )
-        for node in lane.nodes:
+        for node in nodes:
             out.setdefault(node, []).append(probe)
     return out
+
+
+def lane_probes(site: Site, lanes: Iterable[str] | None = None) -> dict[str, list[LaneProbe]]:
+    """Per node, the lanes (all with a runtime block, or just `lanes`) to look for there."""
+    names = sorted(site.lanes) if lanes is None else list(lanes)
+    return probes_by_node((site.lanes[name].nodes, lane_probe(site, name)) for name in names)
 
 
 def first_matches(probes: Iterable[LaneProbe]) -> tuple[str, ...]:

@@ -63,38 +63,28 @@ class SiteView:
 
     def probes(self, lanes: Iterable[str]) -> dict[str, list[LaneProbe]]:
         """Per node, the serving processes of `lanes` to look for there."""
-        out: dict[str, list[LaneProbe]] = {}
-        for name in lanes:
-            lane = self.lanes[name]
-            if lane.probe is None:
-                continue
-            for node in lane.nodes:
-                out.setdefault(node, []).append(lane.probe)
-        return out
+        from sparkbase.audit.runtime import probes_by_node
+
+        return probes_by_node((self.lanes[name].nodes, self.lanes[name].probe) for name in lanes)
 
 
 def view_of(site: Site) -> SiteView:
     """The gate's view of `site` (every node compiled under its baseline and each lane's)."""
-    from sparkbase.audit.compiled import expectations
-    from sparkbase.audit.runtime import lane_probes
+    from sparkbase.audit.compiled import compile_many
+    from sparkbase.audit.runtime import lane_probe
     from sparkbase.gate.refusals import lane_refusals
     from sparkbase.transport.targets import reach_of
 
     inventory = site.inventory.nodes
     ranked = tuple(sorted(inventory, key=lambda name: inventory[name].rank))
-    compiled: dict[tuple[str, str | None], CompiledNode] = {
-        (node, None): value for node, value in expectations(site, ranked).items()
-    }
+    wanted: list[tuple[str, str | None]] = [(node, None) for node in ranked]
     lanes: dict[str, LaneView] = {}
     for name, lane in sorted(site.lanes.items()):
         if lane.baseline in site.baselines and all(node in inventory for node in lane.nodes):
-            for node, value in expectations(site, lane.nodes, lane.baseline).items():
-                compiled[(node, lane.baseline)] = value
-        probes = lane_probes(site, [name])
-        probe = next(iter(probes.values()))[0] if probes else None
+            wanted += [(node, lane.baseline) for node in lane.nodes]
         lanes[name] = LaneView(name, lane.enabled, lane.baseline, tuple(lane.nodes),
-                               tuple(lane_refusals(site, name, lane)), probe)
-    return SiteView(site.root, site.rules.site, ranked, reach_of(site), lanes, compiled)
+                               tuple(lane_refusals(site, name, lane)), lane_probe(site, name))
+    return SiteView(site.root, site.rules.site, ranked, reach_of(site), lanes, compile_many(site, wanted))
 
 
 def load_view(root: Path, inventory: Path | None = None) -> SiteView:

@@ -2,8 +2,9 @@
 
 A node command run as `python3 -IS` costs about 14 ms of CPU, nearly all interpreter
 start-up; the client hands the call to the node's resident command server
-(`shims/shimd.py`) instead and costs well under a millisecond. Built at `lab up` into the
-lab directory (as `preload.build` builds the preload library) and copied by
+(`shims/shimd.py`) instead and costs about 1.5 ms, most of it starting the client
+process. Built at `lab up` into the lab directory (with `cbuild.build_c`, as the preload
+library is) and copied by
 `image.install_shims` over each node's /usr/local/bin commands. Without a C compiler the
 nodes keep their python wrappers.
 """

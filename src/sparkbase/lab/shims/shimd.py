@@ -25,11 +25,14 @@ one 4-byte signed status.
 from __future__ import annotations
 
 import contextlib
+import errno
 import gc
 import os
+import secrets
 import select
 import signal
 import socket
+import stat
 import struct
 import sys
 from typing import NamedTuple
@@ -258,12 +261,16 @@ def preimport() -> None:
 
 
 def listen(path: str) -> socket.socket:
-    """A listening socket at `path` (mode 0666), replaced atomically."""
-    tmp = f"{path}.{os.getpid()}"
-    if os.path.exists(tmp):
-        os.unlink(tmp)
+    """A listening socket at `path` (mode 0666), put in place atomically over an earlier
+    server's socket; anything else at `path` is kept (OSError: the server does not start and
+    the node's commands run the old way). Bound first under a fresh name of its own, so no
+    file is ever removed to make room."""
+    with contextlib.suppress(FileNotFoundError):
+        if not stat.S_ISSOCK(os.lstat(path).st_mode):
+            raise FileExistsError(errno.EEXIST, "not a socket: kept", path)
+    tmp = f"{path}.{os.getpid()}.{secrets.token_hex(4)}"
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(tmp)
+    listener.bind(tmp)  # EADDRINUSE, never a removal, should the name exist
     os.chmod(tmp, 0o666)  # noqa: S103 (every node user runs node commands; workers take their uid)
     listener.listen(128)
     os.rename(tmp, path)
