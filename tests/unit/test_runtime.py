@@ -181,7 +181,8 @@ def test_the_probe_reads_a_live_process(tmp_path: Path, extra: dict[str, str], u
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
     env.update({key: value.format(conf=conf, home=home) for key, value in extra.items()})
     holder = ("import mmap, sys, time\nf = open(sys.argv[1], 'rb')\n"
-              "m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)\nprint('ready', flush=True)\ntime.sleep(60)\n")
+              "m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)\n"
+              "print('ready', flush=True)\ntime.sleep(60)\n")
     process = subprocess.Popen([sys.executable, "-c", holder, str(library), marker], env=env,
                                stdout=subprocess.PIPE, text=True)
     try:
