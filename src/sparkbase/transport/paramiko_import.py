@@ -63,13 +63,13 @@ def installed_version(name: str) -> str:
     origin = spec.origin if spec is not None else None
     if origin is not None:
         found = sorted(Path(origin).parent.parent.glob(f"{name}-*.dist-info/METADATA"))
-        version = _metadata_version(found[0], name) if len(found) == 1 else None
+        version = metadata_version(found[0], name) if len(found) == 1 else None
         if version is not None:
             return version
     return _real_version(name)
 
 
-def _metadata_version(path: Path, name: str) -> str | None:
+def metadata_version(path: Path, name: str) -> str | None:
     """`Version:` of the core metadata file `path` when its `Name:` is `name`, else None."""
     try:
         text = path.read_text(encoding="utf-8")
