@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkbase.transport.paramiko_import import metadata_version, installed_version
+from sparkbase.transport.paramiko_import import installed_version, metadata_version
 
 
 @pytest.mark.parametrize("name", ["paramiko", "cryptography", "sparkbase"])
