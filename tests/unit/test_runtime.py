@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -187,12 +188,16 @@ def test_the_probe_reads_a_live_process(tmp_path: Path, extra: dict[str, str], u
                                stdout=subprocess.PIPE, text=True)
     try:
         assert process.stdout is not None and process.stdout.readline() == "ready\n"
-        answer = subprocess.run(["sh", "-c", probe_command([marker])], capture_output=True, text=True,
+        # run as a fact script is: by a shell that a login shell started (which holds the
+        # probe's text in its command line too, and must not be read)
+        script = shlex.join(["sh", "-c", probe_command([marker])])
+        answer = subprocess.run(["sh", "-c", f"{script}; true"], capture_output=True, text=True,
                                 timeout=30, check=True, env={"PATH": env["PATH"], "LC_ALL": "C"})
     finally:
         process.kill()
         process.wait()
-    (found,) = [p for p in serving_processes(answer.stdout) if p.pid == process.pid]
+    (found,) = serving_processes(answer.stdout)  # the live process only: not the probe's shells
+    assert found.pid == process.pid
     assert found.environ == env
     expected = {"conf": "NCCL_FROM=named\n", "home": "NCCL_FROM=home\n", None: None}[user]
     assert found.user_conf == expected

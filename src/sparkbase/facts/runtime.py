@@ -70,13 +70,17 @@ def probe_command(first_matches: Sequence[str]) -> str:
     """The runtime section's shell command for processes holding any of `first_matches`.
 
     Every error is silenced (a process may end mid-read; its records then say so), so the
-    section holds records only. The NCCL lines of the process's maps are read once (`m`),
-    for their record and for the libraries to hash.
+    section holds records only. A process whose command line holds `PROBE_SELF` (the probe
+    itself and the shells that run it) is not read: it never matches. The NCCL lines of a
+    process's maps are read once (`m`), for their record and for the libraries to hash.
     """
     patterns = " ".join(f"-e {_q(m)}" for m in sorted(set(first_matches)))
     return "".join(
         [
-            f"{{ for f in $(grep -lsF {patterns} {PROBE_SELF}); do ",
+            # the probe's own shells (sh, and the login shell or sudo that started it) hold
+            # the match strings too: left out here, as `ServingProcess.matches` leaves them out
+            f"{{ s=$(grep -lsF {patterns} {PROBE_SELF}); ",
+            f'for f in $([ -z "$s" ] || grep -LsF {_q(PROBE_SELF)} $s); do ',
             'p=${f#/proc/}; p=${p%/cmdline}; [ "$p" = "$$" ] && continue; ',
             *(_record(name, f"/proc/$p/{name}") for name in ("cmdline", "environ", "status", "cgroup")),
             'm=$(grep -F libnccl "/proc/$p/maps"); ',
