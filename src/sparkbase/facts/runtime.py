@@ -70,15 +70,17 @@ def probe_command(first_matches: Sequence[str]) -> str:
     """The runtime section's shell command for processes holding any of `first_matches`.
 
     Every error is silenced (a process may end mid-read; its records then say so), so the
-    section holds records only. A process whose command line holds `PROBE_SELF` (the probe
-    itself and the shells that run it) is not read: it never matches. The NCCL lines of a
-    process's maps are read once (`m`), for their record and for the libraries to hash.
+    section holds records only. A process whose command line holds `PROBE_SELF` (the probe's
+    own shells, and any login shell or sudo that started them) never matches, and one that
+    has ended (the grep that found the others) has nothing to read: neither is read. The
+    NCCL lines of a process's maps are read once (`m`), for their record and the hashes.
     """
     patterns = " ".join(f"-e {_q(m)}" for m in sorted(set(first_matches)))
     return "".join(
         [
-            # the probe's own shells (sh, and the login shell or sudo that started it) hold
-            # the match strings too: left out here, as `ServingProcess.matches` leaves them out
+            # left out before any is read: a command line holding PROBE_SELF (the probe's
+            # own shells: never a match, `ServingProcess.matches`) and a process gone by now
+            # (the grep that listed them: `serving_processes` skips what has no cmdline)
             f"{{ s=$(grep -lsF {patterns} {PROBE_SELF}); ",
             f'for f in $([ -z "$s" ] || grep -LsF {_q(PROBE_SELF)} $s); do ',
             'p=${f#/proc/}; p=${p%/cmdline}; [ "$p" = "$$" ] && continue; ',
