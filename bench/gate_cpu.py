@@ -6,9 +6,13 @@ against an older checkout, on one converged emulated fleet.
 Each command runs as a whole process (as a launch script starts it), its CPU taken from the
 kernel's accounting of that process and its threads (`os.wait4`): sparkbase's own cost,
 without the emulated nodes' sshd and tools, which on a real fleet run on the nodes' own
-cores. With `--before TREE`, every command is run from TREE's code too (its own copy of the
-site, so each keeps its own cache), A then B then A…, and each ratio is taken pair by pair,
-so load that comes and goes lands on both sides alike. One warm-up run of each fills the
+cores. The machine's busy CPU during the run (`/proc/stat`, every process: the client, the
+nodes' sshd, fact scripts and command servers, and whatever else runs) is shown beside it:
+on a quiet machine, it minus the client's is what the nodes spent answering.
+
+With `--before TREE`, every command is run from TREE's code too (its own copy of the site,
+so each keeps its own cache), A then B then A…, and each ratio is taken pair by pair, so
+load that comes and goes lands on both sides alike. One warm-up run of each fills the
 site caches first. Prints medians (and the spread) as a Markdown table; 127.0.0.1 only (the
 lab's nodes).
 """
@@ -31,20 +35,32 @@ REPO = Path(__file__).resolve().parents[1]
 
 @dataclass(frozen=True)
 class Sample:
-    """One run: wall seconds, CPU seconds (user + system), exit status."""
+    """One run: wall seconds, CPU seconds (user + system), exit status, and the machine's busy
+    CPU seconds meanwhile."""
 
     wall: float
     cpu: float
     status: int
+    machine: float
+
+
+def machine_busy() -> float:
+    """Busy CPU seconds of the whole machine since boot (`/proc/stat`: all but idle and iowait)."""
+    with open("/proc/stat") as stat:
+        fields = [int(value) for value in stat.readline().split()[1:8]]
+    user, nice, system, _idle, _iowait, irq, softirq = fields
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
 def run_once(argv: list[str], env: dict[str, str]) -> Sample:
     """Run `argv` to completion; its wall clock and the CPU the kernel charged to it."""
+    busy = machine_busy()
     started = time.perf_counter()
     process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _pid, status, usage = os.wait4(process.pid, 0)
     wall = time.perf_counter() - started
-    return Sample(wall, usage.ru_utime + usage.ru_stime, os.waitstatus_to_exitcode(status))
+    return Sample(wall, usage.ru_utime + usage.ru_stime, os.waitstatus_to_exitcode(status),
+                  machine_busy() - busy)
 
 
 def commands(lane: str, lab: Path) -> dict[str, list[str]]:
@@ -105,18 +121,22 @@ def main() -> int:
     print(f"{args.pairs} pairs, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
           f"load average {os.getloadavg()[0]:.2f}")
     print()
-    print("| command | side | exit | wall, median (spread) | CPU, median (spread) | CPU after / before |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("| command | side | exit | wall, median (spread) | CPU, median (spread) | CPU after / before "
+          "| machine CPU, median (spread) | machine after / before |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for name in table:
         for side in sides:
             runs = samples[(name, side)]
-            ratio = ""
+            ratio = machine_ratio = ""
             if side == "after" and "before" in sides:
-                pairs = zip(runs, samples[(name, "before")], strict=True)
+                pairs = list(zip(runs, samples[(name, "before")], strict=True))
                 ratio = f"{statistics.median(a.cpu / b.cpu for a, b in pairs):.2f}×"
+                machine = statistics.median(a.machine / max(b.machine, 0.01) for a, b in pairs)
+                machine_ratio = f"{machine:.2f}×"
             codes = ",".join(sorted({str(r.status) for r in runs}))
             print(f"| `{name}` | {side} | {codes} | {median_spread([r.wall for r in runs])} | "
-                  f"{median_spread([r.cpu for r in runs])} | {ratio} |")
+                  f"{median_spread([r.cpu for r in runs])} | {ratio} | "
+                  f"{median_spread([r.machine for r in runs])} | {machine_ratio} |")
     return 0
 
 

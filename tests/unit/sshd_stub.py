@@ -95,6 +95,9 @@ class SshStub:
             channel.close()
             return
         channel.sendall(self.answer.encode())
+        if "late-status" in command:
+            channel.shutdown_write()  # the output ends (EOF) well before the exit status comes
+            time.sleep(0.3)
         channel.send_exit_status(self.exit_status)
         channel.close()
 

@@ -5,8 +5,10 @@ shipped site; the nodes' answers are the facts of converged nodes, handed over b
 for the SSH round trip (no node, no network), so every step after gathering (judging,
 deciding, printing) runs as it does on a fleet. The first run parses, validates and renders
 and fills the cache; the second, on the unchanged site, must import neither the YAML parser,
-the template engine nor the typed model (pydantic: the gate judges the compiled view), and
-neither run may import the apply engine, the pytest tier or rich.
+the template engine nor the typed model (pydantic: the gate judges the compiled view), nor
+`importlib.metadata` (paramiko's version is read from its own dist-info), and neither run may
+import the apply engine, the pytest tier, rich, or any other command's module (only the
+invoked command's parser is built).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import pytest
 from test_audit_support import converged
 
 from sparkbase.audit.expected import expected_for
+from sparkbase.cli.main import COMMANDS as CLI_COMMANDS
 from sparkbase.model import cache as site_cache
 from sparkbase.model.site import load_site
 
@@ -31,7 +34,8 @@ LANE = "dsv41-flash"
 NEVER = ("pyinfra", "testinfra", "pytest", "_pytest", "rich")
 #: not on the gate's path when the site is unchanged (parsing, validating, rendering)
 NOT_WHEN_CACHED = ("ruamel.yaml", "jinja2", "pydantic", "pydantic_core", "sparkbase.model.baseline",
-                   "sparkbase.model.site", "sparkbase.model.lanes", "sparkbase.model.inventory")
+                   "sparkbase.model.site", "sparkbase.model.lanes", "sparkbase.model.inventory",
+                   "importlib.metadata")
 
 #: run in the fresh interpreter: the round trip answered from a pickle, the CLI, the module set
 RUNNER = """
@@ -107,4 +111,7 @@ def test_the_gate_imports_neither_parser_templates_nor_model_on_an_unchanged_sit
     assert "sparkbase.audit.run" in second and "paramiko" in second  # the whole path ran
     assert _loaded(first, ("ruamel.yaml", "jinja2", "pydantic")), "the first run parses, validates, renders"
     assert _loaded(first | second, NEVER) == []
+    others = tuple(f"sparkbase.cli.{module}" for name, (module, _) in CLI_COMMANDS.items()
+                   if name != command[0])
+    assert _loaded(first | second, (*others, "sparkbase.cli.deploying")) == []
     assert _loaded(second, NOT_WHEN_CACHED) == []

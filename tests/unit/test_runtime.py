@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
+import secrets
+import shlex
+import subprocess
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -147,3 +154,52 @@ def test_runtime_results_per_lane() -> None:
     assert failed.observed.startswith("pid 42: NCCL_IB_MERGE_NICS=1 (environment)")
     others = [results[f"runtime.{k}.dsv"].status for k in ("nccl_library", "affinity", "cgroup")]
     assert others == ["pass"] * 3
+
+
+#: (environment of the live process beyond PATH, which file is its user nccl.conf) — the
+#: probe must pick the file NCCL would: $NCCL_CONF_FILE, else ~/.nccl.conf, else none
+LIVE_CASES = {
+    "NCCL_CONF_FILE named": ({"NCCL_CONF_FILE": "{conf}", "HOME": "{home}"}, "conf"),
+    "HOME only": ({"HOME": "{home}"}, "home"),
+    "empty NCCL_CONF_FILE falls back to HOME": ({"NCCL_CONF_FILE": "", "HOME": "{home}"}, "home"),
+    "a value holding '=' and spaces": ({"NCCL_CONF_FILE": "{conf}", "A": "x=HOME= y"}, "conf"),
+    "neither": ({"A": "1"}, None),
+}
+
+
+@pytest.mark.parametrize(("extra", "user"), LIVE_CASES.values(), ids=LIVE_CASES.keys())
+def test_the_probe_reads_a_live_process(tmp_path: Path, extra: dict[str, str], user: str | None) -> None:
+    """The section command, run by sh against a real process (this machine's /proc): its
+    environment, the user nccl.conf NCCL would read, and the libnccl it maps, hashed."""
+    marker = f"sparkbase-probe-test-{secrets.token_hex(6)}"
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".nccl.conf").write_text("NCCL_FROM=home\n")
+    conf = tmp_path / "named.conf"
+    conf.write_text("NCCL_FROM=named\n")
+    library = tmp_path / "libnccl.so.2.99.9"
+    library.write_bytes(b"not really NCCL\n" * 64)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    env.update({key: value.format(conf=conf, home=home) for key, value in extra.items()})
+    holder = ("import mmap, sys, time\nf = open(sys.argv[1], 'rb')\n"
+              "m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)\n"
+              "print('ready', flush=True)\ntime.sleep(60)\n")
+    process = subprocess.Popen([sys.executable, "-c", holder, str(library), marker], env=env,
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None and process.stdout.readline() == "ready\n"
+        # run as a fact script is: by a shell that a login shell started (which holds the
+        # probe's text in its command line too, and must not be read)
+        script = shlex.join(["sh", "-c", probe_command([marker])])
+        answer = subprocess.run(["sh", "-c", f"{script}; true"], capture_output=True, text=True,
+                                timeout=30, check=True, env={"PATH": env["PATH"], "LC_ALL": "C"})
+    finally:
+        process.kill()
+        process.wait()
+    (found,) = serving_processes(answer.stdout)  # the live process only: not the probe's shells
+    assert found.pid == process.pid
+    assert found.environ == env
+    expected = {"conf": "NCCL_FROM=named\n", "home": "NCCL_FROM=home\n", None: None}[user]
+    assert found.user_conf == expected
+    assert found.libraries == (MappedFile(str(library)),)
+    assert found.library_sha256 == {str(library): hashlib.sha256(library.read_bytes()).hexdigest()}

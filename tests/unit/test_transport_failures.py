@@ -109,6 +109,16 @@ def test_a_channel_closed_without_an_exit_status_is_unreachable(stub: SshStub) -
     assert caught.value.failure.kind is FailureKind.UNREACHABLE
 
 
+def test_an_exit_status_after_the_end_of_the_output_is_waited_for(stub: SshStub) -> None:
+    stub.exit_status = 3
+    client = connect(stub.target())
+    try:
+        answer = run_command(client, "late-status", timeout=2.0)
+    finally:
+        client.close()
+    assert (answer.stdout, answer.exit_status) == ("hello\n", 3)
+
+
 def test_a_fact_script_answered_with_nonsense_is_a_command_failure(stub: SshStub) -> None:
     stub.answer = "not the fact script\n"
     result = gather_node("stub", stub.target(), FactPlan())

@@ -2,8 +2,9 @@
 
 Each sub-command lives in its own module under `sparkbase.cli` and exposes
 `add_arguments(parser)` (argparse only, no heavy imports) and `run(args) -> int`.
-Modules are imported when argparse is being built, so they must stay import-light;
-the work they do imports what it needs inside `run`.
+The invoked command's module is imported when argparse is being built (every one of
+them for the CLI reference), so they must stay import-light; the work they do imports
+what it needs inside `run`.
 """
 
 from __future__ import annotations
@@ -69,8 +70,32 @@ INTERNAL_ERROR = 70
 INTERNAL_MESSAGE_LIMIT = 300
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Build the full argument parser, one sub-parser per available command."""
+#: the main parser's options that take a value (the word after them is not the command)
+_VALUED_OPTIONS = ("--log-level", "--log-file")
+
+
+def invoked_command(argv: Sequence[str]) -> str | None:
+    """The command `argv` names (its first word that is neither an option nor an option's
+    value), or None when it names none. Only a guess for `build_parser`: argparse still
+    reads the whole line and reports every mistake in it."""
+    words = iter(argv)
+    for word in words:
+        if word == "--":
+            return next(words, None)
+        if word in _VALUED_OPTIONS:
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return None
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """Build the argument parser, one sub-parser per available command.
+
+    With `argv` (the command line about to be parsed), only the command it names gets its
+    options, and only that command's module is imported: the others are listed (their
+    names and one-line help, all that the main help and argparse's errors show) but not
+    built. Without `argv`, every command is built (the CLI reference, tests)."""
     parser = argparse.ArgumentParser(
         prog="sparkbase",
         description="Keep a DGX Spark fleet on one declared, typed host baseline.",
@@ -84,7 +109,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"sparkbase {__version__}")
     add_global_options(parser, with_defaults=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    wanted = None if argv is None else invoked_command(argv)
     for name, (module_name, help_text) in COMMANDS.items():
+        if argv is not None and name != wanted:
+            if _available(module_name):
+                sub.add_parser(name, help=help_text)  # listed; never parsed on this run
+            continue
         try:
             module = importlib.import_module(f"sparkbase.cli.{module_name}")
         except ModuleNotFoundError as exc:
@@ -102,6 +132,14 @@ def build_parser() -> argparse.ArgumentParser:
         add_global_options(command.add_argument_group("global options"), with_defaults=False)
         command.set_defaults(_run=module.run)
     return parser
+
+
+def _available(module_name: str) -> bool:
+    """Whether the command module `sparkbase.cli.<module_name>` is installed (found, not
+    imported)."""
+    from importlib.util import find_spec
+
+    return find_spec(f"sparkbase.cli.{module_name}") is not None
 
 
 def restrict_umask() -> None:
@@ -128,8 +166,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None, real: tuple[IO[str], IO[str]]) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(words)
+    args = parser.parse_args(words)
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2

@@ -47,30 +47,51 @@ def _record(name: str, path: str) -> str:
     return f'echo "@file $p {name}"; {DUMP} "{path}" 2>/dev/null; echo "@rc $?"; '
 
 
-def _environ_value(variable: str, var: str) -> str:
-    """Shell text: `var=$(the first value of VARIABLE in the process's environment)`."""
-    return f"{var}=$(tr '\\0' '\\n' <\"/proc/$p/environ\" | grep -m1 '^{variable}=' | cut -d= -f2-); "
+#: the environment variables the probe needs on the node, and the shell variable each goes to
+ENVIRON_VALUES = (("NCCL_CONF_FILE", "c"), ("HOME", "h"))
+
+
+def _environ_values() -> str:
+    """Shell text: each variable of `ENVIRON_VALUES` set to the first value of its name in
+    the process's environment (empty when it has none): one `tr | grep` reads them all,
+    the shell's builtins split them (no process per variable)."""
+    names = " ".join(f"-e '^{name}='" for name, _ in ENVIRON_VALUES)
+    resets = "".join(f"{var}=; {var}_=; " for _, var in ENVIRON_VALUES)
+    cases = "".join(f'{name}=*) [ -n "${var}_" ] || {{ {var}_=1; {var}=${{l#*=}}; }};; '
+                    for name, var in ENVIRON_VALUES)
+    return (
+        f"e=$(tr '\\0' '\\n' <\"/proc/$p/environ\" | grep {names}); {resets}"
+        # split on newlines only, no globbing: each line is one NAME=value
+        "set -f; IFS='\n'; for l in $e; do case $l in " + cases + "esac; done; unset IFS; set +f; "
+    )
 
 
 def probe_command(first_matches: Sequence[str]) -> str:
     """The runtime section's shell command for processes holding any of `first_matches`.
 
     Every error is silenced (a process may end mid-read; its records then say so), so the
-    section holds records only.
+    section holds records only. A process whose command line holds `PROBE_SELF` (the probe's
+    own shells, and any login shell or sudo that started them) never matches, and one that
+    has ended (the grep that found the others) has nothing to read: neither is read. The
+    NCCL lines of a process's maps are read once (`m`), for their record and the hashes.
     """
     patterns = " ".join(f"-e {_q(m)}" for m in sorted(set(first_matches)))
     return "".join(
         [
-            f"{{ for f in $(grep -lsF {patterns} {PROBE_SELF}); do ",
+            # left out before any is read: a command line holding PROBE_SELF (the probe's
+            # own shells: never a match, `ServingProcess.matches`) and a process gone by now
+            # (the grep that listed them: `serving_processes` skips what has no cmdline)
+            f"{{ s=$(grep -lsF {patterns} {PROBE_SELF}); ",
+            f'for f in $([ -z "$s" ] || grep -LsF {_q(PROBE_SELF)} $s); do ',
             'p=${f#/proc/}; p=${p%/cmdline}; [ "$p" = "$$" ] && continue; ',
             *(_record(name, f"/proc/$p/{name}") for name in ("cmdline", "environ", "status", "cgroup")),
-            f'echo "@file $p maps"; grep -F libnccl "/proc/$p/maps" | {DUMP}; echo "@rc 0"; ',
-            _environ_value("NCCL_CONF_FILE", "c"),
-            _environ_value("HOME", "h"),
+            'm=$(grep -F libnccl "/proc/$p/maps"); ',
+            f'echo "@file $p maps"; [ -z "$m" ] || printf \'%s\\n\' "$m" | {DUMP}; echo "@rc 0"; ',
+            _environ_values(),
             'if [ -n "$c" ]; then ', _record("user-conf", "/proc/$p/root$c"),
             'elif [ -n "$h" ]; then ', _record("user-conf", "/proc/$p/root$h/.nccl.conf"), "fi; ",
             _record("system-conf", f"/proc/$p/root{SYSTEM_NCCL_CONF}"),
-            "grep -F libnccl \"/proc/$p/maps\" | awk '{print $6}' | sort -u | while read -r l; do ",
+            "[ -z \"$m\" ] || printf '%s\\n' \"$m\" | awk '{print $6}' | sort -u | while read -r l; do ",
             f'echo "@hash $p $(printf %s "$l" | {DUMP} | tr -d " \\n")"; ',
             'sha256sum <"/proc/$p/root$l" | cut -d" " -f1; echo "@rc $?"; done; ',
             "done; } 2>/dev/null; true",

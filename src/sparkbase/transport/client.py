@@ -215,8 +215,9 @@ def run_command(client: paramiko.SSHClient, script: str, timeout: float, sudo: b
         if not chunk:
             break
         chunks.append(chunk)
-    while not channel.exit_status_ready() and not channel.closed and time.monotonic() < deadline:
-        time.sleep(0.01)
+    # the exit status may follow the end of the output: wait for it (or the channel's close,
+    # which sets the same event) until the deadline, woken the moment it comes
+    channel.status_event.wait(max(0.0, deadline - time.monotonic()))
     if not channel.exit_status_ready() or channel.recv_exit_status() == -1:
         lost = "the connection closed before the command finished"
         raise CommandFailed(failure(FailureKind.UNREACHABLE, lost))
