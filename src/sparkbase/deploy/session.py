@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import logging
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -209,7 +210,7 @@ class Session:
         from sparkbase.deploy.pyinfra_deploy import add_steps, asks_for
 
         steps = build_steps(self.site, node, self.options.mok)
-        with fact_scope(asks_for(steps)):
+        with fact_scope(asks_for(steps)) as stats:
             boot = fact(BootState)
             mok = fact(MokState)
             added = add_steps(steps)
@@ -220,6 +221,10 @@ class Session:
                         path = str(op.step.args["path"])
                         old = fact(FileText, path=path)
                         prepared.diffs[path] = _unified(path, old, str(op.step.args["content"]))
+        logging.getLogger(__name__).debug(
+            "%s: facts read in %d batch round trip(s) (%d answers) and %d single one(s) %s; %d served "
+            "from the memo; not answered in the batch: %s; read, never asked: %s", node, stats.batches,
+            stats.prefetched, len(stats.fetched), stats.fetched, stats.served, stats.unanswered, stats.unused)
         return prepared
 
     def added_op(self, node: str, op_hash: str) -> AddedOp | None:
