@@ -100,9 +100,21 @@ def plan_ask(ask: Ask) -> _Planned:
     return _Planned(ask, fact, body)
 
 
+#: what a section's subshell drops first: the command sees no trace of the batch (not even
+#: the marker, so not even a fact's own command can print a fence)
+FORGET = "unset _sparkbase_m; unset -f _sparkbase_b _sparkbase_e"
+
+
 def section_line(index: int, shell: str) -> str:
     """One section of the script: fences around the command in a subshell."""
-    return f"_sparkbase_b {index}; ( {shell} ) </dev/null 2>/dev/null; _sparkbase_e {index} $?"
+    return f"_sparkbase_b {index}; ( {FORGET}; {shell} ) </dev/null 2>/dev/null; _sparkbase_e {index} $?"
+
+
+def script(marker: str, shells: Sequence[str]) -> str:
+    """The batch script: the fence functions, then one fenced section per command."""
+    lines = [f"_sparkbase_m={shlex.quote(marker)}", *PRELUDE]
+    lines += [section_line(index, shell) for index, shell in enumerate(shells)]
+    return "\n".join(lines) + "\n"
 
 
 def stdout_lines(text: str) -> list[str]:
@@ -148,9 +160,7 @@ class FactBatch(FactBase[BatchAnswer]):
     def command(self, asks: Sequence[Ask]) -> str:
         self.marker = new_marker()
         self.planned = [plan_ask(ask) for ask in asks]
-        lines = [f"_sparkbase_m={shlex.quote(self.marker)}", *PRELUDE]
-        lines += [section_line(index, planned.shell) for index, planned in enumerate(self.planned)]
-        return "\n".join(lines) + "\n"
+        return script(self.marker, [planned.shell for planned in self.planned])
 
     @staticmethod
     def default() -> BatchAnswer:
@@ -171,13 +181,15 @@ class FactBatch(FactBase[BatchAnswer]):
 def chunks(asks: Sequence[Ask], limit: int = MAX_SCRIPT_BYTES) -> Iterator[list[Ask]]:
     """`asks` in batches whose scripts stay under `limit` bytes (an ask too large alone
     gets a batch of its own)."""
+    empty = len(script(new_marker(), []).encode())
     batch: list[Ask] = []
-    size = 0
+    size = empty
     for ask in asks:
         grows = len(section_line(len(batch), plan_ask(ask).shell).encode()) + 1
         if batch and size + grows > limit:
             yield batch
-            batch, size = [], 0
+            batch, size = [], empty
+            grows = len(section_line(0, plan_ask(ask).shell).encode()) + 1
         batch.append(ask)
         size += grows
     if batch:
