@@ -6,9 +6,10 @@ the interpreter with gevent). Used by test_fact_batch_e2e.py and by the measurem
         each node (`Host.run_shell_command`: facts, locks, drains); --no-memo plans without
         the fact memo (every fact its own round trip, as before it). OUT.json: node -> count.
 
-    python fact_probe.py compare OUT.json SITE LAB NODE...
-        for each node: every fact a prepare of its steps reads, asked in one batch and one
-        by one; OUT.json: node -> {"asks", "unanswered", "mismatches"}.
+    python fact_probe.py compare OUT.json SITE LAB BASELINE NODE...
+        for each node (moved to BASELINE for the run unless it is "-"): every fact a prepare
+        of its steps reads, asked in one batch and one by one; OUT.json: node -> {"asks",
+        "unanswered", "mismatches"}.
 """
 
 from __future__ import annotations
@@ -51,27 +52,32 @@ def count(out: Path, no_memo: bool, argv: list[str]) -> int:
         out.write_text(json.dumps(dict(counts)))
 
 
-def compare(out: Path, site_dir: Path, lab: Path, nodes: list[str]) -> int:
+def compare(out: Path, site_dir: Path, lab: Path, baseline: str, nodes: list[str]) -> int:
     from sparkbase.deploy.session import patch_gevent
 
     patch_gevent()
     from pyinfra.context import ctx_host, ctx_state
 
+    from sparkbase.deploy.assign import with_assignment
     from sparkbase.deploy.fact_batch import FactBatch
     from sparkbase.deploy.locks import Owner
+    from sparkbase.deploy.mok_keys import mok_dir_from_env
     from sparkbase.deploy.pyinfra_deploy import asks_for
     from sparkbase.deploy.session import Options, Session
     from sparkbase.deploy.steps import build_steps
     from sparkbase.model.site import load_site
 
     site = load_site(site_dir)
+    if baseline != "-":
+        site = with_assignment(site, nodes, baseline)
+    mok = mok_dir_from_env(lab)
     session = Session(site, nodes, Options(lab=lab, progress=lambda line: None), Owner())
     found: dict[str, Any] = {}
     try:
         down = session.connect()
         assert not down, f"unreachable: {down}"
         for node in nodes:
-            asks = list({ask.key(): ask for ask in asks_for(build_steps(site, node))}.values())
+            asks = list({ask.key(): ask for ask in asks_for(build_steps(site, node, mok))}.values())
             host = session.host(node)
             with ctx_state.use(session.state), ctx_host.use(host):
                 batch = host.get_fact(FactBatch, asks=asks)
@@ -94,4 +100,4 @@ if __name__ == "__main__":
     if what == "count":
         split = rest.index("--")
         sys.exit(count(Path(target), "--no-memo" in rest[:split], rest[split + 1 :]))
-    sys.exit(compare(Path(target), Path(rest[0]), Path(rest[1]), rest[2:]))
+    sys.exit(compare(Path(target), Path(rest[0]), Path(rest[1]), rest[2], rest[3:]))
