@@ -28,8 +28,8 @@ PORT_BASE = port_base("SPARKBASE_TEST_FACT_BATCH_PORT_BASE", 3101)
 CONVERGED_PORT_BASE = port_base("SPARKBASE_TEST_FACT_BATCH_CONVERGED_PORT_BASE", 3111)
 PROBE = Path(__file__).with_name("fact_probe.py")
 NODES = ["spark1", "spark2", "spark3", "spark4"]
-READ = re.compile(r"(?P<node>spark\d): facts read in (?P<batches>\d+) batch round trip\(s\) \((?P<answers>\d+) "
-                  r"answers\) and (?P<singles>\d+) single one\(s\) (?P<which>\[.*?\]);")
+READ = re.compile(r"(?P<node>spark\d): facts read in (?P<batches>\d+) batch round trip\(s\) "
+                  r"\((?P<answers>\d+) answers\) and (?P<singles>\d+) single one\(s\) (?P<which>\[.*?\]);")
 #: a plan of one node before the memo made ~49 round trips (one per fact asked); with it: the
 #: batch, and at most pyinfra's own `files.line` fact and a lane check
 MOST_PLAN_ROUND_TRIPS = 3
@@ -76,7 +76,8 @@ def facts_read(fleet: Fleet, *args: str) -> dict[str, dict[str, Any]]:
     """How `plan ARGS` read each node's facts (its debug log)."""
     done = fleet.sparkbase("plan", "--log-level", "debug", *args)
     assert done.returncode in (0, 1), done.stdout + done.stderr
-    return {m["node"]: {"batches": int(m["batches"]), "singles": m["which"]} for m in READ.finditer(done.stderr)}
+    return {m["node"]: {"batches": int(m["batches"]), "singles": m["which"]}
+            for m in READ.finditer(done.stderr)}
 
 
 def round_trips(fleet: Fleet, tmp_path: Path, memo: bool, *args: str) -> dict[str, int]:
@@ -116,7 +117,9 @@ def test_on_converged_nodes_every_fact_answers_the_same_batched_as_alone(
     assert_same_both_ways(compared(converged, tmp_path, "-", ["spark1", "spark2"]), ["spark1", "spark2"])
 
 
-def test_a_noop_apply_of_a_converged_node_reads_its_facts_in_one_batch(converged: Fleet, tmp_path: Path) -> None:
+def test_a_noop_apply_of_a_converged_node_reads_its_facts_in_one_batch(
+    converged: Fleet, tmp_path: Path,
+) -> None:
     assert facts_read(converged, "--limit", "spark1", "spark2") == {
         node: {"batches": 1, "singles": "[]"} for node in ("spark1", "spark2")
     }
