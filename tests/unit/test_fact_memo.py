@@ -184,3 +184,12 @@ def test_unused_counts_only_what_was_read_and_never_asked(nodes: int) -> None:
     with ctx_host.use(host), fact_scope(asks) as stats:
         fact(FileAt, path="/f0")
     assert stats.unused == [f"FileAt(path='/f{n}')" for n in range(1, nodes)]
+
+
+def test_an_ask_whose_command_cannot_be_built_is_left_to_the_operations_own_ask() -> None:
+    host = FakeHost("spark1")
+    wrong = Ask.of(FileAt, no_such_argument="/a")
+    with ctx_host.use(host), fact_scope([wrong, Ask.of(Packages)]) as stats:
+        fact(Packages)
+    assert host.calls[0][1]["asks"] == [Ask.of(Packages)]
+    assert stats.unanswered == {"FileAt(no_such_argument='/a')": "command raised TypeError"}

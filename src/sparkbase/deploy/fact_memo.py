@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 from pyinfra.api.facts import FactBase
 from pyinfra.context import host
 
-from sparkbase.deploy.fact_batch import Ask, FactBatch, chunks
+from sparkbase.deploy.fact_batch import Ask, FactBatch, chunks, plan_ask
 
 __all__ = ["Ask", "MemoStats", "fact", "fact_scope"]
 
@@ -83,8 +83,14 @@ def _prefetch(memo: _Memo, asks: Iterable[Ask]) -> None:
     todo: dict[Hashable, Ask] = {}
     for ask in asks:
         key = _key(memo.host, ask)
-        if ask.batchable() and key not in memo.values:
-            todo.setdefault(key, ask)
+        if not ask.batchable() or key in memo.values or key in todo:
+            continue
+        try:
+            plan_ask(ask)
+        except Exception as exc:  # a wrong ask never breaks the prepare: the op's own ask decides
+            memo.stats.unanswered[_describe(ask)] = f"command raised {type(exc).__name__}"
+            continue
+        todo[key] = ask
     for batch in chunks(list(todo.values())):
         # a batch that fails as a whole answers nothing: every fact is then fetched on its
         # own, and pyinfra reports (and fails the host on) the failure that fact meets
