@@ -15,6 +15,7 @@ from pyinfra.context import ctx_host
 
 from sparkbase.deploy.fact_batch import Ask, BatchAnswer, FactBatch
 from sparkbase.deploy.fact_memo import fact, fact_scope
+from sparkbase.deploy.facts import FileText
 
 
 class Packages(FactBase[Any]):
@@ -193,3 +194,12 @@ def test_an_ask_whose_command_cannot_be_built_is_left_to_the_operations_own_ask(
         fact(Packages)
     assert host.calls[0][1]["asks"] == [Ask.of(Packages)]
     assert stats.unanswered == {"FileAt(no_such_argument='/a')": "command raised TypeError"}
+
+
+def test_file_texts_go_last_in_the_batch() -> None:
+    host = FakeHost("spark1")
+    asks = [Ask.of(FileText, path="/etc/a"), Ask.of(Packages), Ask.of(FileText, path="/etc/b"),
+            Ask.of(FileAt, path="/c")]
+    with ctx_host.use(host), fact_scope(asks):
+        pass
+    assert host.calls[0][1]["asks"] == [asks[1], asks[3], asks[0], asks[2]]
