@@ -55,18 +55,21 @@ def deploy_current_host() -> None:
     from pyinfra import logger
     from pyinfra.context import host
 
+    from sparkbase.deploy.fact_memo import fact, fact_scope
     from sparkbase.deploy.facts import BootState, MokState
     from sparkbase.deploy.mok_keys import mok_dir_from_env
-    from sparkbase.deploy.pyinfra_deploy import add_steps
+    from sparkbase.deploy.pyinfra_deploy import add_steps, asks_for
     from sparkbase.deploy.reboot import reboot_reasons
     from sparkbase.deploy.steps import build_steps
 
     site = site_from_env()
     node = str(host.data.get("sparkbase_node") or host.name)
     steps = build_steps(site, node, mok_dir_from_env(lab_from_env()))
-    boot = host.get_fact(BootState)
-    mok = host.get_fact(MokState)
-    added = add_steps(steps)
+    # pyinfra adds every host's operations before it executes any: one memo per host's adding
+    with fact_scope(asks_for(steps)):
+        boot = fact(BootState)
+        mok = fact(MokState)
+        added = add_steps(steps)
     will = [op.step for op in added if op.meta.will_change]
     reasons = reboot_reasons(site.baseline_of(node), boot, mok, will)
     if reasons:

@@ -14,10 +14,10 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from pyinfra.api.operation import operation
-from pyinfra.context import host
 from pyinfra.facts.deb import DebPackages
 from pyinfra.facts.files import FindInFile
 
+from sparkbase.deploy.fact_memo import Ask, fact
 from sparkbase.deploy.facts import (
     ActiveSwaps,
     BootState,
@@ -176,72 +176,109 @@ def _carry_out_and_forget(decision: Decision) -> Any:
 @operation()
 def swap_retire(path: str) -> Any:
     """Another baseline's swap file, if sparkbase created it: off, out of /etc/fstab, deleted."""
-    info = host.get_fact(SwapFile, path=path)
-    lines = host.get_fact(FindInFile, path=FSTAB, pattern=f"^{path} ") or []
+    info = fact(SwapFile, path=path)
+    lines = fact(FindInFile, path=FSTAB, pattern=f"^{path} ") or []
     if info is None and not lines:
         yield from carry_out(Decision([], f"no swap file {path}"))
         return
-    uuid = host.get_fact(SwapUuid, path=path) if info is not None else None
-    active = info is not None and path in host.get_fact(ActiveSwaps)
-    owned = host.get_fact(OwnedRecord)
+    uuid = fact(SwapUuid, path=path) if info is not None else None
+    active = info is not None and path in fact(ActiveSwaps)
+    owned = fact(OwnedRecord)
     decision = decide_swap_retire(path, info is not None, uuid, active, bool(lines), owned)
     yield from _carry_out_and_forget(decision)
+
+
+def swap_retire_asks(path: str, **_: Any) -> list[Ask]:
+    """The facts `swap_retire` reads while it is planned."""
+    return [Ask.of(SwapFile, path=path), Ask.of(FindInFile, path=FSTAB, pattern=f"^{path} "),
+            Ask.of(SwapUuid, path=path), Ask.of(ActiveSwaps), Ask.of(OwnedRecord)]
 
 
 @operation()
 def packages_retire(names: list[str], target_kernel: str | None) -> Any:
     """Unhold and purge packages only other baselines pin, that sparkbase installed."""
-    installed = host.get_fact(DebPackages) or {}
+    installed = fact(DebPackages) or {}
     if not any(installed.get(name) for name in names):
         yield from carry_out(Decision([], f"none of {', '.join(names)} is installed"))
         return
-    held: list[str] = host.get_fact(HeldPackages)
-    running = host.get_fact(BootState)["kernel"] if target_kernel is not None else ""
-    owned = host.get_fact(OwnedRecord)
+    held: list[str] = fact(HeldPackages)
+    running = fact(BootState)["kernel"] if target_kernel is not None else ""
+    owned = fact(OwnedRecord)
     yield from _carry_out_and_forget(decide_packages_retire(names, installed, held, running, target_kernel,
                                                             owned))
+
+
+def packages_retire_asks(target_kernel: str | None, **_: Any) -> list[Ask]:
+    """The facts `packages_retire` reads while it is planned."""
+    boot = [Ask.of(BootState)] if target_kernel is not None else []
+    return [Ask.of(DebPackages), Ask.of(HeldPackages), *boot, Ask.of(OwnedRecord)]
 
 
 @operation()
 def packages_kept(names: list[str]) -> Any:
     """Report the other baselines' packages that are installed but not sparkbase's to purge."""
-    installed = host.get_fact(DebPackages) or {}
-    owned = host.get_fact(OwnedRecord) if any(installed.get(name) for name in names) else OwnershipRecord()
+    installed = fact(DebPackages) or {}
+    owned = fact(OwnedRecord) if any(installed.get(name) for name in names) else OwnershipRecord()
     yield from carry_out(decide_packages_kept(names, installed, owned))
+
+
+def packages_kept_asks(**_: Any) -> list[Ask]:
+    """The facts `packages_kept` reads while it is planned."""
+    return [Ask.of(DebPackages), Ask.of(OwnedRecord)]
 
 
 @operation()
 def dkms_retire(dkms_name: str, version: str) -> Any:
     """Remove another baseline's memory-saver module from DKMS, for every kernel, if sparkbase
     built it."""
-    builds = host.get_fact(DkmsBuilds, dkms_name=dkms_name, version=version)
-    owned = host.get_fact(OwnedRecord) if builds else OwnershipRecord()
+    builds = fact(DkmsBuilds, dkms_name=dkms_name, version=version)
+    owned = fact(OwnedRecord) if builds else OwnershipRecord()
     yield from _carry_out_and_forget(decide_dkms_retire(dkms_name, version, builds, owned))
+
+
+def dkms_retire_asks(dkms_name: str, version: str, **_: Any) -> list[Ask]:
+    """The facts `dkms_retire` reads while it is planned."""
+    return [Ask.of(DkmsBuilds, dkms_name=dkms_name, version=version), Ask.of(OwnedRecord)]
 
 
 @operation()
 def mok_dir_retire(path: str) -> Any:
     """Remove the MOK key directory sparkbase created for another baseline, if unchanged."""
-    entries = host.get_fact(DirectoryEntries, path=path)
-    owned = host.get_fact(OwnedRecord) if entries is not None else OwnershipRecord()
+    entries = fact(DirectoryEntries, path=path)
+    owned = fact(OwnedRecord) if entries is not None else OwnershipRecord()
     yield from _carry_out_and_forget(decide_mok_dir_retire(path, entries, owned))
+
+
+def mok_dir_retire_asks(path: str, **_: Any) -> list[Ask]:
+    """The facts `mok_dir_retire` reads while it is planned."""
+    return [Ask.of(DirectoryEntries, path=path), Ask.of(OwnedRecord)]
 
 
 @operation()
 def unit_retire(unit: str) -> Any:
     """Disable and stop a unit only other baselines run, if sparkbase enabled it."""
-    state = host.get_fact(UnitState, unit=unit)
-    owned = host.get_fact(OwnedRecord) if state.unit_file_state or state.active_state == "active" \
+    state = fact(UnitState, unit=unit)
+    owned = fact(OwnedRecord) if state.unit_file_state or state.active_state == "active" \
         else OwnershipRecord()
     decision = decide_unit_retire(unit, state.unit_file_state, state.active_state, owned)
     yield from _carry_out_and_forget(decision)
 
 
+def unit_retire_asks(unit: str, **_: Any) -> list[Ask]:
+    """The facts `unit_retire` reads while it is planned."""
+    return [Ask.of(UnitState, unit=unit), Ask.of(OwnedRecord)]
+
+
 @operation()
 def mok_kept(fingerprints: list[str]) -> Any:
     """Report MOK keys other baselines enrolled: firmware state, kept, never removed."""
-    enrolled: list[str] = host.get_fact(MokState)["enrolled"]
+    enrolled: list[str] = fact(MokState)["enrolled"]
     yield from carry_out(decide_mok_kept(fingerprints, enrolled))
+
+
+def mok_kept_asks(**_: Any) -> list[Ask]:
+    """The facts `mok_kept` reads while it is planned."""
+    return [Ask.of(MokState)]
 
 
 def decide_file_retire(path: str, sha256: str | None, owned: OwnershipRecord) -> Decision:
@@ -258,7 +295,12 @@ def decide_file_retire(path: str, sha256: str | None, owned: OwnershipRecord) ->
 @operation()
 def file_retire(path: str) -> Any:
     """Delete another baseline's rendered file, if sparkbase wrote it and it is unchanged."""
-    info = host.get_fact(FileState, path=path)
-    owned = host.get_fact(OwnedRecord) if info is not None else OwnershipRecord()
+    info = fact(FileState, path=path)
+    owned = fact(OwnedRecord) if info is not None else OwnershipRecord()
     sha256 = info.sha256 if info is not None else None
     yield from _carry_out_and_forget(decide_file_retire(path, sha256, owned))
+
+
+def file_retire_asks(path: str, **_: Any) -> list[Ask]:
+    """The facts `file_retire` reads while it is planned."""
+    return [Ask.of(FileState, path=path), Ask.of(OwnedRecord)]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import logging
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -202,22 +203,28 @@ class Session:
                 self.prepared[node] = result
 
     def _prepare_host(self, node: str) -> Prepared:
-        from pyinfra.context import host
-
+        """Add the node's operations, reading its facts through one memo (`fact_memo`): nothing
+        executes on the node while the scope is open, so no answer can go stale in it."""
+        from sparkbase.deploy.fact_memo import fact, fact_scope
         from sparkbase.deploy.facts import BootState, FileText, MokState
-        from sparkbase.deploy.pyinfra_deploy import add_steps
+        from sparkbase.deploy.pyinfra_deploy import add_steps, asks_for
 
         steps = build_steps(self.site, node, self.options.mok)
-        boot = host.get_fact(BootState)
-        mok = host.get_fact(MokState)
-        added = add_steps(steps)
-        prepared = Prepared(added, boot, mok)
-        if self.options.diffs:
-            for op in added:
-                if op.step.kind == "file" and op.meta.will_change:
-                    path = str(op.step.args["path"])
-                    old = host.get_fact(FileText, path=path)
-                    prepared.diffs[path] = _unified(path, old, str(op.step.args["content"]))
+        with fact_scope(asks_for(steps)) as stats:
+            boot = fact(BootState)
+            mok = fact(MokState)
+            added = add_steps(steps)
+            prepared = Prepared(added, boot, mok)
+            if self.options.diffs:
+                for op in added:
+                    if op.step.kind == "file" and op.meta.will_change:
+                        path = str(op.step.args["path"])
+                        old = fact(FileText, path=path)
+                        prepared.diffs[path] = _unified(path, old, str(op.step.args["content"]))
+        logging.getLogger(__name__).debug(
+            "%s: facts read in %d batch round trip(s) (%d answers) and %d single one(s) %s; %d served "
+            "from the memo; not answered in the batch: %s; read, never asked: %s", node, stats.batches,
+            stats.prefetched, len(stats.fetched), stats.fetched, stats.served, stats.unanswered, stats.unused)
         return prepared
 
     def added_op(self, node: str, op_hash: str) -> AddedOp | None:

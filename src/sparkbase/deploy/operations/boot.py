@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from pyinfra.api.operation import operation
-from pyinfra.context import host
 
+from sparkbase.deploy.fact_memo import Ask, fact
 from sparkbase.deploy.facts import (
     GrubConfig,
 )
@@ -43,9 +43,14 @@ def grub_update(release: str, default_entry: str | None, cmdline: list[str], for
     """`update-grub` when the drop-in changed or grub.cfg does not match the baseline (a
     fallback kernel installed by this run gets its entry so)."""
     reason = "the GRUB drop-in changed" if changed(trigger) else None
-    grub = host.get_fact(GrubConfig)
+    grub = fact(GrubConfig)
     reason = reason or grub_stale(grub, release, default_entry, cmdline, forbid, fallback)
     if reason is None:
         noop(f"grub.cfg boots {release} with the baseline's arguments")
         return
     yield "update-grub"
+
+
+def grub_update_asks(**_: Any) -> list[Ask]:
+    """The facts `grub_update` reads while it is planned."""
+    return [Ask.of(GrubConfig)]

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from pyinfra.api.operation import operation
-from pyinfra.context import host
 
+from sparkbase.deploy.fact_memo import Ask, fact
 from sparkbase.deploy.facts import (
     DkmsState,
     MokState,
@@ -43,10 +43,16 @@ def decide_dkms_install(dkms_name: str, version: str, kernel: str, current: dict
 def dkms_install(dkms_name: str, version: str, kernel: str, module: str, fingerprint: str | None,
                  baseline: str = "") -> Any:
     """Build, sign and install a DKMS module for `kernel` (the target, not the running one)."""
-    current = host.get_fact(DkmsState, dkms_name=dkms_name, version=version, kernel=kernel, module=module)
-    mok = host.get_fact(MokState) if fingerprint is not None and current["installed"] else None
+    current = fact(DkmsState, dkms_name=dkms_name, version=version, kernel=kernel, module=module)
+    mok = fact(MokState) if fingerprint is not None and current["installed"] else None
     # a MOK imported by this run's earlier step is pending until the reboot: it counts
     certificates = [*mok["certificates"], *mok["pending_certificates"]] if mok else []
     yield from carry_out(decide_dkms_install(dkms_name, version, kernel, current, certificates, fingerprint))
     if not current["installed"]:
         yield from remember(created(Kind.DKMS, f"{dkms_name}/{version}", baseline, now_utc()))
+
+
+def dkms_install_asks(dkms_name: str, version: str, kernel: str, module: str, **_: Any) -> list[Ask]:
+    """The facts `dkms_install` reads while it is planned."""
+    return [Ask.of(DkmsState, dkms_name=dkms_name, version=version, kernel=kernel, module=module),
+            Ask.of(MokState)]

@@ -10,9 +10,10 @@ from typing import Any
 
 from pyinfra import logger
 from pyinfra.api.operation import operation
-from pyinfra.context import host, state
+from pyinfra.context import state
 from pyinfra.facts.files import Directory
 
+from sparkbase.deploy.fact_memo import Ask, fact
 from sparkbase.deploy.facts import (
     TEMP_SUFFIX,
     FileState,
@@ -70,18 +71,23 @@ def _record_written(path: str, sha256: str, baseline: str, existed: bool) -> Any
 def file(path: str, content: str, mode: int, sha256: str, secret: bool = False, baseline: str = "") -> Any:
     """`path` holds exactly `content` with `mode`; written to a temp file, then renamed (and
     recorded as sparkbase's when it created the file)."""
-    current = host.get_fact(FileState, path=path)
+    current = fact(FileState, path=path)
     if (yield from _content_in_place(path, current, sha256, mode,
                                      f"{path} is identical (sha256 {sha256[:12]}, mode {mode:o})")):
         return
     if state.config.DIFF and not secret:
-        old = host.get_fact(FileText, path=path) if current is not None else None
+        old = fact(FileText, path=path) if current is not None else None
         for line in _diff(path, old, content):
             logger.info("    %s", line.rstrip("\n"))
     if current is None:
         yield cmd("mkdir", "-p", posixpath.dirname(path))
     yield from atomic_upload(BytesIO(content.encode()), path, mode, sha256, path + TEMP_SUFFIX)
     yield from _record_written(path, sha256, baseline, existed=current is not None)
+
+
+def file_asks(path: str, **_: Any) -> list[Ask]:
+    """The facts `file` (and the plan's diff of it) read while it is planned."""
+    return [Ask.of(FileState, path=path), Ask.of(FileText, path=path)]
 
 
 @operation()
@@ -91,20 +97,30 @@ def upload(path: str, local: str, mode: int, sha256: str, baseline: str = "") ->
     Used for the MOK key pair: the temp file sits in the (0700) target directory, and its
     mode is set before the rename, so the key is never readable by others, even briefly.
     """
-    current = host.get_fact(FileState, path=path)
+    current = fact(FileState, path=path)
     if (yield from _content_in_place(path, current, sha256, mode, f"{path} is in place (mode {mode:o})")):
         return
     yield from atomic_upload(local, path, mode, sha256, path + TEMP_SUFFIX)
     yield from _record_written(path, sha256, baseline, existed=current is not None)
 
 
+def upload_asks(path: str, **_: Any) -> list[Ask]:
+    """The facts `upload` reads while it is planned (never the file's text)."""
+    return [Ask.of(FileState, path=path)]
+
+
 @operation()
 def directory(path: str, mode: int, baseline: str = "") -> Any:
     """A directory owned by root with exactly `mode` (recorded as sparkbase's when it created it)."""
-    info = host.get_fact(Directory, path=path)
+    info = fact(Directory, path=path)
     if info and info.get("mode") == int(f"{mode:o}"):
         noop(f"{path} exists with mode {mode:o}")
         return
     yield cmd("install", "-d", "-m", f"{mode:o}", path)
     if not info:
         yield from remember(created(Kind.DIRECTORY, path, baseline, now_utc()))
+
+
+def directory_asks(path: str, **_: Any) -> list[Ask]:
+    """The facts `directory` reads while it is planned."""
+    return [Ask.of(Directory, path=path)]

@@ -16,8 +16,8 @@ from typing import Any
 
 from pyinfra.api.command import StringCommand
 from pyinfra.api.operation import operation
-from pyinfra.context import host
 
+from sparkbase.deploy.fact_memo import Ask, fact
 from sparkbase.deploy.facts import (
     TEMP_SUFFIX,
     ActiveSwaps,
@@ -59,9 +59,13 @@ def write_fstab(new: str, read: FileInfo) -> Any:
 
 
 def _read() -> tuple[str | None, FileInfo | None]:
-    info = host.get_fact(FileState, path=FSTAB)
-    text = host.get_fact(FileText, path=FSTAB) if info is not None else None
+    info = fact(FileState, path=FSTAB)
+    text = fact(FileText, path=FSTAB) if info is not None else None
     return text, info
+
+
+def _read_asks() -> list[Ask]:
+    return [Ask.of(FileState, path=FSTAB), Ask.of(FileText, path=FSTAB)]
 
 
 @operation()
@@ -72,11 +76,11 @@ def factory_swap(path: str, fstab: str, swapoff: bool, baseline: str = "") -> An
     if fstab != "noauto":
         noop(f"{path} stays as installed")
         return
-    active = swapoff and path in host.get_fact(ActiveSwaps)
+    active = swapoff and path in fact(ActiveSwaps)
     text, info = _read()
     unreadable = exact_text(text, info)
     edit = FstabEdit(None, unreadable) if unreadable else \
-        decide_noauto(path, text, host.get_fact(OwnedRecord), baseline, now_utc())
+        decide_noauto(path, text, fact(OwnedRecord), baseline, now_utc())
     if edit.text is None and not active:
         noop(edit.reason)
         return
@@ -86,6 +90,13 @@ def factory_swap(path: str, fstab: str, swapoff: bool, baseline: str = "") -> An
         yield from write_fstab(edit.text, info)
         if edit.record is not None:
             yield from remember(edit.record)
+
+
+def factory_swap_asks(fstab: str, swapoff: bool, **_: Any) -> list[Ask]:
+    """The facts `factory_swap` reads while it is planned."""
+    if fstab != "noauto":
+        return []
+    return [*([Ask.of(ActiveSwaps)] if swapoff else []), *_read_asks(), Ask.of(OwnedRecord)]
 
 
 def decide_factory_swapon(path: str, found: dict[str, Any] | None, active: bool, running: int) -> Decision:
@@ -108,10 +119,15 @@ def decide_factory_swapon(path: str, found: dict[str, Any] | None, active: bool,
 @operation()
 def factory_swapon(path: str) -> Any:
     """The installer's swap file active, as the node's swap (its fstab line brings it back at boot)."""
-    active = path in host.get_fact(ActiveSwaps)
-    found = None if active else host.get_fact(SwapFile, path=path)
-    running = host.get_fact(BootState)["page_size"] if found is not None else 0
+    active = path in fact(ActiveSwaps)
+    found = None if active else fact(SwapFile, path=path)
+    running = fact(BootState)["page_size"] if found is not None else 0
     yield from carry_out(decide_factory_swapon(path, found, active, running))
+
+
+def factory_swapon_asks(path: str, **_: Any) -> list[Ask]:
+    """The facts `factory_swapon` reads while it is planned."""
+    return [Ask.of(ActiveSwaps), Ask.of(SwapFile, path=path), Ask.of(BootState)]
 
 
 @operation()
@@ -121,9 +137,14 @@ def factory_swap_restore(path: str) -> Any:
     text, info = _read()
     unreadable = exact_text(text, info)
     edit = FstabEdit(None, unreadable) if unreadable else \
-        decide_restore(path, text, host.get_fact(OwnedRecord))
+        decide_restore(path, text, fact(OwnedRecord))
     if edit.text is None or info is None:
         noop(edit.reason)
         return
     yield from write_fstab(edit.text, info)
     yield from forget(edit.forget)
+
+
+def factory_swap_restore_asks(**_: Any) -> list[Ask]:
+    """The facts `factory_swap_restore` reads while it is planned."""
+    return [*_read_asks(), Ask.of(OwnedRecord)]

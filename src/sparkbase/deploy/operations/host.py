@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from pyinfra.api.operation import operation
-from pyinfra.context import host
 
+from sparkbase.deploy.fact_memo import Ask, fact
 from sparkbase.deploy.facts import (
     DefaultTarget,
     UnitState,
@@ -32,16 +32,21 @@ def after_change(command: list[str], what: str, trigger: Any = None) -> Any:
 @operation()
 def default_target(target: str) -> Any:
     """`systemctl set-default`."""
-    if host.get_fact(DefaultTarget) == target:
+    if fact(DefaultTarget) == target:
         noop(f"default target is {target}")
         return
     yield cmd("systemctl", "set-default", target)
 
 
+def default_target_asks(**_: Any) -> list[Ask]:
+    """The facts `default_target` reads while it is planned."""
+    return [Ask.of(DefaultTarget)]
+
+
 @operation()
 def unit_disabled(unit: str) -> Any:
     """The unit is neither enabled nor running (`disable --now`)."""
-    current = host.get_fact(UnitState, unit=unit)
+    current = fact(UnitState, unit=unit)
     # `static` units cannot be disabled, only stopped (the audit's `enabled` counts them)
     enabled = current.unit_file_state in ("enabled", "enabled-runtime", "alias")
     active = current.active_state == "active"
@@ -58,10 +63,15 @@ def unit_disabled(unit: str) -> Any:
 def unit_enabled(unit: str, baseline: str = "") -> Any:
     """The unit is enabled and running (`enable --now`); recorded as sparkbase's when it was
     not enabled before (so other baselines' nodes disable it only then)."""
-    current = host.get_fact(UnitState, unit=unit)
+    current = fact(UnitState, unit=unit)
     if current.unit_file_state == "enabled" and current.active_state == "active":
         noop(f"{unit} is enabled and active")
         return
     yield cmd("systemctl", "enable", "--now", unit)
     if current.unit_file_state != "enabled":
         yield from remember(created(Kind.UNIT, unit, baseline, now_utc()))
+
+
+def unit_asks(unit: str, **_: Any) -> list[Ask]:
+    """The facts `unit_disabled` and `unit_enabled` read while they are planned."""
+    return [Ask.of(UnitState, unit=unit)]

@@ -9,8 +9,8 @@ from typing import Any
 from pyinfra.api.command import StringCommand
 from pyinfra.api.exceptions import OperationError
 from pyinfra.api.operation import operation
-from pyinfra.context import host
 
+from sparkbase.deploy.fact_memo import Ask, fact
 from sparkbase.deploy.facts import (
     ActiveSwaps,
     BootState,
@@ -62,10 +62,10 @@ def decide_swap_file(path: str, size_gib: int, header_page_size: int, found: dic
 def swap_file(path: str, size_gib: int, header_page_size: int, baseline: str = "") -> Any:
     """The swap file exists at its size, mode 0600, with a header for `header_page_size`;
     recorded (with the UUID in its header) as sparkbase's when sparkbase makes it."""
-    info = host.get_fact(SwapFile, path=path)
-    uuid_now = host.get_fact(SwapUuid, path=path) if info is not None else None
-    active = info is not None and path in host.get_fact(ActiveSwaps)
-    owned = host.get_fact(OwnedRecord) if info is not None else OwnershipRecord()
+    info = fact(SwapFile, path=path)
+    uuid_now = fact(SwapUuid, path=path) if info is not None else None
+    active = info is not None and path in fact(ActiveSwaps)
+    owned = fact(OwnedRecord) if info is not None else OwnershipRecord()
     new_uuid = str(uuid.uuid4())
     try:
         decision = decide_swap_file(path, size_gib, header_page_size, info, uuid_now, active, owned, new_uuid)
@@ -76,13 +76,19 @@ def swap_file(path: str, size_gib: int, header_page_size: int, baseline: str = "
         yield from remember(created(Kind.SWAP, path, baseline, now_utc(), uuid=new_uuid))
 
 
+def swap_file_asks(path: str, **_: Any) -> list[Ask]:
+    """The facts `swap_file` reads while it is planned."""
+    return [Ask.of(SwapFile, path=path), Ask.of(SwapUuid, path=path), Ask.of(ActiveSwaps),
+            Ask.of(OwnedRecord)]
+
+
 @operation()
 def swapon(path: str, header_page_size: int) -> Any:
     """`swapon` the file, only when the running page size matches its header."""
-    if path in host.get_fact(ActiveSwaps):
+    if path in fact(ActiveSwaps):
         noop(f"{path} is active")
         return
-    running = host.get_fact(BootState)["page_size"]
+    running = fact(BootState)["page_size"]
     if running != header_page_size:
         noop(f"running page size {running} differs from the {header_page_size}-byte header: "
               "the swap activates at boot (reboot pending)")
@@ -90,14 +96,24 @@ def swapon(path: str, header_page_size: int) -> Any:
     yield cmd("swapon", path)
 
 
+def swapon_asks(**_: Any) -> list[Ask]:
+    """The facts `swapon` reads while it is planned."""
+    return [Ask.of(ActiveSwaps), Ask.of(BootState)]
+
+
 @operation()
 def thp(value: str) -> Any:
     """Transparent hugepages set live (the kernel command line sets it at boot)."""
-    current = host.get_fact(ThpMode)
+    current = fact(ThpMode)
     if current == value:
         noop(f"transparent hugepages are {value}")
         return
     yield StringCommand(f"echo {shlex.quote(value)} > /sys/kernel/mm/transparent_hugepage/enabled")
+
+
+def thp_asks(**_: Any) -> list[Ask]:
+    """The facts `thp` reads while it is planned."""
+    return [Ask.of(ThpMode)]
 
 
 @operation()
@@ -106,9 +122,14 @@ def sysctl_apply(file: str, values: dict[str, str]) -> Any:
     if not values:
         noop("the baseline sets no sysctls")
         return
-    live = host.get_fact(Sysctls, keys=tuple(values))
+    live = fact(Sysctls, keys=tuple(values))
     differ = [key for key, value in values.items() if live.get(key) != " ".join(value.split())]
     if not differ:
         noop(f"all {len(values)} sysctls hold their values")
         return
     yield cmd("sysctl", "-p", file)
+
+
+def sysctl_apply_asks(values: dict[str, str], **_: Any) -> list[Ask]:
+    """The facts `sysctl_apply` reads while it is planned."""
+    return [Ask.of(Sysctls, keys=tuple(values))] if values else []

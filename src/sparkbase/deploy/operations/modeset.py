@@ -15,9 +15,9 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from pyinfra.api.operation import operation
-from pyinfra.context import host
 from pyinfra.facts.deb import DebPackages
 
+from sparkbase.deploy.fact_memo import Ask, fact
 from sparkbase.deploy.facts import HeldPackages
 from sparkbase.deploy.operations.base import Decision, carry_out
 from sparkbase.deploy.operations.packages import APT_INSTALL
@@ -45,13 +45,18 @@ def decide_modeset_purge(package: str, installed: Mapping[str, Collection[str]],
 def modeset_purge(package: str, baseline: str = "") -> Any:
     """Purge DGX OS's nvidia-drm modeset options package and rebuild the initramfs; the
     version removed is recorded so that a move back can reinstall exactly it."""
-    installed = host.get_fact(DebPackages) or {}
-    held: list[str] = host.get_fact(HeldPackages) if installed.get(package) else []
+    installed = fact(DebPackages) or {}
+    held: list[str] = fact(HeldPackages) if installed.get(package) else []
     decision = decide_modeset_purge(package, installed, held)
     yield from carry_out(decision)
     if decision.commands:
         version = sorted(installed[package])[0]
         yield from remember(created(Kind.PURGED, package, baseline, now_utc(), version=version))
+
+
+def modeset_purge_asks(**_: Any) -> list[Ask]:
+    """The facts `modeset_purge` reads while it is planned."""
+    return [Ask.of(DebPackages), Ask.of(HeldPackages)]
 
 
 def decide_modeset_restore(package: str, installed: Mapping[str, Collection[str]],
@@ -73,9 +78,14 @@ def decide_modeset_restore(package: str, installed: Mapping[str, Collection[str]
 @operation()
 def modeset_restore(package: str) -> Any:
     """Put back the nvidia-drm modeset options package another baseline had sparkbase purge."""
-    installed = host.get_fact(DebPackages) or {}
-    owned = host.get_fact(OwnedRecord)
+    installed = fact(DebPackages) or {}
+    owned = fact(OwnedRecord)
     decision = decide_modeset_restore(package, installed, owned)
     yield from carry_out(decision)
     if decision.commands:
         yield from forget(decision.forget)
+
+
+def modeset_restore_asks(**_: Any) -> list[Ask]:
+    """The facts `modeset_restore` reads while it is planned."""
+    return [Ask.of(DebPackages), Ask.of(OwnedRecord)]

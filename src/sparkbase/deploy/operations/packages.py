@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from pyinfra.api.operation import operation
-from pyinfra.context import host
 from pyinfra.facts.deb import DebPackages
 
+from sparkbase.deploy.fact_memo import Ask, fact
 from sparkbase.deploy.facts import (
     HeldPackages,
 )
@@ -33,11 +33,16 @@ def missing_pins(pins: list[str], installed: dict[str, list[str]]) -> list[str]:
 @operation()
 def apt_update_for(pins: list[str]) -> Any:
     """`apt-get update`, only when a pinned package is not installed at its version."""
-    missing = missing_pins(pins, host.get_fact(DebPackages) or {})
+    missing = missing_pins(pins, fact(DebPackages) or {})
     if not missing:
         noop(f"all {len(pins)} pinned packages are installed at their versions")
         return
     yield "DEBIAN_FRONTEND=noninteractive apt-get update -q"
+
+
+def packages_asks(**_: Any) -> list[Ask]:
+    """The facts `apt_update_for` and `pinned_packages` read while they are planned."""
+    return [Ask.of(DebPackages)]
 
 
 #: apt-get install options: keep local config files, allow a pin to move a held package up or down
@@ -50,7 +55,7 @@ APT_INSTALL = ["env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "-y", "-q",
 def pinned_packages(pins: list[str], baseline: str = "") -> Any:
     """Install `name=version` pins not installed at that version; the packages that were not
     installed at all before are recorded as sparkbase's (a package it only moved is not)."""
-    installed = host.get_fact(DebPackages) or {}
+    installed = fact(DebPackages) or {}
     missing = missing_pins(pins, installed)
     if not missing:
         noop(f"all {len(pins)} pinned packages are installed at their versions")
@@ -65,10 +70,15 @@ def pinned_packages(pins: list[str], baseline: str = "") -> Any:
 @operation()
 def hold(names: list[str]) -> Any:
     """`apt-mark hold` the pinned packages that are not held yet."""
-    holds: list[str] = host.get_fact(HeldPackages)
+    holds: list[str] = fact(HeldPackages)
     held = set(holds)
     todo = [name for name in names if name not in held]
     if not todo:
         noop(f"all {len(names)} pinned packages are held")
         return
     yield cmd("apt-mark", "hold", *todo)
+
+
+def hold_asks(**_: Any) -> list[Ask]:
+    """The facts `hold` reads while it is planned."""
+    return [Ask.of(HeldPackages)]

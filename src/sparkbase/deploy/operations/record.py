@@ -9,8 +9,7 @@ from collections.abc import Iterable
 from io import BytesIO
 from typing import Any
 
-from pyinfra.context import host
-
+from sparkbase.deploy.fact_memo import fact
 from sparkbase.deploy.facts import (
     TEMP_SUFFIX,
 )
@@ -35,7 +34,7 @@ def write_record(record: OwnershipRecord) -> Any:
 def remember(*items: OwnedItem, only_if_recorded: bool = False) -> Any:
     """Record `items` as created by sparkbase (with `only_if_recorded`: update them only where
     the record already holds them, e.g. a file sparkbase rewrote but did not create)."""
-    record: OwnershipRecord = host.get_fact(OwnedRecord)
+    record: OwnershipRecord = fact(OwnedRecord)
     if only_if_recorded:
         items = tuple(item for item in items if record.find(item.kind, item.target) is not None)
     if items:
@@ -44,7 +43,7 @@ def remember(*items: OwnedItem, only_if_recorded: bool = False) -> Any:
 
 def forget(keys: Iterable[tuple[Kind, str]]) -> Any:
     """Drop removed items from the record."""
-    record: OwnershipRecord = host.get_fact(OwnedRecord)
+    record: OwnershipRecord = fact(OwnedRecord)
     updated = record.without(keys)
     if updated != record:
         yield from write_record(updated)

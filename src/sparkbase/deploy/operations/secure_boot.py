@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from pyinfra.api.operation import operation
-from pyinfra.context import host
 
+from sparkbase.deploy.fact_memo import Ask, fact
 from sparkbase.deploy.facts import (
     MokState,
 )
@@ -16,7 +16,7 @@ from sparkbase.deploy.operations.base import cmd, noop
 @operation()
 def mok_import(certificate: str, fingerprint: str) -> Any:
     """`mokutil --import` the certificate unless enrolled or already pending."""
-    mok = host.get_fact(MokState)
+    mok = fact(MokState)
     if fingerprint in mok["enrolled"]:
         noop(f"MOK {fingerprint[:11]}… is enrolled")
         return
@@ -24,3 +24,8 @@ def mok_import(certificate: str, fingerprint: str) -> Any:
         noop(f"MOK {fingerprint[:11]}… is pending enrolment (completes at the next reboot)")
         return
     yield cmd("mokutil", "--import", certificate, "--root-pw")
+
+
+def mok_import_asks(**_: Any) -> list[Ask]:
+    """The facts `mok_import` reads while it is planned."""
+    return [Ask.of(MokState)]

@@ -14,8 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from pyinfra.api.operation import operation
-from pyinfra.context import host
 
+from sparkbase.deploy.fact_memo import Ask, fact
 from sparkbase.deploy.facts import UnitState
 from sparkbase.deploy.operations.base import Decision, carry_out
 from sparkbase.deploy.operations.record import forget, remember
@@ -58,9 +58,14 @@ def decide_governor(governor: str, release: str, running: str, unit: UnitStateVa
 @operation()
 def cpu_governor(governor: str, release: str) -> Any:
     """Every CPU runs `governor`, as nv-cpu-governor.service sets it."""
-    tuning = host.get_fact(TuningState)
-    unit = host.get_fact(UnitState, unit=GOVERNOR_UNIT)
+    tuning = fact(TuningState)
+    unit = fact(UnitState, unit=GOVERNOR_UNIT)
     yield from carry_out(decide_governor(governor, release, tuning.release, unit, tuning.governors))
+
+
+def cpu_governor_asks(**_: Any) -> list[Ask]:
+    """The facts `cpu_governor` reads while it is planned."""
+    return [Ask.of(TuningState), Ask.of(UnitState, unit=GOVERNOR_UNIT)]
 
 
 def _set_feature(value: int) -> list[str]:
@@ -107,9 +112,9 @@ def decide_coalescing_on(unit: UnitStateValue, value: int | None, mask: OwnedIte
 @operation()
 def nvme_coalescing(on: bool, baseline: str = "") -> Any:
     """NVMe interrupt coalescing as the baseline says (see the module docstring)."""
-    tuning = host.get_fact(TuningState)
-    unit = host.get_fact(UnitState, unit=NVME_COALESCING_UNIT)
-    record: OwnershipRecord = host.get_fact(OwnedRecord)
+    tuning = fact(TuningState)
+    unit = fact(UnitState, unit=NVME_COALESCING_UNIT)
+    record: OwnershipRecord = fact(OwnedRecord)
     mask = record.find(Kind.MASK, NVME_COALESCING_UNIT)
     if on:
         decision = decide_coalescing_on(unit, tuning.nvme_coalescing, mask)
@@ -121,3 +126,8 @@ def nvme_coalescing(on: bool, baseline: str = "") -> Any:
                                       recorded_at=now_utc(), original=unit.unit_file_state, written=MASKED))
     if decision.forget:
         yield from forget(decision.forget)
+
+
+def nvme_coalescing_asks(**_: Any) -> list[Ask]:
+    """The facts `nvme_coalescing` reads while it is planned."""
+    return [Ask.of(TuningState), Ask.of(UnitState, unit=NVME_COALESCING_UNIT), Ask.of(OwnedRecord)]
