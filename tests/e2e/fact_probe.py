@@ -45,7 +45,7 @@ def count(out: Path, no_memo: bool, argv: list[str]) -> int:
         def no_scope(prefetch: Any = ()) -> Iterator[fact_memo.MemoStats]:
             yield fact_memo.MemoStats()
 
-        fact_memo.fact_scope = no_scope  # type: ignore[assignment]
+        fact_memo.fact_scope = no_scope
     try:
         return main(argv)
     finally:

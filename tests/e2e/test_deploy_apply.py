@@ -104,14 +104,17 @@ def test_factory_fleet_converges_then_second_apply_changes_nothing(fleet: Fleet,
 def test_plan_is_clean_then_shows_a_hand_edit_as_a_diff(fleet: Fleet, converged: dict[str, Any]) -> None:
     clean = fleet.sparkbase("plan")
     assert clean.returncode == 0, clean.stdout + clean.stderr
-    fleet.sh("spark3", "echo NCCL_IB_MERGE_NICS=1 >> /etc/nccl.conf")
+    # and a Latin-1 byte: the diff still shows every line (it used to come out empty)
+    fleet.sh("spark3", "echo NCCL_IB_MERGE_NICS=1 >> /etc/nccl.conf && "
+                       "printf '# caf\\351\\n' >> /etc/nccl.conf")
     drift = fleet.sparkbase("plan", "--json")
     assert drift.returncode == 1
+    assert "Traceback" not in drift.stderr, drift.stderr
     nodes = {n["node"]: n for n in json.loads(drift.stdout)["nodes"]}
     assert [n for n, r in nodes.items() if r["status"] != "unchanged"] == ["spark3"]
     nccl = next(op for op in nodes["spark3"]["operations"] if op["name"].startswith("/etc/nccl.conf "))
     assert nccl["status"] == "would change"
-    assert "-NCCL_IB_MERGE_NICS=1" in nccl["diff"]
+    assert "-NCCL_IB_MERGE_NICS=1" in nccl["diff"] and "-# caf\ufffd" in nccl["diff"], nccl["diff"]
     assert not nodes["spark3"]["reboot_required"]
     text = fleet.sparkbase("plan", "--limit", "spark3")
     assert "-NCCL_IB_MERGE_NICS=1" in text.stdout

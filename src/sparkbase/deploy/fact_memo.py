@@ -36,7 +36,6 @@ from pyinfra.api.facts import FactBase
 from pyinfra.context import host
 
 from sparkbase.deploy.fact_batch import Ask, FactBatch, chunks, plan_ask
-from sparkbase.deploy.facts import FileText
 
 __all__ = ["Ask", "MemoStats", "fact", "fact_scope"]
 
@@ -68,10 +67,6 @@ class _Memo:
 
 
 _MEMO: ContextVar[_Memo | None] = ContextVar("sparkbase_fact_memo", default=None)
-#: facts that print a file's text as it is go last in a batch: pyinfra stops reading an answer
-#: at a line that is not UTF-8 (its reader raises), so such a file costs only the sections
-#: after it (then each read alone, as before), not the whole batch
-TEXT_LAST: tuple[type[FactBase[Any]], ...] = (FileText,)
 
 
 def _describe(ask: Ask) -> str:
@@ -96,7 +91,7 @@ def _prefetch(memo: _Memo, asks: Iterable[Ask]) -> None:
             memo.stats.unanswered[_describe(ask)] = f"command raised {type(exc).__name__}"
             continue
         todo[key] = ask
-    for batch in chunks(sorted(todo.values(), key=lambda ask: ask.cls in TEXT_LAST)):
+    for batch in chunks(list(todo.values())):
         # a batch that fails as a whole answers nothing: every fact is then fetched on its
         # own, and pyinfra reports (and fails the host on) the failure that fact meets
         found = host.get_fact(FactBatch, asks=batch, _ignore_errors=True)

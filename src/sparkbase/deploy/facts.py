@@ -11,10 +11,13 @@ every argument.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import shlex
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, TypeVar
 
+from pyinfra.api.exceptions import FactProcessError
 from pyinfra.api.facts import FactBase
 
 from sparkbase.facts import parsers as p
@@ -137,17 +140,42 @@ class FileState(FactBase[FileInfo | None]):
         return parse_file_info(output)
 
 
+#: the first line of `FileText`'s answer for a file that exists (its base64 follows)
+TEXT_FOLLOWS = "__sparkbase_text__"
+
+
+def file_text(data: bytes) -> str:
+    """A file's bytes as `FileText` answers them: UTF-8 (a byte that is not shown as U+FFFD),
+    each line ended by a newline, as pyinfra hands a `cat` of the file to a fact."""
+    lines = data.decode("utf-8", errors="replace").split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return "".join(f"{line}\n" for line in lines)
+
+
 class FileText(FactBase[str | None]):
-    """A file's text (for diffs of non-secret files), or None when it does not exist."""
+    """A file's text (for diffs of non-secret files, and the one fstab sparkbase edits), or
+    None when it does not exist.
+
+    The node sends the file base64-encoded: paramiko decodes a command's output as strict
+    UTF-8, and a file with one byte that is not (a Latin-1 comment) cut pyinfra's reading
+    short with a traceback, so `plan` showed an empty diff. Such a byte now reads as U+FFFD,
+    whose text no longer hashes to the file's sha256 (the fstab editor then keeps the file)."""
 
     def command(self, path: str) -> str:
         p_ = _q(path)
-        return f"if [ -f {p_} ]; then cat {p_}; else echo {MISSING}; fi"
+        return f"if [ -f {p_} ]; then echo {TEXT_FOLLOWS} && base64 -- {p_}; else echo {MISSING}; fi"
 
     def process(self, output: list[str]) -> str | None:
         if output == [MISSING]:
             return None
-        return "".join(f"{line}\n" for line in output)
+        if not output or output[0] != TEXT_FOLLOWS:
+            raise FactProcessError(f"FileText: unexpected answer {output[:1]!r}")
+        try:
+            data = base64.b64decode("".join(output[1:]), validate=True)
+        except binascii.Error as exc:
+            raise FactProcessError(f"FileText: the file's base64 does not decode: {exc}") from exc
+        return file_text(data)
 
 
 # --- boot state -------------------------------------------------------------------------
