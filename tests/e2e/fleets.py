@@ -141,6 +141,18 @@ def fleet_for_module(tmp_path_factory: pytest.TempPathFactory, name: str, port_b
         lab.down()
 
 
+def one_node_lab(tmp_path_factory: pytest.TempPathFactory, name: str, port_base: int) -> Iterator[Lab]:
+    """A factory-fresh one-node lab on `port_base` (no site); brought down after."""
+    require_root()
+    os.environ.setdefault("SPARKBASE_LAB_BOOT_DELAY", "0.3")
+    lab = Lab(tmp_path_factory.mktemp(name), port_base=port_base)
+    lab.up(1, fresh=True)
+    try:
+        yield lab
+    finally:
+        lab.down()
+
+
 @dataclass(frozen=True)
 class ConvergedImage:
     """A down lab whose four nodes were converged to the shipped site: clone it, never start it."""

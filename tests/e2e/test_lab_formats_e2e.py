@@ -6,11 +6,11 @@ changes to a node (kernels, drivers) show here."""
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterator
 
 import pytest
+from fleets import one_node_lab
 from ports import port_base
 
 from sparkbase.lab import faults, packages
@@ -25,13 +25,7 @@ PORT_BASE = port_base("SPARKBASE_TEST_LAB_FORMATS_PORT_BASE", 2881)
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     """One factory-fresh node for this module."""
-    os.environ.setdefault("SPARKBASE_LAB_BOOT_DELAY", "0.3")
-    fleet = Lab(tmp_path_factory.mktemp("lab-formats"), port_base=PORT_BASE)
-    fleet.up(1, fresh=True)
-    try:
-        yield fleet
-    finally:
-        fleet.down()
+    yield from one_node_lab(tmp_path_factory, "lab-formats", PORT_BASE)
 
 
 def ok(lab: Lab, node: str, command: str) -> str:

@@ -6,12 +6,12 @@ One factory-fresh single-node lab for the module (port base 3021)."""
 
 from __future__ import annotations
 
-import os
 import shlex
 import time
 from collections.abc import Iterator
 
 import pytest
+from fleets import one_node_lab
 from ports import port_base
 
 from sparkbase.lab.fleet import Lab
@@ -40,15 +40,10 @@ SAME_ANSWER = (
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     """One factory-fresh node for this module, with the sudo user `ops`."""
-    os.environ.setdefault("SPARKBASE_LAB_BOOT_DELAY", "0.3")
-    fleet = Lab(tmp_path_factory.mktemp("lab-shimd"), port_base=PORT_BASE)
-    fleet.up(1, fresh=True)
-    try:
+    for fleet in one_node_lab(tmp_path_factory, "lab-shimd", PORT_BASE):
         fleet.add_sudo_user("ops")
         wait_for_server(fleet)
         yield fleet
-    finally:
-        fleet.down()
 
 
 def ok(lab: Lab, command: str) -> str:
