@@ -23,7 +23,7 @@ from sparkbase.lab.fleet import Lab
 from sparkbase.model.site import Site, load_site
 from sparkbase.transport import ssh_targets
 
-pytestmark = pytest.mark.end_to_end
+pytestmark = [pytest.mark.end_to_end, pytest.mark.smoke]
 
 REPO = Path(__file__).parents[2]
 NODES = ["spark1", "spark2", "spark3", "spark4"]

@@ -24,6 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
+from quick import examples
 
 from sparkbase.errors import ConfigError
 from sparkbase.model.baseline import Baseline
@@ -43,7 +44,7 @@ SITE_FILES = [
     "inventory/site.yaml",
     "lanes/glm-fp8.yaml",
 ]
-PROPERTY = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPERTY = settings(max_examples=examples(120), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 UNSAFE = ("\n", "\r", '"', "'", ";", "`", "$")
 
 #: characters that matter to YAML, so random text exercises the parser, not just scalars
@@ -303,7 +304,8 @@ def test_known_separators_are_refused_in_nccl_values(value: str) -> None:
 
 # --- names, paths and numbers written into the site files -----------------------------
 
-FIELD_PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FIELD_PROPERTY = settings(max_examples=examples(60), deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
 
 #: (file, the exact line to replace, the line with {} where a YAML scalar goes, dotted field)
 NAME_SLOTS: list[tuple[str, str, str]] = [

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from quick import examples
 
 from sparkbase.cli.main import INTERNAL_ERROR, main
 from sparkbase.cli.triggers import verdict_lines
@@ -17,7 +18,7 @@ from sparkbase.errors import Problem
 from sparkbase.gate.triggers import FIRED, QUIET, TriggerVerdict
 from sparkbase.text import TerminalStream, is_hidden, shown, shown_lines, visible
 
-PROPERTY = settings(max_examples=300, deadline=None)
+PROPERTY = settings(max_examples=examples(300), deadline=None)
 HIDDEN_CATEGORIES = {"Cc", "Cf", "Zl", "Zp", "Cs"}
 #: text that leans on what a terminal interprets: controls, ESC sequences, bidi, separators
 _pieces = st.one_of(
