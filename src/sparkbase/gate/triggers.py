@@ -154,7 +154,7 @@ def vllm_loads(trigger: SessionLoadTrigger, samples: list[Sample]) -> list[tuple
     for s in samples:
         if s.metric != names.cache_info:
             continue
-        size = _cache_tokens(s.labels)
+        size = cache_tokens(s.labels)
         if size is not None:
             capacity[s.labels.get("engine", "")] = size
     loads: list[tuple[float, InstanceLoad]] = []
@@ -176,7 +176,7 @@ def _label(key: str, name: str) -> str:
     return ""
 
 
-def _cache_tokens(labels: dict[str, str]) -> float | None:
+def cache_tokens(labels: dict[str, str]) -> float | None:
     """KV-cache size in tokens from vLLM's cache info labels; None when not (yet) known.
 
     vLLM builds that set `kv_cache_size_tokens` (vllm/v1/core/kv_cache_utils.py
