@@ -256,16 +256,39 @@ def evaluate_session_load(trigger: SessionLoadTrigger, samples: list[Sample]) ->
     return TriggerVerdict(status=FIRED if fired else QUIET, evidence=evidence, **base)
 
 
+def site_driver_pins(site: Site) -> dict[str, list[str]]:
+    """The driver versions the baselines of the inventory's nodes pin -> those nodes."""
+    pins: dict[str, list[str]] = {}
+    for node in sorted(site.inventory.nodes):
+        pins.setdefault(site.baseline_of(node).driver.version, []).append(node)
+    return pins
+
+
+def _driver_moved(trigger: KernelPinTrigger, site: Site) -> tuple[bool, list[str]]:
+    """Whether the site's driver pin is no longer the trigger's, and the evidence line."""
+    if trigger.driver_pin is None:
+        return False, []
+    pins = site_driver_pins(site)
+    shown = "; ".join(f"{version} ({', '.join(nodes)})" for version, nodes in sorted(pins.items()))
+    moved = bool(pins) and set(pins) != {trigger.driver_pin}
+    verdict = "moved" if moved else "unchanged"
+    return moved, [f"site driver pin: {shown or 'no node in the inventory'} "
+                   f"(trigger: a move from {trigger.driver_pin}; {verdict})"]
+
+
 def evaluate_kernel_pin(
     trigger: KernelPinTrigger, site: Site, live: Mapping[str, tuple[str | None, int | None]] | None = None
 ) -> TriggerVerdict:
-    """Fires when the site contract's kernel line and page size are the trigger's."""
+    """Fires when the site contract's kernel line and page size are the trigger's, or when
+    the driver the inventory's baselines pin is no longer the trigger's `driver_pin`."""
     contract = site.rules.contract
     line_matches = (contract.kernel_line + ".").startswith(trigger.kernel_line_prefix)
-    fired = line_matches and contract.page_size == trigger.page_size
+    kernel_moved = line_matches and contract.page_size == trigger.page_size
+    driver_moved, driver_lines = _driver_moved(trigger, site)
     evidence = [
         f"site contract: kernel line {contract.kernel_line}, page size {contract.page_size} "
-        f"(trigger: {trigger.kernel_line_prefix}x with {trigger.page_size})"
+        f"(trigger: {trigger.kernel_line_prefix}x with {trigger.page_size})",
+        *driver_lines,
     ]
     if live is not None:
         for node, (release, page) in sorted(live.items()):
@@ -273,7 +296,7 @@ def evaluate_kernel_pin(
     return TriggerVerdict(
         id=trigger.id,
         kind=trigger.kind,
-        status=FIRED if fired else QUIET,
+        status=FIRED if kernel_moved or driver_moved else QUIET,
         description=trigger.description,
         reopens=trigger.reopens,
         evidence=evidence,
