@@ -100,7 +100,8 @@ def _session_loads(text: str) -> list[dict[str, Any]]:
 
 def _sglang_groups(text: str, metric: str) -> dict[str, float]:
     """One SGLang gauge read once per scheduler group, as the trigger reads its two."""
-    return {key: value for (_when, key), value in sglang_group_values(parse_scrapes(text, 0.0), metric).items()}
+    values = sglang_group_values(parse_scrapes(text, 0.0), metric)
+    return {key: value for (_when, key), value in values.items()}
 
 
 def _vllm_cache_tokens(text: str) -> list[float | None]:

@@ -71,7 +71,8 @@ def test_the_audit_does_not_take_a_warned_dkms_module_for_installed() -> None:
 
 
 def test_every_warned_line_of_a_real_dkms2_status_is_not_installed() -> None:
-    status = parse_dkms_status(real("dkms_status__dkms2_WARNING_diff_repeated_per_module__ubuntuforums-rtl8192cu.txt"))
+    sample = "dkms_status__dkms2_WARNING_diff_repeated_per_module__ubuntuforums-rtl8192cu.txt"
+    status = parse_dkms_status(real(sample))
     assert [(e.name, e.installed) for e in status.entries] == [
         ("8192cu", True), ("backport-iwlwifi", False), ("rtl8723de", True), ("rtlwifi-new", False),
     ]
@@ -195,7 +196,8 @@ def _dp_attention_scrape(running: int, used: int) -> str:
     lines = []
     for sample in (s for s in DP_RANKS if s.metric == "sglang:gen_throughput"):
         labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
-        lines += [f"sglang:num_running_reqs{{{labels}}} {running}", f"sglang:num_used_tokens{{{labels}}} {used}"]
+        lines += [f"sglang:num_running_reqs{{{labels}}} {running}",
+                  f"sglang:num_used_tokens{{{labels}}} {used}"]
     return "\n".join(lines) + "\n"
 
 

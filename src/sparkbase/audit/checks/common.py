@@ -39,9 +39,9 @@ def dkms_installed(subject: Subject, facts: NodeFacts, dkms_name: str, version: 
     if warned:
         # DKMS's own check: the module in /lib/modules is not the one it built (another
         # package or a hand copy replaced it), so what loads is not the DKMS build
-        return fail(want, f"{dkms_name}/{version} {release} {warned[0].shown}: not the module DKMS built"
-                    + noise,
-                    f"reinstall DKMS's build over it: dkms install --force {dkms_name}/{version} -k {release}")
+        seen = f"{dkms_name}/{version} {release} {warned[0].shown}: not the module DKMS built"
+        return fail(want, seen + noise,
+                    f"put DKMS's build back: dkms install --force {dkms_name}/{version} -k {release}")
     seen = ", ".join(f"{e.name}/{e.version} {e.kernel or ''} {e.shown}" for e in facts.dkms)
     return fail(want, (seen or "not installed") + noise,
                 f"dkms install {dkms_name}/{version} -k {release}: {apply_fix(subject)}")
