@@ -95,10 +95,8 @@ def _key(labels: dict[str, str], drop: tuple[str, ...] = ()) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(labels.items()) if k not in drop)
 
 
-def _by_instance(
-    samples: list[Sample], metric: str, drop: tuple[str, ...] = ()
-) -> dict[tuple[float, str], float]:
-    return {(s.time, _key(s.labels, drop)): s.value for s in samples if s.metric == metric}
+def _by_instance(samples: list[Sample], metric: str) -> dict[tuple[float, str], float]:
+    return {(s.time, _key(s.labels)): s.value for s in samples if s.metric == metric}
 
 
 def _rank(labels: dict[str, str], name: str) -> int:
@@ -145,8 +143,8 @@ def sglang_loads(trigger: SessionLoadTrigger, samples: list[Sample]) -> list[tup
 
 def vllm_loads(trigger: SessionLoadTrigger, samples: list[Sample]) -> list[tuple[float, InstanceLoad]]:
     """(time, load) of every vLLM engine at every sample time it reported running requests; its
-    KV tokens are the used fraction times the cache's size (blocks x block size, from the labels
-    of the info gauge of the same engine index; that gauge carries no model name)."""
+    KV tokens are the used fraction times the cache's size (`cache_tokens`, from the labels of
+    the info gauge of the same engine index; that gauge carries no model name)."""
     names = trigger.vllm
     running = _by_instance(samples, names.running)
     usage = _by_instance(samples, names.kv_usage_fraction)

@@ -73,7 +73,8 @@ MetricName = Annotated[
 
 
 class SglangSessionMetrics(StrictModel):
-    """The SGLang scheduler gauges a session-load trigger reads (one series per TP/PP rank 0)."""
+    """The SGLang scheduler gauges a session-load trigger reads (once per scheduler group:
+    the lowest TP/PP rank of each; every DP rank is a group of its own)."""
 
     running: MetricName = Field(description="gauge: requests in the running batch")
     kv_tokens_used: MetricName = Field(description="gauge: KV-cache tokens in use")
@@ -86,7 +87,8 @@ class VllmSessionMetrics(StrictModel):
     running: MetricName = Field(description="gauge: requests running")
     kv_usage_fraction: MetricName = Field(description="gauge: fraction of KV-cache blocks in use (0-1)")
     cache_info: MetricName = Field(
-        description="info gauge whose labels num_gpu_blocks and block_size size the KV cache in tokens"
+        description="info gauge whose label kv_cache_size_tokens (else num_gpu_blocks x block_size) "
+        "sizes the KV cache in tokens"
     )
     source: str = Field(max_length=300, description="where the names are defined (repository, file, commit)")
 
