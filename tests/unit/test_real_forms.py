@@ -8,6 +8,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from test_audit_support import converged_node, shipped
 
 from sparkbase.audit.checks.kernel import CmdlineWant, kernel_cmdline_check
@@ -132,6 +134,15 @@ CMDLINE_CASES = [
 @pytest.mark.parametrize(("text", "args"), CMDLINE_CASES, ids=[c[0] for c in CMDLINE_CASES])
 def test_cmdline_quoting_as_the_kernel_reads_it(text: str, args: tuple[str, ...]) -> None:
     assert parse_cmdline(text) == args
+
+
+#: an argument as a baseline may write it (model/types.py KernelArg): no quote, no space
+KERNEL_ARG = st.from_regex(r"\A[A-Za-z0-9_.-]+(=[A-Za-z0-9_.,:/-]+)?\Z")
+
+
+@given(st.lists(KERNEL_ARG, max_size=12), st.sampled_from([" ", "  ", "\t"]))
+def test_every_argument_sparkbase_renders_reads_back_unchanged(args: list[str], gap: str) -> None:
+    assert parse_cmdline(gap.join(args) + "\n") == tuple(args)
 
 
 # --- mokutil: a firmware without Secure Boot --------------------------------------------
