@@ -257,8 +257,7 @@ def _factory_swap(facts: NodeFacts, baseline: Baseline, out: _Collector) -> None
 def _dkms_version(facts: NodeFacts, dkms_name: str) -> str | None:
     """The version DKMS has installed of `dkms_name` for the running kernel."""
     versions = {entry.version for entry in facts.dkms
-                if entry.name == dkms_name and entry.kernel == facts.kernel_release
-                and entry.status == "installed"}
+                if entry.name == dkms_name and entry.kernel == facts.kernel_release and entry.installed}
     return versions.pop() if len(versions) == 1 else None
 
 

@@ -1,5 +1,9 @@
 """Every parser against the real-output corpus (tests/fixtures/real/): each sample parses
-to the verdict a person wrote for it in verdicts.yaml, and every sample has a verdict."""
+to the verdict a person wrote for it in verdicts.yaml, and every sample has a verdict.
+
+Fact samples name a parser of `sparkbase.facts.parsers`; engine metrics samples name a
+`reader` (below): the scrape read by `sparkbase.gate.metrics` and then by what the
+re-open triggers do with it."""
 
 from __future__ import annotations
 
@@ -12,6 +16,10 @@ import pytest
 from ruamel.yaml import YAML
 
 from sparkbase.facts import parsers
+from sparkbase.gate.metrics import parse_scrapes
+from sparkbase.gate.triggers import cache_tokens, sglang_group_values, sglang_loads, vllm_loads
+from sparkbase.model.site import load_site
+from sparkbase.model.site_rules import SessionLoadTrigger
 
 REAL = Path(__file__).parents[1] / "fixtures" / "real"
 #: files of the corpus that are not samples
@@ -71,7 +79,40 @@ def _project(result: Any, how: dict[str, Any]) -> Any:
 
 
 def _id(sample: dict[str, Any]) -> str:
-    return f"{sample['file']}:{sample.get('parser')}"
+    return f"{sample['file']}:{sample.get('parser') or sample.get('reader')}"
+
+
+def _session_trigger() -> SessionLoadTrigger:
+    """The shipped site's session-load trigger (its metric names and session size)."""
+    site = load_site(Path(__file__).parents[2])
+    return next(t for t in site.rules.triggers if isinstance(t, SessionLoadTrigger))
+
+
+def _session_loads(text: str) -> list[dict[str, Any]]:
+    """What the session-load trigger reads from a scrape: per engine instance, running
+    requests, KV-cache tokens in use and the long sessions they can hold."""
+    trigger = _session_trigger()
+    samples = parse_scrapes(text, 0.0)
+    return [{"engine": load.engine, "instance": load.instance, "running": load.running,
+             "kv_tokens": load.kv_tokens, "long_sessions": load.long_sessions(trigger.min_context_tokens)}
+            for _when, load in sglang_loads(trigger, samples) + vllm_loads(trigger, samples)]
+
+
+def _sglang_groups(text: str, metric: str) -> dict[str, float]:
+    """One SGLang gauge read once per scheduler group, as the trigger reads its two."""
+    values = sglang_group_values(parse_scrapes(text, 0.0), metric)
+    return {key: value for (_when, key), value in values.items()}
+
+
+def _vllm_cache_tokens(text: str) -> list[float | None]:
+    """The KV-cache size in tokens of each vLLM cache info sample."""
+    return [cache_tokens(sample.labels) for sample in parse_scrapes(text, 0.0)
+            if sample.metric == "vllm:cache_config_info"]
+
+
+#: readers of engine metrics samples, by the name verdicts.yaml gives as `reader`
+READERS = {"session_loads": _session_loads, "sglang_groups": _sglang_groups,
+           "vllm_cache_tokens": _vllm_cache_tokens}
 
 
 def test_every_sample_has_a_verdict_and_a_source() -> None:
@@ -84,6 +125,7 @@ def test_every_sample_has_a_verdict_and_a_source() -> None:
     assert unsourced == [], "samples not named in SOURCE.md"
     for sample in SAMPLES:
         assert sample.get("verdict") or sample.get("unused_because"), sample["file"]
+        assert not (sample.get("parser") and sample.get("reader")), sample["file"]
 
 
 @pytest.mark.parametrize("sample", [s for s in SAMPLES if s.get("parser")], ids=_id)
@@ -101,3 +143,10 @@ def test_sample_parses_to_the_verdict(sample: dict[str, Any]) -> None:
     assert mismatches(sample["expect"], actual) == []
     for field, part in (sample.get("contains") or {}).items():
         assert part in str(actual[field])
+
+
+@pytest.mark.parametrize("sample", [s for s in SAMPLES if s.get("reader")], ids=_id)
+def test_metrics_sample_reads_to_the_verdict(sample: dict[str, Any]) -> None:
+    reader = READERS[sample["reader"]]
+    actual = plain(reader(_text(sample), **_args(sample)))  # type: ignore[operator]
+    assert mismatches(sample["expect"], actual) == []

@@ -59,6 +59,26 @@ class DkmsEntry:
     kernel: str | None
     arch: str | None
     status: str
+    #: what DKMS appends after the state, in order, without the parentheses:
+    #: `original_module exists`, `WARNING! Diff between built and installed module!`
+    notes: tuple[str, ...] = ()
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """The notes in which DKMS warns that what is installed is not what it built
+        (`WARNING! Diff between built and installed module!`, `WARNING! Missing some built
+        modules!`); `original_module exists` is no warning."""
+        return tuple(note for note in self.notes if note.upper().startswith("WARNING"))
+
+    @property
+    def installed(self) -> bool:
+        """DKMS installed the module it built: state `installed` and no warning beside it."""
+        return self.status == "installed" and not self.warnings
+
+    @property
+    def shown(self) -> str:
+        """The state as DKMS printed it, notes included: `installed (WARNING! …)`."""
+        return " ".join([self.status, *(f"({note})" for note in self.notes)])
 
 
 @dataclass(frozen=True)
@@ -81,6 +101,9 @@ class SecureBoot(StrEnum):
     SETUP_MODE = "disabled, setup mode"
     #: `EFI variables are not supported on this system` (legacy BIOS boot, or no efivarfs)
     UNSUPPORTED = "not supported (no EFI variables)"
+    #: `This system doesn't support Secure Boot`: UEFI, but the firmware has no SecureBoot
+    #: variable (it offers no Secure Boot at all), so nothing is ever enforced
+    NO_SECURE_BOOT = "unsupported (the firmware has no Secure Boot)"
 
     @property
     def enforcing(self) -> bool:

@@ -45,9 +45,24 @@ class TriggerVerdict:
         return self.status == FIRED
 
 
-#: SGLang exports its scheduler gauges once per TP/PP rank when asked to; the KV cache a
-#: TP group holds is the same on every rank, so only rank 0 is read
-_SGLANG_RANK_LABELS = ("tp_rank", "pp_rank")
+#: The labels that tell apart the schedulers of one SGLang batch. SGLang labels a
+#: scheduler's gauges model_name, engine_type, tp_rank, pp_rank (and moe_ep_rank), plus
+#: dp_rank under data parallelism (sgl-project/sglang
+#: python/sglang/srt/managers/scheduler_metrics_mixin.py `init_metrics`, 01bb3c8); the
+#: `pid` label is prometheus_client's, one per process in multiprocess mode. The schedulers
+#: that differ only in these run one batch over one KV cache (a TP group; the PP stages of
+#: it), so the group is read once, at its lowest pp_rank and tp_rank. dp_rank is not among
+#: them: with data-parallel attention every DP rank runs its own batch and cache (its
+#: schedulers are tp_rank = dp_rank x attention-TP size + attention-TP rank,
+#: python/sglang/srt/layers/dp_attention.py `compute_dp_attention_world_info`, and only
+#: attention-TP rank 0 of each reports unless --enable-metrics-for-all-schedulers), so
+#: DP ranks are summed.
+_SGLANG_GROUP_LABELS = ("tp_rank", "pp_rank", "moe_ep_rank", "pid")
+#: the label naming the node a sample was scraped from (Prometheus' target label, which
+#: `sparkbase.gate.lane_metrics` adds to every scraped sample)
+_INSTANCE = "instance"
+#: a rank label that is not a number sorts after every real rank
+_NO_RANK = 1 << 62
 
 
 @dataclass(frozen=True)
@@ -65,7 +80,10 @@ class InstanceLoad:
         return f"{self.engine} {self.instance or '(no labels)'}"
 
     def long_sessions(self, min_tokens: int) -> int | None:
-        """The most sessions of at least `min_tokens` tokens this instance can hold at once."""
+        """The most sessions of at least `min_tokens` tokens this instance can hold at once.
+        No running request is no session, whatever the scrape lacks (its KV-cache reading)."""
+        if self.running == 0:
+            return 0
         if self.kv_tokens is None or not all(
             math.isfinite(v) and v >= 0 for v in (self.running, self.kv_tokens)
         ):
@@ -77,18 +95,46 @@ def _key(labels: dict[str, str], drop: tuple[str, ...] = ()) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(labels.items()) if k not in drop)
 
 
-def _by_instance(
-    samples: list[Sample], metric: str, drop: tuple[str, ...] = ()
-) -> dict[tuple[float, str], float]:
-    return {(s.time, _key(s.labels, drop)): s.value for s in samples if s.metric == metric}
+def _by_instance(samples: list[Sample], metric: str) -> dict[tuple[float, str], float]:
+    return {(s.time, _key(s.labels)): s.value for s in samples if s.metric == metric}
+
+
+def _rank(labels: dict[str, str], name: str) -> int:
+    value = labels.get(name, "0")
+    return int(value) if _count(value) else _NO_RANK
+
+
+def sglang_group_values(samples: list[Sample], metric: str) -> dict[tuple[float, str], float]:
+    """(time, instance) -> value of `metric`, once per SGLang scheduler group: the series of
+    its lowest pp_rank and tp_rank (`_SGLANG_GROUP_LABELS`); each DP rank is its own group.
+
+    A group may span nodes (a TP or PP group over several Sparks, each node's scrape labelled
+    with its `instance`): a node whose series all rank above the group's lowest reports a
+    member of that group and is not counted again. Nodes reporting the same lowest rank run
+    engines of their own, and each counts.
+    """
+    chosen: dict[tuple[float, str, str], tuple[tuple[int, int], str, float]] = {}
+    for s in samples:
+        if s.metric != metric:
+            continue
+        group = _key(s.labels, (*_SGLANG_GROUP_LABELS, _INSTANCE))
+        where = (s.time, group, s.labels.get(_INSTANCE, ""))
+        rank = (_rank(s.labels, "pp_rank"), _rank(s.labels, "tp_rank"))
+        if where not in chosen or rank < chosen[where][0]:
+            chosen[where] = (rank, _key(s.labels, _SGLANG_GROUP_LABELS), s.value)
+    lowest: dict[tuple[float, str], tuple[int, int]] = {}
+    for (when, group, _node), (rank, _name, _value) in chosen.items():
+        lowest[(when, group)] = min(rank, lowest.get((when, group), rank))
+    return {(when, name): value for (when, group, _node), (rank, name, value) in chosen.items()
+            if rank == lowest[(when, group)]}
 
 
 def sglang_loads(trigger: SessionLoadTrigger, samples: list[Sample]) -> list[tuple[float, InstanceLoad]]:
-    """(time, load) of every SGLang instance at every sample time it reported running requests."""
+    """(time, load) of every SGLang scheduler group at every sample time it reported running
+    requests (`sglang_group_values`)."""
     names = trigger.sglang
-    rank0 = [s for s in samples if all(s.labels.get(label, "0") == "0" for label in _SGLANG_RANK_LABELS)]
-    running = _by_instance(rank0, names.running, _SGLANG_RANK_LABELS)
-    used = _by_instance(rank0, names.kv_tokens_used, _SGLANG_RANK_LABELS)
+    running = sglang_group_values(samples, names.running)
+    used = sglang_group_values(samples, names.kv_tokens_used)
     return [
         (when, InstanceLoad("sglang", key, value, used.get((when, key))))
         for (when, key), value in sorted(running.items())
@@ -97,8 +143,8 @@ def sglang_loads(trigger: SessionLoadTrigger, samples: list[Sample]) -> list[tup
 
 def vllm_loads(trigger: SessionLoadTrigger, samples: list[Sample]) -> list[tuple[float, InstanceLoad]]:
     """(time, load) of every vLLM engine at every sample time it reported running requests; its
-    KV tokens are the used fraction times the cache's size (blocks x block size, from the labels
-    of the info gauge of the same engine index; that gauge carries no model name)."""
+    KV tokens are the used fraction times the cache's size (`cache_tokens`, from the labels of
+    the info gauge of the same engine index; that gauge carries no model name)."""
     names = trigger.vllm
     running = _by_instance(samples, names.running)
     usage = _by_instance(samples, names.kv_usage_fraction)
@@ -106,7 +152,7 @@ def vllm_loads(trigger: SessionLoadTrigger, samples: list[Sample]) -> list[tuple
     for s in samples:
         if s.metric != names.cache_info:
             continue
-        size = _cache_tokens(s.labels)
+        size = cache_tokens(s.labels)
         if size is not None:
             capacity[s.labels.get("engine", "")] = size
     loads: list[tuple[float, InstanceLoad]] = []
@@ -128,12 +174,29 @@ def _label(key: str, name: str) -> str:
     return ""
 
 
-def _cache_tokens(labels: dict[str, str]) -> float | None:
-    """KV-cache size in tokens from vLLM's cache info labels; None when not (yet) known."""
+def cache_tokens(labels: dict[str, str]) -> float | None:
+    """KV-cache size in tokens from vLLM's cache info labels; None when not (yet) known.
+
+    vLLM builds that set `kv_cache_size_tokens` (vllm/v1/core/kv_cache_utils.py
+    `update_kv_cache_capacity`, a CacheConfig field that cache_config_info exports with the
+    others) count the capacity over every KV-cache group; with hybrid attention the groups
+    differ and `num_gpu_blocks` x `block_size` (the smallest group's block) is many times
+    too small (vllm-project/vllm#51163: 20,377 x 4 against 1,179,770). That label wins;
+    blocks x block size is for builds without it.
+    """
+    size = labels.get("kv_cache_size_tokens", "")
+    if _count(size):
+        return float(int(size))
     blocks, block_size = labels.get("num_gpu_blocks", ""), labels.get("block_size", "")
-    if not (blocks.isdigit() and block_size.isdigit()):
+    if not (_count(blocks) and _count(block_size)):
         return None
     return float(int(blocks) * int(block_size))
+
+
+def _count(text: str) -> bool:
+    """`text` is a whole number a cache could hold (ASCII digits, at most 15 of them; vLLM
+    writes `None` for a size not yet profiled)."""
+    return 0 < len(text) <= 15 and text.isascii() and text.isdigit()
 
 
 #: how many instance names one evidence line lists
@@ -191,16 +254,39 @@ def evaluate_session_load(trigger: SessionLoadTrigger, samples: list[Sample]) ->
     return TriggerVerdict(status=FIRED if fired else QUIET, evidence=evidence, **base)
 
 
+def site_driver_pins(site: Site) -> dict[str, list[str]]:
+    """The driver versions the baselines of the inventory's nodes pin -> those nodes."""
+    pins: dict[str, list[str]] = {}
+    for node in sorted(site.inventory.nodes):
+        pins.setdefault(site.baseline_of(node).driver.version, []).append(node)
+    return pins
+
+
+def _driver_moved(trigger: KernelPinTrigger, site: Site) -> tuple[bool, list[str]]:
+    """Whether the site's driver pin is no longer the trigger's, and the evidence line."""
+    if trigger.driver_pin is None:
+        return False, []
+    pins = site_driver_pins(site)
+    shown = "; ".join(f"{version} ({', '.join(nodes)})" for version, nodes in sorted(pins.items()))
+    moved = bool(pins) and set(pins) != {trigger.driver_pin}
+    verdict = "moved" if moved else "unchanged"
+    return moved, [f"site driver pin: {shown or 'no node in the inventory'} "
+                   f"(trigger: a move from {trigger.driver_pin}; {verdict})"]
+
+
 def evaluate_kernel_pin(
     trigger: KernelPinTrigger, site: Site, live: Mapping[str, tuple[str | None, int | None]] | None = None
 ) -> TriggerVerdict:
-    """Fires when the site contract's kernel line and page size are the trigger's."""
+    """Fires when the site contract's kernel line and page size are the trigger's, or when
+    the driver the inventory's baselines pin is no longer the trigger's `driver_pin`."""
     contract = site.rules.contract
     line_matches = (contract.kernel_line + ".").startswith(trigger.kernel_line_prefix)
-    fired = line_matches and contract.page_size == trigger.page_size
+    kernel_moved = line_matches and contract.page_size == trigger.page_size
+    driver_moved, driver_lines = _driver_moved(trigger, site)
     evidence = [
         f"site contract: kernel line {contract.kernel_line}, page size {contract.page_size} "
-        f"(trigger: {trigger.kernel_line_prefix}x with {trigger.page_size})"
+        f"(trigger: {trigger.kernel_line_prefix}x with {trigger.page_size})",
+        *driver_lines,
     ]
     if live is not None:
         for node, (release, page) in sorted(live.items()):
@@ -208,7 +294,7 @@ def evaluate_kernel_pin(
     return TriggerVerdict(
         id=trigger.id,
         kind=trigger.kind,
-        status=FIRED if fired else QUIET,
+        status=FIRED if kernel_moved or driver_moved else QUIET,
         description=trigger.description,
         reopens=trigger.reopens,
         evidence=evidence,

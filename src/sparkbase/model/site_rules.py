@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from sparkbase.model.baseline import Transport
-from sparkbase.model.types import Name, PageSize, StrictModel, ZeroOrOne
+from sparkbase.model.types import Name, PackageVersion, PageSize, StrictModel, ZeroOrOne
 
 
 def _default_transports() -> list[Transport]:
@@ -46,7 +46,9 @@ class SiteContract(StrictModel):
 
 
 class KernelPinTrigger(StrictModel):
-    """Fires when the site's kernel pin (contract and live fleet) moves to a given line."""
+    """Fires when the site's kernel/driver pin moves: the contract's kernel line and page
+    size become the trigger's, or the driver the site's nodes are pinned to is no longer the
+    one the decision was taken on."""
 
     id: Name = Field(description="short identifier")
     kind: Literal["kernel-pin"] = Field(description="trigger kind")
@@ -56,6 +58,13 @@ class KernelPinTrigger(StrictModel):
         pattern=r"^[0-9]+\.$|^[0-9]+\.[0-9]+$", description="e.g. '7.' for the 7.x line"
     )
     page_size: PageSize = Field(description="page size of the new pin")
+    driver_pin: PackageVersion | None = Field(
+        default=None,
+        description="the driver version the re-opened decision was taken on (the baselines' "
+        "driver.version then); the trigger also fires when the baselines of the inventory's "
+        "nodes pin any other driver. A site that confirms a placeholder driver re-judges and "
+        "sets it here",
+    )
 
 
 MetricName = Annotated[
@@ -64,7 +73,8 @@ MetricName = Annotated[
 
 
 class SglangSessionMetrics(StrictModel):
-    """The SGLang scheduler gauges a session-load trigger reads (one series per TP/PP rank 0)."""
+    """The SGLang scheduler gauges a session-load trigger reads (once per scheduler group:
+    the lowest TP/PP rank of each; every DP rank is a group of its own)."""
 
     running: MetricName = Field(description="gauge: requests in the running batch")
     kv_tokens_used: MetricName = Field(description="gauge: KV-cache tokens in use")
@@ -77,7 +87,8 @@ class VllmSessionMetrics(StrictModel):
     running: MetricName = Field(description="gauge: requests running")
     kv_usage_fraction: MetricName = Field(description="gauge: fraction of KV-cache blocks in use (0-1)")
     cache_info: MetricName = Field(
-        description="info gauge whose labels num_gpu_blocks and block_size size the KV cache in tokens"
+        description="info gauge whose label kv_cache_size_tokens (else num_gpu_blocks x block_size) "
+        "sizes the KV cache in tokens"
     )
     source: str = Field(max_length=300, description="where the names are defined (repository, file, commit)")
 

@@ -27,18 +27,24 @@ def unknown(facts: NodeFacts, section: str, what: object) -> Outcome:
 
 
 def dkms_installed(subject: Subject, facts: NodeFacts, dkms_name: str, version: str) -> Outcome:
-    """DKMS has `dkms_name/version` installed for the running kernel (`dkms status` noise is
-    reported beside, never fatal)."""
+    """DKMS has `dkms_name/version` installed for the running kernel, with no warning beside
+    the state (`dkms status` noise is reported beside, never fatal)."""
     release = facts.kernel_release
     want = f"{dkms_name}/{version} installed for {release}"
-    entry = next((e for e in facts.dkms if e.name == dkms_name and e.version == version
-                  and e.kernel == release and e.status == "installed"), None)
+    entries = [e for e in facts.dkms if e.name == dkms_name and e.version == version and e.kernel == release]
     noise = f" (dkms also said: {'; '.join(facts.dkms_noise)})" if facts.dkms_noise else ""
-    if entry is None:
-        seen = ", ".join(f"{e.name}/{e.version} {e.kernel or ''} {e.status}" for e in facts.dkms)
-        return fail(want, (seen or "not installed") + noise,
-                    f"dkms install {dkms_name}/{version} -k {release}: {apply_fix(subject)}")
-    return ok(want, "installed" + noise)
+    if any(entry.installed for entry in entries):
+        return ok(want, "installed" + noise)
+    warned = [entry for entry in entries if entry.status == "installed" and entry.warnings]
+    if warned:
+        # DKMS's own check: the module in /lib/modules is not the one it built (another
+        # package or a hand copy replaced it), so what loads is not the DKMS build
+        seen = f"{dkms_name}/{version} {release} {warned[0].shown}: not the module DKMS built"
+        return fail(want, seen + noise,
+                    f"put DKMS's build back: dkms install --force {dkms_name}/{version} -k {release}")
+    seen = ", ".join(f"{e.name}/{e.version} {e.kernel or ''} {e.shown}" for e in facts.dkms)
+    return fail(want, (seen or "not installed") + noise,
+                f"dkms install {dkms_name}/{version} -k {release}: {apply_fix(subject)}")
 
 
 def module_signed(subject: Subject, facts: NodeFacts, info: ModuleInfo | None, key: str | None) -> Outcome:

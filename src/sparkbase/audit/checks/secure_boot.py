@@ -29,6 +29,11 @@ def secure_boot_state(enabled: bool, facts: NodeFacts, _at: Subject) -> Outcome:
         return fail(want, state.value + " (module signatures are not checked)",
                     "re-enable shim validation: mokutil --enable-validation, then reboot and "
                     "confirm at the console")
+    if state is SecureBoot.NO_SECURE_BOOT:
+        return fail(want, "off: the firmware has no Secure Boot (mokutil: This system doesn't support "
+                    "Secure Boot)",
+                    "this node cannot enforce module signatures: serve it from a baseline without "
+                    "Secure Boot, or update its firmware to one that has it")
     if state is not SecureBoot.ENABLED:
         return fail(want, state.value, firmware)
     return ok(want, state.value)

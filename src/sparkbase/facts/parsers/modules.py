@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from sparkbase.facts.model import DkmsEntry, DkmsStatus, ModuleInfo
 
@@ -67,18 +68,32 @@ _DKMS_OLD = re.compile(
     r"^(?P<name>[^/\s,]+), (?P<version>[^,\s]+)(?:, (?P<kernel>[^,\s]+), (?P<arch>[^:\s]+))?: "
     + _DKMS_STATUSES + r"(?P<rest>.*)$"
 )
-#: a note DKMS appends to a status: `(original_module exists)`, `(WARNING! Diff …)`
-_DKMS_NOTE = re.compile(r"^\s*\([^)]*\)\s*")
+#: a note DKMS appends to a state: ` (original_module exists)`, ` (WARNING! Diff between
+#: built and installed module!)` (dkms `module_status_built_extra`), or a warning after a comma
+_DKMS_NOTE = re.compile(r"\s*(?:\((?P<paren>[^()]*)\)|,\s*(?P<comma>WARNING![^(),]*))")
+
+
+def _dkms_notes(rest: str) -> tuple[tuple[str, ...], str]:
+    """The notes at the start of what follows a state, and what is left after them."""
+    notes: list[str] = []
+    while (note := _DKMS_NOTE.match(rest)) is not None:
+        notes.append((note["paren"] if note["paren"] is not None else note["comma"]).strip())
+        rest = rest[note.end():]
+    return tuple(notes), rest.strip()
 
 
 def parse_dkms_status(text: str) -> DkmsStatus:
-    """`dkms status` in the DKMS 2 or 3 format → module lines, and noise kept apart.
+    """`dkms status` in the DKMS 2 or 3 format → module lines with the notes DKMS appends
+    to the state, and noise kept apart.
 
+    A note is kept on its entry: `(original_module exists)` is harmless, but `(WARNING! Diff
+    between built and installed module!)` says the module in /lib/modules is not the one DKMS
+    built, so the entry does not count as installed (`DkmsEntry.installed`).
     Real output mixes in lines that name no module (`Deprecated feature: REMAKE_INITRD`,
     `Error! Could not locate dkms.conf file.`, `File: … does not exist.` from another
     package's broken tree), and a warning printed on stderr can land in the middle of a
-    status line (`installedDeprecated feature: …`), pushing its note (`(original_module
-    exists)`) onto a line of its own.
+    status line (`installedDeprecated feature: …`), pushing its notes (`(original_module
+    exists)`) onto a line of their own: they still belong to the entry above.
     None of that is fatal: it is returned as noise.
     """
     entries: list[DkmsEntry] = []
@@ -89,14 +104,15 @@ def parse_dkms_status(text: str) -> DkmsStatus:
             continue
         match = _DKMS_NEW.match(line) or _DKMS_OLD.match(line)
         if match is None:
-            if entries and _DKMS_NOTE.fullmatch(line):
-                continue  # the note of the line above, pushed down by a warning on stderr
+            notes, left = _dkms_notes(line)
+            if entries and notes and not left:  # the notes of the line above, pushed down
+                entries[-1] = replace(entries[-1], notes=(*entries[-1].notes, *notes))
+                continue
             noise.append(line)
             continue
-        entries.append(
-            DkmsEntry(match["name"], match["version"], match["kernel"], match["arch"], match["status"])
-        )
-        rest = _DKMS_NOTE.sub("", match["rest"]).strip()
+        notes, rest = _dkms_notes(match["rest"])
+        entries.append(DkmsEntry(match["name"], match["version"], match["kernel"], match["arch"],
+                                 match["status"], notes))
         if rest:
             noise.append(rest)
     return DkmsStatus(tuple(entries), tuple(noise))

@@ -17,11 +17,17 @@ def parse_sb_state(text: str) -> SecureBoot:
     """`mokutil --sb-state` → the Secure Boot state (every state mokutil prints).
 
     `SecureBoot enabled` followed by `SecureBoot validation is disabled in shim` is a
-    node that does not enforce signatures (mokutil --disable-validation).
+    node that does not enforce signatures (mokutil --disable-validation). Before the
+    command, mokutil checks that the firmware has EFI variables (`EFI variables are not
+    supported on this system`) and that it has Secure Boot at all (`This system doesn't
+    support Secure Boot`, printed for `--sb-state` too: tests/fixtures/real/): both are
+    states, Secure Boot off, not unreadable answers.
     """
     lowered = text.lower()
     if "efi variables are not supported" in lowered:
         return SecureBoot.UNSUPPORTED
+    if "doesn't support secure boot" in lowered or "does not support secure boot" in lowered:
+        return SecureBoot.NO_SECURE_BOOT
     if "secureboot enabled" in lowered:
         if "validation is disabled" in lowered:
             return SecureBoot.NOT_ENFORCING
