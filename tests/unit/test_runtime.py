@@ -225,8 +225,9 @@ def test_the_probe_reads_the_workers_and_a_process_that_tries_to_hide() -> None:
     probe's own shells (which hold the marker too) are not."""
     marker = f"sparkbase-probe-test-{secrets.token_hex(6)}"
     server = subprocess.Popen([sys.executable, "-c", WORKER, marker], stdout=subprocess.PIPE, text=True)
-    hiding = subprocess.Popen([sys.executable, "-c", "print('ready', flush=True)\nimport time; time.sleep(60)",
-                               marker, OLD_EXCLUSION], stdout=subprocess.PIPE, text=True)
+    sleeper = "print('ready', flush=True)\nimport time; time.sleep(60)"
+    hiding = subprocess.Popen([sys.executable, "-c", sleeper, marker, OLD_EXCLUSION],
+                              stdout=subprocess.PIPE, text=True)
     try:
         assert server.stdout is not None and hiding.stdout is not None
         worker = int(server.stdout.readline())
