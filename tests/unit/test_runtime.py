@@ -213,18 +213,26 @@ def test_the_probe_reads_a_live_process(tmp_path: Path, extra: dict[str, str], u
     assert found.library_sha256 == {str(library): hashlib.sha256(library.read_bytes()).hexdigest()}
 
 
-WORKER = ("import subprocess, sys, time\n"
-          "w = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+#: a server mapping the library in argv[1] and a worker (not holding the marker) mapping it too
+MAPS = "import mmap, sys; f = open(sys.argv[1], 'rb'); m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)\n"
+WORKER = (MAPS + "import subprocess, time\n"
+          "code = sys.argv[2] + 'import time; time.sleep(60)'\n"
+          "w = subprocess.Popen([sys.executable, '-c', code, sys.argv[1]])\n"
+          "while sys.argv[1] not in open(f'/proc/{w.pid}/maps').read(): time.sleep(0.05)\n"
           "print(w.pid, flush=True)\ntime.sleep(60)\n")
 
 
-def test_the_probe_reads_the_workers_and_a_process_that_tries_to_hide() -> None:
+def test_the_probe_reads_the_workers_and_a_process_that_tries_to_hide(tmp_path: Path) -> None:
     """Run by sh against real processes: a server (its command line holds the marker) and
     its worker (whose command line does not, as a `multiprocessing` spawn's) are both read,
     and so is a process that puts the probe's old exclusion text in its arguments; the
-    probe's own shells (which hold the marker too) are not."""
+    probe's own shells (which hold the marker too) are not. The library both map is hashed
+    for each (once on the node)."""
     marker = f"sparkbase-probe-test-{secrets.token_hex(6)}"
-    server = subprocess.Popen([sys.executable, "-c", WORKER, marker], stdout=subprocess.PIPE, text=True)
+    library = tmp_path / "libnccl.so.2.99.9"
+    library.write_bytes(b"not really NCCL\n" * 64)
+    server = subprocess.Popen([sys.executable, "-c", WORKER, str(library), MAPS, marker],
+                              stdout=subprocess.PIPE, text=True)
     sleeper = "print('ready', flush=True)\nimport time; time.sleep(60)"
     hiding = subprocess.Popen([sys.executable, "-c", sleeper, marker, OLD_EXCLUSION],
                               stdout=subprocess.PIPE, text=True)
@@ -245,3 +253,5 @@ def test_the_probe_reads_the_workers_and_a_process_that_tries_to_hide() -> None:
     assert [p.pid for p in group.matched] == sorted([server.pid, hiding.pid])
     assert [p.pid for p in group.members] == sorted([server.pid, worker, hiding.pid])
     assert next(p for p in found if p.pid == worker).ppid == server.pid
+    digest = hashlib.sha256(library.read_bytes()).hexdigest()
+    assert [p.library_sha256 for p in group.nccl_users] == [{str(library): digest}] * 2

@@ -142,11 +142,11 @@ def probe_command(first_matches: Sequence[str]) -> str:
 
     Every error is silenced (a process may end mid-read; its records then say so), so the
     section holds records only. The NCCL lines of a process's maps are read once (`m`),
-    for their record and the hashes.
+    for their record and the hashes; a library file several processes map is hashed once.
     """
     return "".join(
         [
-            f"{{ for p in $({select_command(first_matches)}); do ",
+            f"{{ H=; for p in $({select_command(first_matches)}); do ",
             *(_record(name, f"/proc/$p/{name}") for name in ("cmdline", "environ", "status", "cgroup")),
             'm=$(grep -F libnccl "/proc/$p/maps"); ',
             f'echo "@file $p maps"; [ -z "$m" ] || printf \'%s\\n\' "$m" | {DUMP}; echo "@rc 0"; ',
@@ -154,9 +154,17 @@ def probe_command(first_matches: Sequence[str]) -> str:
             'if [ -n "$c" ]; then ', _record("user-conf", "/proc/$p/root$c"),
             'elif [ -n "$h" ]; then ', _record("user-conf", "/proc/$p/root$h/.nccl.conf"), "fi; ",
             _record("system-conf", f"/proc/$p/root{SYSTEM_NCCL_CONF}"),
-            "[ -z \"$m\" ] || printf '%s\\n' \"$m\" | awk '{print $6}' | sort -u | while read -r l; do ",
+            # each mapped library once per file (device:inode): a server and its workers map
+            # the same libnccl, hashed once (`H` holds `dev:ino=sha256` of those done)
+            "set -f; IFS='\n'; ",
+            "for l in $([ -z \"$m\" ] || printf '%s\\n' \"$m\" | awk '{print $6}' | sort -u); ",
+            "do unset IFS; set +f; ",
             f'echo "@hash $p $(printf %s "$l" | {DUMP} | tr -d " \\n")"; ',
-            'sha256sum <"/proc/$p/root$l" | cut -d" " -f1; echo "@rc $?"; done; ',
+            'i=$(stat -L -c %d:%i "/proc/$p/root$l"); d=; ',
+            'case " $H " in *" $i="*) d=${H##*" $i="}; d=${d%% *};; esac; ',
+            '[ -n "$d" ] || { d=$(sha256sum <"/proc/$p/root$l" | cut -d" " -f1); ',
+            '[ -z "$i" ] || H="$H $i=$d"; }; ',
+            'echo "$d"; echo "@rc 0"; done; unset IFS; set +f; ',
             "done; } 2>/dev/null; true",
         ]
     )
