@@ -243,7 +243,8 @@ def _running(node: str, probe: LaneProbe, group: LaneGroup) -> CheckResult:
         return _result(node, "running", probe.lane, "skip", None,
                        f"idle: no process matches {match} (not a lane that must serve now)")
     where = ", ".join(group.cgroups) or "no cgroup of its own"
-    workers = [p for p in group.members if p not in group.matched]
+    matched = {p.pid for p in group.matched}
+    workers = [p for p in group.members if p.pid not in matched]
     observed = (f"{_pids(group.matched)} (command line), {len(workers)} more in its cgroup or below it "
                 f"({_pids(workers) or 'none'}); cgroup {where}")
     return _result(node, "running", probe.lane, "pass", f"a process of lane {probe.lane}", observed)
