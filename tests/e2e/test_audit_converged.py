@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fleets import ConvergedImage, clone_fleet
+from fleets import NODES, ConvergedImage, clone_fleet
 from ports import port_base
 
 from sparkbase.cli.main import main
@@ -50,11 +50,17 @@ def test_preflight_qualifies_site_lanes(
     converged: Lab, site_copy: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # speed is measured by bench/run.py, not asserted here (shared, noisy machines)
+    # no lane runs on this fleet: the gate before launch qualifies the hosts; without
+    # --before-launch each lane is refused as not serving on every node
     for lane in ("dsv41-flash", "glm-nvfp4", "glm-fp8"):
-        code = main(["preflight", lane, "--site", str(site_copy), "--lab-dir", str(converged.dir)])
+        code = main(["preflight", lane, "--before-launch", "--site", str(site_copy),
+                     "--lab-dir", str(converged.dir)])
         out = capsys.readouterr().out
         assert code == 0, out
         assert f"preflight {lane}: qualified" in out
+    assert main(["preflight", "glm-fp8", "--site", str(site_copy), "--lab-dir", str(converged.dir)]) == 1
+    out = capsys.readouterr().out
+    assert all(f"{node}: runtime.running.glm-fp8: " in out for node in NODES)
 
 
 def test_preflight_still_refuses_the_rejected_variant(

@@ -328,6 +328,22 @@ def test_variant_drift_names_the_right_check(
     assert failed == ids
 
 
+def test_nccl_conf_is_read_as_nccl_reads_it(site: Site) -> None:
+    """/etc/nccl.conf with the pinned MERGE_NICS=0 after a MERGE_NICS=1: NCCL takes the first
+    line, 1; the check says so (not "same settings, different file")."""
+    expected, facts = converged_node(site)
+    conf = facts.nccl_conf or ""
+    doubled = replace(facts, file_sha256={**facts.file_sha256, NCCL_CONF: "0" * 64},
+                      nccl_conf="NCCL_IB_MERGE_NICS=1\n" + conf)
+    result = next(r for r in judge_node(expected, doubled) if r.id == "nccl.conf")
+    assert result.status == "fail"
+    assert result.observed == "NCCL_IB_MERGE_NICS=1 (as NCCL reads the file: the first line of a key wins)"
+    spaced = replace(doubled, nccl_conf=conf.replace("NCCL_IB_MERGE_NICS=0", "NCCL_IB_MERGE_NICS = 0"))
+    result = next(r for r in judge_node(expected, spaced) if r.id == "nccl.conf")
+    assert result.observed is not None and "'NCCL_IB_MERGE_NICS '=' 0'" in result.observed
+    assert "NCCL_IB_MERGE_NICS=(unset)" in result.observed
+
+
 def test_latch_fix_says_unplug(site: Site) -> None:
     expected, facts = converged_node(site)
     result = next(r for r in judge_node(expected, _gpu(611)(facts)) if r.id == "gpu.clock")

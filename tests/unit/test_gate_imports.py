@@ -92,7 +92,7 @@ def _loaded(modules: set[str], packages: tuple[str, ...]) -> list[str]:
 
 
 COMMANDS = {
-    "preflight": ["preflight", LANE],
+    "preflight": ["preflight", LANE, "--before-launch"],  # the fake facts run no lane
     "audit": ["audit", "--format", "json", "--output", "/dev/null", "--limit", "spark1", "spark2",
               "spark3", "spark4"],
 }

@@ -229,7 +229,8 @@ def test_reason_corpus_is_large_enough() -> None:
 # --- the CLI gate, with the fleet's audit faked (pure decision on shipped facts) ---
 
 def _fake_gate(monkeypatch: pytest.MonkeyPatch, **drift: object) -> None:
-    def fake_preflight(view: SiteView, name: str, targets: Any, parallel: int = 16) -> PreflightResult:
+    def fake_preflight(view: SiteView, name: str, targets: Any, parallel: int = 16,
+                       before_launch: bool = False) -> PreflightResult:
         report = _report(name, **drift)
         return PreflightResult(name, tuple(judge(view.lanes[name].refusals, report)), report, 0.01)
 

@@ -118,3 +118,16 @@ def test_without_the_cache_every_call_loads_the_site(
     load_view(root)
     load_view(root)
     assert loads == [root, root]
+
+
+def test_the_lane_that_must_serve_is_required_others_may_idle(site_copy: Path, tmp_path: Path) -> None:
+    """Pre-flight requires its lane; the audit requires the proxy's active lane only."""
+    view = view_of(load_site(site_copy))
+    probes = view.probes(["dsv41-flash", "glm-fp8"], required=["glm-fp8"])
+    assert {(p.lane, p.required) for p in probes["spark1"]} == {("dsv41-flash", False), ("glm-fp8", True)}
+    assert view.proxy is not None
+    lab = tmp_path / "lab"
+    lab.mkdir()
+    assert view.active_lane(lab) is None  # no .env: no lane is known to be active
+    (lab / "proxy.env").write_text(f"LISTEN=127.0.0.1:8080\n{view.proxy[1]}=glm-fp8\n")
+    assert view.active_lane(lab) == "glm-fp8"

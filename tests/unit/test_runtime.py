@@ -22,7 +22,10 @@ from sparkbase.audit.runtime import (
     nccl_env_problems,
 )
 from sparkbase.facts.parsers.runtime import MappedFile, ProcCgroup, parse_probe
-from sparkbase.facts.runtime import PROBE_SELF, ServingProcess, probe_command, serving_processes
+from sparkbase.facts.runtime import ServingProcess, lane_group, probe_command, serving_processes
+
+#: the text the probe once left out by (any process could put it in its own arguments)
+OLD_EXCLUSION = "/proc/[0-9]*/cmdline"
 
 PINNED = "/opt/nccl-site/lib/libnccl.so.2.27.7"
 SHA = "a" * 64
@@ -81,11 +84,14 @@ def test_environ_cannot_forge_records() -> None:
     assert process.environ == {"A": "1\n@rc 0\n@file 42 environ\nNCCL_IB_MERGE_NICS=0"}
 
 
-def test_probe_skips_its_own_shell() -> None:
+def test_no_text_keeps_a_process_from_matching() -> None:
+    """The probe's own shells are left out on the node by PID; a command line holding the
+    probe's old exclusion text, or the whole probe, is a command line like any other."""
     command = probe_command(["sglang.launch_server"])
-    assert PROBE_SELF in command and "-e sglang.launch_server" in command
-    me = ServingProcess(1, ("sh", "-c", command), {}, None, None, (), {}, None, None)
-    assert not me.matches(["sglang.launch_server"])
+    assert "-e sglang.launch_server" in command and "self=$$" in command
+    hiding = ServingProcess(1, ("python3", "-m", "sglang.launch_server", OLD_EXCLUSION), {}, None, None,
+                            (), {}, None, None)
+    assert hiding.matches(["sglang.launch_server"])
 
 
 PRECEDENCE = [  # (environ, user conf, system conf) -> value and where it comes from
@@ -148,6 +154,8 @@ def test_runtime_results_per_lane() -> None:
     probes = [probe("dsv"), probe("glm", ("vllm", "GLM"))]
     results = {r.id: r for r in runtime_results("spark1", probes, facts)}
     assert results["runtime.running.glm"].status == "skip"
+    assert results["runtime.running.glm"].observed.startswith("idle: no process matches")  # type: ignore[union-attr]
+    assert results["runtime.running.dsv"].status == "pass"
     failed = results["runtime.nccl_env.dsv"]
     assert failed.status == "fail" and failed.blocking and failed.node == "spark1"
     assert failed.observed is not None
@@ -203,3 +211,47 @@ def test_the_probe_reads_a_live_process(tmp_path: Path, extra: dict[str, str], u
     assert found.user_conf == expected
     assert found.libraries == (MappedFile(str(library)),)
     assert found.library_sha256 == {str(library): hashlib.sha256(library.read_bytes()).hexdigest()}
+
+
+#: a server mapping the library in argv[1] and a worker (not holding the marker) mapping it too
+MAPS = "import mmap, sys; f = open(sys.argv[1], 'rb'); m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)\n"
+WORKER = (MAPS + "import subprocess, time\n"
+          "code = sys.argv[2] + 'import time; time.sleep(60)'\n"
+          "w = subprocess.Popen([sys.executable, '-c', code, sys.argv[1]])\n"
+          "while sys.argv[1] not in open(f'/proc/{w.pid}/maps').read(): time.sleep(0.05)\n"
+          "print(w.pid, flush=True)\ntime.sleep(60)\n")
+
+
+def test_the_probe_reads_the_workers_and_a_process_that_tries_to_hide(tmp_path: Path) -> None:
+    """Run by sh against real processes: a server (its command line holds the marker) and
+    its worker (whose command line does not, as a `multiprocessing` spawn's) are both read,
+    and so is a process that puts the probe's old exclusion text in its arguments; the
+    probe's own shells (which hold the marker too) are not. The library both map is hashed
+    for each (once on the node)."""
+    marker = f"sparkbase-probe-test-{secrets.token_hex(6)}"
+    library = tmp_path / "libnccl.so.2.99.9"
+    library.write_bytes(b"not really NCCL\n" * 64)
+    server = subprocess.Popen([sys.executable, "-c", WORKER, str(library), MAPS, marker],
+                              stdout=subprocess.PIPE, text=True)
+    sleeper = "print('ready', flush=True)\nimport time; time.sleep(60)"
+    hiding = subprocess.Popen([sys.executable, "-c", sleeper, marker, OLD_EXCLUSION],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None and hiding.stdout is not None
+        worker = int(server.stdout.readline())
+        assert hiding.stdout.readline() == "ready\n"
+        script = shlex.join(["sh", "-c", probe_command([marker])])
+        answer = subprocess.run(["sh", "-c", f"{script}; true"], capture_output=True, text=True,
+                                timeout=30, check=True, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+    finally:
+        for process in (server, hiding):
+            process.kill()
+            process.wait()
+    found = serving_processes(answer.stdout)
+    assert sorted(p.pid for p in found) == sorted([server.pid, worker, hiding.pid])
+    group = lane_group(found, [marker])
+    assert [p.pid for p in group.matched] == sorted([server.pid, hiding.pid])
+    assert [p.pid for p in group.members] == sorted([server.pid, worker, hiding.pid])
+    assert next(p for p in found if p.pid == worker).ppid == server.pid
+    digest = hashlib.sha256(library.read_bytes()).hexdigest()
+    assert [p.library_sha256 for p in group.nccl_users] == [{str(library): digest}] * 2

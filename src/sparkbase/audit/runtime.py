@@ -2,13 +2,27 @@
 
 Pure: the lanes to look for and a node's facts in (`NodeFacts.serving`, read from the
 host's /proc in the fact script's round trip), one `CheckResult` per lane and check out.
-Each failure names the PID and what differs:
+A lane's processes on a node are its group (`facts.runtime.lane_group`): the processes
+whose command line holds the lane's match strings, every process of their cgroup (the
+unit's or container's) and every descendant (the engine's workers). Each failure names
+the PID and what differs:
 
-- `runtime.nccl_env`: the NCCL settings the process would use (its environment, else the
-  nccl.conf files its own mount namespace shows, else NCCL's default) equal the baseline's;
-- `runtime.nccl_library`: the libnccl it maps is the pinned path with the pinned sha256;
-- `runtime.affinity`: its CPU affinity is the serving slice's CPUs;
-- `runtime.cgroup`: its cgroup is under the serving slice.
+- `runtime.running`: the lane has a process on the node. A lane that must serve there (the
+  lane a pre-flight or `lane switch` judges, the proxy's active lane in an audit) fails as
+  "not serving" when it has none; any other lane is idle there (skip);
+- `runtime.nccl_env`: the NCCL settings every process that maps libnccl would use (its
+  environment as it was started, else the nccl.conf files its own mount namespace shows,
+  read by NCCL's rules, else NCCL's default) equal the baseline's; and no nccl.conf it
+  reads sets a key twice with different values or under a name with spaces (NCCL's
+  reading differs from a person's);
+- `runtime.nccl_library`: the libnccl each of them maps is the pinned path and sha256;
+- `runtime.affinity`: every process of the lane runs on the serving slice's CPUs;
+- `runtime.cgroup`: every process of the lane is under the serving slice.
+
+What cannot be seen from outside: a variable the process sets in itself after it started
+(`os.environ[...] = ...` before NCCL initialises) is not in /proc/PID/environ. The checks
+say so in their text; NCCL's own log (`NCCL_DEBUG=INFO`, subsystem ENV) is where the
+effective value shows (docs/runtime.md).
 """
 
 from __future__ import annotations
@@ -19,6 +33,7 @@ from typing import TYPE_CHECKING
 
 from sparkbase.audit.registry import CheckResult
 from sparkbase.facts.parsers.cpus import format_cpu_list
+from sparkbase.facts.runtime import LaneGroup, lane_group
 
 if TYPE_CHECKING:
     from sparkbase.facts.model import NodeFacts
@@ -46,6 +61,9 @@ class LaneProbe:
     library_sha256: str
     slice_cpus: frozenset[int]
     slice_name: str
+    #: the lane must be serving on the node (its pre-flight, or the proxy's active lane):
+    #: no process there is a failure, not an idle lane
+    required: bool = False
 
 
 def lane_probe(site: Site, name: str) -> LaneProbe | None:
@@ -96,7 +114,9 @@ def _result(node: str, check: str, lane: str, status: str, expected: str | None,
 
 
 def nccl_env_problems(process: ServingProcess, probe: LaneProbe) -> list[str]:
-    """`NCCL_X=got (from where), expected want` for every setting that differs."""
+    """`NCCL_X=got (from where), expected want` for every setting that differs, then every
+    line of an nccl.conf it reads that NCCL reads otherwise than a person would
+    (`conf_problems`)."""
     problems: list[str] = []
     for key, want in probe.nccl_env:
         got, where = process.nccl_setting(key, NCCL_DEFAULTS.get(key))
@@ -106,7 +126,40 @@ def nccl_env_problems(process: ServingProcess, probe: LaneProbe) -> list[str]:
                                 f"expected {key}={want}")
             else:
                 problems.append(f"{key}={got} ({where}), expected {key}={want}")
+    return problems + conf_problems(process)
+
+
+def conf_problems(process: ServingProcess) -> list[str]:
+    """Lines of the nccl.conf files the process's NCCL reads where NCCL's reading differs
+    from a plain one (last line wins, spaces trimmed): a key set twice with different
+    values (NCCL keeps the FIRST), and a name with spaces around it (`KEY = v` sets a
+    variable called `KEY `, which NCCL never reads)."""
+    problems: list[str] = []
+    for conf in process.conf_files():
+        for name, lines in conf.conf.duplicates().items():
+            if len({line.value for line in lines}) > 1:
+                where = ", ".join(f"line {line.line}: {line.value!r}" for line in lines)
+                problems.append(f"{conf.label} sets {name} twice with different values ({where}); "
+                                f"NCCL uses the first, {lines[0].value!r}")
+        for assignment in conf.conf.assignments:
+            if assignment.name != assignment.name.strip():
+                problems.append(f"{conf.label} line {assignment.line} sets {assignment.name!r} (spaces are "
+                                f"part of the name for NCCL): NCCL does not read it as "
+                                f"{assignment.name.strip()}")
     return problems
+
+
+def conf_notes(process: ServingProcess) -> list[str]:
+    """Keys an nccl.conf the process reads sets twice with the same value (no effect on
+    NCCL, but a later edit of one line would silently not take effect)."""
+    notes: list[str] = []
+    for conf in process.conf_files():
+        for name, lines in conf.conf.duplicates().items():
+            if len({line.value for line in lines}) == 1:
+                numbers = ", ".join(str(line.line) for line in lines)
+                notes.append(f"{conf.label} sets {name} twice (lines {numbers}, same value; NCCL reads "
+                             "the first: an edit of a later line has no effect)")
+    return notes
 
 
 def library_problems(process: ServingProcess, probe: LaneProbe) -> list[str]:
@@ -152,33 +205,75 @@ def cgroup_problems(process: ServingProcess, probe: LaneProbe) -> list[str]:
     return []
 
 
+#: what the environment a check reads is, and what it cannot see
+ENVIRON_NOTE = ("environment as read from /proc/PID/environ at start; a value the process sets "
+                "in itself later is not visible")
+
 CHECKS = {
-    "nccl_env": (nccl_env_problems, "the process's NCCL settings equal the baseline's",
-                 "set them where the process reads them: unset the environment override, bind-mount "
-                 "/etc/nccl.conf into the container"),
-    "nccl_library": (library_problems, "the pinned libnccl (path and sha256)",
+    "nccl_env": (nccl_env_problems, "the NCCL settings of every lane process that maps libnccl equal the "
+                 f"baseline's, and its nccl.conf files read alike by NCCL and a person ({ENVIRON_NOTE})",
+                 "set them where the process reads them: unset the environment override, keep one line per "
+                 "key with no spaces around '=' in nccl.conf, bind-mount /etc/nccl.conf into the container"),
+    "nccl_library": (library_problems,
+                     "the pinned libnccl (path and sha256) in every lane process that maps one",
                      "load the site's library: bind-mount it and point LD_LIBRARY_PATH at it; "
                      "no image-private libnccl"),
-    "affinity": (affinity_problems, "the serving slice's CPUs",
+    "affinity": (affinity_problems, "the serving slice's CPUs for every process of the lane",
                  "start the lane in the serving slice (Slice= in its unit, or --cpuset-cpus)"),
-    "cgroup": (cgroup_problems, "under the serving slice",
+    "cgroup": (cgroup_problems, "every process of the lane under the serving slice",
                "start the lane in the serving slice (Slice= in its unit, --cgroup-parent)"),
 }
+#: the checks judged on the processes that map libnccl (the others: on every process)
+NCCL_KINDS = ("nccl_env", "nccl_library")
+
+
+def _pids(processes: Iterable[ServingProcess]) -> str:
+    return ", ".join(f"pid {p.pid}" for p in processes)
+
+
+def _running(node: str, probe: LaneProbe, group: LaneGroup) -> CheckResult:
+    """The lane has a process on the node: pass naming what is judged; else a failure
+    ("not serving") when it must serve there, a skip (idle) when not."""
+    match = " ".join(probe.match)
+    if not group.serving:
+        if probe.required:
+            return _result(node, "running", probe.lane, "fail", f"a process of lane {probe.lane} "
+                           f"(command line holding {match})", f"not serving: no process matches {match}",
+                           f"start the lane on {node} (its unit or container) before it takes traffic")
+        return _result(node, "running", probe.lane, "skip", None,
+                       f"idle: no process matches {match} (not a lane that must serve now)")
+    where = ", ".join(group.cgroups) or "no cgroup of its own"
+    matched = {p.pid for p in group.matched}
+    workers = [p for p in group.members if p.pid not in matched]
+    observed = (f"{_pids(group.matched)} (command line), {len(workers)} more in its cgroup or below it "
+                f"({_pids(workers) or 'none'}); cgroup {where}")
+    return _result(node, "running", probe.lane, "pass", f"a process of lane {probe.lane}", observed)
+
+
+def judged(kind: str, group: LaneGroup) -> tuple[ServingProcess, ...]:
+    """The processes check `kind` judges: for NCCL, every member that maps libnccl (when none
+    does, the matched ones, whose missing library is then the finding); else every member."""
+    if kind in NCCL_KINDS:
+        return group.nccl_users or group.matched
+    return group.members
 
 
 def runtime_results(node: str, probes: Iterable[LaneProbe], facts: NodeFacts) -> list[CheckResult]:
-    """Every runtime check of every lane on `node` (skips for a lane not running there)."""
+    """Every runtime check of every lane on `node` (`runtime.running` first)."""
     results: list[CheckResult] = []
     for probe in probes:
-        running = [p for p in facts.serving if p.matches(probe.match)]
-        if not running:
-            results.append(_result(node, "running", probe.lane, "skip", None,
-                                   f"no process matches {' '.join(probe.match)}"))
+        group = lane_group(facts.serving, probe.match)
+        results.append(_running(node, probe, group))
+        if not group.serving:
             continue
         for kind in KINDS:
             judge, expected, fix = CHECKS[kind]
-            found = [f"pid {p.pid}: {problem}" for p in running for problem in judge(p, probe)]
-            observed = "; ".join(found) if found else ", ".join(f"pid {p.pid}" for p in running)
+            processes = judged(kind, group)
+            found = [f"pid {p.pid}: {problem}" for p in processes for problem in judge(p, probe)]
+            observed = "; ".join(found) if found else _pids(processes)
+            if kind == "nccl_env" and not found:
+                observed = "; ".join([observed, *(f"pid {p.pid}: {note}" for p in processes
+                                                  for note in conf_notes(p))])
             results.append(_result(node, kind, probe.lane, "fail" if found else "pass", expected, observed,
                                    fix if found else None))
     return results

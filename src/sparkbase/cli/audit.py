@@ -3,6 +3,12 @@
 Exit 0 clean, 1 drift (a failed error-severity check), 2 bad configuration, 3 a node was
 unreachable (the others are still audited and reported).
 
+The serving processes of every enabled lane are judged where they run (`runtime.*`). The
+lane the model-name proxy's .env names (site.yaml `proxy:`; in the lab LAB_DIR/proxy.env)
+takes traffic, so it must be serving on each of its nodes: where it runs nowhere, that is a
+failure (`runtime.running`: not serving). Any other lane may be idle (a skip): only one
+lane serves at a time, and an idle lane must not make every audit fail.
+
 `--baseline NAME --limit NODE…` judges those nodes against another baseline, as
 `apply --baseline` converges them; a node whose stamp names another baseline than the
 inventory assigns gets a warning (stamp.assignment) either way.
@@ -65,8 +71,11 @@ def run(args: argparse.Namespace) -> int:
     if wanted is None:
         return 2
     targets = targets_for(view.reach, lab_path(args))
-    # the serving processes of every enabled lane, read in the same round trip
-    running = view.probes(name for name, lane in sorted(view.lanes.items()) if lane.enabled)
+    # the serving processes of every enabled lane, read in the same round trip; the lane
+    # the proxy sends traffic to must be serving (else "not serving"), the others may idle
+    active = view.active_lane(lab_path(args))
+    running = view.probes((name for name, lane in sorted(view.lanes.items()) if lane.enabled),
+                          required=[active] if active is not None else [])
     from sparkbase.console import Progress
 
     with Progress("audit", total=len(nodes), live=len(nodes) > 1) as progress:

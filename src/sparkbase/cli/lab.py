@@ -30,7 +30,8 @@ if TYPE_CHECKING:
 
 FAULT_KINDS = ("gpu-latch", "gpu-busy", "gid-moved", "link-down", "unreachable", "hang", "kernel-panic",
                "governor", "sb-not-enforcing", "sb-disabled", "sb-setup-mode", "no-efi", "dkms-noise",
-               "lane-env", "lane-private-nccl", "lane-outside-slice", "lane-sessions")
+               "lane-env", "lane-worker-env", "lane-conf-twice", "lane-private-nccl", "lane-outside-slice",
+               "lane-sessions")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -3,7 +3,11 @@
 Qualified only if the lane is enabled, its shape is qualified for its baseline, the baseline
 satisfies the site contract, and every node is reachable, carries the lane's baseline and
 version (stamp) and passes every error check (fabric up, GIDs in place, no GPU latch), and
-the fleet agrees. `--override REASON` launches a refused lane anyway and records the
+the fleet agrees; and the lane's processes on every node (found by its runtime `match`
+strings, with their cgroup and workers) load the baseline's NCCL settings and library and
+run in the serving slice: a node where the lane runs nowhere is refused as "not serving",
+unless `--before-launch` says the lane's units are about to be started (then only the
+processes already running are judged). `--override REASON` launches a refused lane anyway and records the
 refusals and REASON (visible text, at most 500 characters) in the override log; a disabled
 lane cannot be overridden (enable it in reviewed YAML). Exit 0 qualified (or overridden),
 1 refused, 2 bad configuration.
@@ -41,6 +45,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="override log (default: <site>/.sparkbase/overrides.log)",
     )
+    parser.add_argument(
+        "--before-launch",
+        action="store_true",
+        help="the gate before the lane's units start: a node where the lane runs nowhere is not "
+        "refused as not serving (processes already running are still judged)",
+    )
     parser.add_argument("--parallel", type=int, default=16, metavar="N", help="nodes asked at once")
     parser.add_argument("--json", action="store_true", help="print the verdict as JSON")
 
@@ -55,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
     view = load_view_or_exit(args)
     lane_or_exit(view, args.lane)
     reason = reason_or_exit(args.override, "--override")
-    result = preflight(view, args.lane, targets_for(view.reach, lab_path(args)), args.parallel)
+    result = preflight(view, args.lane, targets_for(view.reach, lab_path(args)), args.parallel,
+                       before_launch=args.before_launch)
     lines = [refusal.line() for refusal in result.refusals]
     if result.qualified:
         _print_json(args, result, overridden=False)

@@ -262,7 +262,9 @@ class NodeFacts:
     nvidia_modules: dict[str, str] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)  # section -> what went wrong
     elapsed_seconds: float = 0.0
-    #: processes whose command line holds a lane's first match string (`FactPlan.serving_matches`)
+    #: the processes of the lanes looked for (`FactPlan.serving_matches`): those whose command
+    #: line holds a lane's first match string, their cgroups' and their descendants
+    #: (`facts.runtime.probe_command`); one lane's are picked by `facts.runtime.lane_group`
     serving: tuple[ServingProcess, ...] = ()
     round_trips: int = 1
 

@@ -1,20 +1,27 @@
 """Serving processes on a node, read from the host's /proc in the fact script's round trip.
 
-`probe_command` is one section of the fact script: it finds the processes whose command
-line holds a lane's first match string (`grep -lF` over /proc/[0-9]*/cmdline) and, per
-process, hex-dumps its cmdline, environ, status, cgroup, the NCCL lines of its maps, the
-nccl.conf files NCCL would read inside the process's own mount namespace
+`probe_command` is one section of the fact script. It finds the processes whose command
+line holds a lane's first match string (`grep -lF` over /proc/[0-9]*/cmdline), takes each
+one's cgroup (the unit's or container's: the lane's identity, `ProcCgroup.unit_path`) and
+selects every process in that cgroup or below it, and every descendant of those (the
+engine's workers: TP workers and `multiprocessing` spawns, whose command lines do not hold
+the match strings). The probe's own shells are left out by PID only: `$$`, its ancestors
+(the login shell, sudo, sshd) and its descendants, from one reading of every process's
+PPid; never by text, which any process could put in its own arguments. Per selected
+process it hex-dumps its cmdline, environ, status, cgroup, the NCCL lines of its maps,
+the nccl.conf files NCCL would read inside the process's own mount namespace
 (`/proc/PID/root/...`), and the sha256 of every libnccl it maps, read through that root.
-`serving_processes` turns the section into typed values (pure).
+`serving_processes` turns the section into typed values and `lane_group` picks one
+lane's processes from them (both pure).
 """
 
 from __future__ import annotations
 
 import shlex
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from sparkbase.facts.parsers.nccl_conf import parse_kv_conf
+from sparkbase.facts.parsers.nccl_conf import NcclConf, parse_nccl_conf
 from sparkbase.facts.parsers.runtime import (
     MappedFile,
     ProcCgroup,
@@ -24,15 +31,15 @@ from sparkbase.facts.parsers.runtime import (
     parse_maps_files,
     parse_probe,
     parse_status_cpus,
+    parse_status_ppid,
 )
 
 #: the fact script section that holds every runtime record
 RUNTIME_SECTION = "runtime"
-#: text only the probe's own shell line holds: a process whose command line has it is the
-#: fact script (or `sudo` running it), never a serving process
-PROBE_SELF = "/proc/[0-9]*/cmdline"
 #: NCCL's system-wide configuration file, read after the user's (src/misc/param.cc)
 SYSTEM_NCCL_CONF = "/etc/nccl.conf"
+#: the longest parent chain walked (ancestors of the probe, descendants of a lane)
+MAX_DEPTH = 1024
 
 
 def _q(word: str) -> str:
@@ -66,24 +73,80 @@ def _environ_values() -> str:
     )
 
 
+#: awk over `M /proc/N/cmdline` lines (the matches) and `grep -H` lines of every process's
+#: status (`PPid:`) and cgroup: prints the PIDs to read, one a line. Mirrors `lane_group`
+#: (same cgroup or below in every hierarchy, `ProcCgroup.holds`; a root cgroup is nobody's
+#: unit), over the union of the lanes, less the probe's own shells (`self`, its ancestors,
+#: its descendants). A line a process forges inside its own cgroup path is still filed
+#: under that process (grep -H names the real file), so it can only move itself.
+SELECT_AWK = r"""
+function path(l, i) { i = index(l, ":"); l = substr(l, i + 1); i = index(l, ":"); return substr(l, i + 1) }
+function head(l) { return substr(l, 1, length(l) - length(path(l))) }
+function unit(p, k, u) {
+  u = ""
+  for (k = 1; k <= n[p]; k++) {
+    if (h[p, k] ~ /^0::/) return path(h[p, k])
+    if (h[p, k] ~ /^[0-9]+:name=systemd:/) u = path(h[p, k])
+  }
+  return u
+}
+function under(x, y) { return y == "/" || x == y || index(x, y "/") == 1 }
+function holds(m, p, k) {
+  if (n[m] != n[p]) return 0
+  for (k = 1; k <= n[m]; k++)
+    if (head(h[m, k]) != head(h[p, k]) || !under(path(h[p, k]), path(h[m, k]))) return 0
+  return 1
+}
+/^M \/proc\/[0-9]+\/cmdline$/ { split($2, a, "/"); m[a[3]] = 1; next }
+{
+  i = index($0, ":"); f = substr($0, 1, i - 1); v = substr($0, i + 1)
+  if (f !~ /^\/proc\/[0-9]+\/(status|cgroup)$/) next
+  split(f, a, "/"); p = a[3]
+  if (a[4] == "status") {
+    if (!(p in pp) && v ~ /^PPid:[ \t]*[0-9]+$/) { sub(/^PPid:[ \t]*/, "", v); pp[p] = (v + 0) "" }
+  } else if (v ~ /^[0-9]+:[^:]*:\//) { n[p]++; h[p, n[p]] = v }
+}
+END {
+  q = self ""; d = 0
+  while ((q in pp) && !(q in me) && d++ < MAXD) { me[q] = 1; q = pp[q] }
+  for (p in pp) {
+    x = p; d = 0
+    while ((x in pp) && d++ < MAXD) { if (x == self "") { me[p] = 1; break }; x = pp[x] }
+  }
+  for (p in m) if ((p in pp) && !(p in me)) { g[p] = 1; u = unit(p); if (u != "" && u != "/") home[p] = 1 }
+  for (p in pp) if (!(p in me)) for (q in home) if (holds(q, p)) { g[p] = 1; break }
+  for (p in pp) if (!(p in me)) {
+    x = p; d = 0
+    while ((x in pp) && d++ < MAXD) { if (x in g) { print p; break }; x = pp[x] }
+  }
+}
+"""
+
+
+def select_command(first_matches: Sequence[str]) -> str:
+    """Shell text printing the PIDs the probe reads (see `SELECT_AWK`): every file name is
+    expanded once, by one grep, so a process is seen with both its PPid and its cgroup or
+    not at all; the greps' own processes are the probe's descendants."""
+    patterns = " ".join(f"-e {_q(m)}" for m in sorted(set(first_matches)))
+    return (
+        f"s=$(grep -lsF {patterns} /proc/[0-9]*/cmdline); "
+        "t=$(grep -sH -e '^PPid:' -e '^[0-9][0-9]*:' /proc/[0-9]*/status /proc/[0-9]*/cgroup); "
+        f"{{ printf 'M %s\\n' $s; printf '%s\\n' \"$t\"; }} | "
+        f"awk -v self=$$ -v MAXD={MAX_DEPTH} {_q(SELECT_AWK)}"
+    )
+
+
 def probe_command(first_matches: Sequence[str]) -> str:
-    """The runtime section's shell command for processes holding any of `first_matches`.
+    """The runtime section's shell command for the lanes whose first match strings are
+    `first_matches`: their processes, cgroups and workers (`select_command`).
 
     Every error is silenced (a process may end mid-read; its records then say so), so the
-    section holds records only. A process whose command line holds `PROBE_SELF` (the probe's
-    own shells, and any login shell or sudo that started them) never matches, and one that
-    has ended (the grep that found the others) has nothing to read: neither is read. The
-    NCCL lines of a process's maps are read once (`m`), for their record and the hashes.
+    section holds records only. The NCCL lines of a process's maps are read once (`m`),
+    for their record and the hashes; a library file several processes map is hashed once.
     """
-    patterns = " ".join(f"-e {_q(m)}" for m in sorted(set(first_matches)))
     return "".join(
         [
-            # left out before any is read: a command line holding PROBE_SELF (the probe's
-            # own shells: never a match, `ServingProcess.matches`) and a process gone by now
-            # (the grep that listed them: `serving_processes` skips what has no cmdline)
-            f"{{ s=$(grep -lsF {patterns} {PROBE_SELF}); ",
-            f'for f in $([ -z "$s" ] || grep -LsF {_q(PROBE_SELF)} $s); do ',
-            'p=${f#/proc/}; p=${p%/cmdline}; [ "$p" = "$$" ] && continue; ',
+            f"{{ H=; for p in $({select_command(first_matches)}); do ",
             *(_record(name, f"/proc/$p/{name}") for name in ("cmdline", "environ", "status", "cgroup")),
             'm=$(grep -F libnccl "/proc/$p/maps"); ',
             f'echo "@file $p maps"; [ -z "$m" ] || printf \'%s\\n\' "$m" | {DUMP}; echo "@rc 0"; ',
@@ -91,17 +154,34 @@ def probe_command(first_matches: Sequence[str]) -> str:
             'if [ -n "$c" ]; then ', _record("user-conf", "/proc/$p/root$c"),
             'elif [ -n "$h" ]; then ', _record("user-conf", "/proc/$p/root$h/.nccl.conf"), "fi; ",
             _record("system-conf", f"/proc/$p/root{SYSTEM_NCCL_CONF}"),
-            "[ -z \"$m\" ] || printf '%s\\n' \"$m\" | awk '{print $6}' | sort -u | while read -r l; do ",
+            # each mapped library once per file (device:inode): a server and its workers map
+            # the same libnccl, hashed once (`H` holds `dev:ino=sha256` of those done)
+            "set -f; IFS='\n'; ",
+            "for l in $([ -z \"$m\" ] || printf '%s\\n' \"$m\" | awk '{print $6}' | sort -u); ",
+            "do unset IFS; set +f; ",
             f'echo "@hash $p $(printf %s "$l" | {DUMP} | tr -d " \\n")"; ',
-            'sha256sum <"/proc/$p/root$l" | cut -d" " -f1; echo "@rc $?"; done; ',
+            'i=$(stat -L -c %d:%i "/proc/$p/root$l"); d=; ',
+            'case " $H " in *" $i="*) d=${H##*" $i="}; d=${d%% *};; esac; ',
+            '[ -n "$d" ] || { d=$(sha256sum <"/proc/$p/root$l" | cut -d" " -f1); ',
+            '[ -z "$i" ] || H="$H $i=$d"; }; ',
+            'echo "$d"; echo "@rc 0"; done; unset IFS; set +f; ',
             "done; } 2>/dev/null; true",
         ]
     )
 
 
 @dataclass(frozen=True)
+class ConfFile:
+    """One nccl.conf a process's NCCL reads, as NCCL reads it, and what names it."""
+
+    label: str
+    conf: NcclConf
+
+
+@dataclass(frozen=True)
 class ServingProcess:
-    """One process the node runs whose command line matched a lane's first string."""
+    """One process of a lane on the node: a process whose command line matched a lane's
+    first string, or one in the same cgroup, or a descendant of either (its workers)."""
 
     pid: int
     args: tuple[str, ...]
@@ -116,6 +196,8 @@ class ServingProcess:
     user_conf: str | None
     system_conf: str | None
     errors: dict[str, str] = field(default_factory=dict)
+    #: the parent's PID (`PPid` of /proc/PID/status; None: unreadable)
+    ppid: int | None = None
 
     @property
     def command_line(self) -> str:
@@ -125,28 +207,97 @@ class ServingProcess:
     def matches(self, strings: Sequence[str]) -> bool:
         """Whether every string occurs in the command line."""
         line = self.command_line
-        return bool(self.args) and PROBE_SELF not in line and all(s in line for s in strings)
+        return bool(self.args) and all(s in line for s in strings)
+
+    @property
+    def maps_nccl(self) -> bool:
+        """Whether the process has loaded a libnccl (maps one)."""
+        return bool(self.libraries)
+
+    def conf_files(self) -> tuple[ConfFile, ...]:
+        """The nccl.conf files NCCL reads in this process, in the order it reads them: the
+        user's ($NCCL_CONF_FILE when set and not empty, else ~/.nccl.conf), then
+        /etc/nccl.conf (NVIDIA/nccl src/misc/param.cc `initEnvFunc`)."""
+        files: list[ConfFile] = []
+        if self.user_conf is not None:
+            named = bool(self.environ and self.environ.get("NCCL_CONF_FILE"))
+            label = "$NCCL_CONF_FILE" if named else "~/.nccl.conf"
+            files.append(ConfFile(label, parse_nccl_conf(self.user_conf)))
+        if self.system_conf is not None:
+            files.append(ConfFile(f"{SYSTEM_NCCL_CONF} in the process's mount namespace",
+                                  parse_nccl_conf(self.system_conf)))
+        return tuple(files)
 
     def nccl_setting(self, key: str, default: str | None = None) -> tuple[str | None, str]:
         """The value NCCL would use for `key` in this process, and where it comes from.
 
         NCCL applies its config files with setenv(..., overwrite=0): the environment wins,
         then the user's file ($NCCL_CONF_FILE, else ~/.nccl.conf), then /etc/nccl.conf,
-        then NCCL's built-in default (NVIDIA/nccl src/misc/param.cc `initEnvFunc`). NCCL
-        finds the home directory with getpwuid(); the probe uses the process's $HOME.
+        then NCCL's built-in default; inside a file the first line for a key wins
+        (`parse_nccl_conf`). The environment is /proc/PID/environ, the one the process
+        was started with: a value the process sets in itself later is not visible from
+        outside. NCCL finds the home directory from $HOME (since v2.30; getpwuid() before);
+        the probe uses the process's $HOME.
         """
         if self.environ is not None and key in self.environ:
             return self.environ[key], "environment"
-        if self.user_conf is not None:
-            value = parse_kv_conf(self.user_conf).get(key)
+        for conf in self.conf_files():
+            value = conf.conf.value(key)
             if value is not None:
-                named = bool(self.environ and self.environ.get("NCCL_CONF_FILE"))
-                return value, "$NCCL_CONF_FILE" if named else "~/.nccl.conf"
-        if self.system_conf is not None:
-            value = parse_kv_conf(self.system_conf).get(key)
-            if value is not None:
-                return value, f"{SYSTEM_NCCL_CONF} in the process's mount namespace"
+                return value, conf.label
         return default, "NCCL's default" if default is not None else "unset"
+
+
+@dataclass(frozen=True)
+class LaneGroup:
+    """One lane's processes on a node: those whose command line holds every match string,
+    and every process of their cgroups (the unit's or container's) and descendants."""
+
+    matched: tuple[ServingProcess, ...]
+    members: tuple[ServingProcess, ...]
+    #: the cgroups (`ProcCgroup.unit_path`) of the matched processes: the lane's identity
+    cgroups: tuple[str, ...] = ()
+
+    @property
+    def serving(self) -> bool:
+        """Whether any process of the lane runs on the node."""
+        return bool(self.matched)
+
+    @property
+    def nccl_users(self) -> tuple[ServingProcess, ...]:
+        """The members that map a libnccl: what NCCL settings and library are judged on."""
+        return tuple(p for p in self.members if p.maps_nccl)
+
+
+def _descends(process: ServingProcess, by_pid: dict[int, ServingProcess], roots: set[int]) -> bool:
+    """Whether `process` or one of its ancestors (within `by_pid`) is in `roots`."""
+    pid: int | None = process.pid
+    for _ in range(MAX_DEPTH):
+        if pid is None or pid not in by_pid:
+            return False
+        if pid in roots:
+            return True
+        pid = by_pid[pid].ppid
+    return False
+
+
+def lane_group(processes: Iterable[ServingProcess], match: Sequence[str]) -> LaneGroup:
+    """The processes of the lane found by `match` among a node's `processes` (pure).
+
+    Matched: every string of `match` in the command line. Members: the matched, every
+    process in a matched one's cgroup or below it (`ProcCgroup.holds`; a matched process
+    in the root cgroup brings no others), and every descendant of those (a worker moved to
+    another cgroup is still the server's child). PID order.
+    """
+    every = sorted(processes, key=lambda p: p.pid)
+    matched = [p for p in every if p.matches(match)]
+    homes = [p.cgroup for p in matched if p.cgroup is not None and p.cgroup.unit_path is not None]
+    roots = {p.pid for p in matched}
+    roots |= {p.pid for p in every if p.cgroup is not None and any(home.holds(p.cgroup) for home in homes)}
+    by_pid = {p.pid: p for p in every}
+    members = tuple(p for p in every if _descends(p, by_pid, roots))
+    paths = tuple(sorted({home.unit_path for home in homes if home.unit_path is not None}))
+    return LaneGroup(tuple(matched), members, paths)
 
 
 def _parse_or_error(errors: dict[str, str], name: str, text: str | None, parser):  # type: ignore[no-untyped-def]
@@ -157,6 +308,13 @@ def _parse_or_error(errors: dict[str, str], name: str, text: str | None, parser)
         return parser(text)
     except ValueError as exc:
         errors[name] = f"unreadable /proc/PID/{name}: {exc}"
+        return None
+
+
+def _ppid(text: str | None) -> int | None:
+    try:
+        return parse_status_ppid(text) if text is not None else None
+    except ValueError:
         return None
 
 
@@ -181,6 +339,7 @@ def serving_processes(section_text: str) -> list[ServingProcess]:
                 user_conf=files.get("user-conf"),
                 system_conf=files.get("system-conf"),
                 errors=errors,
+                ppid=_ppid(files.get("status")),
             )
         )
     return out

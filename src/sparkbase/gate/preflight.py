@@ -41,14 +41,20 @@ class PreflightResult:
         return [refusal for refusal in self.refusals if not refusal.overridable]
 
 
-def preflight(view: SiteView, name: str, targets: Mapping[str, SshTarget], parallel: int = 16
-              ) -> PreflightResult:
-    """Audit the lane's nodes against the lane's baseline and decide."""
+def preflight(view: SiteView, name: str, targets: Mapping[str, SshTarget], parallel: int = 16,
+              before_launch: bool = False) -> PreflightResult:
+    """Audit the lane's nodes against the lane's baseline and decide.
+
+    The lane's processes are judged on every node (what they load, where they run); a node
+    where it has none is refused as "not serving" (`lane switch`, `lane status`, a gate in
+    front of traffic). `before_launch` is the gate before the lane's units start: a node
+    where it runs nowhere is not refused, and any process of it already running is still
+    judged.
+    """
     from sparkbase.audit.run import run_audit
 
     start = time.monotonic()
     lane: LaneView = view.lanes[name]
-    # the lane's own serving processes, if it already runs: what they load is checked too
     report = run_audit(view.site, view.expectations(lane.nodes, lane.baseline), targets, parallel,
-                       probes=view.probes([name]))
+                       probes=view.probes([name], required=() if before_launch else [name]))
     return PreflightResult(name, tuple(judge(lane.refusals, report)), report, time.monotonic() - start)

@@ -56,16 +56,42 @@ class SiteView:
     lanes: dict[str, LaneView]
     #: (node, lane baseline or None for the inventory's) -> compiled expectations
     compiled: dict[tuple[str, str | None], CompiledNode]
+    #: the model-name proxy's .env (resolved) and the key naming the active lane (site.yaml
+    #: `proxy:`; None without one)
+    proxy: tuple[Path, str] | None = None
 
     def expectations(self, nodes: Iterable[str], baseline: str | None = None) -> dict[str, CompiledNode]:
         """The compiled expectations of `nodes` (under a lane's `baseline`), in their order."""
         return {node: self.compiled[(node, baseline)] for node in nodes}
 
-    def probes(self, lanes: Iterable[str]) -> dict[str, list[LaneProbe]]:
-        """Per node, the serving processes of `lanes` to look for there."""
+    def probes(self, lanes: Iterable[str], required: Iterable[str] = ()) -> dict[str, list[LaneProbe]]:
+        """Per node, the serving processes of `lanes` to look for there; those of the
+        `required` lanes must be serving (no process there is a failure, not idle)."""
+        from dataclasses import replace
+
         from sparkbase.audit.runtime import probes_by_node
 
-        return probes_by_node((self.lanes[name].nodes, self.lanes[name].probe) for name in lanes)
+        must = set(required)
+
+        def probe(name: str) -> LaneProbe | None:
+            found = self.lanes[name].probe
+            return replace(found, required=True) if found is not None and name in must else found
+
+        return probes_by_node((self.lanes[name].nodes, probe(name)) for name in lanes)
+
+    def active_lane(self, lab: Path | None = None) -> str | None:
+        """The lane the proxy's .env names (in the lab: LAB_DIR/proxy.env), or None when the
+        site has no proxy or the file cannot be read (then no lane counts as active)."""
+        from sparkbase.gate.proxy_env import ProxyEnvError, active_lane, read_env
+
+        if self.proxy is None:
+            return None
+        env, key = self.proxy
+        path = lab / "proxy.env" if lab is not None else env
+        try:
+            return active_lane(read_env(path), key, path)
+        except ProxyEnvError:
+            return None
 
 
 def view_of(site: Site) -> SiteView:
@@ -84,7 +110,10 @@ def view_of(site: Site) -> SiteView:
             wanted += [(node, lane.baseline) for node in lane.nodes]
         lanes[name] = LaneView(name, lane.enabled, lane.baseline, tuple(lane.nodes),
                                tuple(lane_refusals(site, name, lane)), lane_probe(site, name))
-    return SiteView(site.root, site.rules.site, ranked, reach_of(site), lanes, compile_many(site, wanted))
+    proxy = site.rules.proxy
+    where = (site.path(proxy.env_file), proxy.key) if proxy is not None else None
+    return SiteView(site.root, site.rules.site, ranked, reach_of(site), lanes, compile_many(site, wanted),
+                    where)
 
 
 def load_view(root: Path, inventory: Path | None = None) -> SiteView:

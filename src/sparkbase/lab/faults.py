@@ -23,6 +23,8 @@ Secure Boot faults change what `mokutil` prints at once and module loading from 
 | no-efi | - | `mokutil`: `EFI variables are not supported on this system` (exit 1) |
 | dkms-noise | - | `dkms status` adds DKMS 3 noise on stderr: `Deprecated feature: …`, `Error! …` |
 | lane-env | - | a lane unit started from now on gets `NCCL_IB_MERGE_NICS=1` in its environment |
+| lane-worker-env | - | a lane unit started from now on sets `NCCL_IB_MERGE_NICS=1` in itself (workers) |
+| lane-conf-twice | - | a lane unit started from now on reads an NCCL_CONF_FILE setting MERGE_NICS 1, then 0 |
 | lane-private-nccl | - | a lane unit started from now on maps /opt/lane-image/lib/libnccl.so.2 |
 | lane-outside-slice | - | a lane unit started from now on runs outside the serving slice |
 | lane-sessions | - | the node's lane stand-in reports four 500K-class sessions (trigger 2 fires) |
@@ -41,7 +43,8 @@ from sparkbase.lab.fleet import Lab, LabError
 
 KINDS = ("gpu-latch", "gpu-busy", "gid-moved", "link-down", "unreachable", "hang", "kernel-panic", "governor",
          "sb-not-enforcing", "sb-disabled", "sb-setup-mode", "no-efi", "dkms-noise",
-         "lane-env", "lane-private-nccl", "lane-outside-slice", "lane-sessions")
+         "lane-env", "lane-worker-env", "lane-conf-twice", "lane-private-nccl", "lane-outside-slice",
+         "lane-sessions")
 LIST_KINDS = ("link-down", "kernel-panic")
 
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from sparkbase.audit.checks.common import apply_fix
 from sparkbase.audit.registry import Outcome, Subject, fail, node_check, ok, skip
 from sparkbase.facts.model import NodeFacts
-from sparkbase.facts.parsers import parse_kv_conf
+from sparkbase.facts.parsers import parse_kv_conf, parse_nccl_conf
 from sparkbase.render import NCCL_CONF_PATH
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ def nccl_conf(rendered: ConfWant | None, facts: NodeFacts, at: Subject) -> Outco
     want = dict(rendered.settings)
     if facts.nccl_conf is None:
         return fail(_env_text(want), f"{NCCL_CONF_PATH} missing", apply_fix(at))
-    have = parse_kv_conf(facts.nccl_conf)
+    have = _as_nccl_reads(facts.nccl_conf)
     keys = [key for key in sorted(set(want) | set(have)) if want.get(key) != have.get(key)]
     if not keys:
         return fail(
@@ -79,9 +79,16 @@ def nccl_conf(rendered: ConfWant | None, facts: NodeFacts, at: Subject) -> Outco
         )
     return fail(
         "; ".join(f"{key}={want.get(key, '(unset)')}" for key in keys),
-        "; ".join(f"{key}={have.get(key, '(unset)')}" for key in keys),
+        "; ".join(f"{key!r}={have[key]!r}" if key != key.strip() else f"{key}={have.get(key, '(unset)')}"
+                  for key in keys) + " (as NCCL reads the file: the first line of a key wins)",
         f"rewrite it: {apply_fix(at)}",
     )
+
+
+def _as_nccl_reads(text: str) -> dict[str, str]:
+    """Each name the file sets and the value NCCL takes for it (`parse_nccl_conf`)."""
+    conf = parse_nccl_conf(text)
+    return {a.name: value for a in conf.assignments if (value := conf.value(a.name)) is not None}
 
 
 def _env_text(env: dict[str, str]) -> str:

@@ -42,7 +42,7 @@ from sparkbase.facts.parsers.modules import (
     parse_module_attrs,
     parse_proc_modules,
 )
-from sparkbase.facts.parsers.nccl_conf import parse_kv_conf
+from sparkbase.facts.parsers.nccl_conf import parse_kv_conf, parse_nccl_conf
 from sparkbase.facts.parsers.nvme import parse_nvme_feature
 from sparkbase.facts.parsers.os_release import (
     dgx_os_version,
@@ -59,6 +59,7 @@ from sparkbase.facts.parsers.runtime import (
     parse_maps_files,
     parse_probe,
     parse_status_cpus,
+    parse_status_ppid,
 )
 from sparkbase.facts.parsers.secure_boot import (
     normalise_serial,
@@ -96,6 +97,7 @@ __all__ = [
     "parse_module_attrs",
     "parse_mok_certificates",
     "parse_mok_enrolled",
+    "parse_nccl_conf",
     "parse_nvidia_smi_csv",
     "parse_nvidia_smi_query",
     "parse_nvme_feature",
@@ -110,6 +112,7 @@ __all__ = [
     "parse_single_line",
     "parse_stamp",
     "parse_status_cpus",
+    "parse_status_ppid",
     "parse_swap_header",
     "parse_swap_header_probes",
     "parse_swapon_show",

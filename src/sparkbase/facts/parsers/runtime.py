@@ -23,6 +23,16 @@ def parse_status_cpus(text: str) -> frozenset[int]:
     raise ValueError("no Cpus_allowed_list line in /proc/PID/status")
 
 
+def parse_status_ppid(text: str) -> int:
+    """`/proc/PID/status` → the parent's PID (`PPid`; 0 for a process whose parent is in
+    another PID namespace, or for PID 1)."""
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key == "PPid" and value.strip().isdigit():
+            return int(value.strip())
+    raise ValueError("no PPid line in /proc/PID/status")
+
+
 @dataclass(frozen=True)
 class ProcCgroup:
     """`/proc/PID/cgroup`: the cgroup v2 path (`0::PATH`) and any v1 hierarchies' paths."""
@@ -35,6 +45,29 @@ class ProcCgroup:
         if self.unified is None:
             return ()
         return tuple(part for part in self.unified.split("/") if part.endswith(".slice"))
+
+    @property
+    def unit_path(self) -> str | None:
+        """The path that names the process's unit or container: the v2 path, else (cgroup
+        v1 only) systemd's named hierarchy; None at the root, which is nobody's unit (PID 1,
+        kernel threads and anything started outside systemd's tree share it)."""
+        path = self.unified if self.unified is not None else self.v1.get("name=systemd")
+        return None if path in (None, "", "/") else path
+
+    def holds(self, other: ProcCgroup) -> bool:
+        """Whether `other` is in this cgroup or below it in every hierarchy (a container's
+        or unit's subtree: the processes it runs, in sub-cgroups too). A root cgroup holds
+        nothing: it is not a unit (`unit_path`)."""
+        if self.unit_path is None or set(self.v1) != set(other.v1):
+            return False
+        pairs = [(self.unified, other.unified), *((path, other.v1[key]) for key, path in self.v1.items())]
+        return all(_under(theirs, mine) for mine, theirs in pairs)
+
+
+def _under(path: str | None, top: str | None) -> bool:
+    if top is None or path is None:
+        return top is None and path is None
+    return top == "/" or path == top or path.startswith(top.rstrip("/") + "/")
 
 
 def parse_cgroup(text: str) -> ProcCgroup:

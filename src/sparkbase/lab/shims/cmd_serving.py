@@ -6,7 +6,10 @@ waits until the stand-in has mapped its NCCL library and listens, and records PI
 start time in /run/sparkbase-lab/serving/UNIT.json; `stop_unit` ends only that process.
 
 The stand-in (`python3 shim.py __serve__ ARGS...`, `serve`) maps the file `SPARKBASE_LAB_NCCL`
-names, as a process that loaded that libnccl, and serves Prometheus text on
+names, as a process that loaded that libnccl, starts its workers as a real engine does
+(SGLang's TP workers, vLLM's `multiprocessing` spawns: `shim.py __worker__
+--multiprocessing-fork`, command lines without the lane's match strings, each mapping the
+same libnccl; `SPARKBASE_LAB_WORKERS` of them, default 2), and serves Prometheus text on
 127.0.0.1:`SPARKBASE_LAB_METRICS_PORT` (the engine's gauges, all zero: no load; four
 500K-class sessions under fault `lane-sessions`, read at each scrape).
 
@@ -16,7 +19,10 @@ emulated from the node's own accounting: the unit's `Slice=` and that slice's
 /proc/PID/cgroup (`0::/…/SLICE/UNIT`) inside the node's mount namespace.
 
 Faults (firmware faults.json, read at start): `lane-env` adds NCCL_IB_MERGE_NICS=1 to the
-environment; `lane-private-nccl` maps an image-private /opt/lane-image/lib/libnccl.so.2;
+environment; `lane-worker-env` has the server set NCCL_IB_MERGE_NICS=1 in itself (os.environ,
+after start: not in its /proc/PID/environ) before it starts its workers, which inherit it;
+`lane-conf-twice` points NCCL_CONF_FILE at a file setting NCCL_IB_MERGE_NICS twice (1, then
+0: NCCL uses 1); `lane-private-nccl` maps an image-private /opt/lane-image/lib/libnccl.so.2;
 `lane-outside-slice` starts the process without the slice (the machine's own view).
 """
 
@@ -37,6 +43,10 @@ if TYPE_CHECKING:
 SERVING = f"{RUN}/serving"
 MARK = "X-SparkbaseLab=serving"
 PRIVATE_NCCL = "/opt/lane-image/lib/libnccl.so.2"
+#: what the server sets in itself before starting its workers under fault `lane-worker-env`
+WORKER_ENV = {"NCCL_IB_MERGE_NICS": "1"}
+#: the user nccl.conf of fault `lane-conf-twice`: the key twice, NCCL takes the first (1)
+CONF_TWICE = "NCCL_IB_MERGE_NICS=1\nNCCL_IB_MERGE_NICS=0\n"
 
 
 def is_serving_unit(path: str) -> bool:
@@ -89,6 +99,12 @@ def start_unit(unit: str, path: str, slice_cpus: Callable[[str], str]) -> None:
     env = _environment(path)
     if active_faults.get("lane-env"):
         env["NCCL_IB_MERGE_NICS"] = "1"
+    if active_faults.get("lane-worker-env"):
+        env["SPARKBASE_LAB_WORKER_ENV"] = " ".join(f"{k}={v}" for k, v in WORKER_ENV.items())
+    if active_faults.get("lane-conf-twice"):
+        conf = f"{SERVING}/{unit}.nccl.conf"
+        write_text(conf, CONF_TWICE)
+        env["NCCL_CONF_FILE"] = conf
     if active_faults.get("lane-private-nccl"):
         os.makedirs(os.path.dirname(PRIVATE_NCCL), exist_ok=True)
         write_text(PRIVATE_NCCL, "an image-private NCCL the container ships (lab stand-in)\n")
@@ -107,10 +123,12 @@ def start_unit(unit: str, path: str, slice_cpus: Callable[[str], str]) -> None:
     while not os.path.exists(ready) and child.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
     start = _start_time(child.pid)
-    write_json(_record(unit), {"pid": child.pid, "start": start or 0})
+    workers = [int(word) for word in read_text(ready).split()[1:] if word.isdigit()]
+    write_json(_record(unit), {"pid": child.pid, "start": start or 0, "workers": workers})
     slices = _service_values(path, "Slice")
     if slices and not active_faults.get("lane-outside-slice"):
-        _emulate_slice(child.pid, unit, slices[0], slice_cpus(slices[0]))
+        for pid in (child.pid, *workers):
+            _emulate_slice(pid, unit, slices[0], slice_cpus(slices[0]))
 
 
 def _slice_path(slice_unit: str) -> str:
@@ -139,16 +157,18 @@ def stop_unit(unit: str) -> None:
     """End the unit's stand-in (only the process recorded for it) and undo its binds."""
     pid = running_pid(unit)
     if pid is not None:
-        for name in ("status", "cgroup"):
-            subprocess.run(["umount", "-l", f"/proc/{pid}/{name}"], check=False,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        os.kill(pid, signal.SIGTERM)
+        workers = [int(w) for w in (read_json(_record(unit), {}) or {}).get("workers", [])]
+        for each in (pid, *workers):
+            for name in ("status", "cgroup"):
+                subprocess.run(["umount", "-l", f"/proc/{each}/{name}"], check=False,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        os.kill(pid, signal.SIGTERM)  # the server ends its workers
         deadline = time.monotonic() + 5
         while _start_time(pid) is not None and time.monotonic() < deadline:
             time.sleep(0.02)
         if _start_time(pid) is not None:
             os.kill(pid, signal.SIGKILL)
-    for leftover in (_record(unit), f"{SERVING}/{unit}.ready"):
+    for leftover in (_record(unit), f"{SERVING}/{unit}.ready", f"{SERVING}/{unit}.nccl.conf"):
         if os.path.exists(leftover):
             os.unlink(leftover)
 
@@ -179,16 +199,55 @@ def metrics_text(engine: str, sessions: bool = False) -> str:
     return "\n".join(lines) + "\n"
 
 
-def serve(argv: list[str]) -> int:
-    """The stand-in serving process: map the NCCL library, serve /metrics until SIGTERM."""
+def _map_library() -> list[object]:
+    """Map the file SPARKBASE_LAB_NCCL names, as a process that loaded that libnccl."""
     import mmap
+
+    library = os.environ.get("SPARKBASE_LAB_NCCL", "")
+    if not library or not os.path.isfile(library):
+        return []
+    with open(library, "rb") as handle:
+        return [mmap.mmap(handle.fileno(), 0, prot=mmap.PROT_READ)]
+
+
+def _start_workers() -> list[subprocess.Popen[str]]:
+    """The engine's workers: `SPARKBASE_LAB_WORKERS` processes started as `multiprocessing`
+    spawns are, each ready once it has mapped the library. Under `lane-worker-env` the
+    server first sets WORKER_ENV in itself (after its start: its /proc/PID/environ does not
+    show it), and the workers inherit it."""
+    for word in os.environ.get("SPARKBASE_LAB_WORKER_ENV", "").split():
+        key, _, value = word.partition("=")
+        os.environ[key] = value
+    workers = []
+    for rank in range(int(os.environ.get("SPARKBASE_LAB_WORKERS", "2"))):
+        argv = [sys.executable, "-S", os.path.abspath(sys.argv[0]), "__worker__", f"--rank={rank}",
+                "--multiprocessing-fork"]
+        worker = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True,
+                                  close_fds=True)
+        if worker.stdout is not None:
+            worker.stdout.readline()
+        workers.append(worker)
+    return workers
+
+
+def worker(_argv: list[str]) -> int:
+    """A worker of the stand-in: map the library, say so, live until the server ends."""
+    mapped = _map_library()
+    server = os.getppid()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    print("ready", flush=True)
+    while os.getppid() == server:
+        time.sleep(0.2)
+    del mapped
+    return 0
+
+
+def serve(argv: list[str]) -> int:
+    """The stand-in serving process: map the NCCL library, start the workers, serve
+    /metrics until SIGTERM (which ends the workers too)."""
     from http.server import BaseHTTPRequestHandler, HTTPServer
 
-    mapped = []
-    library = os.environ.get("SPARKBASE_LAB_NCCL", "")
-    if library and os.path.isfile(library):
-        with open(library, "rb") as handle:
-            mapped.append(mmap.mmap(handle.fileno(), 0, prot=mmap.PROT_READ))
+    mapped = _map_library()
     engine = "sglang" if any("sglang" in arg for arg in argv) else "vllm"
 
     class Metrics(BaseHTTPRequestHandler):
@@ -203,13 +262,23 @@ def serve(argv: list[str]) -> int:
             return
 
     server = HTTPServer(("127.0.0.1", int(os.environ.get("SPARKBASE_LAB_METRICS_PORT", "0"))), Metrics)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    workers = _start_workers()
+
+    def end(*_: object) -> None:
+        for each in workers:
+            each.terminate()
+        for each in workers:
+            each.wait(timeout=5)
+        sys.exit(0)
+
+    signal.signal(signal.SIGTERM, end)
     ready = os.environ.get("SPARKBASE_LAB_READY")
     if ready:
-        write_text(ready, f"{os.getpid()}\n")
+        write_text(ready, f"{os.getpid()} {' '.join(str(w.pid) for w in workers)}\n")
     server.serve_forever()
+    del mapped
     return 0
 
 
 #: `shim.py __serve__ ARGS...`: the stand-in process a lab lane unit's ExecStart runs
-COMMANDS = {"__serve__": serve}
+COMMANDS = {"__serve__": serve, "__worker__": worker}

@@ -33,11 +33,11 @@ MODULES: dict[str, str] = {
     "netplan": "cmd_net", "ip": "cmd_net", "rdma": "cmd_net", "lspci": "cmd_net",
     "efibootmgr": "cmd_hw", "nvme": "cmd_hw", "cpupower": "cmd_hw",
     "__boot__": "boot_step", "__refresh__": "boot_step", "__serve__": "cmd_serving",
-    "__shimd__": "shimd",
+    "__worker__": "cmd_serving", "__shimd__": "shimd",
 }
 
 #: internal entry points (run by node init), not commands in /usr/local/bin
-INTERNAL = ("__boot__", "__refresh__", "__serve__", "__shimd__")
+INTERNAL = ("__boot__", "__refresh__", "__serve__", "__worker__", "__shimd__")
 
 #: what the node's command server (shimd.py) never runs: the power commands end the node
 #: (every process, the server's included) and the internal entries must be processes of
