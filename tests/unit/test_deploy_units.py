@@ -134,6 +134,11 @@ MODINFO = (f"filename: /lib/modules/7.0.0-1019-nvidia-64k/updates/dkms/uvm.ko\n"
          [["dkms", "install", "uvm-memory-saver/0.4.2", "-k", "7.0.0-1019-nvidia-64k", "--force"]]),
         ("unsigned", _dkms(MODINFO.split("signer")[0]), [MOK], MOK.fingerprint,
          [["dkms", "install", "uvm-memory-saver/0.4.2", "-k", "7.0.0-1019-nvidia-64k", "--force"]]),
+        # dkms status lists it installed with a warning that /lib/modules holds another module
+        ("installed with DKMS's diff warning", _dkms(MODINFO, dkms=(
+            "uvm-memory-saver/0.4.2, 7.0.0-1019-nvidia-64k, aarch64: installed "
+            "(WARNING! Diff between built and installed module!)\n")), [], None,
+         [["dkms", "install", "uvm-memory-saver/0.4.2", "-k", "7.0.0-1019-nvidia-64k", "--force"]]),
     ],
 )
 def test_dkms_install_decision_judges_the_signature_like_the_audit(

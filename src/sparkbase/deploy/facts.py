@@ -255,15 +255,18 @@ def dkms_state(found: Sections, dkms_name: str, version: str, kernel: str) -> di
     """Whether DKMS has `dkms_name/version` installed for `kernel`, and the target kernel's
     `modinfo` of the module (its signature as kmod reports it)."""
     status = _parsed(found.get("dkms"), p.parse_dkms_status, DkmsStatus())
-    installed = any(
-        entry.name == dkms_name and entry.version == version and entry.kernel == kernel
-        and entry.status == "installed"
-        for entry in status.entries
-    )
+    entries = [entry for entry in status.entries
+               if entry.name == dkms_name and entry.version == version and entry.kernel == kernel
+               and entry.status == "installed"]
     section = found.get("modinfo")
     info = (p.parse_modinfo(section.output + (section.stderr if section.status else ""), section.status)
             if section is not None else ModuleInfo(error="no modinfo answer"))
-    return {"installed": installed, "info": info, "noise": list(status.noise)}
+    # `installed`: DKMS installed what it built (no WARNING note beside the state, as the audit
+    # judges it); `warnings`: what DKMS says of a tree it lists as installed but did not build
+    return {"installed": any(entry.installed for entry in entries),
+            "present": bool(entries),
+            "warnings": [warning for entry in entries for warning in entry.warnings],
+            "info": info, "noise": list(status.noise)}
 
 
 class DkmsState(_Fenced[dict[str, Any]]):

@@ -29,6 +29,10 @@ def decide_dkms_install(dkms_name: str, version: str, kernel: str, current: dict
     a wrongly signed build is reinstalled with `--force`, which re-signs it."""
     target = f"{dkms_name}/{version}"
     install = ["dkms", "install", target, "-k", kernel]
+    if not current["installed"] and current.get("warnings"):
+        # DKMS lists it installed but warns that /lib/modules holds another module than it
+        # built: a plain `dkms install` says "already installed"; `--force` installs the build
+        return Decision([[*install, "--force"]], f"{target} for {kernel}: {'; '.join(current['warnings'])}")
     if not current["installed"]:
         return Decision([install])
     if fingerprint is None:
@@ -48,7 +52,7 @@ def dkms_install(dkms_name: str, version: str, kernel: str, module: str, fingerp
     # a MOK imported by this run's earlier step is pending until the reboot: it counts
     certificates = [*mok["certificates"], *mok["pending_certificates"]] if mok else []
     yield from carry_out(decide_dkms_install(dkms_name, version, kernel, current, certificates, fingerprint))
-    if not current["installed"]:
+    if not current.get("present", current["installed"]):  # a tree DKMS already listed is not ours
         yield from remember(created(Kind.DKMS, f"{dkms_name}/{version}", baseline, now_utc()))
 
 
