@@ -1,7 +1,8 @@
 """Evaluate the re-open triggers in baselines/site.yaml, with evidence.
 
 kernel-pin triggers read the site contract and the driver the inventory's baselines pin
-(and, with --lab/--live, what the fleet runs); session-load triggers read the serving engines' own Prometheus metrics (SGLang
+(and, with --lab/--live, what the fleet runs); session-load triggers read the serving
+engines' own Prometheus metrics (SGLang
 sglang:num_running_reqs and sglang:num_used_tokens, vLLM vllm:num_requests_running,
 vllm:kv_cache_usage_perc and vllm:cache_config_info; the names and what counts as a
 long session are stated in the trigger) from --metrics: a URL or saved text file, a
