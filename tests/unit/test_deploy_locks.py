@@ -40,7 +40,7 @@ def test_all_or_none_a_node_held_elsewhere_releases_the_ones_taken(tmp_path: Pat
 def test_the_record_carries_its_format_and_the_lock_file_stays(tmp_path: Path) -> None:
     with local_locks(tmp_path / "locks", ["spark1"], HOLDER):
         record = json.loads((tmp_path / "locks" / "spark1.lock").read_text())
-    assert record == {**HOLDER.record(), "format": 1}
+    assert record == {**HOLDER.record(), "format": 2, "command": "apply"}
     assert (tmp_path / "locks" / "spark1.lock").is_file()  # waiters share one inode
 
 
