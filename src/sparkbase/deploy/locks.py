@@ -105,6 +105,11 @@ class Owner:
         return json.dumps(self.record(), sort_keys=True)
 
 
+def local_lock_dir(site_root: Path) -> Path:
+    """Where a site's local node locks live (apply's and lane switch's alike)."""
+    return site_root / ".sparkbase" / "locks"
+
+
 @contextlib.contextmanager
 def local_locks(directory: Path, nodes: list[str], owner: Owner) -> Iterator[None]:
     """Hold `directory/<node>.lock` for every node (all or none), or raise LockHeld."""

@@ -72,10 +72,11 @@ def _read(path: Path, *, follow: bool) -> tuple[bytes, os.stat_result]:
         if exc.errno == errno.ELOOP and not follow and path.is_symlink():
             raise ProxyEnvError(_link_refused(path)) from None
         raise ProxyEnvError(f"{path}: cannot read the proxy's .env: {exc.strerror}") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise ProxyEnvError(f"{path}: not a regular file; not a proxy .env")
     with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise ProxyEnvError(f"{path}: not a regular file; not a proxy .env")
         data = handle.read(MAX_ENV_BYTES + 1)
     if len(data) > MAX_ENV_BYTES:
         raise ProxyEnvError(f"{path}: larger than {MAX_ENV_BYTES} bytes; not a proxy .env")
