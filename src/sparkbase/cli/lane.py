@@ -5,7 +5,7 @@ pre-flight, runtime checks included (what its serving processes load); then it s
 lane's own metrics endpoint on each node (`runtime.metrics`; in the lab, the stand-in's
 loopback port) and shows what the session-load trigger reads there (running requests, KV
 cache in use, long sessions), or why a node could not be scraped. The scrape informs; it
-does not change the verdict. `switch LANE` takes its locks (`SWITCH_HELP`), runs LANE's
+does not change the verdict. `switch LANE` takes its locks (`lane switch --help`), runs LANE's
 pre-flight and, only when it qualifies (or `--override REASON` is given and the lane is
 enabled), rewrites the one `KEY=` line of the `.env` atomically (every other byte, the
 owner, group and mode kept), then records who/when/from/to in the override log (kind
