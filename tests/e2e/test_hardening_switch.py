@@ -7,8 +7,8 @@ pre-flight by a `uname` on spark1 that waits for the test's word (`held_gate`), 
 overlap below is certain, not a matter of timing:
 1. two switches at once: exactly one proceeds, the other refuses naming the first's pid,
    and the override log has exactly the one that happened;
-2. a switch while an apply holds a node of the lane (a real apply, held in its upload on
-   spark3: the local lock; an apply from another machine: the node lock on spark3) is
+2. a switch while an apply holds a node of the lane (held through the locks API: the
+   local lock of this site; the node lock on spark3 of an apply from another machine) is
    refused naming the holder, and takes nothing with it;
 3. while a switch is in its pre-flight, an apply on a node of the lane (same site: the
    local lock; another site copy: the node lock) is refused naming the switch.
@@ -17,6 +17,7 @@ overlap below is certain, not a matter of timing:
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -29,7 +30,7 @@ import pytest
 from fleets import NODES, Fleet, copy_site, fleet_for_module
 from ports import port_base
 
-from sparkbase.deploy.locks import Owner
+from sparkbase.deploy.locks import Owner, local_lock_dir, local_locks
 from sparkbase.lab import lanes
 from sparkbase.model.site import load_site
 
@@ -94,7 +95,7 @@ def _node_lock(fleet: Fleet, node: str) -> str | None:
 def held_gate(fleet: Fleet) -> Iterator[Fleet]:
     """`uname` on spark1 waits in every pre-flight until `_release_gate`; undone after."""
     real = fleet.sh("spark1", "command -v uname").strip()
-    assert real and not real.startswith("/usr/local/"), real
+    assert real and real != "/usr/local/sbin/uname", real
     fleet.sh("spark1", f"rm -f {HELD_MARK} {RELEASE} && cat > /usr/local/sbin/uname && "
                        "chmod 755 /usr/local/sbin/uname",
              input=HELD_UNAME.format(mark=HELD_MARK, release=RELEASE, real=real))
@@ -158,25 +159,20 @@ def test_two_switches_at_once_one_proceeds_one_names_the_holder(
     assert all(_node_lock(fleet, node) is None for node in NODES)  # every node lock given back
 
 
-@pytest.mark.parametrize("holder", ["apply", "other-machine"])
+@pytest.mark.parametrize("where", ["local", "node"])
 def test_a_switch_while_an_apply_holds_a_node_of_the_lane_is_refused(
-    fleet: Fleet, env: Path, log: Path, holder: str
+    fleet: Fleet, env: Path, log: Path, where: str
 ) -> None:
+    """The apply's locks held through the locks API: the local one by this process (an apply
+    of this site), the node lock on spark3 by an apply of another machine (all that is seen
+    of it from here)."""
     before = env.read_bytes()
-    if holder == "apply":  # a real apply of spark3, held in its first upload: both its locks held
-        fleet.sh("spark3", "echo '# hand edit' >> /etc/nccl.conf")
-        fleet.slow_upload_check("spark3", 30)
-        apply = fleet.popen("apply", "--limit", "spark3", "--yes", "--json")
-        try:
-            fleet.wait_upload_check("spark3", apply)
+    if where == "local":
+        with local_locks(local_lock_dir(fleet.site), ["spark3"], Owner()):
             refused = subprocess.run(_switch_argv(fleet, "dsv41-flash"), capture_output=True, text=True,
                                      timeout=300, check=False)
-        finally:
-            apply.communicate(timeout=600)
-            fleet.normal_upload_check("spark3")
-        said = (f"spark3: another apply holds the local lock (root@{socket.gethostname()} "
-                f"pid {apply.pid} since ")
-    else:  # an apply from another machine: only its node lock on spark3 is seen from here
+        holder = f"root@{socket.gethostname()} pid {os.getpid()} since "
+    else:
         other = Owner(user="someone", host="elsewhere", pid=4242)
         fleet.sh("spark3", f"mkdir -p /run/sparkbase/apply.lock && echo '{other.json()}' > "
                            "/run/sparkbase/apply.lock/owner")
@@ -186,13 +182,16 @@ def test_a_switch_while_an_apply_holds_a_node_of_the_lane_is_refused(
             assert other.token in (_node_lock(fleet, "spark3") or "")  # the holder's lock is left alone
         finally:
             fleet.sh("spark3", "rm -rf /run/sparkbase/apply.lock")
-        said = "spark3: another apply holds the node lock (someone@elsewhere pid 4242 since "
-    assert refused.returncode == 1, refused.stdout + refused.stderr
-    assert f"lane switch glm-fp8 -> dsv41-flash: REFUSED: {said}" in refused.stdout, (
-        refused.stdout + refused.stderr)
+        holder = "someone@elsewhere pid 4242 since "
+    said = refused.stdout + refused.stderr
+    assert refused.returncode == 1, said
+    refusal = f"REFUSED: spark3: another apply holds the {where} lock ({holder}"
+    assert f"lane switch glm-fp8 -> dsv41-flash: {refusal}" in refused.stdout, said
     assert env.read_bytes() == before
     assert _records(log) == []
     assert all(_node_lock(fleet, node) is None for node in NODES)  # the refused switch took nothing with it
+    with local_locks(local_lock_dir(fleet.site), NODES, Owner()):  # nor any local lock
+        pass
 
 
 @pytest.mark.parametrize("where", ["local", "node"])
