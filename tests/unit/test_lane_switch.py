@@ -195,8 +195,13 @@ def test_the_cli_refuses_a_linked_env_and_records_nothing(tmp_path: Path, make_s
     site, real = _site_with_env(tmp_path, make_site)
     link = tmp_path / "link.env"
     link.symlink_to(real)
-    _qualified(monkeypatch)
-    assert _switch(site, link) == 1
+    from sparkbase.cli import lane
+
+    def preflight(*_args: object) -> None:
+        raise AssertionError("a linked .env is refused before the pre-flight")
+
+    monkeypatch.setattr(lane, "_preflight_lines", preflight)
+    assert _switch(site, link) == 2
     err = capsys.readouterr().err
     assert f"{link}: is a symbolic link to {real}" in err and "nothing recorded" in err
     assert link.is_symlink() and real.read_bytes() == ENV
@@ -209,7 +214,7 @@ def test_the_cli_help_says_what_it_does_with_a_linked_env(capsys: pytest.Capture
     with pytest.raises(SystemExit):
         main(["lane", "switch", "--help"])
     out = " ".join(capsys.readouterr().out.split())
-    assert "A .env that is a symbolic link is refused, naming its target" in out
+    assert "A .env that is a symbolic link is refused (exit 2), naming its target" in out
     assert "the atomic rename would replace the link" in out
 
 

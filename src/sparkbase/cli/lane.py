@@ -44,9 +44,10 @@ node lock /run/sparkbase/apply.lock), and a switch lock of its own beside the .e
 while an apply or another switch runs on any node of LANE, and no apply starts on them
 until the switch is done. The .env is written first (atomically, keeping its owner, group
 and mode) and the switch recorded in the override log after: a failed write records
-nothing; a switch that could not be recorded is reported with exit 1. A .env that is a
-symbolic link is refused, naming its target, and left as it is: the atomic rename would
-replace the link, and writing through it would write a file the site does not name; point
+nothing; a switch that could not be recorded is reported with exit 1. A node of LANE that
+cannot be reached for its lock refuses the switch. A .env that is a symbolic link is
+refused (exit 2), naming its target, and left as it is: the atomic rename would replace the
+link, and writing through it would write a file the site does not name; point
 proxy.env_file (or --env-file) at the target instead."""
 
 
@@ -181,8 +182,12 @@ def _switch(args: argparse.Namespace, site: Site, env: Path, current: str) -> in
         try:
             held.enter_context(switch_locks(env, local_lock_dir(site.root), nodes,
                                             Owner(command=LANE_SWITCH), _note))
-        except (LockHeld, NodeLockError) as exc:
+        except LockHeld as exc:
             print(f"{done}: REFUSED: {shown(exc)}; {shown(env)} untouched")
+            return 1
+        except NodeLockError as exc:
+            print(f"{done}: REFUSED: {shown(exc)} (a node whose lock cannot be taken is never switched "
+                  f"onto: an apply may be rebooting it); {shown(env)} untouched")
             return 1
         except OSError as exc:  # a lock file that cannot be used (a link planted there, a full disk)
             print(f"sparkbase: cannot take the switch's locks: {shown(exc)}", file=sys.stderr)
@@ -206,10 +211,12 @@ def _switch_locked(args: argparse.Namespace, site: Site, env: Path, target: str,
 
     assert site.rules.proxy is not None
     key = site.rules.proxy.key
-    try:
-        current = active_lane(read_env(env), key, env)  # read again now that no other switch runs
+    try:  # read again now that no other switch runs; a link is refused before the pre-flight
+        current = active_lane(read_env(env, follow=False), key, env)
     except ProxyEnvError as exc:
         print(f"sparkbase: {shown(exc)}", file=sys.stderr)
+        print(f"lane switch -> {shown(target)}: not done; {shown(env)} untouched, nothing recorded",
+              file=sys.stderr)
         return 2
     lines, blocked = _preflight_lines(args, site, target)
     for line in lines:

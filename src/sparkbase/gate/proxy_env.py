@@ -12,7 +12,7 @@ switch); writing through it would rewrite a file the site does not name, whereve
 person able to change the link points it; and the switch lock beside the `.env`
 (`switch_lock_path`) guards the name the site gives, so two names for one file would
 hold two locks. Point `proxy.env_file` (or `--env-file`) at the target instead. Reading
-(`read_env`, for `lane status`) follows a link; anything but a regular file is refused.
+for `lane status` (`read_env`) follows a link; anything but a regular file is refused.
 """
 
 from __future__ import annotations
@@ -56,10 +56,10 @@ def _unquoted(raw: bytes) -> str:
     return value.split(" #", 1)[0].strip()
 
 
-def read_env(path: Path) -> bytes:
-    """The .env's bytes (bounded, a regular file, through a link); `ProxyEnvError` when it
-    cannot be read."""
-    return _read(path, follow=True)[0]
+def read_env(path: Path, *, follow: bool = True) -> bytes:
+    """The .env's bytes (bounded, a regular file; through a link unless `follow=False`,
+    which refuses one as `switch_line` does); `ProxyEnvError` when it cannot be read."""
+    return _read(path, follow=follow)[0]
 
 
 def _read(path: Path, *, follow: bool) -> tuple[bytes, os.stat_result]:
