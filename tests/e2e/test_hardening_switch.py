@@ -11,7 +11,9 @@ overlap below is certain, not a matter of timing:
    local lock of this site; the node lock on spark3 of an apply from another machine) is
    refused naming the holder, and takes nothing with it;
 3. while a switch is in its pre-flight, an apply on a node of the lane (same site: the
-   local lock; another site copy: the node lock) is refused naming the switch.
+   local lock; another site copy: the node lock) is refused naming the switch;
+4. a node of the lane that cannot be reached for its lock (as while an apply reboots it)
+   refuses the switch.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from fleets import NODES, Fleet, copy_site, fleet_for_module
 from ports import port_base
 
 from sparkbase.deploy.locks import Owner, local_lock_dir, local_locks
-from sparkbase.lab import lanes
+from sparkbase.lab import faults, lanes
 from sparkbase.model.site import load_site
 
 pytestmark = pytest.mark.end_to_end
@@ -217,4 +219,27 @@ def test_an_apply_cannot_start_on_a_node_of_the_lane_while_a_switch_runs(
         f"pid {switch.pid} since "
     ), spark2["message"]
     assert [r["lane"] for r in _records(log)] == ["dsv41-flash"]
+    assert all(_node_lock(fleet, node) is None for node in NODES)
+
+
+def test_a_switch_onto_a_node_that_cannot_be_reached_for_its_lock_is_refused(
+    fleet: Fleet, env: Path, log: Path
+) -> None:
+    """A node an apply is rebooting shows no lock from another machine (its /run is gone):
+    a switch that cannot ask a node of the lane does not go ahead."""
+    before = env.read_bytes()
+    faults.inject(fleet.lab, "spark4", "unreachable")
+    try:
+        refused = subprocess.run(_switch_argv(fleet, "dsv41-flash"), capture_output=True, text=True,
+                                 timeout=300, check=False)
+    finally:
+        faults.clear(fleet.lab, "spark4", "unreachable")
+        fleet.wait_ssh("spark4")
+    said = refused.stdout + refused.stderr
+    assert refused.returncode == 1, said
+    refusal = "lane switch glm-fp8 -> dsv41-flash: REFUSED: spark4: cannot take the node lock: "
+    assert refusal in refused.stdout, said
+    assert "never switched onto: an apply may be rebooting it" in refused.stdout, said
+    assert env.read_bytes() == before
+    assert _records(log) == []
     assert all(_node_lock(fleet, node) is None for node in NODES)
