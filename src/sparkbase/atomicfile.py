@@ -5,7 +5,10 @@ the proxy's `.env`, a captured baseline, an audit report, the starter site, the 
 state) goes through `write_atomic`: a temporary file in the same directory (so the rename
 never crosses a file system), the data, `fsync`, the final mode, `os.replace` over the
 target, then `fsync` of the directory so the rename itself survives a power cut (pipx's
-`pipx_metadata_file.py` does the same: temp file, then replace). `create_atomic` creates a
+`pipx_metadata_file.py` does the same: temp file, then replace). A file rewritten for
+someone else (the proxy's `.env`, read by the proxy's user) keeps its owner and group:
+`owner=(uid, gid)` gives them to the temporary file before the rename, so the new file is
+never, even for a moment, root's. `create_atomic` creates a
 file only where nothing is (the starter site's new files): the same temporary file, then a
 hard link in place of the rename, which fails on anything already there.
 
@@ -24,16 +27,18 @@ from pathlib import Path
 
 
 def write_atomic(path: str | os.PathLike[str], data: bytes | str, mode: int = 0o644,
-                 *, durable: bool = True) -> None:
+                 *, durable: bool = True, owner: tuple[int, int] | None = None) -> None:
     """Replace `path` with `data` (str is written as UTF-8) at permission bits `mode`.
 
     The parent directory is created when missing. A symlink at `path` is replaced, not
     followed. On any error the temporary file is removed and `path` is left as it was.
     `durable=False` skips both fsyncs: still atomic for readers, but a crash may lose the
     write; only for scratch state that is rebuilt from scratch (the emulated fleet's images).
+    `owner=(uid, gid)`: the new file's owner and group (PermissionError, nothing replaced,
+    when this process may not give them).
     """
     target = Path(path)
-    temp = _written_temp(target, data, mode, durable)
+    temp = _written_temp(target, data, mode, durable, owner)
     try:
         os.replace(temp, target)
     except BaseException:
@@ -43,9 +48,11 @@ def write_atomic(path: str | os.PathLike[str], data: bytes | str, mode: int = 0o
         fsync_directory(target.parent)
 
 
-def _written_temp(target: Path, data: bytes | str, mode: int, durable: bool) -> Path:
+def _written_temp(target: Path, data: bytes | str, mode: int, durable: bool,
+                  owner: tuple[int, int] | None = None) -> Path:
     """A temporary file beside `target` (its directory created when missing) holding `data`
-    (str as UTF-8) at `mode`, fsynced when `durable`; removed again when writing it fails."""
+    (str as UTF-8) at `mode` (and `owner`'s uid and gid), fsynced when `durable`; removed
+    again when writing it fails."""
     target.parent.mkdir(parents=True, exist_ok=True)
     payload = data.encode("utf-8") if isinstance(data, str) else data
     fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
@@ -54,6 +61,8 @@ def _written_temp(target: Path, data: bytes | str, mode: int, durable: bool) -> 
         with os.fdopen(fd, "wb") as handle:
             handle.write(payload)
             handle.flush()
+            if owner is not None:  # before the mode: a chown may clear set-id bits
+                os.fchown(handle.fileno(), *owner)
             os.fchmod(handle.fileno(), mode)
             if durable:
                 os.fsync(handle.fileno())

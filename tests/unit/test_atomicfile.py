@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -167,3 +171,65 @@ def test_create_without_hard_links_still_never_overwrites(
     assert not atomicfile.create_atomic(tmp_path / "new", "other")
     assert (tmp_path / "new").read_text() == "data"
     assert _names(tmp_path) == ["new"]
+
+
+def _require_root() -> None:
+    if os.geteuid() != 0:
+        pytest.fail("giving a file to another user needs root: run this test as root")
+
+
+def test_the_owner_and_group_are_given_before_the_rename(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file rewritten for another user (the proxy's .env) is theirs from the moment it
+    appears: the temporary file is chowned before the rename, and the set-gid bit asked
+    for survives the chown."""
+    _require_root()
+    target = tmp_path / "file"
+    seen: list[tuple[int, int, int]] = []
+    real_replace = os.replace
+
+    def replace(src: str, dst: str) -> None:
+        info = os.stat(src)
+        seen.append((info.st_uid, info.st_gid, info.st_mode & 0o7777))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    write_atomic(target, "data", 0o2640, owner=(4321, 4322))
+    info = target.stat()
+    assert (info.st_uid, info.st_gid, info.st_mode & 0o7777) == (4321, 4322, 0o2640)
+    assert seen == [(4321, 4322, 0o2640)]
+
+
+@pytest.fixture
+def open_dir() -> Iterator[Path]:
+    """A directory an ordinary user can reach (pytest's own tree is root's alone)."""
+    directory = Path(tempfile.mkdtemp(prefix="sparkbase-test-"))
+    try:
+        yield directory
+    finally:
+        shutil.rmtree(directory)
+
+
+def test_an_owner_that_cannot_be_given_leaves_the_old_file(open_dir: Path) -> None:
+    """In a child that dropped root, giving the file to someone else fails: nothing replaced,
+    no temporary file left."""
+    _require_root()
+    target = open_dir / "file"
+    target.write_text("old")
+    os.chown(open_dir, 4321, 4321)
+    pid = os.fork()
+    if pid == 0:  # the child: an ordinary user who may write the directory
+        code = 1
+        try:
+            os.setgid(4321)
+            os.setuid(4321)
+            try:
+                write_atomic(target, "new", 0o644, owner=(0, 0))
+            except PermissionError as exc:
+                code = 0 if exc.errno == errno.EPERM else 2  # the chown, not the way in (EACCES)
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert target.read_text() == "old"
+    assert _names(open_dir) == ["file"]

@@ -5,16 +5,19 @@ pre-flight, runtime checks included (what its serving processes load); then it s
 lane's own metrics endpoint on each node (`runtime.metrics`; in the lab, the stand-in's
 loopback port) and shows what the session-load trigger reads there (running requests, KV
 cache in use, long sessions), or why a node could not be scraped. The scrape informs; it
-does not change the verdict. `switch LANE` runs
-LANE's pre-flight and, only when it qualifies (or `--override REASON` is given and the lane
-is enabled), rewrites the one `KEY=` line of the `.env` atomically, every other byte kept,
-and records who/when/from/to in the override log (kind `lane-switch`). A refused switch
-leaves the `.env` untouched. Exit 0 done/qualified, 1 refused, 2 bad configuration.
+does not change the verdict. `switch LANE` takes its locks (`lane switch --help`), runs LANE's
+pre-flight and, only when it qualifies (or `--override REASON` is given and the lane is
+enabled), rewrites the one `KEY=` line of the `.env` atomically (every other byte, the
+owner, group and mode kept), then records who/when/from/to in the override log (kind
+`lane-switch`). A refused switch leaves the `.env` untouched and records nothing. Exit 0
+done/qualified, 1 refused (or switched but not recorded: the message says so), 2 bad
+configuration.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,6 +32,23 @@ from sparkbase.cli.common import (
 
 if TYPE_CHECKING:
     from sparkbase.model.site import Site
+    from sparkbase.policy.overrides import OverrideRecord
+    from sparkbase.transport import SshTarget
+
+#: `lane switch --help`: what it holds while it works, and what it does with a linked .env
+SWITCH_HELP = """\
+Point the proxy at LANE through the pre-flight gate. While it runs, the switch holds the
+locks apply holds on every node of LANE (the local lock in <site>/.sparkbase/locks and the
+node lock /run/sparkbase/apply.lock), and a switch lock of its own beside the .env
+(.ENVNAME.sparkbase-switch.lock): a switch refuses, naming the holder's user, host and pid,
+while an apply or another switch runs on any node of LANE, and no apply starts on them
+until the switch is done. The .env is written first (atomically, keeping its owner, group
+and mode) and the switch recorded in the override log after: a failed write records
+nothing; a switch that could not be recorded is reported with exit 1. A node of LANE that
+cannot be reached for its lock refuses the switch. A .env that is a symbolic link is
+refused (exit 2), naming its target, and left as it is: the atomic rename would replace the
+link, and writing through it would write a file the site does not name; point
+proxy.env_file (or --env-file) at the target instead."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,7 +59,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.allow_abbrev = False
     sub = parser.add_subparsers(dest="lane_command", required=True, metavar="{status,switch}")
     status = sub.add_parser("status", help="the active lane (from the proxy's .env) and its checks")
-    switch = sub.add_parser("switch", help="point the proxy at LANE, through the pre-flight gate")
+    switch = sub.add_parser("switch", help="point the proxy at LANE, through the pre-flight gate",
+                            description=SWITCH_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     switch.add_argument("lane", help="lane name (lanes/NAME.yaml)")
     switch.add_argument("--override", metavar="REASON", default=None,
                         help="switch despite pre-flight refusals (never to a disabled lane); recorded")
@@ -90,13 +111,18 @@ def run(args: argparse.Namespace) -> int:
 
 def _preflight_lines(args: argparse.Namespace, site: Site, lane: str) -> tuple[list[str], bool]:
     """The pre-flight's refusal lines and whether any cannot be overridden."""
-    from sparkbase.cli.common import lab_path
     from sparkbase.gate.preflight import preflight
     from sparkbase.gate.view import view_of
+
+    result = preflight(view_of(site), lane, _targets(args, site), args.parallel)
+    return [refusal.line() for refusal in result.refusals], bool(result.blocking_override)
+
+
+def _targets(args: argparse.Namespace, site: Site) -> dict[str, SshTarget]:
+    from sparkbase.cli.common import lab_path
     from sparkbase.transport import ssh_targets
 
-    result = preflight(view_of(site), lane, ssh_targets(site, lab_path(args)), args.parallel)
-    return [refusal.line() for refusal in result.refusals], bool(result.blocking_override)
+    return ssh_targets(site, lab_path(args))
 
 
 def _status(args: argparse.Namespace, site: Site, current: str) -> int:
@@ -143,18 +169,55 @@ def _metrics_lines(args: argparse.Namespace, site: Site, lane: str) -> list[str]
 
 
 def _switch(args: argparse.Namespace, site: Site, env: Path, current: str) -> int:
-    from sparkbase.gate.proxy_env import ProxyEnvError, switch_line
-    from sparkbase.policy.overrides import (
-        OverrideLogError,
-        RecordKind,
-        append_record,
-        log_path,
-        new_record,
-    )
+    from sparkbase.deploy.locks import LANE_SWITCH, LockHeld, NodeLockError, Owner, local_lock_dir
+    from sparkbase.gate.switch import switch_locks
     from sparkbase.text import shown
 
     target = lane_or_exit(site, args.lane)
     reason = reason_or_exit(args.override, "--override")
+    targets = _targets(args, site)
+    nodes = {node: targets[node] for node in site.lanes[target].nodes}
+    done = f"lane switch {shown(current)} -> {shown(target)}"
+    with contextlib.ExitStack() as held:
+        try:
+            held.enter_context(switch_locks(env, local_lock_dir(site.root), nodes,
+                                            Owner(command=LANE_SWITCH), _note))
+        except LockHeld as exc:
+            print(f"{done}: REFUSED: {shown(exc)}; {shown(env)} untouched")
+            return 1
+        except NodeLockError as exc:
+            print(f"{done}: REFUSED: {shown(exc)} (a node whose lock cannot be taken is never switched "
+                  f"onto: an apply may be rebooting it); {shown(env)} untouched")
+            return 1
+        except OSError as exc:  # a lock file that cannot be used (a link planted there, a full disk)
+            print(f"sparkbase: cannot take the switch's locks: {shown(exc)}", file=sys.stderr)
+            print(f"{done}: not done; {shown(env)} untouched", file=sys.stderr)
+            return 1
+        return _switch_locked(args, site, env, target, reason)
+
+
+def _note(line: str) -> None:
+    from sparkbase.text import shown
+
+    print(f"sparkbase: {shown(line)}", file=sys.stderr)
+
+
+def _switch_locked(args: argparse.Namespace, site: Site, env: Path, target: str, reason: str | None) -> int:
+    """The switch with its locks held: the pre-flight, then the write and the record."""
+    from sparkbase.gate.proxy_env import ProxyEnvError, active_lane, read_env
+    from sparkbase.gate.switch import SwitchNotRecorded, write_then_record
+    from sparkbase.policy.overrides import OverrideLogError, RecordKind, log_path, new_record
+    from sparkbase.text import shown
+
+    assert site.rules.proxy is not None
+    key = site.rules.proxy.key
+    try:  # read again now that no other switch runs; a link is refused before the pre-flight
+        current = active_lane(read_env(env, follow=False), key, env)
+    except ProxyEnvError as exc:
+        print(f"sparkbase: {shown(exc)}", file=sys.stderr)
+        print(f"lane switch -> {shown(target)}: not done; {shown(env)} untouched, nothing recorded",
+              file=sys.stderr)
+        return 2
     lines, blocked = _preflight_lines(args, site, target)
     for line in lines:
         print(line)
@@ -163,18 +226,27 @@ def _switch(args: argparse.Namespace, site: Site, env: Path, current: str) -> in
         print(f"lane switch {shown(current)} -> {shown(target)}: REFUSED ({len(lines)} reason(s)){why}; "
               f"{shown(env)} untouched")
         return 1
-    assert site.rules.proxy is not None
     lane = site.lanes[target]
     said = reason if reason is not None else "pre-flight qualified"
-    record = new_record(RecordKind.LANE_SWITCH, said, lane=target, switched_from=current,
-                        baseline=lane.baseline, nodes=list(lane.nodes), refusals=lines)
+
+    def record_for(before: str) -> OverrideRecord:
+        return new_record(RecordKind.LANE_SWITCH, said, lane=target, switched_from=before,
+                          baseline=lane.baseline, nodes=list(lane.nodes), refusals=lines)
+
+    log = args.log or log_path(site.root)
     try:
-        append_record(args.log or log_path(site.root), record)
-        before = switch_line(env, site.rules.proxy.key, target)
-    except (OverrideLogError, ProxyEnvError, OSError) as exc:
+        record = write_then_record(env, key, target, log, record_for)
+    except SwitchNotRecorded as exc:
         print(f"sparkbase: {shown(exc)}", file=sys.stderr)
-        print(f"lane switch {shown(current)} -> {shown(target)}: not done", file=sys.stderr)
+        print(f"lane switch {shown(exc.before)} -> {shown(target)}: DONE BUT NOT RECORDED: the proxy now "
+              f"serves {shown(target)}; record this switch by hand", file=sys.stderr)
+        return 1
+    except (OverrideLogError, ProxyEnvError) as exc:
+        print(f"sparkbase: {shown(exc)}", file=sys.stderr)
+        print(f"lane switch {shown(current)} -> {shown(target)}: not done; {shown(env)} untouched, "
+              "nothing recorded", file=sys.stderr)
         return 1
     note = f" OVERRIDDEN ({len(lines)} refusal(s)): \"{shown(reason)}\"" if lines else ""
-    print(f"lane switch {shown(before)} -> {shown(target)}: done{note} (recorded by {shown(record.who)})")
+    print(f"lane switch {shown(record.switched_from or '')} -> {shown(target)}: done{note} "
+          f"(recorded by {shown(record.who)})")
     return 0

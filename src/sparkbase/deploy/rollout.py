@@ -13,7 +13,7 @@ import shlex
 import uuid
 
 from sparkbase.deploy.drain import Drain, RebootGate, is_active_command, parse_is_active, stop_command
-from sparkbase.deploy.locks import LockHeld, Owner, local_locks
+from sparkbase.deploy.locks import LockHeld, Owner, local_lock_dir, local_locks
 from sparkbase.deploy.reboot import boot_mismatches, module_mismatches
 from sparkbase.deploy.results import NodeResult, NodeStatus, Report
 from sparkbase.deploy.session import Options, Session, patch_gevent, reboot_gates, runtimes
@@ -29,7 +29,7 @@ def apply(site: Site, nodes: list[str], options: Options) -> Report:
     owner = Owner()
     report = Report("apply")
     try:
-        with local_locks(site.root / ".sparkbase" / "locks", nodes, owner):
+        with local_locks(local_lock_dir(site.root), nodes, owner):
             _apply_locked(site, nodes, options, owner, report)
     except LockHeld as exc:
         report.notes.append(str(exc))

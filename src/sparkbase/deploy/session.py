@@ -33,16 +33,7 @@ from sparkbase.deploy.drain import (
     running_lanes,
     units_on,
 )
-from sparkbase.deploy.locks import (
-    LockHeld,
-    Owner,
-    describe_owner,
-    parse_acquire,
-    remote_acquire_command,
-    remote_break_command,
-    remote_release_command,
-    stale,
-)
+from sparkbase.deploy.locks import Owner, acquire_node_lock, remote_release_command
 from sparkbase.deploy.reboot import reboot_reasons
 from sparkbase.deploy.results import NodeResult, NodeStatus, OpResult, Report
 from sparkbase.deploy.steps import MokFiles, Step, build_steps
@@ -161,17 +152,7 @@ class Session:
 
     def lock(self, node: str) -> None:
         """Take the node lock or raise LockHeld; break a stale one (its owner here is gone)."""
-        _, lines = self.run(node, remote_acquire_command(self.owner))
-        try:
-            parse_acquire(node, lines)
-        except LockHeld as exc:
-            if not stale(exc.owner):
-                raise
-            self.options.progress(f"{node}: breaking a stale node lock ({describe_owner(exc.owner)}: "
-                                  "that process is gone)")
-            self.run(node, remote_break_command(exc.owner))
-            _, lines = self.run(node, remote_acquire_command(self.owner))
-            parse_acquire(node, lines)
+        acquire_node_lock(node, lambda command: self.run(node, command)[1], self.owner, self.options.progress)
 
     def unlock(self, node: str) -> None:
         """Release the node lock if we hold it (best effort)."""

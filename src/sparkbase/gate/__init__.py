@@ -1,1 +1,3 @@
-"""The gate: lane pre-flight (`preflight`), its override log (`overrides`), re-open triggers."""
+"""The gate: lane pre-flight (`preflight`), the proxy's `.env` (`proxy_env`) and the switch
+that rewrites it under its locks (`switch`), re-open triggers (the override log is
+`sparkbase.policy.overrides`)."""

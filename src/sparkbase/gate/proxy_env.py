@@ -2,12 +2,25 @@
 
 `active_lane` and `rewritten` are pure (bytes in, value or bytes out); `switch_line` writes
 the file atomically (a temporary file in the same directory, fsync, then rename over it),
-keeping every other byte of the file as it was, its mode too.
+keeping every other byte of the file as it was, and its owner, group and mode (the proxy
+runs as its own user and must still read it).
+
+A `.env` that is a symbolic link is refused by `switch_line`, naming the link and its
+target, and nothing is written. Deliberately: the rename that makes the write atomic
+replaces the link itself (the proxy, reading the link's target, would never see the
+switch); writing through it would rewrite a file the site does not name, wherever a
+person able to change the link points it; and the switch lock beside the `.env`
+(`switch_lock_path`) guards the name the site gives, so two names for one file would
+hold two locks. Point `proxy.env_file` (or `--env-file`) at the target instead. Reading
+for `lane status` (`read_env`) follows a link; anything but a regular file is refused.
 """
 
 from __future__ import annotations
 
+import errno
+import os
 import re
+import stat
 from pathlib import Path
 
 from sparkbase.atomicfile import write_atomic
@@ -43,16 +56,42 @@ def _unquoted(raw: bytes) -> str:
     return value.split(" #", 1)[0].strip()
 
 
-def read_env(path: Path) -> bytes:
-    """The .env's bytes (bounded); `ProxyEnvError` when it cannot be read."""
+def read_env(path: Path, *, follow: bool = True) -> bytes:
+    """The .env's bytes (bounded, a regular file; through a link unless `follow=False`,
+    which refuses one as `switch_line` does); `ProxyEnvError` when it cannot be read."""
+    return _read(path, follow=follow)[0]
+
+
+def _read(path: Path, *, follow: bool) -> tuple[bytes, os.stat_result]:
+    """The file's bytes and status, read from one descriptor (`follow=False`: a link at
+    `path` is refused, naming its target); `ProxyEnvError` for anything but a regular file."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
     try:
-        with path.open("rb") as handle:
-            data = handle.read(MAX_ENV_BYTES + 1)
+        fd = os.open(path, flags)
     except OSError as exc:
+        if exc.errno == errno.ELOOP and not follow and path.is_symlink():
+            raise ProxyEnvError(_link_refused(path)) from None
         raise ProxyEnvError(f"{path}: cannot read the proxy's .env: {exc.strerror}") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise ProxyEnvError(f"{path}: not a regular file; not a proxy .env")
+    with os.fdopen(fd, "rb") as handle:
+        data = handle.read(MAX_ENV_BYTES + 1)
     if len(data) > MAX_ENV_BYTES:
         raise ProxyEnvError(f"{path}: larger than {MAX_ENV_BYTES} bytes; not a proxy .env")
-    return data
+    return data, info
+
+
+def _link_refused(path: Path) -> str:
+    try:
+        target = os.readlink(path)
+    except OSError:
+        target = "?"
+    return (f"{path}: is a symbolic link to {target}; refused, nothing was changed (a switch "
+            "renames a new file over the .env, which would replace the link, and never writes "
+            "a file the site does not name): point proxy.env_file or --env-file at "
+            f"{path.parent / target}")
 
 
 def active_lane(data: bytes, key: str, path: Path) -> str:
@@ -67,9 +106,23 @@ def rewritten(data: bytes, key: str, lane: str, path: Path) -> bytes:
 
 
 def switch_line(path: Path, key: str, lane: str) -> str:
-    """Rewrite the .env so `KEY=lane`, atomically; the lane it named before."""
-    data = read_env(path)
+    """Rewrite the .env so `KEY=lane`, atomically, keeping its owner, group and mode; the
+    lane it named before. A link at `path` is refused (see the module's docstring)."""
+    data, info = _read(path, follow=False)
     before = active_lane(data, key, path)
     new = rewritten(data, key, lane, path)
-    write_atomic(path, new, mode=path.stat().st_mode & 0o7777)
+    try:
+        write_atomic(path, new, mode=stat.S_IMODE(info.st_mode), owner=(info.st_uid, info.st_gid))
+    except OSError as exc:
+        hint = ""
+        if exc.errno == errno.EPERM:
+            hint = (f" (the file belongs to uid {info.st_uid}, gid {info.st_gid}: only root or its "
+                    "owner can write it keeping them)")
+        raise ProxyEnvError(f"{path}: cannot rewrite the proxy's .env: {exc.strerror}{hint}; "
+                            "it was left as it was") from None
     return before
+
+
+def switch_lock_path(path: Path) -> Path:
+    """The lane switch's own lock, beside the .env it guards (whichever site switches it)."""
+    return path.parent / f".{path.name}.sparkbase-switch.lock"

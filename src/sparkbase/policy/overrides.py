@@ -10,7 +10,10 @@ writer (`append_record`) for all of them:
   O_NONBLOCK so a FIFO planted there is refused rather than waited on), a symlinked
   `.sparkbase` directory or a log that is not a regular file is refused;
 - each record is one `write` followed by `fsync`, so concurrent appends never interleave
-  and earlier lines are never touched.
+  and earlier lines are never touched;
+- a caller that must record only what it did (a lane switch records after the `.env` is
+  written) opens the log first (`open_log`: a log that cannot be used refuses before
+  anything changes) and appends through the open writer afterwards.
 
 Readers (`read_log`) also accept format 2 (the same without `from`) and the two format-1
 shapes written before (preflight's `time/user/failures`, apply's `who/when/breaches`).
@@ -18,11 +21,13 @@ shapes written before (preflight's `time/user/failures`, apply's `who/when/breac
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import json
 import os
 import socket
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -146,7 +151,36 @@ def append_record(log: Path, record: OverrideRecord) -> None:
     Neither the directory's last component nor the log may be a symbolic link, and the log
     must be a regular file: `OverrideLogError` otherwise, with nothing written.
     """
-    line = (json.dumps(record.to_json(), sort_keys=True, ensure_ascii=True) + "\n").encode()
+    with open_log(log) as writer:
+        writer.append(record)
+
+
+class LogWriter:
+    """An override log opened for appending (`open_log`)."""
+
+    def __init__(self, log: Path, fd: int) -> None:
+        self.log = log
+        self._fd = fd
+
+    def append(self, record: OverrideRecord) -> None:
+        """Write `record` as one line and fsync it; `OverrideLogError` when it cannot be."""
+        line = (json.dumps(record.to_json(), sort_keys=True, ensure_ascii=True) + "\n").encode()
+        try:
+            written = os.write(self._fd, line)
+            if written != len(line):
+                raise OverrideLogError(f"{self.log}: short write ({written} of {len(line)} bytes)")
+            os.fsync(self._fd)
+        except OverrideLogError:
+            raise
+        except OSError as exc:
+            raise OverrideLogError(f"{self.log}: cannot write the override log: {exc.strerror}") from None
+
+
+@contextlib.contextmanager
+def open_log(log: Path) -> Iterator[LogWriter]:
+    """`log` open for appending, created (and its directory) if needed; `OverrideLogError`,
+    with nothing written, for a link at the directory's last component or the log, or a log
+    that is not a regular file."""
     directory = _open_directory(log.parent)
     try:
         try:
@@ -163,14 +197,7 @@ def append_record(log: Path, record: OverrideRecord) -> None:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OverrideLogError(f"{log}: the override log is not a regular file; nothing was written")
-        written = os.write(fd, line)
-        if written != len(line):
-            raise OverrideLogError(f"{log}: short write ({written} of {len(line)} bytes)")
-        os.fsync(fd)
-    except OverrideLogError:
-        raise
-    except OSError as exc:
-        raise OverrideLogError(f"{log}: cannot write the override log: {exc.strerror}") from None
+        yield LogWriter(log, fd)
     finally:
         os.close(fd)
 
