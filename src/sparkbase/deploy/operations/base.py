@@ -127,6 +127,14 @@ def guard(path: str) -> str:
     return f"if [ -L {p} ] || {{ [ -e {p} ] && [ ! -f {p} ]; }}; then echo {message} >&2; exit 1; fi"
 
 
+def guard_directory(path: str) -> str:
+    """Shell: exit 1 with a message when `path` is a symbolic link or exists and is not a
+    directory (`install -d` would otherwise change the mode of a link's target)."""
+    p = shlex.quote(path)
+    message = shlex.quote(f"sparkbase: {path} is a symbolic link or not a directory: nothing written")
+    return f"if [ -L {p} ] || {{ [ -e {p} ] && [ ! -d {p} ]; }}; then echo {message} >&2; exit 1; fi"
+
+
 def atomic_upload(src: Any, path: str, mode: int, sha256: str | None) -> Any:
     """Upload `src` into a private directory made beside `path` (`mkdir` fails when anything
     is at its random name, and nobody else can add to it), check it, set its mode, then
