@@ -139,10 +139,12 @@ def atomic_upload(src: Any, path: str, mode: int, sha256: str | None) -> Any:
     """Upload `src` into a private directory made beside `path` (`mkdir` fails when anything
     is at its random name, and nobody else can add to it), check it, set its mode, then
     rename it over `path` with `mv -T` (a directory there never swallows it), only while
-    `path` is nothing or a regular file (`guard`); nothing here follows a link."""
+    `path` is nothing or a regular file (`guard`); nothing here follows a link. What earlier,
+    interrupted uploads left beside `path` is removed first."""
     temp = temp_dir(path)
     new = f"{temp}/{TEMP_NAME}"
     yield StringCommand(guard(path))
+    yield remove_leftovers(path)
     yield cmd("mkdir", "-m", "700", "--", temp)
     yield FileUploadCommand(src, new)
     if sha256 is not None:

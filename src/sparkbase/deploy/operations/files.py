@@ -92,8 +92,6 @@ def file(path: str, content: str, mode: int, sha256: str, secret: bool = False, 
             logger.info("    %s", line.rstrip("\n"))
     if current is None:
         yield cmd("mkdir", "-p", "--", posixpath.dirname(path))
-    else:
-        yield from _leftover(path, current.leftover)
     yield from atomic_upload(BytesIO(content.encode()), path, mode, sha256)
     yield from _record_written(path, sha256, baseline, existed=current is not None)
 
@@ -114,8 +112,6 @@ def upload(path: str, local: str, mode: int, sha256: str, baseline: str = "") ->
     refuse_unless_writable(path, current)
     if (yield from _content_in_place(path, current, sha256, mode, f"{path} is in place (mode {mode:o})")):
         return
-    if current is not None:
-        yield from _leftover(path, current.leftover)
     yield from atomic_upload(local, path, mode, sha256)
     yield from _record_written(path, sha256, baseline, existed=current is not None)
 
