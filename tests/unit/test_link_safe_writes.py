@@ -32,6 +32,7 @@ from pyinfra.api.exceptions import OperationError
 from pyinfra.api.inventory import Inventory
 from pyinfra.api.state import State
 from pyinfra.context import ctx_host, ctx_state
+from pyinfra.facts.files import Directory
 
 from sparkbase.deploy.facts import (
     LEFTOVER,
@@ -39,6 +40,8 @@ from sparkbase.deploy.facts import (
     MISSING,
     OTHER,
     TEMP_SUFFIX,
+    TEXT_FOLLOWS,
+    UNREAD,
     FileInfo,
     FileState,
     FileText,
@@ -47,7 +50,7 @@ from sparkbase.deploy.facts import (
 )
 from sparkbase.deploy.operations import NotSparkbases, atomic_upload, decide_swap_file
 from sparkbase.deploy.operations.base import refusal
-from sparkbase.deploy.operations.files import file, upload
+from sparkbase.deploy.operations.files import directory, file, upload
 from sparkbase.deploy.operations.fstab import exact_text
 from sparkbase.deploy.ownership_fact import NOT_A_FILE, OwnedRecord, parse_owned
 from sparkbase.policy.ownership import OWNERSHIP_DIR, OwnershipRecord, RecordUnreadable
@@ -229,6 +232,19 @@ def test_a_refused_write_yields_no_command_and_records_nothing(found: FileInfo, 
     with pytest.raises(OperationError, match=r"^/etc/nccl\.conf is a"):
         _run_op(op, {FileState: found, OwnedRecord: OwnershipRecord()}, path="/etc/nccl.conf", mode=0o644,
                 sha256=SHA, baseline="site", **kwargs)
+
+
+def test_a_link_or_file_where_a_directory_belongs_is_refused_and_not_recorded() -> None:
+    """pyinfra's `Directory` fact answers False for a link (or a file) there: `install -d`
+    would change the mode of the link's target, and the record would claim it."""
+    with pytest.raises(OperationError, match="/var/lib/shim-signed/mok exists and is not a directory"):
+        _run_op(directory, {Directory: False, OwnedRecord: OwnershipRecord()},
+                path="/var/lib/shim-signed/mok", mode=0o700, baseline="site")
+
+
+def test_a_read_that_met_a_link_after_the_test_gives_no_text() -> None:
+    assert FileText().process([TEXT_FOLLOWS, UNREAD]) is None
+    assert FileText().process([LINK, base64.b64encode(b"/etc/shadow").decode()]) is None
 
 
 def test_a_new_file_is_recorded_only_after_it_is_moved_into_place() -> None:
