@@ -105,8 +105,9 @@ def file_asks(path: str, **_: Any) -> list[Ask]:
 def upload(path: str, local: str, mode: int, sha256: str, baseline: str = "") -> Any:
     """Operator file `local` lands at `path` with `mode`; never diffed or printed.
 
-    Used for the MOK key pair: the temp file sits in the (0700) target directory, and its
-    mode is set before the rename, so the key is never readable by others, even briefly.
+    Used for the MOK key pair: the temp file sits in its own 0700 directory inside the (0700)
+    target directory, and its mode is set before the rename, so the key is never readable by
+    others, even briefly. What is not a regular file at `path` is refused, as by `file`.
     """
     current = fact(FileState, path=path)
     refuse_unless_writable(path, current)
