@@ -34,6 +34,7 @@ from pyinfra.api.state import State
 from pyinfra.context import ctx_host, ctx_state
 from pyinfra.facts.files import Directory
 
+from sparkbase.deploy.fact_batch import Ask, FactBatch
 from sparkbase.deploy.facts import (
     LEFTOVER,
     LINK,
@@ -337,3 +338,20 @@ def test_mv_t_never_moves_into_a_directory_even_past_the_guard(local: Any, tmp_p
     assert move.startswith("mv -T ")
     assert not local.run_shell_command(StringCommand(move))[0]
     assert list(target.iterdir()) == [] and new.exists()
+
+
+def test_the_reads_still_work_in_one_batched_round_trip(local: Any, tmp_path: Path, secret: Path) -> None:
+    """`FileText` and `FileState` read by the fact batch (one round trip, each fenced), as
+    `plan` reads them: the link is reported, its target never read."""
+    (tmp_path / "reg").write_text(CONTENT)
+    (tmp_path / "link").symlink_to(secret)
+    (tmp_path / "dir").mkdir()
+    names = ("reg", "link", "dir", "none")
+    asks = [Ask.of(cls, path=str(tmp_path / name)) for cls in (FileText, FileState) for name in names]
+    found = local.get_fact(FactBatch, asks=asks)
+    assert not found.unanswered
+    answers = [found.values[ask.key()] for ask in asks]
+    assert answers[:4] == [CONTENT, None, None, None]
+    kinds = [Found.REGULAR, Found.SYMLINK, Found.DIRECTORY, None]
+    assert [info.found if info else None for info in answers[4:]] == kinds
+    assert answers[5].detail == str(secret)
