@@ -148,7 +148,7 @@ def test_sshd_killed_mid_apply_stops_that_node_only_and_a_rerun_converges(
     # the old file is whole; the upload sits beside it, never over it
     fleet.normal_upload_check("spark3")
     assert fleet.sh("spark3", f"cat {NCCL}") == old
-    assert fleet.lab.run("spark3", f"test -e {NCCL}.sparkbase-new")[0] == 0
+    assert fleet.lab.run("spark3", f"ls -d {NCCL}.sparkbase-new.*")[0] == 0
     assert _sha(fleet, "spark1", NCCL) == _rendered_sha(fleet, "spark1", NCCL)
 
     rerun = fleet.sparkbase("apply", "--yes", "--json")

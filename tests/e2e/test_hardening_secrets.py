@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fleets import NODES, VARIANT_KERNEL, Fleet, fleet_for_module
+from fleets import NODES, SLOW_CHECK_PATH, VARIANT_KERNEL, Fleet, fleet_for_module
 from ports import port_base
 
 from sparkbase.deploy.assign import with_assignment
@@ -33,6 +33,17 @@ PORT_BASE = port_base("SPARKBASE_TEST_HARDENING_SECRETS_PORT_BASE", 2821)
 KEY_PATH = "/var/lib/shim-signed/mok/MOK.priv"
 VARIANT = "ds41f-7x-64k"
 OVERRIDE = ("--override-policy", "e2e: hardening secrets")
+
+#: spark3's `sha256sum`: the upload check of the key fails, every other call is the real one
+FAILING_KEY_CHECK = """#!/bin/sh
+if [ "$1" = "-c" ]; then
+  line=$(cat)
+  case "$line" in *MOK.priv*) exit 1;; esac
+  printf '%s\\n' "$line" | /usr/bin/sha256sum "$@"
+  exit $?
+fi
+exec /usr/bin/sha256sum "$@"
+"""
 
 RUN_LOGGED = """
 import logging, os, sys
@@ -91,13 +102,15 @@ def runs(fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> Outputs:
     move = ("--limit", "spark2", "--baseline", VARIANT)
     assert run_logged(fleet, outputs, "plan", *move).returncode == 1
     assert run_logged(fleet, outputs, "plan", *move, "--json").returncode == 1
-    # a key upload that fails: the temp path is a directory on spark3
-    fleet.sh("spark3", f"install -d -m 700 {Path(KEY_PATH).parent} && mkdir {KEY_PATH}.sparkbase-new")
+    # a key upload that fails: spark3's upload check fails for the key (the key is uploaded;
+    # a temp path can no longer be blocked by planting something there)
+    fleet.sh("spark3", f"cat > {SLOW_CHECK_PATH} && chmod 755 {SLOW_CHECK_PATH}", input=FAILING_KEY_CHECK)
     failed = run_logged(fleet, outputs, "apply", "--limit", "spark3", "--baseline", VARIANT, *OVERRIDE,
                         "--yes")
+    fleet.sh("spark3", f"rm -f {SLOW_CHECK_PATH}")
     assert failed.returncode == 1, failed.stdout + failed.stderr[-3000:]
     assert "spark3" in failed.stdout and "failed" in failed.stdout
-    fleet.sh("spark3", f"rmdir {KEY_PATH}.sparkbase-new")
+    assert "MOK.priv" in failed.stdout, failed.stdout
     done = run_logged(fleet, outputs, "apply", *move, *OVERRIDE, "--allow-reboot", "--yes", "--json")
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     again = run_logged(fleet, outputs, "apply", *move, *OVERRIDE, "--yes")
@@ -159,7 +172,7 @@ def test_every_file_sparkbase_writes_on_a_node_has_its_owner_and_mode(fleet: Fle
     for node in NODES:
         loose = fleet.sh(node, f"find {managed} -perm -o+w ! -type l 2>/dev/null || true").strip()
         assert loose == "", (node, loose)
-        left = fleet.sh(node, f"find {managed} -name '*.sparkbase-new' 2>/dev/null || true").strip()
+        left = fleet.sh(node, f"find {managed} -name '*.sparkbase-new*' 2>/dev/null || true").strip()
         assert left == "" or node == "spark3", (node, left)
 
 

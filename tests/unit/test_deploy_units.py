@@ -153,9 +153,11 @@ def test_dkms_install_decision_judges_the_signature_like_the_audit(
 def test_file_swap_and_sysctl_parsers() -> None:
     assert parse_file_state(["600", "ab" * 32 + "  /x"]) == (0o600, "ab" * 32)
     assert parse_file_state(["__sparkbase_missing__"]) is None
-    swap = swap_file_state(answered({"stat": "17179869184 600\n", "hdr:4096": "..........\n",
+    swap = swap_file_state(answered({"stat": "17179869184 600 regular file\n", "hdr:4096": "..........\n",
                                      "hdr:65536": "SWAPSPACE2\n"}))
-    assert swap == {"size": 17179869184, "header_page_size": 65536, "mode": 0o600}
+    assert swap == {"size": 17179869184, "header_page_size": 65536, "mode": 0o600, "kind": "regular file"}
+    link = swap_file_state(answered({"stat": "11 777 symbolic link\n"}))
+    assert link is not None and link["kind"] == "symbolic link"
     missing = ("stat: cannot statx '/x': No such file or directory", 1)
     assert swap_file_state(answered({"stat": missing})) is None
     assert parse_sysctls(["vm.min_free_kbytes = 1048576", "bad"]) == {"vm.min_free_kbytes": "1048576"}

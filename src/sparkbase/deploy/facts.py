@@ -15,6 +15,7 @@ import base64
 import binascii
 import shlex
 from collections.abc import Callable, Sequence
+from enum import Enum
 from typing import Any, NamedTuple, TypeVar
 
 from pyinfra.api.exceptions import FactProcessError
@@ -94,9 +95,15 @@ def _parsed(section: Section | None, parser: Callable[[str], T], default: T) -> 
 
 # --- files ------------------------------------------------------------------------------
 
-#: where a file is uploaded before it is checked and renamed over the real path
+#: the name every upload's private temp directory starts with, beside the file it replaces
+#: (`<path>.sparkbase-new.<random>`; 0.4.1 and before uploaded to `<path>.sparkbase-new`)
 TEMP_SUFFIX = ".sparkbase-new"
 LEFTOVER = "__sparkbase_leftover__"
+#: the first line of an answer about a symbolic link (its target, base64, follows)
+LINK = "__sparkbase_link__"
+#: the first line of an answer about something that is neither a file nor a link (`stat -c
+#: %F` of it follows)
+OTHER = "__sparkbase_other__"
 
 
 def parse_key_values(lines: list[str]) -> dict[str, str]:
@@ -112,29 +119,82 @@ def parse_file_state(lines: list[str]) -> tuple[int, str] | None:
     return (int(lines[0], 8), digests[0]) if digests else None
 
 
+class Found(Enum):
+    """What is at a path, read without following a symbolic link there."""
+
+    REGULAR = "regular file"
+    SYMLINK = "symbolic link"
+    DIRECTORY = "directory"
+    OTHER = "other"
+
+
 class FileInfo(NamedTuple):
-    """A regular file's mode and sha256, and whether an interrupted upload sits beside it."""
+    """What is at a path: a regular file's mode and sha256, or (`found`) a symbolic link
+    (`detail`: where it points, as text; never followed), a directory or another kind
+    (`detail`: its kind as `stat` names it); and whether an interrupted upload sits beside it."""
 
     mode: int
     sha256: str
     leftover: bool = False
+    found: Found = Found.REGULAR
+    detail: str = ""
+
+    @property
+    def regular(self) -> bool:
+        """Whether a regular file is there (the only thing sparkbase writes over)."""
+        return self.found is Found.REGULAR
+
+
+def _decoded(lines: list[str]) -> str:
+    try:
+        return base64.b64decode("".join(lines), validate=True).decode("utf-8", errors="replace")
+    except binascii.Error:
+        return "?"
 
 
 def parse_file_info(lines: list[str]) -> FileInfo | None:
-    """`FileState` output -> FileInfo; None when the file is missing."""
-    found = parse_file_state([line for line in lines if line != LEFTOVER])
-    if found is None:
+    """`FileState` output -> FileInfo; None when nothing is at the path."""
+    leftover = LEFTOVER in lines
+    lines = [line for line in lines if line != LEFTOVER]
+    if lines[:1] == [LINK]:
+        return FileInfo(0, "", leftover, Found.SYMLINK, _decoded(lines[1:]))
+    if lines[:1] == [OTHER]:
+        kind = " ".join(lines[1:]).strip() or "not a regular file"
+        found = Found.DIRECTORY if kind == "directory" else Found.OTHER
+        return FileInfo(0, "", leftover, found, kind)
+    found_file = parse_file_state(lines)
+    if found_file is None:
         return None
-    return FileInfo(found[0], found[1], LEFTOVER in lines)
+    return FileInfo(found_file[0], found_file[1], leftover)
+
+
+def leftovers_glob(path: str) -> str:
+    """Shell words matching every upload an interrupted run may have left beside `path`
+    (this version's private directories and 0.4.1's fixed name)."""
+    temp = _q(path + TEMP_SUFFIX)
+    return f"{temp} {temp}.*"
+
+
+def what_is_at(path: str, regular: str) -> str:
+    """Shell: print what is at `path` without following a link there (a link: `LINK` and its
+    target in base64; neither file nor link: `OTHER` and its kind; nothing: `MISSING`); for
+    a regular file run `regular` instead."""
+    p_ = _q(path)
+    return (f"if [ -L {p_} ]; then echo {LINK}; readlink -n -- {p_} | base64; "
+            f"elif [ -f {p_} ]; then {regular}; "
+            f"elif [ -e {p_} ]; then echo {OTHER}; stat -c %F -- {p_}; "
+            f"else echo {MISSING}; fi")
 
 
 class FileState(FactBase[FileInfo | None]):
-    """Mode and sha256 of a regular file (and any leftover upload), or None when it does not exist."""
+    """Mode and sha256 of a regular file (and any leftover upload); what else is there when
+    it is not a regular file (a link is never followed); None when nothing is there."""
 
     def command(self, path: str) -> str:
-        p_, temp = _q(path), _q(path + TEMP_SUFFIX)
-        return (f"if [ -f {p_} ]; then stat -c %a {p_}; sha256sum {p_}; else echo {MISSING}; fi; "
-                f"if [ -e {temp} ]; then echo {LEFTOVER}; fi")
+        p_ = _q(path)
+        return (what_is_at(path, f"stat -c %a -- {p_}; sha256sum -- {p_}") + "; "
+                f"for left in {leftovers_glob(path)}; do "
+                f'if [ -e "$left" ] || [ -L "$left" ]; then echo {LEFTOVER}; break; fi; done')
 
     def process(self, output: list[str]) -> FileInfo | None:
         return parse_file_info(output)
@@ -142,6 +202,8 @@ class FileState(FactBase[FileInfo | None]):
 
 #: the first line of `FileText`'s answer for a file that exists (its base64 follows)
 TEXT_FOLLOWS = "__sparkbase_text__"
+#: a line of `FileText`'s answer when the file could not be read without following a link
+UNREAD = "__sparkbase_unread__"
 
 
 def file_text(data: bytes) -> str:
@@ -154,20 +216,25 @@ def file_text(data: bytes) -> str:
 
 
 class FileText(FactBase[str | None]):
-    """A file's text (for diffs of non-secret files, and the one fstab sparkbase edits), or
-    None when it does not exist.
+    """A regular file's text (for diffs of non-secret files, and the one fstab sparkbase
+    edits), or None when no regular file is there: nothing, a symbolic link (never followed:
+    its target's text is never read), a directory or another kind (`FileState` says which).
 
     The node sends the file base64-encoded: paramiko decodes a command's output as strict
     UTF-8, and a file with one byte that is not (a Latin-1 comment) cut pyinfra's reading
     short with a traceback, so `plan` showed an empty diff. Such a byte now reads as U+FFFD,
-    whose text no longer hashes to the file's sha256 (the fstab editor then keeps the file)."""
+    whose text no longer hashes to the file's sha256 (the fstab editor then keeps the file).
+    The file is opened with O_NOFOLLOW (`dd iflag=nofollow`): a link put there after the
+    `[ -L ]` test fails the read (`UNREAD`) instead of being read through."""
 
     def command(self, path: str) -> str:
         p_ = _q(path)
-        return f"if [ -f {p_} ]; then echo {TEXT_FOLLOWS} && base64 -- {p_}; else echo {MISSING}; fi"
+        read = (f"echo {TEXT_FOLLOWS}; {{ {{ dd if={p_} iflag=nofollow,nonblock status=none "
+                f"|| echo {UNREAD} >&3; }} | base64; }} 3>&1")
+        return what_is_at(path, read)
 
     def process(self, output: list[str]) -> str | None:
-        if output == [MISSING]:
+        if output[:1] in ([MISSING], [LINK], [OTHER]) or UNREAD in output:
             return None
         if not output or output[0] != TEXT_FOLLOWS:
             raise FactProcessError(f"FileText: unexpected answer {output[:1]!r}")
@@ -397,18 +464,22 @@ SWAP_PAGE_SIZES = (4096, 16384, 65536)
 
 
 def swap_file_state(found: Sections) -> dict[str, Any] | None:
-    """Size, mode and header page size of a swap file; None when it does not exist."""
+    """Size, mode, header page size and kind (read without following a link) of a swap
+    file; None when it does not exist."""
     stat = found.get("stat")
     if stat is None or stat.status != 0:
         return None
-    words = stat.output.split()
-    if len(words) != 2 or not words[0].isdigit():
+    words = stat.output.split(maxsplit=2)
+    if len(words) < 2 or not words[0].isdigit():
         return None
     probes = {size: probe.output for size in SWAP_PAGE_SIZES if (probe := found.get(f"hdr:{size}"))}
+    kind = words[2].strip() if len(words) == 3 else "regular file"
     return {
         "size": int(words[0]),
         "header_page_size": p.parse_swap_header_probes(probes),
         "mode": int(words[1], 8) if words[1].isdigit() else None,
+        # `stat` never follows a link there: "symbolic link", "directory", "regular file", ...
+        "kind": "regular file" if kind == "regular empty file" else kind,
     }
 
 
@@ -417,7 +488,7 @@ class SwapFile(_Fenced[dict[str, Any] | None]):
 
     def command(self, path: str) -> str:
         return self.fenced([
-            ("stat", _cmd("stat", "-c", "%s %a", path)),
+            ("stat", _cmd("stat", "-c", "%s %a %F", "--", path)),
             *((f"hdr:{size}", header_bytes(path, size)) for size in SWAP_PAGE_SIZES),
         ])
 

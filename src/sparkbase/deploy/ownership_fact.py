@@ -11,10 +11,12 @@ import shlex
 
 from pyinfra.api.facts import FactBase
 
-from sparkbase.policy.ownership import OWNERSHIP_PATH, Entry, OwnershipRecord, parse_record
+from sparkbase.policy.ownership import OWNERSHIP_PATH, Entry, OwnershipRecord, RecordUnreadable, parse_record
 
 #: printed by a fact command when the thing it reads does not exist
 ABSENT = "__sparkbase_absent__"
+#: printed for the record's path when a symbolic link or something not a regular file is there
+NOT_A_FILE = "__sparkbase_not_a_file__"
 #: separates a directory's listing from the sha256 of its files
 HASHES = "__sparkbase_hashes__"
 #: the swap header (format 1) keeps its 16-byte UUID at this offset
@@ -28,6 +30,9 @@ def parse_owned(lines: list[str]) -> OwnershipRecord:
     the file is there but is not a record this sparkbase may use."""
     if lines == [ABSENT]:
         return parse_record(None)
+    if lines == [NOT_A_FILE]:
+        raise RecordUnreadable(f"{OWNERSHIP_PATH} is a symbolic link or not a regular file: sparkbase "
+                               "neither reads through it nor writes over it")
     return parse_record("\n".join(lines))
 
 
@@ -36,7 +41,8 @@ class OwnedRecord(FactBase[OwnershipRecord]):
 
     def command(self) -> str:
         p = shlex.quote(OWNERSHIP_PATH)
-        return f"if [ -f {p} ]; then cat {p}; else echo {ABSENT}; fi"
+        return (f"if [ -L {p} ] || {{ [ -e {p} ] && [ ! -f {p} ]; }}; then echo {NOT_A_FILE}; "
+                f"elif [ -f {p} ]; then cat {p}; else echo {ABSENT}; fi")
 
     def process(self, output: list[str]) -> OwnershipRecord:
         return parse_owned(output)
@@ -56,8 +62,8 @@ class SwapUuid(FactBase[str | None]):
 
     def command(self, path: str) -> str:
         p = shlex.quote(path)
-        return (f"if [ -f {p} ]; then dd if={p} bs=1 skip={SWAP_UUID_OFFSET} count=16 2>/dev/null "
-                f"| od -An -tx1; fi")
+        return (f"if [ -f {p} ] && [ ! -L {p} ]; then "
+                f"dd if={p} bs=1 skip={SWAP_UUID_OFFSET} count=16 2>/dev/null | od -An -tx1; fi")
 
     def process(self, output: list[str]) -> str | None:
         return parse_swap_uuid(output)

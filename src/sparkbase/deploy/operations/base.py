@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import shlex
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -9,9 +10,12 @@ from contextvars import ContextVar
 from typing import Any, NamedTuple
 
 from pyinfra.api.command import FileUploadCommand, StringCommand
+from pyinfra.api.exceptions import OperationError
 from pyinfra.context import host
 
+from sparkbase.deploy.facts import TEMP_SUFFIX, FileInfo, Found, leftovers_glob
 from sparkbase.policy.ownership import Kind
+from sparkbase.text import shown
 
 #: the reasons recorded by operations added inside `noop_reasons` (greenlet-local: pyinfra
 #: prepares hosts in parallel greenlets, each with its own context)
@@ -74,11 +78,84 @@ def changed(meta: Any) -> bool:
     return bool(meta.will_change)
 
 
-def atomic_upload(src: Any, path: str, mode: int, sha256: str | None, temp: str) -> Any:
-    """Upload to `temp` next to `path`, check it, set its mode, then rename over `path`."""
-    yield FileUploadCommand(src, temp)
+#: the upload's name inside its private temp directory
+TEMP_NAME = "new"
+
+
+def temp_dir(path: str) -> str:
+    """A fresh, unguessable name beside `path` for one upload's private directory."""
+    return f"{path}{TEMP_SUFFIX}.{secrets.token_hex(8)}"
+
+
+def refused_kind(kind: str) -> str:
+    """How a refusal names what is at a path (`stat -c %F`'s words), with its article."""
+    return f"an {kind}" if kind[:1] in "aeiou" else f"a {kind}"
+
+
+def obstacle(info: FileInfo | None) -> str | None:
+    """What is at a path that sparkbase will not write over (None: nothing, or a regular file)."""
+    if info is None or info.regular:
+        return None
+    if info.found is Found.SYMLINK:
+        return f"a symbolic link to {shown(repr(info.detail))}"
+    return refused_kind(shown(info.detail))
+
+
+def refusal(path: str, info: FileInfo | None) -> str | None:
+    """Why sparkbase will not write `path` (None: it may): only a regular file is replaced;
+    a symbolic link (sparkbase did not make it, and never writes through one), a directory
+    or any other kind is refused, naming the path and what is there."""
+    there = obstacle(info)
+    if there is None:
+        return None
+    return (f"{path} is {there}: sparkbase writes only regular files, never through a link or into "
+            "a directory; nothing was written. Move it away, then apply again")
+
+
+def refuse_unless_writable(path: str, info: FileInfo | None) -> None:
+    """Raise `OperationError` (the operation, and its node, fail) when `refusal` refuses."""
+    reason = refusal(path, info)
+    if reason is not None:
+        raise OperationError(reason)
+
+
+def guard(path: str) -> str:
+    """Shell: exit 1 with a message when `path` is a symbolic link or exists and is not a
+    regular file (the same rule as `refusal`, checked again when the commands run)."""
+    p = shlex.quote(path)
+    message = shlex.quote(f"sparkbase: {path} is a symbolic link or not a regular file: nothing written")
+    return f"if [ -L {p} ] || {{ [ -e {p} ] && [ ! -f {p} ]; }}; then echo {message} >&2; exit 1; fi"
+
+
+def guard_directory(path: str) -> str:
+    """Shell: exit 1 with a message when `path` is a symbolic link or exists and is not a
+    directory (`install -d` would otherwise change the mode of a link's target)."""
+    p = shlex.quote(path)
+    message = shlex.quote(f"sparkbase: {path} is a symbolic link or not a directory: nothing written")
+    return f"if [ -L {p} ] || {{ [ -e {p} ] && [ ! -d {p} ]; }}; then echo {message} >&2; exit 1; fi"
+
+
+def atomic_upload(src: Any, path: str, mode: int, sha256: str | None) -> Any:
+    """Upload `src` into a private directory made beside `path` (`mkdir` fails when anything
+    is at its random name, and nobody else can add to it), check it, set its mode, then
+    rename it over `path` with `mv -T` (a directory there never swallows it), only while
+    `path` is nothing or a regular file (`guard`); nothing here follows a link. What earlier,
+    interrupted uploads left beside `path` is removed first."""
+    temp = temp_dir(path)
+    new = f"{temp}/{TEMP_NAME}"
+    yield StringCommand(guard(path))
+    yield remove_leftovers(path)
+    yield cmd("mkdir", "-m", "700", "--", temp)
+    yield FileUploadCommand(src, new)
     if sha256 is not None:
-        line = f"printf '%s  %s\\n' {shlex.quote(sha256)} {shlex.quote(temp)}"
+        line = f"printf '%s  %s\\n' {shlex.quote(sha256)} {shlex.quote(new)}"
         yield StringCommand(f"{line} | sha256sum -c --quiet -")
-    yield cmd("chmod", f"{mode:o}", temp)
-    yield cmd("mv", "-f", temp, path)
+    yield cmd("chmod", f"{mode:o}", "--", new)
+    yield StringCommand(f"{guard(path)}; {cmd('mv', '-T', '-f', '--', new, path).get_raw_value()}")
+    yield cmd("rmdir", "--", temp)
+
+
+def remove_leftovers(path: str) -> StringCommand:
+    """Remove what interrupted uploads left beside `path` (never following a link)."""
+    return StringCommand(f'for left in {leftovers_glob(path)}; do if [ -e "$left" ] || [ -L "$left" ]; '
+                         f'then rm -rf -- "$left"; fi; done')

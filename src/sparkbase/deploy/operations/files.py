@@ -9,17 +9,25 @@ from io import BytesIO
 from typing import Any
 
 from pyinfra import logger
+from pyinfra.api.command import StringCommand
+from pyinfra.api.exceptions import OperationError
 from pyinfra.api.operation import operation
 from pyinfra.context import state
 from pyinfra.facts.files import Directory
 
 from sparkbase.deploy.fact_memo import Ask, fact
 from sparkbase.deploy.facts import (
-    TEMP_SUFFIX,
     FileState,
     FileText,
 )
-from sparkbase.deploy.operations.base import atomic_upload, cmd, noop
+from sparkbase.deploy.operations.base import (
+    atomic_upload,
+    cmd,
+    guard,
+    noop,
+    refuse_unless_writable,
+    remove_leftovers,
+)
 from sparkbase.deploy.operations.record import remember
 from sparkbase.policy.ownership import (
     Kind,
@@ -40,9 +48,9 @@ def _diff(path: str, old: str | None, new: str) -> list[str]:
 
 
 def _leftover(path: str, leftover: bool) -> Any:
-    """Remove the half-done upload an interrupted run left beside an up-to-date `path`."""
+    """Remove the half-done uploads an interrupted run left beside `path`."""
     if leftover:
-        yield cmd("rm", "-f", path + TEMP_SUFFIX)
+        yield remove_leftovers(path)
 
 
 def _content_in_place(
@@ -54,7 +62,7 @@ def _content_in_place(
         return False
     yield from _leftover(path, current.leftover)
     if current.mode != mode:
-        yield cmd("chmod", f"{mode:o}", path)
+        yield StringCommand(f"{guard(path)}; {cmd('chmod', f'{mode:o}', '--', path).get_raw_value()}")
     elif not current.leftover:
         noop(in_place)
     return True
@@ -69,9 +77,12 @@ def _record_written(path: str, sha256: str, baseline: str, existed: bool) -> Any
 
 @operation()
 def file(path: str, content: str, mode: int, sha256: str, secret: bool = False, baseline: str = "") -> Any:
-    """`path` holds exactly `content` with `mode`; written to a temp file, then renamed (and
-    recorded as sparkbase's when it created the file)."""
+    """`path` holds exactly `content` with `mode`; written to a temp file, then renamed (and,
+    once written, recorded as sparkbase's when it created the file). A symbolic link, a
+    directory or anything else that is not a regular file at `path` fails the operation
+    (`refusal`): nothing is written or recorded."""
     current = fact(FileState, path=path)
+    refuse_unless_writable(path, current)
     if (yield from _content_in_place(path, current, sha256, mode,
                                      f"{path} is identical (sha256 {sha256[:12]}, mode {mode:o})")):
         return
@@ -80,8 +91,8 @@ def file(path: str, content: str, mode: int, sha256: str, secret: bool = False, 
         for line in _diff(path, old, content):
             logger.info("    %s", line.rstrip("\n"))
     if current is None:
-        yield cmd("mkdir", "-p", posixpath.dirname(path))
-    yield from atomic_upload(BytesIO(content.encode()), path, mode, sha256, path + TEMP_SUFFIX)
+        yield cmd("mkdir", "-p", "--", posixpath.dirname(path))
+    yield from atomic_upload(BytesIO(content.encode()), path, mode, sha256)
     yield from _record_written(path, sha256, baseline, existed=current is not None)
 
 
@@ -94,13 +105,15 @@ def file_asks(path: str, **_: Any) -> list[Ask]:
 def upload(path: str, local: str, mode: int, sha256: str, baseline: str = "") -> Any:
     """Operator file `local` lands at `path` with `mode`; never diffed or printed.
 
-    Used for the MOK key pair: the temp file sits in the (0700) target directory, and its
-    mode is set before the rename, so the key is never readable by others, even briefly.
+    Used for the MOK key pair: the temp file sits in its own 0700 directory inside the (0700)
+    target directory, and its mode is set before the rename, so the key is never readable by
+    others, even briefly. What is not a regular file at `path` is refused, as by `file`.
     """
     current = fact(FileState, path=path)
+    refuse_unless_writable(path, current)
     if (yield from _content_in_place(path, current, sha256, mode, f"{path} is in place (mode {mode:o})")):
         return
-    yield from atomic_upload(local, path, mode, sha256, path + TEMP_SUFFIX)
+    yield from atomic_upload(local, path, mode, sha256)
     yield from _record_written(path, sha256, baseline, existed=current is not None)
 
 
@@ -113,10 +126,13 @@ def upload_asks(path: str, **_: Any) -> list[Ask]:
 def directory(path: str, mode: int, baseline: str = "") -> Any:
     """A directory owned by root with exactly `mode` (recorded as sparkbase's when it created it)."""
     info = fact(Directory, path=path)
+    if info is False:  # pyinfra's answer for something there that is not a directory (a link)
+        raise OperationError(f"{path} exists and is not a directory (a symbolic link, or a file): sparkbase "
+                             "never follows a link; nothing was written. Move it away, then apply again")
     if info and info.get("mode") == int(f"{mode:o}"):
         noop(f"{path} exists with mode {mode:o}")
         return
-    yield cmd("install", "-d", "-m", f"{mode:o}", path)
+    yield cmd("install", "-d", "-m", f"{mode:o}", "--", path)
     if not info:
         yield from remember(created(Kind.DIRECTORY, path, baseline, now_utc()))
 

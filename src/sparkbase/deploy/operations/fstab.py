@@ -19,7 +19,6 @@ from pyinfra.api.operation import operation
 
 from sparkbase.deploy.fact_memo import Ask, fact
 from sparkbase.deploy.facts import (
-    TEMP_SUFFIX,
     ActiveSwaps,
     BootState,
     FileInfo,
@@ -27,7 +26,7 @@ from sparkbase.deploy.facts import (
     FileText,
     SwapFile,
 )
-from sparkbase.deploy.operations.base import Decision, atomic_upload, carry_out, cmd, noop
+from sparkbase.deploy.operations.base import Decision, atomic_upload, carry_out, cmd, noop, obstacle
 from sparkbase.deploy.operations.record import forget, remember
 from sparkbase.deploy.ownership_fact import OwnedRecord
 from sparkbase.policy.fstab import FSTAB, FstabEdit, decide_noauto, decide_restore
@@ -39,7 +38,11 @@ FSTAB_MODE = 0o644
 
 def exact_text(text: str | None, info: FileInfo | None) -> str | None:
     """Why the text read is not the file byte for byte (None when it is: its sha256 is the
-    file's). A file without a final newline, or not UTF-8, reads back different."""
+    file's). A file without a final newline, or not UTF-8, reads back different; a symbolic
+    link, or anything else that is not a regular file, is never rewritten."""
+    there = obstacle(info)
+    if there is not None:
+        return f"{KEPT}{FSTAB} is {there}: sparkbase does not rewrite it; left as it is"
     if text is None or info is None:
         return None
     if hashlib.sha256(text.encode()).hexdigest() != info.sha256:
@@ -54,8 +57,7 @@ def write_fstab(new: str, read: FileInfo) -> Any:
     guard = f"printf '%s  %s\\n' {shlex.quote(read.sha256)} {shlex.quote(FSTAB)}"
     yield StringCommand(f"{guard} | sha256sum -c --quiet -")
     data = new.encode()
-    yield from atomic_upload(BytesIO(data), FSTAB, read.mode or FSTAB_MODE,
-                             hashlib.sha256(data).hexdigest(), FSTAB + TEMP_SUFFIX)
+    yield from atomic_upload(BytesIO(data), FSTAB, read.mode or FSTAB_MODE, hashlib.sha256(data).hexdigest())
 
 
 def _read() -> tuple[str | None, FileInfo | None]:

@@ -18,7 +18,7 @@ from sparkbase.deploy.facts import (
     Sysctls,
     ThpMode,
 )
-from sparkbase.deploy.operations.base import Decision, carry_out, cmd, noop
+from sparkbase.deploy.operations.base import Decision, carry_out, cmd, noop, refused_kind
 from sparkbase.deploy.operations.record import remember
 from sparkbase.deploy.ownership_fact import OwnedRecord, SwapUuid
 from sparkbase.policy.ownership import (
@@ -38,8 +38,14 @@ def decide_swap_file(path: str, size_gib: int, header_page_size: int, found: dic
                      uuid: str | None, active: bool, owned: OwnershipRecord, new_uuid: str) -> Decision:
     """Make the swap file (mkswap writes `new_uuid`, which the record keeps); a file at the
     path that is not the right swap file is remade only when sparkbase created it, unchanged:
-    anything else raises `NotSparkbases`, and nothing is touched."""
+    anything else (a symbolic link, a directory, any file sparkbase did not make) raises
+    `NotSparkbases`, and nothing is touched."""
     size = size_gib * 1024**3
+    kind = found.get("kind", "regular file") if found is not None else "regular file"
+    if kind != "regular file":
+        raise NotSparkbases(f"{path} is {refused_kind(kind)}: sparkbase makes a swap file only where "
+                            "nothing is, or over a regular file it made; nothing was written. Move it "
+                            "away, then apply again")
     if found is not None and found["size"] == size and found["header_page_size"] == header_page_size:
         if found["mode"] == 0o600:
             return Decision([], f"{path} is {size_gib} GiB with a {header_page_size}-byte header")

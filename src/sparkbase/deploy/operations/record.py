@@ -9,11 +9,10 @@ from collections.abc import Iterable
 from io import BytesIO
 from typing import Any
 
+from pyinfra.api.command import StringCommand
+
 from sparkbase.deploy.fact_memo import fact
-from sparkbase.deploy.facts import (
-    TEMP_SUFFIX,
-)
-from sparkbase.deploy.operations.base import atomic_upload, cmd
+from sparkbase.deploy.operations.base import atomic_upload, cmd, guard_directory
 from sparkbase.deploy.ownership_fact import OwnedRecord
 from sparkbase.policy.ownership import (
     OWNERSHIP_DIR,
@@ -25,10 +24,11 @@ from sparkbase.policy.ownership import (
 
 
 def write_record(record: OwnershipRecord) -> Any:
+    """Write `record` as the node's ownership record (never through a link: `atomic_upload`)."""
     data = record.to_json().encode()
-    yield cmd("install", "-d", "-m", "700", OWNERSHIP_DIR)
-    yield from atomic_upload(BytesIO(data), OWNERSHIP_PATH, 0o600, hashlib.sha256(data).hexdigest(),
-                              OWNERSHIP_PATH + TEMP_SUFFIX)
+    yield StringCommand(f"{guard_directory(OWNERSHIP_DIR)}; "
+                        f"{cmd('install', '-d', '-m', '700', '--', OWNERSHIP_DIR).get_raw_value()}")
+    yield from atomic_upload(BytesIO(data), OWNERSHIP_PATH, 0o600, hashlib.sha256(data).hexdigest())
 
 
 def remember(*items: OwnedItem, only_if_recorded: bool = False) -> Any:

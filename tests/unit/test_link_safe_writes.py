@@ -1,0 +1,357 @@
+"""Writes and reads on a node never follow a link (issue 20, point 4).
+
+- The facts a write decides on (`FileState`) and a diff reads (`FileText`) answer what is at
+  the path itself: a symbolic link is reported with where it points, as text, and its
+  target is never read; a directory or a FIFO is named by its kind.
+- `refusal` names the path and what is there; `file` and `upload` refuse before any command,
+  so nothing is written and the ownership record is untouched; a file written is recorded
+  only after the command that moved it into place.
+- `atomic_upload`'s commands, run for real through pyinfra's `@local` connector in a temp
+  directory: the upload lands in a directory `mkdir` made (so it is exclusive, under a name
+  nobody could guess), a link planted at any name an upload used to take is never written
+  through, and a directory or a link at the target stops the commands before the move.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import re
+from collections.abc import Iterator
+from io import BytesIO
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from pyinfra.api.command import FileUploadCommand, StringCommand
+from pyinfra.api.config import Config
+from pyinfra.api.connect import connect_all
+from pyinfra.api.exceptions import OperationError
+from pyinfra.api.inventory import Inventory
+from pyinfra.api.state import State
+from pyinfra.context import ctx_host, ctx_state
+from pyinfra.facts.files import Directory
+
+from sparkbase.deploy.fact_batch import Ask, FactBatch
+from sparkbase.deploy.facts import (
+    LEFTOVER,
+    LINK,
+    MISSING,
+    OTHER,
+    TEMP_SUFFIX,
+    TEXT_FOLLOWS,
+    UNREAD,
+    FileInfo,
+    FileState,
+    FileText,
+    Found,
+    parse_file_info,
+)
+from sparkbase.deploy.operations import NotSparkbases, atomic_upload, decide_swap_file
+from sparkbase.deploy.operations.base import refusal
+from sparkbase.deploy.operations.files import directory, file, upload
+from sparkbase.deploy.operations.fstab import exact_text
+from sparkbase.deploy.ownership_fact import NOT_A_FILE, OwnedRecord, parse_owned
+from sparkbase.policy.ownership import OWNERSHIP_DIR, OwnershipRecord, RecordUnreadable
+
+SECRET = "root:$6$linksafe-secret-hash:19000:0:99999:7:::"
+CONTENT = "NCCL_IB_HCA=rocep1s0f0\n"
+SHA = hashlib.sha256(CONTENT.encode()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def local() -> Iterator[Any]:
+    """pyinfra's `@local` host, connected, in context."""
+    inventory = Inventory((["@local"], {}))  # type: ignore[no-untyped-call]
+    state = State(inventory, Config())  # type: ignore[no-untyped-call]
+    connect_all(state)
+    host = inventory.get_host("@local")
+    with ctx_state.use(state), ctx_host.use(host):
+        yield host
+
+
+@pytest.fixture
+def secret(tmp_path: Path) -> Path:
+    """A file standing for /etc/shadow: mode 0640, holding a secret string."""
+    path = tmp_path / "shadow"
+    path.write_text(SECRET + "\n")
+    path.chmod(0o640)
+    return path
+
+
+def _raw(local: Any, fact: Any, path: Path) -> str:
+    """What the node prints for `fact` of `path` (as one text)."""
+    status, output = local.run_shell_command(StringCommand(fact().command(path=str(path))))
+    assert status
+    return "\n".join(output.stdout_lines)
+
+
+# --- reads --------------------------------------------------------------------------------
+
+
+def test_a_symlinked_file_reads_as_a_link_and_its_target_is_never_read(
+    local: Any, tmp_path: Path, secret: Path
+) -> None:
+    link = tmp_path / "nccl.conf"
+    link.symlink_to(secret)
+    state = local.get_fact(FileState, path=str(link))
+    assert state == FileInfo(0, "", False, Found.SYMLINK, str(secret))
+    assert local.get_fact(FileText, path=str(link)) is None
+    for fact in (FileState, FileText):
+        raw = _raw(local, fact, link)
+        assert SECRET not in raw and base64.b64encode(SECRET.encode()).decode()[:20] not in raw
+    assert hashlib.sha256(secret.read_bytes()).hexdigest() not in _raw(local, FileState, link)
+
+
+def test_a_dangling_link_is_still_a_link(local: Any, tmp_path: Path) -> None:
+    link = tmp_path / "nccl.conf"
+    link.symlink_to(tmp_path / "nowhere")
+    assert local.get_fact(FileState, path=str(link)).found is Found.SYMLINK
+    assert local.get_fact(FileText, path=str(link)) is None
+
+
+def test_a_directory_and_a_fifo_are_named_by_their_kind(local: Any, tmp_path: Path) -> None:
+    directory = tmp_path / "nccl.conf"
+    directory.mkdir()
+    (directory / "inside").write_text(SECRET)
+    fifo = tmp_path / "fifo.conf"
+    os.mkfifo(fifo)
+    directory_found = FileInfo(0, "", False, Found.DIRECTORY, "directory")
+    assert local.get_fact(FileState, path=str(directory)) == directory_found
+    assert local.get_fact(FileState, path=str(fifo)) == FileInfo(0, "", False, Found.OTHER, "fifo")
+    for path in (directory, fifo):
+        assert local.get_fact(FileText, path=str(path)) is None
+
+
+def test_a_regular_file_reads_as_before(local: Any, tmp_path: Path) -> None:
+    path = tmp_path / "nccl.conf"
+    path.write_text(CONTENT)
+    path.chmod(0o644)
+    assert local.get_fact(FileState, path=str(path)) == FileInfo(0o644, SHA)
+    assert local.get_fact(FileText, path=str(path)) == CONTENT
+    assert local.get_fact(FileState, path=str(tmp_path / "absent")) is None
+
+
+@pytest.mark.parametrize("left", [TEMP_SUFFIX, TEMP_SUFFIX + ".0123456789abcdef"])
+def test_an_interrupted_upload_of_either_shape_is_seen(local: Any, tmp_path: Path, left: str) -> None:
+    path = tmp_path / "nccl.conf"
+    path.write_text(CONTENT)
+    (tmp_path / f"nccl.conf{left}").symlink_to(tmp_path / "elsewhere")
+    assert local.get_fact(FileState, path=str(path)).leftover
+
+
+@pytest.mark.parametrize("lines,found", [
+    ([LINK, base64.b64encode(b"/etc/shadow").decode()], FileInfo(0, "", False, Found.SYMLINK, "/etc/shadow")),
+    ([LINK, base64.b64encode(b"a\nb").decode(), LEFTOVER], FileInfo(0, "", True, Found.SYMLINK, "a\nb")),
+    ([OTHER, "directory"], FileInfo(0, "", False, Found.DIRECTORY, "directory")),
+    ([OTHER, "character special file"], FileInfo(0, "", False, Found.OTHER, "character special file")),
+    ([MISSING], None),
+    (["644", SHA + "  /etc/nccl.conf", LEFTOVER], FileInfo(0o644, SHA, True)),
+])
+def test_file_state_answers_parse(lines: list[str], found: FileInfo | None) -> None:
+    assert parse_file_info(lines) == found
+
+
+def test_a_linked_ownership_record_is_neither_read_nor_trusted() -> None:
+    command = OwnedRecord().command()
+    assert command.index("[ -L") < command.index("cat ")
+    with pytest.raises(RecordUnreadable, match="symbolic link"):
+        parse_owned([NOT_A_FILE])
+
+
+# --- decisions ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("info,expected", [
+    (FileInfo(0, "", False, Found.SYMLINK, "/etc/shadow"),
+     "/etc/nccl.conf is a symbolic link to '/etc/shadow'"),
+    (FileInfo(0, "", False, Found.DIRECTORY, "directory"), "/etc/nccl.conf is a directory"),
+    (FileInfo(0, "", False, Found.OTHER, "fifo"), "/etc/nccl.conf is a fifo"),
+    (FileInfo(0, "", False, Found.SYMLINK, "x\n/proc/cmdline"),
+     "/etc/nccl.conf is a symbolic link to 'x\\n/proc"),
+])
+def test_a_refusal_names_the_path_and_what_is_there(info: FileInfo, expected: str) -> None:
+    reason = refusal("/etc/nccl.conf", info)
+    assert reason is not None and reason.startswith(expected) and "nothing was written" in reason
+    assert "\n" not in reason
+
+
+@pytest.mark.parametrize("info", [None, FileInfo(0o644, SHA)])
+def test_nothing_or_a_regular_file_is_written(info: FileInfo | None) -> None:
+    assert refusal("/etc/nccl.conf", info) is None
+
+
+def test_the_fstab_editor_keeps_a_linked_fstab() -> None:
+    reason = exact_text(None, FileInfo(0, "", False, Found.SYMLINK, "/etc/shadow"))
+    assert reason is not None and "/etc/fstab is a symbolic link to '/etc/shadow'" in reason
+
+
+def test_a_link_at_the_swap_path_is_refused_by_name() -> None:
+    link = {"size": 11, "mode": 0o777, "header_page_size": None, "kind": "symbolic link"}
+    with pytest.raises(NotSparkbases, match="/swapfile is a symbolic link"):
+        decide_swap_file("/swapfile", 1, 4096, link, None, False, OwnershipRecord(), "u")
+
+
+class FakeHost:
+    """What an operation's body needs of a host: canned facts and `noop`."""
+
+    name = "spark1"
+
+    def __init__(self, facts: dict[type[Any], Any]) -> None:
+        self.facts = facts
+
+    def get_fact(self, cls: type[Any], **_: Any) -> Any:
+        return self.facts[cls]
+
+    def noop(self, reason: str) -> None:
+        self.reason = reason
+
+
+def _run_op(op: Any, facts: dict[type[Any], Any], **kwargs: Any) -> list[Any]:
+    """The commands an operation's body yields against canned facts (as pyinfra runs it)."""
+    state = SimpleNamespace(config=SimpleNamespace(DIFF=False))
+    with ctx_state.use(state), ctx_host.use(FakeHost(facts)):
+        return list(op._inner(**kwargs))
+
+
+def _shell(commands: list[Any]) -> list[str]:
+    return [c.get_raw_value() if isinstance(c, StringCommand) else f"upload {c.dest}" for c in commands]
+
+
+@pytest.mark.parametrize("found", [
+    FileInfo(0, "", False, Found.SYMLINK, "/etc/shadow"),
+    FileInfo(0, "", False, Found.DIRECTORY, "directory"),
+])
+@pytest.mark.parametrize("op,kwargs", [
+    (file, {"content": CONTENT}),
+    (upload, {"local": "/dev/null"}),
+])
+def test_a_refused_write_yields_no_command_and_records_nothing(found: FileInfo, op: Any,
+                                                                 kwargs: dict[str, Any]) -> None:
+    with pytest.raises(OperationError, match=r"^/etc/nccl\.conf is a"):
+        _run_op(op, {FileState: found, OwnedRecord: OwnershipRecord()}, path="/etc/nccl.conf", mode=0o644,
+                sha256=SHA, baseline="site", **kwargs)
+
+
+def test_a_link_or_file_where_a_directory_belongs_is_refused_and_not_recorded() -> None:
+    """pyinfra's `Directory` fact answers False for a link (or a file) there: `install -d`
+    would change the mode of the link's target, and the record would claim it."""
+    with pytest.raises(OperationError, match="/var/lib/shim-signed/mok exists and is not a directory"):
+        _run_op(directory, {Directory: False, OwnedRecord: OwnershipRecord()},
+                path="/var/lib/shim-signed/mok", mode=0o700, baseline="site")
+
+
+def test_a_read_that_met_a_link_after_the_test_gives_no_text() -> None:
+    assert FileText().process([TEXT_FOLLOWS, UNREAD]) is None
+    assert FileText().process([LINK, base64.b64encode(b"/etc/shadow").decode()]) is None
+
+
+def test_a_new_file_is_recorded_only_after_it_is_moved_into_place() -> None:
+    shell = _shell(_run_op(file, {FileState: None, OwnedRecord: OwnershipRecord()}, path="/etc/nccl.conf",
+                           content=CONTENT, mode=0o644, sha256=SHA, baseline="site"))
+    moved = next(i for i, line in enumerate(shell) if re.search(r"mv -T -f -- \S+ /etc/nccl.conf$", line))
+    recorded = next(i for i, line in enumerate(shell) if OWNERSHIP_DIR in line)
+    assert moved < recorded, shell
+    assert shell[recorded].startswith(f"if [ -L {OWNERSHIP_DIR} ]"), shell
+
+
+# --- writes, run for real -------------------------------------------------------------------
+
+
+def test_the_upload_goes_into_a_fresh_directory_and_moves_in_with_mv_t() -> None:
+    first = _shell(list(atomic_upload(BytesIO(b"x"), "/etc/nccl.conf", 0o644, SHA)))
+    second = _shell(list(atomic_upload(BytesIO(b"x"), "/etc/nccl.conf", 0o644, SHA)))
+    temp = re.fullmatch(r"mkdir -m 700 -- (/etc/nccl\.conf\.sparkbase-new\.[0-9a-f]{16})", first[2])
+    assert temp is not None, first
+    assert first[0].startswith("if [ -L /etc/nccl.conf ]")
+    assert first[1].startswith("for left in /etc/nccl.conf.sparkbase-new /etc/nccl.conf.sparkbase-new.*;")
+    assert first[3] == f"upload {temp[1]}/new"
+    assert first[-2].endswith(f"mv -T -f -- {temp[1]}/new /etc/nccl.conf")
+    assert first[-2].startswith("if [ -L /etc/nccl.conf ]")
+    assert first[-1] == f"rmdir -- {temp[1]}"
+    assert first[2] != second[2], "the temp name is not guessable"
+    assert not any(re.search(r"\bmv -f\b", line) for line in first)
+
+
+def _execute(local: Any, commands: list[Any]) -> bool:
+    """Run the commands on the `@local` host as pyinfra runs an operation's commands: in
+    order, stopping at the first that fails."""
+    for command in commands:
+        if isinstance(command, FileUploadCommand):
+            try:
+                local.put_file(command.src, command.dest)
+            except OSError:
+                return False
+        elif not local.run_shell_command(command)[0]:
+            return False
+    return True
+
+
+def _untouched(path: Path) -> tuple[str, int]:
+    return path.read_text(), path.stat().st_mode
+
+
+def test_links_planted_at_any_temp_name_are_never_written_through(local: Any, tmp_path: Path,
+                                                                   secret: Path) -> None:
+    target = tmp_path / "nccl.conf"
+    before = _untouched(secret)
+    # 0.4.1's fixed temp name, and names in the new temp directories' shape
+    for name in (TEMP_SUFFIX, TEMP_SUFFIX + ".0123456789abcdef", TEMP_SUFFIX + ".x"):
+        (tmp_path / f"nccl.conf{name}").symlink_to(secret)
+    assert _execute(local, list(atomic_upload(BytesIO(CONTENT.encode()), str(target), 0o644, SHA)))
+    assert target.read_text() == CONTENT and not target.is_symlink()
+    assert oct(target.stat().st_mode & 0o777) == oct(0o644)
+    assert _untouched(secret) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["nccl.conf", "shadow"], "the planted links are gone"
+
+
+def test_a_directory_at_the_target_stops_the_write_and_swallows_nothing(local: Any, tmp_path: Path) -> None:
+    target = tmp_path / "nccl.conf"
+    target.mkdir()
+    (target / "inside").write_text("kept\n")
+    assert not _execute(local, list(atomic_upload(BytesIO(CONTENT.encode()), str(target), 0o644, SHA)))
+    assert [p.name for p in target.iterdir()] == ["inside"]
+    assert (target / "inside").read_text() == "kept\n"
+
+
+def test_a_link_at_the_target_stops_the_write_before_anything_is_made(local: Any, tmp_path: Path,
+                                                                       secret: Path) -> None:
+    target = tmp_path / "nccl.conf"
+    target.symlink_to(secret)
+    before = _untouched(secret)
+    assert not _execute(local, list(atomic_upload(BytesIO(CONTENT.encode()), str(target), 0o644, SHA)))
+    assert target.is_symlink() and _untouched(secret) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["nccl.conf", "shadow"]
+
+
+def test_mv_t_never_moves_into_a_directory_even_past_the_guard(local: Any, tmp_path: Path) -> None:
+    """The last line of defence when a directory appears between the guard and the move."""
+    target = tmp_path / "nccl.conf"
+    target.mkdir()
+    new = tmp_path / "new"
+    new.write_text(CONTENT)
+    commands = list(atomic_upload(BytesIO(b""), str(target), 0o644, None))
+    temp = commands[2].get_raw_value().split()[-1]
+    move = commands[-2].get_raw_value().rsplit("; ", 1)[1].replace(f"{temp}/new", str(new))
+    assert move.startswith("mv -T ")
+    assert not local.run_shell_command(StringCommand(move))[0]
+    assert list(target.iterdir()) == [] and new.exists()
+
+
+def test_the_reads_still_work_in_one_batched_round_trip(local: Any, tmp_path: Path, secret: Path) -> None:
+    """`FileText` and `FileState` read by the fact batch (one round trip, each fenced), as
+    `plan` reads them: the link is reported, its target never read."""
+    (tmp_path / "reg").write_text(CONTENT)
+    (tmp_path / "link").symlink_to(secret)
+    (tmp_path / "dir").mkdir()
+    names = ("reg", "link", "dir", "none")
+    asks = [Ask.of(cls, path=str(tmp_path / name)) for cls in (FileText, FileState) for name in names]
+    found = local.get_fact(FactBatch, asks=asks)
+    assert not found.unanswered
+    answers = [found.values[ask.key()] for ask in asks]
+    assert answers[:4] == [CONTENT, None, None, None]
+    kinds = [Found.REGULAR, Found.SYMLINK, Found.DIRECTORY, None]
+    assert [info.found if info else None for info in answers[4:]] == kinds
+    assert answers[5].detail == str(secret)
