@@ -120,7 +120,7 @@ def _holder(path: Path, wait: float = 1.0) -> dict[str, Any]:
 
 def _parse_owner(text: str) -> dict[str, Any]:
     try:
-        data = json.loads(text.strip().splitlines()[0]) if text.strip() else {}
+        data = json.loads(text.strip().split("\n")[0]) if text.strip() else {}
     except (json.JSONDecodeError, IndexError):
         return {}
     return data if isinstance(data, dict) else {}

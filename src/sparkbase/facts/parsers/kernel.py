@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from sparkbase.facts.parsers.lines import node_words
+
 
 def parse_single_line(text: str) -> str:
     """A command that prints one word/line (`uname -r`, a sysfs file): stripped, non-empty."""
@@ -28,5 +30,5 @@ def parse_page_size(text: str) -> int:
 
 
 def parse_cmdline(text: str) -> tuple[str, ...]:
-    """`/proc/cmdline` → its arguments, in order."""
-    return tuple(text.split())
+    """`/proc/cmdline` → its arguments, in order (cut at ASCII spaces, as the kernel cuts them)."""
+    return tuple(node_words(text))

@@ -6,11 +6,13 @@ which `facts/model.py` holds, can use it without the model importing itself back
 
 from __future__ import annotations
 
+from sparkbase.facts.parsers.lines import node_lines
+
 
 def parse_kv_conf(text: str) -> dict[str, str]:
     """`KEY=value` lines (nccl.conf): comments and blanks ignored, a later key wins."""
     values: dict[str, str] = {}
-    for line in text.splitlines():
+    for line in node_lines(text):
         line = line.strip()
         if not line or line.startswith("#"):
             continue
