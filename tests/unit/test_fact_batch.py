@@ -164,7 +164,6 @@ def test_every_answer_in_one_batch_is_what_pyinfra_reads_alone(local: tuple[Stat
 
 
 def test_a_failing_section_is_not_answered_and_the_others_are(local: tuple[State, Any]) -> None:
-    _, host = local
     fails, broken, fine = (Ask.of(Shell, script="echo x; exit 3"), Ask.of(Shell, script="if then fi"),
                            Ask.of(Shell, script="echo fine"))
     batch = read_batch([fails, broken, fine])
@@ -184,7 +183,6 @@ def test_a_missing_command_is_fetched_alone_and_answers_pyinfras_default(local: 
 def test_a_fact_whose_process_raises_is_fetched_alone_and_raises_as_pyinfra_does(
     local: tuple[State, Any],
 ) -> None:
-    _, host = local
     batch = read_batch([Ask.of(RaisesValue), Ask.of(RaisesProcessError)])
     assert batch.values == {}
     assert set(batch.unanswered.values()) == {"process raised ValueError", "process raised FactProcessError"}
@@ -193,7 +191,6 @@ def test_a_fact_whose_process_raises_is_fetched_alone_and_raises_as_pyinfra_does
 
 
 def test_each_fact_keeps_its_own_instance_between_command_and_process(local: tuple[State, Any]) -> None:
-    _, host = local
     asks = [Ask.of(Remembers, word="one"), Ask.of(Remembers, word="two")]
     batch = read_batch(asks)
     assert [batch.values[a.key()] for a in asks] == [("one", ["one"]), ("two", ["two"])]
