@@ -31,7 +31,7 @@ COMMAND_TIMEOUT = 5
 #: the most the sparkbase process may hold (its peak VmRSS); killed past it
 RSS_LIMIT_KB = 600 * 1024
 #: how long a run may take before the test kills it as hung
-RUN_LIMIT = 240.0
+RUN_LIMIT = 120.0
 TOOL = "/usr/local/sbin/mokutil"
 #: where each hostile program records its PID (it is stopped by PID after the test)
 PIDS = "/run/sparkbase-test-hostile.pids"
@@ -137,6 +137,13 @@ def test_audit_names_the_hostile_node_and_reports_the_others(fleet: Fleet, hosti
     assert run.seconds < COMMAND_TIMEOUT + 30, run.seconds
 
 
+def _judge_deploy(node: dict[str, Any], hostile: str) -> None:
+    """The hostile node failed (a hung one: unreachable, as the audit says) for its reason."""
+    said = f"{node['status']}: {node['message']}"
+    assert node["status"] == ("unreachable" if hostile == "hang" else "failed"), said
+    assert DEPLOY_REASON[hostile] in node["message"], said
+
+
 def _deploy_nodes(run: Run) -> dict[str, dict[str, Any]]:
     _no_traceback(run)
     return {n["node"]: n for n in run.json()["nodes"]}
@@ -150,8 +157,7 @@ def test_plan_names_the_hostile_node_and_plans_the_others(fleet: Fleet, hostile:
     if hostile == "latin1":
         assert nodes["spark3"]["status"] == "would change", nodes["spark3"]
         return
-    assert nodes["spark3"]["status"] == "failed", nodes["spark3"]
-    assert DEPLOY_REASON[hostile] in nodes["spark3"]["message"], nodes["spark3"]
+    _judge_deploy(nodes["spark3"], hostile)
     assert run.seconds < 2 * COMMAND_TIMEOUT + 60, run.seconds
 
 
@@ -162,6 +168,5 @@ def test_apply_names_the_hostile_node_and_converges_the_others(fleet: Fleet, hos
     if hostile == "latin1":
         assert nodes["spark3"]["status"] in ("changed", "reboot pending", "unchanged"), nodes["spark3"]
         return
-    assert nodes["spark3"]["status"] == "failed", nodes["spark3"]
-    assert DEPLOY_REASON[hostile] in nodes["spark3"]["message"], nodes["spark3"]
+    _judge_deploy(nodes["spark3"], hostile)
     assert run.returncode != 0
