@@ -166,7 +166,8 @@ class SparkbaseSession:
             # Its OpenSSH backend gives a command no stdin: the marker is piped in on the node,
             # so on this backend alone it is on the node's command line (`printf`)
             sudo = target.sudo and not getattr(backend, "sudo", False)
-            piped = f"printf %s {shlex.quote(marker_stdin(marker))} | {'sudo -n ' if sudo else ''}sh -c %s"
+            # (testinfra formats the command with `%`: printf's own `%s` is written `%%s`)
+            piped = f"printf %%s {shlex.quote(marker_stdin(marker))} | {'sudo -n ' if sudo else ''}sh -c %s"
             result = host.run(piped, script)
             stdout, stderr, status = result.stdout, result.stderr, result.rc
         try:
