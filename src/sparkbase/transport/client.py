@@ -10,6 +10,11 @@ pyinfra and testinfra connect with their own clients, fed the same settings
   changed one paramiko's `BadHostKeyException` (never accepted, never recorded);
 - timeouts: `connect_timeout` for TCP, banner and authentication; `command_timeout` for a
   whole command (not each read), so a node that freezes or trickles is given up on;
+- size: a command's output is capped (`MAX_ANSWER_BYTES`), so a tool that prints without
+  end fails that node ("output over N bytes") instead of filling memory; bytes that are
+  not UTF-8 come back escaped (`\\xff`);
+- secrets off the command line: what a command must not show in `/proc/PID/cmdline` (the
+  fact script's fence marker) is sent on its stdin;
 - sudo: `sudo -n` (never a password) when the inventory's login user is not root;
 - failures: every one is raised as `TransportError` carrying a typed `NodeFailure`.
 """
