@@ -4,9 +4,9 @@
 Each fact runs its commands fenced the way the audit's fact script fences them
 (`facts.script.fenced_script`: a nonce marker read from stdin, which the fact batch sends;
 stderr merged, as pyinfra passes facts stdout alone), splits the answer with the same
-`split_sections`, and hands every section to the same parser the audit uses. So plan, apply and audit cannot disagree about what a node is.
-Commands always exit 0 (pyinfra marks a host failed when a fact command fails) and quote
-every argument.
+`split_sections`, and hands every section to the same parser the audit uses. So plan,
+apply and audit cannot disagree about what a node is. Commands always exit 0 (pyinfra
+marks a host failed when a fact command fails) and quote every argument.
 """
 
 from __future__ import annotations
