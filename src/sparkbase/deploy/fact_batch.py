@@ -56,9 +56,10 @@ from sparkbase.transport.failure import FailureKind, NodeFailure, TransportError
 #: the largest batch script sent in one round trip (one `sh -c` argument: Linux caps a
 #: single argument at 128 KiB; the rest is headroom for sudo and the login shell)
 MAX_SCRIPT_BYTES = 64 * 1024
-#: the most one batch's answer may hold (its sections together) before the node fails:
-#: a fleet node's whole deploy read is well under 1 MiB
-MAX_BATCH_BYTES = 8 * 1024 * 1024
+#: the most one batch's answer may hold (its sections together) before the node fails: most
+#: of a node's read is pyinfra's `dpkg -l` of every package, well under 1 MiB for a few
+#: thousand packages
+MAX_BATCH_BYTES = 4 * 1024 * 1024
 #: the shell functions that print a section's fences (distinct names: a fact's command may
 #: use `b`, `e` or `M` itself), after the marker is read from stdin
 PRELUDE = (
