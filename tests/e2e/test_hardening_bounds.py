@@ -115,6 +115,8 @@ def hostile(request: pytest.FixtureRequest, fleet: Fleet) -> Iterator[str]:
 
 #: what each hostile tool must be reported as, per command (a part of the reason)
 AUDIT_REASON = {"flood": "output over", "hang": f"no complete answer within {COMMAND_TIMEOUT}s"}
+#: where the audit says it stopped: mokutil --sb-state
+AUDIT_SECTION = "(in section 'sb-state')"
 DEPLOY_REASON = {"flood": "fact output over", "hang": f"no answer to a fact read within {COMMAND_TIMEOUT}s"}
 
 
@@ -134,6 +136,7 @@ def test_audit_names_the_hostile_node_and_reports_the_others(fleet: Fleet, hosti
     assert run.returncode == 3, run.stdout[-2000:] + run.stderr[-2000:]
     spark3 = nodes["spark3"]
     assert not spark3["reachable"] and AUDIT_REASON[hostile] in spark3["reason"], spark3
+    assert spark3["reason"].endswith(AUDIT_SECTION), spark3
     assert run.seconds < COMMAND_TIMEOUT + 30, run.seconds
 
 

@@ -44,6 +44,7 @@ from sparkbase.facts.script import (
     marker_stdin,
     new_marker,
     split_sections,
+    unfinished_section,
 )
 from sparkbase.transport import FailureKind, TransportError
 from sparkbase.transport.client import connect, run_command
@@ -184,6 +185,15 @@ def test_the_audit_reports_a_node_that_prints_without_end(stub: SshStub) -> None
     assert isinstance(result, Unreachable) and result.kind is FailureKind.COMMAND
     assert f"output over {8 * 1024 * 1024} bytes" in result.reason
     assert time.monotonic() - started < 30
+
+
+def test_the_audit_names_the_section_that_printed_without_end(stub: SshStub) -> None:
+    flood = "M BEGIN uname\nr m\nM END uname 0\nM BEGIN pagesize\n" + "y\n" * (5 * 1024 * 1024)
+    stub.respond = _answer_with(flood)
+    result = gather_node("stub", stub.target(), FactPlan(core_only=True))
+    assert isinstance(result, Unreachable) and result.kind is FailureKind.COMMAND
+    assert result.reason.endswith("(in section 'pagesize')"), result.reason
+    assert unfinished_section("@@m@@ BEGIN a\nx\n@@m@@ END a 0\n", "@@m@@") is None
 
 
 def test_bytes_that_are_not_utf8_come_back_escaped(stub: SshStub) -> None:

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import re
 import shlex
 from collections.abc import Collection, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -50,7 +49,7 @@ from typing import Any
 from pyinfra.api.command import StringCommand
 from pyinfra.api.facts import FactBase
 
-from sparkbase.facts.script import Section, SectionError, read_marker, split_sections
+from sparkbase.facts.script import Section, SectionError, read_marker, split_sections, unfinished_section
 from sparkbase.transport.failure import FailureKind, NodeFailure, TransportError, failure
 
 #: the largest batch script sent in one round trip (one `sh -c` argument: Linux caps a
@@ -210,14 +209,6 @@ class BatchAnswer:
 NO_ANSWER = failure(FailureKind.COMMAND, "the fact batch did not answer (it failed or the connection did)")
 
 
-def _begun(text: str, marker: str) -> str | None:
-    """The index of the last section whose BEGIN fence came without its END."""
-    begun = re.findall(rf"^{re.escape(marker)} BEGIN (\S+)$", text, re.MULTILINE)
-    ended = set(re.findall(rf"^{re.escape(marker)} END (\S+) \d+$", text, re.MULTILINE))
-    open_ = [name for name in begun if name not in ended]
-    return open_[-1] if open_ else None
-
-
 def decode(lines: Sequence[str], limit: int = MAX_BATCH_BYTES) -> tuple[str, bool] | NodeFailure:
     """The batch's base64 answer as text (bytes that are not UTF-8 escaped, `\\xff`) and
     whether it was cut at `limit` bytes; a failure when it is not base64."""
@@ -236,7 +227,7 @@ def read_answer(lines: Sequence[str], marker: str, planned: Sequence[_Planned],
         return BatchAnswer(failure=decoded)
     text, cut = decoded
     if cut:
-        name = _begun(text, marker)
+        name = unfinished_section(text, marker)
         where = _describe(planned[int(name)].ask) if name is not None and name.isdigit() and \
             int(name) < len(planned) else "the fact batch"
         return BatchAnswer(failure=failure(FailureKind.COMMAND, f"fact output over {limit} bytes "

@@ -24,10 +24,11 @@ from sparkbase.facts.script import (
     new_marker,
     section_names,
     split_sections,
+    unfinished_section,
 )
 from sparkbase.facts.script import sections as script_sections
 from sparkbase.transport.client import connect, run_command
-from sparkbase.transport.failure import FailureKind, TransportError
+from sparkbase.transport.failure import CommandFailed, FailureKind, TransportError
 
 if TYPE_CHECKING:
     from sparkbase.transport import SshTarget
@@ -46,6 +47,10 @@ def gather_node(node: str, target: SshTarget, plan: FactPlan) -> FactsResult:
     try:
         answer = run_command(client, build_script(plan), target.command_timeout, target.sudo,
                              stdin=marker_stdin(marker))
+    except CommandFailed as exc:
+        where = unfinished_section(exc.partial, marker)
+        said = f" (in section {where!r})" if where else ""
+        return Unreachable(node, f"fact script failed: {exc.failure.message}{said}", exc.failure.kind)
     except TransportError as exc:
         return Unreachable(node, f"fact script failed: {exc.failure.message}", exc.failure.kind)
     finally:

@@ -415,6 +415,15 @@ def split_sections(text: str, marker: str, stderr: str = "",
                      for name, (body, status) in _bodies(text, marker, expected).items()})
 
 
+def unfinished_section(text: str, marker: str) -> str | None:
+    """The last section of a cut answer whose BEGIN fence came without its END (where a
+    command printed without end, or hung), or None."""
+    begun = re.findall(rf"^{re.escape(marker)} BEGIN ([^\n]+)$", text, re.MULTILINE)
+    ended = set(re.findall(rf"^{re.escape(marker)} END ([^\n]+) \d+$", text, re.MULTILINE))
+    left = [name for name in begun if name not in ended]
+    return left[-1] if left else None
+
+
 _GREP_ERROR = re.compile(r"^grep: (?P<path>.+?): (?P<reason>[^:]+)$")
 
 

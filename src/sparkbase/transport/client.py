@@ -207,7 +207,8 @@ class _Reads:
         self.size += len(chunk)
         if self.size > self.limit:
             raise CommandFailed(failure(FailureKind.COMMAND, f"output over {self.limit} bytes "
-                                                             "(the command printed without end?)"))
+                                                             "(the command printed without end?)"),
+                                _text(self.stdout))
         into.append(chunk)
 
 
@@ -258,7 +259,8 @@ def _read_all(channel: paramiko.Channel, reads: _Reads, deadline: float, timeout
         left = deadline - time.monotonic()
         if left <= 0:
             raise CommandFailed(failure(FailureKind.TIMEOUT,
-                                        f"no complete answer within {timeout:g}s (command timeout)"))
+                                        f"no complete answer within {timeout:g}s (command timeout)"),
+                                _text(reads.stdout))
         channel.settimeout(min(left, 1.0))
         try:
             chunk = channel.recv(65536)
