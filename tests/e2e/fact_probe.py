@@ -59,7 +59,7 @@ def compare(out: Path, site_dir: Path, lab: Path, baseline: str, nodes: list[str
     from pyinfra.context import ctx_host, ctx_state
 
     from sparkbase.deploy.assign import with_assignment
-    from sparkbase.deploy.fact_batch import FactBatch
+    from sparkbase.deploy.fact_memo import read_batch
     from sparkbase.deploy.locks import Owner
     from sparkbase.deploy.mok_keys import mok_dir_from_env
     from sparkbase.deploy.pyinfra_deploy import asks_for
@@ -80,10 +80,13 @@ def compare(out: Path, site_dir: Path, lab: Path, baseline: str, nodes: list[str
             asks = list({ask.key(): ask for ask in asks_for(build_steps(site, node, mok))}.values())
             host = session.host(node)
             with ctx_state.use(session.state), ctx_host.use(host):
-                batch = host.get_fact(FactBatch, asks=asks)
+                batch = read_batch(asks)
                 mismatches = []
                 for ask in asks:
-                    alone = host.get_fact(ask.cls, **dict(ask.kwargs))
+                    # a fenced fact reads its marker from stdin: alone, it is a batch of one
+                    fenced = getattr(ask.cls, "fence_on_stdin", False)
+                    alone = (read_batch([ask]).values.get(ask.key()) if fenced
+                             else host.get_fact(ask.cls, **dict(ask.kwargs)))
                     if ask.key() in batch.values and batch.values[ask.key()] != alone:
                         mismatches.append(f"{ask.cls.__name__}{dict(ask.kwargs)}: batch "
                                           f"{batch.values[ask.key()]!r} alone {alone!r}")

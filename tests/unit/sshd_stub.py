@@ -3,8 +3,10 @@
 It speaks real SSH (banner, key exchange, host key, public-key authentication, exec
 channels), so the transport's failures are classified from the exceptions paramiko really
 raises, with no lab and no root. What a command does is chosen by its text:
-`hang` never answers, `drop` closes the channel without an exit status, anything else
-prints `answer` (the stub's attribute) and exits `exit_status`.
+`hang` never answers, `drop` closes the channel without an exit status, `sb-flood` (or any
+command, with `flood`) prints without end, anything else prints `answer` (the stub's
+attribute) and exits `exit_status` — or, when `respond` is set, what it returns for the
+command and the stdin the stub read to its end (each exec's command and stdin kept in `seen`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,6 +62,9 @@ class SshStub:
     client_key: paramiko.PKey
     answer: str = "hello\n"
     exit_status: int = 0
+    respond: Callable[[str, bytes], bytes] | None = None
+    flood: bool = False
+    seen: list[tuple[str, bytes]] = field(default_factory=list)
     sock: socket.socket = field(default_factory=lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM))
     transports: list[paramiko.Transport] = field(default_factory=list)
 
@@ -94,12 +100,41 @@ class SshStub:
         if "drop" in command:
             channel.close()
             return
+        if "sb-flood" in command or self.flood:
+            self._flood(channel)
+            return
+        if self.respond is not None:
+            stdin = self._stdin(channel)
+            self.seen.append((command, stdin))
+            try:  # the client may close the channel first (an answer over its cap)
+                channel.sendall(self.respond(command, stdin))
+                channel.send_exit_status(self.exit_status)
+            except (OSError, EOFError, paramiko.SSHException):
+                pass
+            channel.close()
+            return
         channel.sendall(self.answer.encode())
         if "late-status" in command:
             channel.shutdown_write()  # the output ends (EOF) well before the exit status comes
             time.sleep(0.3)
         channel.send_exit_status(self.exit_status)
         channel.close()
+
+    @staticmethod
+    def _stdin(channel: paramiko.Channel) -> bytes:
+        data = b""
+        while chunk := channel.recv(65536):
+            data += chunk
+        return data
+
+    @staticmethod
+    def _flood(channel: paramiko.Channel) -> None:
+        block = b"y\n" * 32768
+        try:
+            while not channel.closed:
+                channel.sendall(block)
+        except (OSError, EOFError, paramiko.SSHException):
+            return
 
     def stop(self) -> None:
         self.sock.close()

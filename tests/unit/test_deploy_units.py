@@ -24,7 +24,7 @@ from sparkbase.deploy.reboot import boot_mismatches, reboot_reasons
 from sparkbase.deploy.results import NodeResult, NodeStatus, OpResult, Report
 from sparkbase.deploy.steps import Step
 from sparkbase.facts.model import MokCertificate, SecureBoot
-from sparkbase.facts.script import Section, Sections, fenced_script, new_marker, split_sections
+from sparkbase.facts.script import Section, Sections, fenced_script, marker_stdin, new_marker, split_sections
 from sparkbase.model.site import load_site
 from sparkbase.transport import FailureKind
 
@@ -66,8 +66,9 @@ def answered(outputs: dict[str, Answer]) -> Sections:
 def test_deploy_facts_go_through_the_audits_fencing_and_parsers() -> None:
     marker = new_marker()
     named = [("uname", "echo 7.0.0-1019-nvidia-64k aarch64"), ("thp", "echo 'always [never]'")]
-    script = fenced_script(named, marker)
-    out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True).stdout
+    script = fenced_script(named)
+    out = subprocess.run(["sh", "-c", script], input=marker_stdin(marker), capture_output=True, text=True,
+                         check=True).stdout
     state = boot_state(split_sections(out, marker))
     assert (state["kernel"], state["thp"], state["page_size"]) == ("7.0.0-1019-nvidia-64k", "never", 0)
 

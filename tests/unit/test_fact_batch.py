@@ -8,6 +8,7 @@ every fact asked in one batch must read exactly what `host.get_fact` reads alone
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,7 +29,7 @@ from sparkbase.deploy.fact_batch import (
     chunks,
     stdout_lines,
 )
-from sparkbase.deploy.fact_memo import fact, fact_scope
+from sparkbase.deploy.fact_memo import fact, fact_scope, read_batch
 from sparkbase.facts.script import Section
 
 DEFAULT = "DEFAULT"
@@ -143,7 +144,7 @@ def local() -> Iterator[tuple[State, Any]]:
 def test_every_answer_in_one_batch_is_what_pyinfra_reads_alone(local: tuple[State, Any]) -> None:
     _, host = local
     asks = [Ask.of(Shell, script=text) for _, text in ANSWERED]
-    batch = host.get_fact(FactBatch, asks=asks)
+    batch = read_batch(asks)
     assert batch.unanswered == {}
     for (case, text), ask in zip(ANSWERED, asks, strict=True):
         alone = host.get_fact(Shell, script=text)
@@ -163,17 +164,16 @@ def test_every_answer_in_one_batch_is_what_pyinfra_reads_alone(local: tuple[Stat
 
 
 def test_a_failing_section_is_not_answered_and_the_others_are(local: tuple[State, Any]) -> None:
-    _, host = local
     fails, broken, fine = (Ask.of(Shell, script="echo x; exit 3"), Ask.of(Shell, script="if then fi"),
                            Ask.of(Shell, script="echo fine"))
-    batch = host.get_fact(FactBatch, asks=[fails, broken, fine])
+    batch = read_batch([fails, broken, fine])
     assert batch.unanswered == {fails.key(): "exit status 3", broken.key(): "exit status 2"}
     assert batch.values == {fine.key(): ["fine"]}
 
 
 def test_a_missing_command_is_fetched_alone_and_answers_pyinfras_default(local: tuple[State, Any]) -> None:
     _, host = local
-    batch = host.get_fact(FactBatch, asks=[Ask.of(NeedsTool)])
+    batch = read_batch([Ask.of(NeedsTool)])
     assert batch.unanswered == {Ask.of(NeedsTool).key(): "exit status 127"}
     with fact_scope([Ask.of(NeedsTool)]) as stats:
         assert fact(NeedsTool) == {"missing": True} == host.get_fact(NeedsTool)
@@ -183,8 +183,7 @@ def test_a_missing_command_is_fetched_alone_and_answers_pyinfras_default(local: 
 def test_a_fact_whose_process_raises_is_fetched_alone_and_raises_as_pyinfra_does(
     local: tuple[State, Any],
 ) -> None:
-    _, host = local
-    batch = host.get_fact(FactBatch, asks=[Ask.of(RaisesValue), Ask.of(RaisesProcessError)])
+    batch = read_batch([Ask.of(RaisesValue), Ask.of(RaisesProcessError)])
     assert batch.values == {}
     assert set(batch.unanswered.values()) == {"process raised ValueError", "process raised FactProcessError"}
     with fact_scope([Ask.of(RaisesValue)]), pytest.raises(ValueError, match="cannot read boom"):
@@ -192,18 +191,17 @@ def test_a_fact_whose_process_raises_is_fetched_alone_and_raises_as_pyinfra_does
 
 
 def test_each_fact_keeps_its_own_instance_between_command_and_process(local: tuple[State, Any]) -> None:
-    _, host = local
     asks = [Ask.of(Remembers, word="one"), Ask.of(Remembers, word="two")]
-    batch = host.get_fact(FactBatch, asks=asks)
+    batch = read_batch(asks)
     assert [batch.values[a.key()] for a in asks] == [("one", ["one"]), ("two", ["two"])]
 
 
 def _recorded(asks: list[Ask], lines: list[str]) -> Any:
     """`FactBatch.process` of recorded output lines (the marker fixed to MARKER)."""
     batch = FactBatch()
-    batch.command(asks)
-    batch.marker = MARKER
-    return batch.process(lines)
+    batch.command(asks, fence=MARKER)
+    text = "".join(f"{line}\n" for line in lines)
+    return batch.process(base64.encodebytes(text.encode()).decode().split("\n"))
 
 
 def test_recorded_answers_are_split_by_section_and_status() -> None:
@@ -228,7 +226,7 @@ def test_recorded_answers_are_split_by_section_and_status() -> None:
 def test_an_empty_answer_answers_nothing() -> None:
     ask = Ask.of(Shell, script="x")
     assert _recorded([ask], []).unanswered == {ask.key(): "no section (the batch was cut short)"}
-    assert FactBatch.default().values == {}
+    assert FactBatch().default().values == {}
 
 
 @pytest.mark.parametrize(("text", "lines"), [
@@ -247,12 +245,15 @@ def test_answer_follows_pyinfras_rules() -> None:
             answer(Shell(), section)
 
 
-def test_every_batch_has_a_fresh_marker() -> None:
-    first, second = FactBatch(), FactBatch()
-    first.command([])
-    second.command([])
-    assert first.marker != second.marker
-    assert len(first.marker) == len("@@sparkbase-facts-@@") + 16
+def test_the_batch_command_never_holds_its_marker() -> None:
+    """The fence marker is sent on stdin: the command line every node process can read in
+    /proc/PID/cmdline never holds it (nor a fenced fact's own marker)."""
+    from sparkbase.deploy.facts import BootState
+
+    batch = FactBatch()
+    command = batch.command([Ask.of(Shell, script="echo x"), Ask.of(BootState)], fence=MARKER)
+    assert batch.marker == MARKER
+    assert MARKER not in command and "@@sparkbase-facts-" not in command
 
 
 def test_only_plain_facts_are_batched() -> None:
@@ -272,8 +273,8 @@ def test_long_batches_are_split_under_the_script_limit() -> None:
     parts = list(chunks(asks, limit=2000))
     assert [a for part in parts for a in part] == asks
     assert len(parts) > 1
-    assert all(len(FactBatch().command(part).encode()) <= 2000 for part in parts)
+    assert all(len(FactBatch().command(part, fence=MARKER).encode()) <= 2000 for part in parts)
     huge = Ask.of(Shell, script="x" * 5000)
     assert list(chunks([asks[0], huge, asks[1]], limit=2000)) == [[asks[0]], [huge], [asks[1]]]
     assert list(chunks(asks)) == [asks]  # well under MAX_SCRIPT_BYTES
-    assert len(FactBatch().command(asks).encode()) < MAX_SCRIPT_BYTES
+    assert len(FactBatch().command(asks, fence=MARKER).encode()) < MAX_SCRIPT_BYTES

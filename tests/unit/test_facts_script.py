@@ -16,6 +16,7 @@ from sparkbase.facts.script import (
     build_script,
     expand_files,
     file_reads,
+    marker_stdin,
     new_marker,
     plan_for,
     sections,
@@ -77,8 +78,9 @@ def test_script_runs_under_sh_and_splits_back(tmp_path: Path, site: Site) -> Non
     """The script itself runs under a local POSIX sh: sections come back with exit statuses."""
     plan = expected_for(site, "spark1").plan()
     marker = new_marker()
-    script = build_script(plan, marker)
-    out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=False).stdout
+    script = build_script(plan)
+    out = subprocess.run(["sh", "-c", script], input=marker_stdin(marker), capture_output=True, text=True,
+                         check=False).stdout
     found = split_sections(out, marker)
     assert {name for name, _ in sections(plan)} == set(found.by_name)
     files = expand_files(found, file_reads(plan))
@@ -194,8 +196,9 @@ def test_stderr_of_apart_sections_is_fenced_on_the_scripts_stderr() -> None:
     marker = new_marker()
     noisy = ("printf 'm/1, k, aarch64: installed'; echo 'Deprecated feature: REMAKE_INITRD' >&2; echo; "
              "sh -c 'exit 3'")
-    script = fenced_script([("dkms", noisy), ("uname", "echo r m; echo oops >&2")], marker)
-    done = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True)
+    script = fenced_script([("dkms", noisy), ("uname", "echo r m; echo oops >&2")])
+    done = subprocess.run(["sh", "-c", script], input=marker_stdin(marker), capture_output=True, text=True,
+                          check=True)
     found = split_sections(done.stdout, marker, done.stderr)
     dkms = found.get("dkms")
     assert dkms is not None and dkms.output == "m/1, k, aarch64: installed\n" and dkms.status == 3

@@ -47,7 +47,7 @@ def test_operation_meta_answers_what_the_results_ask() -> None:
 
 def test_the_global_arguments_set_as_host_data_exist() -> None:
     names = {name for name, _type in all_global_arguments()}
-    assert {"_if", "_sudo"} <= names
+    assert {"_if", "_sudo", "_timeout", "_stdin", "_ignore_errors"} <= names
 
 
 class FakeHost:

@@ -139,7 +139,13 @@ class SparkbaseSession:
         testinfra's OpenSSH backend otherwise) and read its sections."""
         from sparkbase.facts.assemble import assemble
         from sparkbase.facts.model import Unreachable
-        from sparkbase.facts.script import build_script, new_marker, split_sections
+        from sparkbase.facts.script import (
+            build_script,
+            marker_stdin,
+            new_marker,
+            section_names,
+            split_sections,
+        )
         from sparkbase.transport import FailureKind
         from sparkbase.transport.client import run_command
 
@@ -147,19 +153,28 @@ class SparkbaseSession:
         target = self.target(alias)
         marker = new_marker()
         plan = expected.plan()
-        script = build_script(plan, marker)
+        script = build_script(plan)
         backend = host.backend
         if getattr(backend, "NAME", "") == "paramiko":
             # testinfra's --sudo, or the inventory's non-root login: `sudo -n`
             sudo = target.sudo or bool(getattr(backend, "sudo", False))
-            answer = run_command(self.strict_client(backend), script, target.command_timeout, sudo)
+            answer = run_command(self.strict_client(backend), script, target.command_timeout, sudo,
+                                 stdin=marker_stdin(marker))
             stdout, stderr, status = answer.stdout, answer.stderr, answer.exit_status
         else:
-            # testinfra's own --sudo already wraps every command; else the inventory decides
+            # testinfra's own --sudo already wraps every command; else the inventory decides.
+            # Its OpenSSH backend gives a command no stdin: the marker is piped in on the node,
+            # so on this backend alone it is on the node's command line (`printf`)
             sudo = target.sudo and not getattr(backend, "sudo", False)
-            result = host.run(("sudo -n " if sudo else "") + "sh -c %s", script)
+            # (testinfra formats the command with `%`: printf's own `%s` is written `%%s`)
+            piped = f"printf %%s {shlex.quote(marker_stdin(marker))} | {'sudo -n ' if sudo else ''}sh -c %s"
+            result = host.run(piped, script)
             stdout, stderr, status = result.stdout, result.stderr, result.rc
-        sections = split_sections(stdout, marker, stderr)
+        try:
+            sections = split_sections(stdout, marker, stderr, expected=section_names(plan))
+        except ValueError as exc:  # a forged or repeated section (`SectionError`)
+            return Unreachable(expected.node, f"the fact script's answer was forged: {exc}",
+                               FailureKind.COMMAND)
         if not sections.by_name:
             return Unreachable(expected.node, f"no fact sections (exit {status}): {stderr.strip()[:200]}",
                                FailureKind.COMMAND)

@@ -17,6 +17,11 @@ instead of `host.get_fact`) answers from it.
 - `fact_scope(prefetch)` first reads the facts it is told the host will be asked, in one
   round trip (`fact_batch.FactBatch`; several when the script would be too long). What the
   batch could not answer as pyinfra would is left out, and fetched on its own when asked.
+- Every read of a plain fact, in a scope or not, is a batch (of one when it is not
+  prefetched): bounded in size, its fences secret, bytes that are not UTF-8 escaped; only
+  what a batch cannot answer as pyinfra would is then asked through `host.get_fact`. A
+  batch whose answer is refused (no answer in time, output without end, forged sections)
+  raises `FactReadFailed`: the node fails with that reason.
 
 Never open a scope across anything that runs commands on the node (the execute phase, a
 reboot, a re-plan after one): the runner opens it around one host's prepare only
@@ -26,6 +31,7 @@ reboot, a re-plan after one): the runner opens it around one host's prepare only
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Hashable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -35,9 +41,19 @@ from typing import Any, TypeVar
 from pyinfra.api.facts import FactBase
 from pyinfra.context import host
 
-from sparkbase.deploy.fact_batch import Ask, FactBatch, chunks, plan_ask
+from sparkbase.deploy.fact_batch import (
+    NO_ANSWER,
+    Ask,
+    BatchAnswer,
+    FactBatch,
+    FactReadFailed,
+    chunks,
+    plan_ask,
+)
+from sparkbase.facts.script import marker_stdin, new_marker
+from sparkbase.transport.failure import FailureKind, failure
 
-__all__ = ["Ask", "MemoStats", "fact", "fact_scope"]
+__all__ = ["Ask", "FactReadFailed", "MemoStats", "fact", "fact_scope", "read_batch"]
 
 T = TypeVar("T")
 
@@ -92,9 +108,7 @@ def _prefetch(memo: _Memo, asks: Iterable[Ask]) -> None:
             continue
         todo[key] = ask
     for batch in chunks(list(todo.values())):
-        # a batch that fails as a whole answers nothing: every fact is then fetched on its
-        # own, and pyinfra reports (and fails the host on) the failure that fact meets
-        found = host.get_fact(FactBatch, asks=batch, _ignore_errors=True)
+        found = read_batch(batch)
         memo.stats.batches += 1
         for ask in batch:
             key = _key(memo.host, ask)
@@ -104,6 +118,24 @@ def _prefetch(memo: _Memo, asks: Iterable[Ask]) -> None:
                 memo.stats.prefetched += 1
             else:
                 memo.stats.unanswered[_describe(ask)] = found.unanswered.get(ask.key(), "batch failed")
+
+
+def read_batch(asks: list[Ask]) -> BatchAnswer:
+    """`asks` read from the current host in one bounded round trip (`FactBatch`: the marker
+    on stdin, pyinfra's `_timeout` from the host data); `FactReadFailed` when the answer is
+    refused or none came (no answer within the command timeout, output without end)."""
+    marker = new_marker()
+    timeout = getattr(getattr(host, "data", None), "_timeout", None)
+    started = time.monotonic()
+    found = host.get_fact(FactBatch, asks=asks, fence=marker, _stdin=marker_stdin(marker),
+                          _ignore_errors=True)
+    if found.failure is None:
+        return found
+    reason = found.failure
+    if reason is NO_ANSWER and timeout is not None and time.monotonic() - started >= float(timeout) - 0.5:
+        reason = failure(FailureKind.TIMEOUT, f"no answer to a fact read within {float(timeout):g}s "
+                                              "(ssh.command_timeout)")
+    raise FactReadFailed(reason)
 
 
 @contextmanager
@@ -127,14 +159,27 @@ def fact(cls: type[FactBase[T]], **kwargs: Any) -> T:
     memo = _MEMO.get()
     if memo is None or not memo.open or memo.host != host.name or any(k.startswith("_") for k in kwargs):
         # outside a prepare, or with pyinfra global arguments (which change how it runs)
-        return host.get_fact(cls, **kwargs)
+        return _read(cls, kwargs)
     ask = Ask.of(cls, **kwargs)
     key = _key(memo.host, ask)
     if key in memo.values:
         memo.stats.served += 1
     else:
-        memo.values[key] = host.get_fact(cls, **kwargs)
+        memo.values[key] = _read(cls, kwargs)
         memo.stats.fetched.append(_describe(ask))
     memo.asked.add(key)
     found: T = copy.deepcopy(memo.values[key])
     return found
+
+
+def _read(cls: type[FactBase[T]], kwargs: dict[str, Any]) -> T:
+    """One fact read from the current host: through a batch of one (bounded, fenced) when
+    pyinfra runs it as a plain command, else (and when the batch cannot answer it as
+    pyinfra would) by `host.get_fact`."""
+    ask = Ask.of(cls, **kwargs)
+    if ask.batchable() and not any(key.startswith("_") for key in kwargs):
+        found = read_batch([ask])
+        if ask.key() in found.values:
+            value: T = found.values[ask.key()]
+            return value
+    return host.get_fact(cls, **kwargs)

@@ -2,11 +2,11 @@
 `sparkbase.facts.parsers`.
 
 Each fact runs its commands fenced the way the audit's fact script fences them
-(`facts.script.fenced_script`: a nonce marker; stderr merged, as pyinfra passes facts
-stdout alone), splits the answer with the same `split_sections`, and hands every section to the
-same parser the audit uses. So plan, apply and audit cannot disagree about what a node is.
-Commands always exit 0 (pyinfra marks a host failed when a fact command fails) and quote
-every argument.
+(`facts.script.fenced_script`: a nonce marker read from stdin, which the fact batch sends;
+stderr merged, as pyinfra passes facts stdout alone), splits the answer with the same
+`split_sections`, and hands every section to the same parser the audit uses. So plan,
+apply and audit cannot disagree about what a node is. Commands always exit 0 (pyinfra
+marks a host failed when a fact command fails) and quote every argument.
 """
 
 from __future__ import annotations
@@ -51,19 +51,29 @@ def _cmd(*argv: str) -> str:
 
 
 class _Fenced(FactBase[T]):
-    """A fact whose command is several fenced sections, read back by `split_sections`."""
+    """A fact whose command is several fenced sections, read back by `split_sections`.
+
+    The command holds no marker: it reads one from its stdin (`fence_on_stdin`), which the
+    fact batch sends (`deploy/fact_batch.py`, which also sets `marker` before `process`),
+    so nothing on the node can print this fact's fences. A section printed twice or one
+    the command never prints raises `SectionError`."""
 
     marker = ""
+    names: frozenset[str] = frozenset()
+    #: the command reads its fence marker from stdin (the fact batch provides it)
+    fence_on_stdin = True
 
     def fenced(self, named: Sequence[tuple[str, str]]) -> str:
-        """The command: each (name, command) fenced by a fresh marker; always exits 0."""
-        self.marker = new_marker()
+        """The command: each (name, command) fenced by the marker read from stdin; always
+        exits 0 once the marker came."""
+        self.marker = new_marker()  # replaced by the batch's before `process`
+        self.names = frozenset(name for name, _ in named)
         # pyinfra hands `process` stdout alone: stderr stays merged into each section
-        return fenced_script(named, self.marker, apart=frozenset()) + "true"
+        return fenced_script(named, apart=frozenset()) + "true"
 
     def sections(self, output: list[str]) -> Sections:
         """The answer split back into sections."""
-        return split_sections("\n".join(output) + "\n", self.marker)
+        return split_sections("\n".join(output) + "\n", self.marker, expected=self.names)
 
 
 class _FixedSections(_Fenced[T]):

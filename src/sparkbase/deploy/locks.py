@@ -163,7 +163,7 @@ def _holder(path: Path, wait: float = 1.0) -> dict[str, Any]:
 
 def _parse_owner(text: str) -> dict[str, Any]:
     try:
-        data = json.loads(text.strip().splitlines()[0]) if text.strip() else {}
+        data = json.loads(text.strip().split("\n")[0]) if text.strip() else {}
     except (json.JSONDecodeError, IndexError):
         return {}
     return data if isinstance(data, dict) else {}
@@ -276,7 +276,7 @@ def _locked_client(target: SshTarget, owner: Owner, note: Callable[[str], None])
         raise NodeLockError(f"{target.node}: cannot take the node lock: {exc.failure}") from None
 
     def run(command: str) -> list[str]:
-        return run_command(client, command, target.command_timeout, sudo=target.sudo).stdout.splitlines()
+        return run_command(client, command, target.command_timeout, sudo=target.sudo).stdout.split("\n")
 
     try:
         acquire_node_lock(target.node, run, owner, note)

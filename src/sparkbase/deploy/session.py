@@ -38,7 +38,7 @@ from sparkbase.deploy.reboot import reboot_reasons
 from sparkbase.deploy.results import NodeResult, NodeStatus, OpResult, Report
 from sparkbase.deploy.steps import MokFiles, Step, build_steps
 from sparkbase.model.site import Site
-from sparkbase.transport import FailureKind, NodeFailure, SshTarget, ssh_targets
+from sparkbase.transport import FailureKind, NodeFailure, SshTarget, TransportError, ssh_targets
 from sparkbase.transport.feeds import pyinfra_host_data
 
 if TYPE_CHECKING:  # pyinfra is imported after gevent patches the standard library
@@ -146,8 +146,9 @@ class Session:
         """Run one shell command on `node` outside any operation (under sudo if the inventory says)."""
         from pyinfra.api.command import StringCommand
 
-        sudo = self.targets[node].sudo
-        status, output = self.host(node).run_shell_command(StringCommand(command), _sudo=sudo)
+        target = self.targets[node]
+        status, output = self.host(node).run_shell_command(StringCommand(command), _sudo=target.sudo,
+                                                           _timeout=target.command_timeout)
         return bool(status), list(output.stdout_lines)
 
     def lock(self, node: str) -> None:
@@ -178,7 +179,9 @@ class Session:
             gevent.joinall(list(greenlets))
         for greenlet, node in greenlets.items():
             result = greenlet.get()
-            if isinstance(result, Exception):
+            if isinstance(result, TransportError):  # facts not read safely (`FactReadFailed`)
+                self.errors[node] = result.failure
+            elif isinstance(result, Exception):
                 self.errors[node] = NodeFailure(FailureKind.COMMAND, f"{type(result).__name__}: {result}")
             else:
                 self.prepared[node] = result

@@ -7,6 +7,7 @@ from typing import TypeVar
 
 from sparkbase.facts import parsers as p
 from sparkbase.facts.model import DkmsStatus, Gid, GpuFacts, GrubBoot, ModuleInfo, NodeFacts, SecureBoot
+from sparkbase.facts.parsers.lines import node_lines
 from sparkbase.facts.runtime import RUNTIME_SECTION, ServingProcess, serving_processes
 from sparkbase.facts.script import FactPlan, Sections, expand_files, file_reads, modules_section
 from sparkbase.model.dgxos import NVME_COALESCING_FEATURE
@@ -159,7 +160,7 @@ def _dkms(sections: Sections) -> DkmsStatus:
     if section is None:
         return DkmsStatus(noise=("dkms status: no answer",))
     found = p.parse_dkms_status(section.output)
-    extra = [line.strip() for line in section.stderr.splitlines() if line.strip()]
+    extra = [line.strip() for line in node_lines(section.stderr) if line.strip()]
     if section.status != 0:
         extra.append(f"dkms status exit {section.status}")
     return DkmsStatus(found.entries, (*found.noise, *extra))

@@ -1,7 +1,8 @@
 """Gather facts over SSH: one round trip per node, nodes in parallel, host keys checked.
 
 Each node gets one `exec` of the fact script on sparkbase's strict SSH client
-(`transport.client`: known_hosts only, connect and command deadlines, sudo). Whatever goes
+(`transport.client`: known_hosts only, connect and command deadlines, an output cap, sudo),
+its fence marker sent on the channel's stdin (never on a command line). Whatever goes
 wrong with one node (refused, timed out, wrong key or login, script cut short or answering
 nonsense) becomes `Unreachable(reason, kind)` for that node; the others carry on.
 """
@@ -15,10 +16,19 @@ from typing import TYPE_CHECKING
 
 from sparkbase.facts.assemble import assemble
 from sparkbase.facts.model import FactsResult, Unreachable
-from sparkbase.facts.script import FactPlan, build_script, new_marker, split_sections
+from sparkbase.facts.script import (
+    FactPlan,
+    SectionError,
+    build_script,
+    marker_stdin,
+    new_marker,
+    section_names,
+    split_sections,
+    unfinished_section,
+)
 from sparkbase.facts.script import sections as script_sections
 from sparkbase.transport.client import connect, run_command
-from sparkbase.transport.failure import FailureKind, TransportError
+from sparkbase.transport.failure import CommandFailed, FailureKind, TransportError
 
 if TYPE_CHECKING:
     from sparkbase.transport import SshTarget
@@ -35,12 +45,20 @@ def gather_node(node: str, target: SshTarget, plan: FactPlan) -> FactsResult:
     except TransportError as exc:  # one node's failure must not stop the others
         return Unreachable(node, exc.failure.message, exc.failure.kind)
     try:
-        answer = run_command(client, build_script(plan, marker), target.command_timeout, target.sudo)
+        answer = run_command(client, build_script(plan), target.command_timeout, target.sudo,
+                             stdin=marker_stdin(marker))
+    except CommandFailed as exc:
+        where = unfinished_section(exc.partial, marker)
+        said = f" (in section {where!r})" if where else ""
+        return Unreachable(node, f"fact script failed: {exc.failure.message}{said}", exc.failure.kind)
     except TransportError as exc:
         return Unreachable(node, f"fact script failed: {exc.failure.message}", exc.failure.kind)
     finally:
         client.close()
-    sections = split_sections(answer.stdout, marker, answer.stderr)
+    try:
+        sections = split_sections(answer.stdout, marker, answer.stderr, expected=section_names(plan))
+    except SectionError as exc:
+        return Unreachable(node, f"the fact script's answer was forged: {exc}", FailureKind.COMMAND)
     if not sections.by_name:
         return Unreachable(node, "the node answered, but not with the fact script's sections",
                            FailureKind.COMMAND)

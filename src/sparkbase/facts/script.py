@@ -4,8 +4,15 @@
 exact paths, sysctls, units, HCAs and packages to read. `build_script` turns a plan into
 sections, each a command built from separately quoted words, wrapped so that the output
 reads `<marker> BEGIN name`, the command's output (stderr merged), `<marker> END name rc`.
-The marker carries a random nonce, so no file content can forge a section boundary.
 `split_sections` is the pure inverse.
+
+The marker carries a random nonce, and no process on the node can learn it: the script's
+text (on the remote `sh -c` command line, which every process can read in
+`/proc/PID/cmdline`) holds no marker; the script reads it from its stdin first
+(`MARKER_FROM_STDIN`), sent down the SSH channel, into a shell variable that is never
+exported. So neither a file's content nor a tool's output can forge a section boundary,
+and an answer with a section twice or a section the script never prints is refused
+(`SectionError`) rather than read.
 """
 
 from __future__ import annotations
@@ -14,11 +21,12 @@ import fnmatch
 import re
 import secrets
 import shlex
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sparkbase.facts.parsers.gpu import GPU_QUERY
+from sparkbase.facts.parsers.lines import node_lines
 from sparkbase.model.dgxos import GOVERNOR_UNIT, NVME_COALESCING_FEATURE, NVME_COALESCING_UNIT, NVME_DEVICE
 
 if TYPE_CHECKING:
@@ -282,6 +290,27 @@ def new_marker() -> str:
     return f"@@sparkbase-facts-{secrets.token_hex(8)}@@"
 
 
+def marker_stdin(marker: str) -> str:
+    """What a fenced script is sent on its stdin: the marker, one line."""
+    return marker + "\n"
+
+
+def read_marker(variable: str) -> str:
+    """The shell line that reads the marker from stdin into `variable` (never exported),
+    and stops the script when none came (an empty marker would fence nothing)."""
+    return f'IFS= read -r {variable} && [ -n "${variable}" ] || exit 125'
+
+
+class SectionError(ValueError):
+    """An answer whose sections cannot be trusted: a section printed twice, or a section
+    the script never prints (`section` names it)."""
+
+    def __init__(self, section: str, problem: str) -> None:
+        super().__init__(f"section {section!r} {problem}: the answer is refused")
+        self.section = section
+        self.problem = problem
+
+
 #: sections whose parser needs clean stdout: the command's stderr goes to the script's own
 #: stderr, fenced there by the same marker (`Section.stderr`), so warnings (`Deprecated
 #: feature: …`, `Error! …`) never mix into what the parser reads
@@ -306,18 +335,27 @@ def fence(name: str, command: str, *, stderr_apart: bool = False) -> str:
     return f"b {quoted}; b {quoted} >&2; {{ {command}; }} </dev/null; r=$?; e {quoted} $r >&2; e {quoted} $r"
 
 
-def fenced_script(named: Sequence[tuple[str, str]], marker: str,
-                  apart: frozenset[str] = STDERR_APART) -> str:
-    """A POSIX sh script printing each (name, command) fenced by `marker` (the pure inverse
-    is `split_sections`); used by the audit's script and by the deploy's pyinfra facts."""
-    lines = [f"M={shlex.quote(marker)}", *FENCE_PRELUDE]
+#: the first line of every fenced script: the marker, from stdin (`marker_stdin`)
+MARKER_FROM_STDIN = read_marker("M")
+
+
+def fenced_script(named: Sequence[tuple[str, str]], apart: frozenset[str] = STDERR_APART) -> str:
+    """A POSIX sh script printing each (name, command) fenced by the marker it reads from
+    its stdin (send `marker_stdin(marker)`; the pure inverse is `split_sections`); used by
+    the audit's script and by the deploy's pyinfra facts."""
+    lines = [MARKER_FROM_STDIN, *FENCE_PRELUDE]
     lines += [fence(name, command, stderr_apart=name in apart) for name, command in named]
     return "\n".join(lines) + "\n"
 
 
-def build_script(plan: FactPlan, marker: str) -> str:
-    """The POSIX sh script: every section's command, fenced by the marker."""
-    return "#!/bin/sh\n" + fenced_script(sections(plan), marker)
+def build_script(plan: FactPlan) -> str:
+    """The POSIX sh script: every section's command, fenced by the marker sent on stdin."""
+    return "#!/bin/sh\n" + fenced_script(sections(plan))
+
+
+def section_names(plan: FactPlan) -> frozenset[str]:
+    """The names of every section the plan's script prints (what an answer may hold)."""
+    return frozenset(name for name, _ in sections(plan))
 
 
 @dataclass(frozen=True)
@@ -350,15 +388,40 @@ def _fenced(text: str, marker: str) -> Iterator[re.Match[str]]:
     return pattern.finditer(text)
 
 
-def split_sections(text: str, marker: str, stderr: str = "") -> Sections:
-    """Split the script's output into sections (pure; the inverse of `build_script`);
-    `stderr` is the script's stderr, whose fenced parts are the sections' own stderr."""
-    found = Sections()
-    errors = {match["name"]: match["body"] for match in _fenced(stderr, marker)}
+def _bodies(text: str, marker: str, expected: Collection[str] | None) -> dict[str, tuple[str, int]]:
+    """Each fenced section's (body, exit status) by name; `SectionError` for a name seen
+    twice or not in `expected` (when given)."""
+    found: dict[str, tuple[str, int]] = {}
     for match in _fenced(text, marker):
         name = match["name"]
-        found.by_name[name] = Section(match["body"], int(match["rc"]), errors.get(name, ""))
+        if name in found:
+            raise SectionError(name, "appears twice")
+        if expected is not None and name not in expected:
+            raise SectionError(name, "is not one the script prints")
+        found[name] = (match["body"], int(match["rc"]))
     return found
+
+
+def split_sections(text: str, marker: str, stderr: str = "",
+                   expected: Collection[str] | None = None) -> Sections:
+    """Split the script's output into sections (pure; the inverse of `build_script`);
+    `stderr` is the script's stderr, whose fenced parts are the sections' own stderr.
+
+    A section printed twice, or (with `expected`, the names the script prints) one it
+    never prints, raises `SectionError`: something on the node printed fences.
+    """
+    errors = _bodies(stderr, marker, expected)
+    return Sections({name: Section(body, status, errors.get(name, ("", 0))[0])
+                     for name, (body, status) in _bodies(text, marker, expected).items()})
+
+
+def unfinished_section(text: str, marker: str) -> str | None:
+    """The last section of a cut answer whose BEGIN fence came without its END (where a
+    command printed without end, or hung), or None."""
+    begun = re.findall(rf"^{re.escape(marker)} BEGIN ([^\n]+)$", text, re.MULTILINE)
+    ended = set(re.findall(rf"^{re.escape(marker)} END ([^\n]+) \d+$", text, re.MULTILINE))
+    left = [name for name in begun if name not in ended]
+    return left[-1] if left else None
 
 
 _GREP_ERROR = re.compile(r"^grep: (?P<path>.+?): (?P<reason>[^:]+)$")
@@ -380,7 +443,7 @@ def expand_files(found: Sections, reads: list[tuple[str, tuple[str, ...]]]) -> S
     colon_paths = sorted((path for path in exact if ":" in path), key=len, reverse=True)
     lines: dict[str, list[str]] = {name: [] for name, _ in reads}
     errors: dict[str, list[str]] = {}
-    for line in section.output.splitlines():
+    for line in node_lines(section.output):
         error = _GREP_ERROR.match(line)
         if error is not None:
             path = error["path"]

@@ -26,8 +26,9 @@ class SshSettings(StrictModel):
     connect_timeout: float = Field(default=5.0, gt=0, le=120, description="seconds")
     command_timeout: float = Field(
         default=60.0, gt=0, le=3600,
-        description="seconds one remote read (the audit's fact script) may take in all; a node "
-        "that freezes mid-audit is reported unreachable after it",
+        description="seconds one remote command may take in all: the audit's fact script, and each "
+        "fact read and operation command of plan and apply; a node that freezes or hangs is "
+        "reported failed after it",
     )
 
 

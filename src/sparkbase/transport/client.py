@@ -10,6 +10,11 @@ pyinfra and testinfra connect with their own clients, fed the same settings
   changed one paramiko's `BadHostKeyException` (never accepted, never recorded);
 - timeouts: `connect_timeout` for TCP, banner and authentication; `command_timeout` for a
   whole command (not each read), so a node that freezes or trickles is given up on;
+- size: a command's output is capped (`MAX_ANSWER_BYTES`), so a tool that prints without
+  end fails that node ("output over N bytes") instead of filling memory; bytes that are
+  not UTF-8 come back escaped (`\\xff`);
+- secrets off the command line: what a command must not show in `/proc/PID/cmdline` (the
+  fact script's fence marker) is sent on its stdin;
 - sudo: `sudo -n` (never a password) when the inventory's login user is not root;
 - failures: every one is raised as `TransportError` carrying a typed `NodeFailure`.
 """
@@ -169,9 +174,15 @@ def connect(target: SshTarget, timeout: float | None = None) -> paramiko.SSHClie
     return client
 
 
+#: the most a command may print (stdout and stderr together) before it is given up on: a
+#: fleet node's whole fact script answers in well under 1 MiB
+MAX_ANSWER_BYTES = 8 * 1024 * 1024
+
+
 @dataclass(frozen=True)
 class Answer:
-    """What a command printed and how it ended."""
+    """What a command printed and how it ended (bytes that are not UTF-8 shown escaped,
+    `\\xff`)."""
 
     stdout: str
     stderr: str
@@ -183,38 +194,52 @@ def command_line(script: str, sudo: bool = False) -> str:
     return ("sudo -n " if sudo else "") + "sh -c " + shlex.quote(script)
 
 
-def run_command(client: paramiko.SSHClient, script: str, timeout: float, sudo: bool = False) -> Answer:
-    """Run `script` under `sh -c` in one exec channel; its output and exit status.
+class _Reads:
+    """A command's output as it arrives, capped at `limit` bytes in all."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.size = 0
+        self.stdout: list[bytes] = []
+        self.stderr: list[bytes] = []
+
+    def add(self, into: list[bytes], chunk: bytes) -> None:
+        self.size += len(chunk)
+        if self.size > self.limit:
+            raise CommandFailed(failure(FailureKind.COMMAND, f"output over {self.limit} bytes "
+                                                             "(the command printed without end?)"),
+                                _text(self.stdout))
+        into.append(chunk)
+
+
+def run_command(client: paramiko.SSHClient, script: str, timeout: float, sudo: bool = False,
+                stdin: str = "", limit: int = MAX_ANSWER_BYTES) -> Answer:
+    """Run `script` under `sh -c` in one exec channel, `stdin` sent to it (then closed);
+    its output and exit status.
 
     `timeout` bounds the whole run (not only each read): a node that freezes or trickles
-    output is given up on at the deadline (`CommandFailed`, kind TIMEOUT). A connection
-    that ends without an exit status (sshd or the node died mid-command) raises
-    `CommandFailed` (kind UNREACHABLE) rather than returning half an answer.
+    output is given up on at the deadline (`CommandFailed`, kind TIMEOUT). More than
+    `limit` bytes of output (stdout and stderr together) is given up on at once
+    (`CommandFailed`, kind COMMAND: "output over N bytes"), so a tool that prints without
+    end costs at most `limit` bytes of memory. A connection that ends without an exit
+    status (sshd or the node died mid-command) raises `CommandFailed` (kind UNREACHABLE)
+    rather than returning half an answer.
     """
     deadline = time.monotonic() + timeout
     try:
-        _stdin, stdout, _stderr = client.exec_command(command_line(script, sudo), timeout=timeout)
+        channel_in, stdout, _stderr = client.exec_command(command_line(script, sudo), timeout=timeout)
+        if stdin:
+            channel_in.channel.sendall(stdin.encode())
+        channel_in.channel.shutdown_write()
     except Exception as exc:
         raise CommandFailed(_lost(exc)) from exc
     channel = stdout.channel
-    chunks: list[bytes] = []
-    errors: list[bytes] = []
-    while True:
-        while channel.recv_stderr_ready():
-            errors.append(channel.recv_stderr(65536))
-        left = deadline - time.monotonic()
-        if left <= 0:
-            channel.close()
-            raise CommandFailed(failure(FailureKind.TIMEOUT,
-                                        f"no complete answer within {timeout:g}s (command timeout)"))
-        channel.settimeout(min(left, 1.0))
-        try:
-            chunk = channel.recv(65536)
-        except TimeoutError:
-            continue
-        if not chunk:
-            break
-        chunks.append(chunk)
+    reads = _Reads(limit)
+    try:
+        _read_all(channel, reads, deadline, timeout)
+    except CommandFailed:
+        channel.close()  # nothing more is read; the channel window stops the sender
+        raise
     # the exit status may follow the end of the output: wait for it (or the channel's close,
     # which sets the same event) until the deadline, woken the moment it comes
     channel.status_event.wait(max(0.0, deadline - time.monotonic()))
@@ -222,8 +247,28 @@ def run_command(client: paramiko.SSHClient, script: str, timeout: float, sudo: b
         lost = "the connection closed before the command finished"
         raise CommandFailed(failure(FailureKind.UNREACHABLE, lost))
     while channel.recv_stderr_ready():
-        errors.append(channel.recv_stderr(65536))
-    return Answer(_text(chunks), _text(errors), channel.recv_exit_status())
+        reads.add(reads.stderr, channel.recv_stderr(65536))
+    return Answer(_text(reads.stdout), _text(reads.stderr), channel.recv_exit_status())
+
+
+def _read_all(channel: paramiko.Channel, reads: _Reads, deadline: float, timeout: float) -> None:
+    """Read stdout (and stderr as it comes) to its end, within the deadline and the cap."""
+    while True:
+        while channel.recv_stderr_ready():
+            reads.add(reads.stderr, channel.recv_stderr(65536))
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise CommandFailed(failure(FailureKind.TIMEOUT,
+                                        f"no complete answer within {timeout:g}s (command timeout)"),
+                                _text(reads.stdout))
+        channel.settimeout(min(left, 1.0))
+        try:
+            chunk = channel.recv(65536)
+        except TimeoutError:
+            continue
+        if not chunk:
+            return
+        reads.add(reads.stdout, chunk)
 
 
 def _lost(exc: BaseException) -> NodeFailure:
@@ -234,7 +279,7 @@ def _lost(exc: BaseException) -> NodeFailure:
 
 
 def _text(chunks: list[bytes]) -> str:
-    return b"".join(chunks).decode("utf-8", errors="replace")
+    return b"".join(chunks).decode("utf-8", errors="backslashreplace")
 
 
 def diagnose(target: SshTarget) -> NodeFailure | None:

@@ -59,7 +59,12 @@ class TransportError(Exception):
 
 
 class CommandFailed(TransportError):
-    """A command on an open connection did not finish with an answer (deadline, drop)."""
+    """A command on an open connection did not finish with an answer (deadline, drop,
+    output over its cap); `partial` is the stdout read until then (to say where it stopped)."""
+
+    def __init__(self, failure: NodeFailure, partial: str = "") -> None:
+        super().__init__(failure)
+        self.partial = partial
 
 
 class UnknownHostKey(Exception):

@@ -17,7 +17,9 @@ from sparkbase.transport.targets import SshTarget
 
 def pyinfra_host_data(target: SshTarget) -> dict[str, Any]:
     """pyinfra host data for one node: strict host keys, the site's or the lab's files,
-    sudo (the `_sudo` global argument) when the login user is not root."""
+    sudo (the `_sudo` global argument) when the login user is not root, and the command
+    deadline (`_timeout`, pyinfra's per-command timeout: every fact read and operation
+    command of plan and apply gets the audit's `ssh.command_timeout`)."""
     data: dict[str, Any] = {
         "sparkbase_node": target.node,
         "ssh_hostname": target.alias,
@@ -25,6 +27,7 @@ def pyinfra_host_data(target: SshTarget) -> dict[str, Any]:
         "ssh_known_hosts_file": str(target.known_hosts),
         "ssh_strict_host_key_checking": "yes",
         "ssh_connect_retries": 0,
+        "_timeout": target.command_timeout,
     }
     if target.config_file is not None:
         data["ssh_config_file"] = str(target.config_file)

@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass, field
 
 from sparkbase.facts.model import GrubBoot, GrubEntry
+from sparkbase.facts.parsers.lines import node_lines
 
 _GRUB_MENU = re.compile(r"""^\s*(?P<kind>menuentry|submenu)\s+(?P<q>['"])(?P<title>.*?)(?P=q)(?P<rest>.*)$""")
 _GRUB_ID = re.compile(r"""(?:\$menuentry_id_option|--id)\s+(['"]?)(?P<id>[^'"\s]+)\1""")
@@ -35,7 +36,7 @@ def parse_grubenv(text: str) -> dict[str, str]:
     """GRUB's environment → variables: the `/boot/grub/grubenv` block (`key=value` lines,
     `#`-padded to 1024 bytes) or `grub-editenv list` (the same lines, unpadded)."""
     values: dict[str, str] = {}
-    for line in text.splitlines():
+    for line in node_lines(text):
         if line.startswith("#") or "=" not in line:
             continue
         key, _, value = line.partition("=")
@@ -48,7 +49,7 @@ def _grub_menu(text: str) -> tuple[list[_MenuItem], list[str]]:
     top: list[_MenuItem] = []
     stack: list[_MenuItem | None] = []  # None: a block that is not a menu (function, if-less {)
     defaults: list[str] = []
-    for raw in text.splitlines():
+    for raw in node_lines(text):
         line = raw.strip()
         if not line or line.startswith("#"):
             continue

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+from sparkbase.facts.parsers.lines import node_lines
+
 #: `CPU part` of the GB10's Cortex-X925 (fast) cores
 FAST_CPU_PART = "0xd85"
 
@@ -13,7 +15,7 @@ def parse_fast_cpus(cpuinfo: str) -> tuple[int, ...]:
     """`/proc/cpuinfo` → processors whose `CPU part` is the Cortex-X925's (0xd85)."""
     fast: list[int] = []
     processor: int | None = None
-    for line in cpuinfo.splitlines():
+    for line in node_lines(cpuinfo):
         key, sep, value = line.partition(":")
         if not sep:
             continue
@@ -59,7 +61,7 @@ def format_cpu_list(cpus: frozenset[int] | set[int]) -> str:
 def parse_governors(text: str) -> dict[int, str]:
     """`grep . /sys/devices/system/cpu/cpu*/cpufreq/scaling_governor` → CPU → governor."""
     governors: dict[int, str] = {}
-    for line in text.splitlines():
+    for line in node_lines(text):
         match = re.match(r"^/sys/devices/system/cpu/cpu(\d+)/cpufreq/scaling_governor:(.+)$", line)
         if match:
             governors[int(match[1])] = match[2].strip()

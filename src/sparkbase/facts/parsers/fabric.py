@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from sparkbase.facts.model import Interface
+from sparkbase.facts.parsers.lines import node_lines
 
 
 def parse_ip_addr_json(text: str) -> dict[str, Interface]:
@@ -30,4 +31,4 @@ def parse_ip_addr_json(text: str) -> dict[str, Interface]:
 
 def parse_ls(text: str) -> tuple[str, ...]:
     """`ls -1 DIR` → entries."""
-    return tuple(sorted(line.strip() for line in text.splitlines() if line.strip()))
+    return tuple(sorted(line.strip() for line in node_lines(text) if line.strip()))

@@ -6,6 +6,7 @@ import math
 from collections.abc import Sequence
 
 from sparkbase.facts.model import GpuFacts
+from sparkbase.facts.parsers.lines import node_lines
 
 #: what nvidia-smi prints for a field the GPU does not report (GB10: memory.*)
 NOT_AVAILABLE = {"[N/A]", "N/A", "[Not Supported]", "Not Supported"}
@@ -20,7 +21,7 @@ def parse_nvidia_smi_csv(text: str, fields: Sequence[str]) -> list[dict[str, str
     A header line (`name, driver_version [MHz], …`) is skipped; `[N/A]` is None.
     """
     rows: list[dict[str, str | None]] = []
-    for line in text.splitlines():
+    for line in node_lines(text):
         if not line.strip():
             continue
         values = [value.strip() for value in line.split(",")]
@@ -39,7 +40,7 @@ def parse_nvidia_smi_query(text: str, status: int) -> GpuFacts:
     A failing nvidia-smi (no driver, library mismatch, latched NVML) is a fact too: the
     error is recorded with its exit status.
     """
-    lines = [line for line in text.splitlines() if line.strip()]
+    lines = [line for line in node_lines(text) if line.strip()]
     if status != 0 or len(lines) != 1:
         message = " ".join(line.strip() for line in lines) or "no output"
         return GpuFacts(error=f"nvidia-smi exit {status}: {message}")

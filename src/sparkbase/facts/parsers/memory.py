@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from sparkbase.facts.model import SwapEntry
+from sparkbase.facts.parsers.lines import node_lines
 
 SWAP_MAGIC = "SWAPSPACE2"
 
@@ -23,7 +24,7 @@ def parse_thp(text: str) -> str:
 def parse_swapon_show(text: str) -> tuple[SwapEntry, ...]:
     """`swapon --show=NAME,SIZE --bytes --noheadings` → active swap areas."""
     entries: list[SwapEntry] = []
-    for line in text.splitlines():
+    for line in node_lines(text):
         words = line.split()
         if not words:
             continue
@@ -39,7 +40,7 @@ def parse_proc_swaps(text: str) -> tuple[SwapEntry, ...]:
     The kernel escapes spaces in names as `\\040`; the header line is skipped.
     """
     entries: list[SwapEntry] = []
-    for line in text.splitlines():
+    for line in node_lines(text):
         words = line.split()
         if not words or words[0] == "Filename":
             continue
@@ -64,7 +65,7 @@ def parse_swap_header(at_4k: str, at_64k: str) -> int | None:
 def parse_sysctl_output(text: str) -> dict[str, str]:
     """`sysctl KEY…` (`key = value` lines) → key → value, whitespace normalised."""
     out: dict[str, str] = {}
-    for line in text.splitlines():
+    for line in node_lines(text):
         key, sep, value = line.partition("=")
         if sep:
             out[key.strip()] = " ".join(value.split())

@@ -6,11 +6,12 @@ import re
 from dataclasses import replace
 
 from sparkbase.facts.model import DkmsEntry, DkmsStatus, ModuleInfo
+from sparkbase.facts.parsers.lines import node_lines
 
 
 def parse_proc_modules(text: str) -> frozenset[str]:
     """`/proc/modules` (or `ls -1 /sys/module`) → names of loaded modules."""
-    return frozenset(line.split()[0] for line in text.splitlines() if line.strip())
+    return frozenset(line.split()[0] for line in node_lines(text) if line.strip())
 
 
 def modinfo_fields(text: str) -> dict[str, str]:
@@ -21,7 +22,7 @@ def modinfo_fields(text: str) -> dict[str, str]:
     """
     values: dict[str, str] = {}
     last: str | None = None
-    for line in text.splitlines():
+    for line in node_lines(text):
         if line[:1].isspace():
             if last is not None and line.strip():
                 values[last] += line.strip()
@@ -98,7 +99,7 @@ def parse_dkms_status(text: str) -> DkmsStatus:
     """
     entries: list[DkmsEntry] = []
     noise: list[str] = []
-    for raw in text.splitlines():
+    for raw in node_lines(text):
         line = raw.strip()
         if not line:
             continue
@@ -121,7 +122,7 @@ def parse_dkms_status(text: str) -> DkmsStatus:
 def parse_module_attrs(text: str) -> dict[str, str]:
     """`grep -H . /sys/module/M/version /sys/module/M/srcversion…` → `M.version` → value."""
     found: dict[str, str] = {}
-    for line in text.splitlines():
+    for line in node_lines(text):
         match = re.match(r"^/sys/module/([^/]+)/(version|srcversion):(.*)$", line)
         if match:
             found[f"{match[1]}.{match[2]}"] = match[3].strip()

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sparkbase.facts.parsers.lines import node_lines
+
 #: fgets(line, 4096, file): at most 4095 bytes per read; a longer line is read in pieces
 FGETS_BYTES = 4095
 #: envVar[1024] / envValue[1024] with strncpy(.., 1023): names and values are cut there
@@ -122,7 +124,7 @@ def parse_kv_conf(text: str) -> dict[str, str]:
     file (`parse_nccl_conf`); the rendered nccl.conf sets each key once, on a line with no
     spaces, so both read it alike."""
     values: dict[str, str] = {}
-    for line in text.splitlines():
+    for line in node_lines(text):
         line = line.strip()
         if not line or line.startswith("#"):
             continue

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from sparkbase.facts.parsers.lines import node_lines
+
 #: nvme-cli prints `get-feature:%#0*x (%s), %s value:%#0*x` (nvme.c get_feature_id_print;
 #: nvme-print-stdout.c stdout_feature_show): C's `#` flag adds no `0x` to zero, so a zero
 #: value prints as `00000000` and any other as `0x00000107` (both hexadecimal)
@@ -18,7 +20,7 @@ def parse_nvme_feature(text: str, feature: int | None = None) -> int:
 
     Raises ValueError on anything else (`NVMe status: …`, a missing device, another feature).
     """
-    for line in text.splitlines():
+    for line in node_lines(text):
         match = _FEATURE_LINE.match(line.strip())
         if match is None:
             continue
@@ -28,5 +30,5 @@ def parse_nvme_feature(text: str, feature: int | None = None) -> int:
         if match["sel"] != "Current":
             raise ValueError(f"nvme printed the {match['sel']} value, not the current one")
         return int(match["value"], 16)
-    first = next((line.strip() for line in text.splitlines() if line.strip()), "(no output)")
+    first = next((line.strip() for line in node_lines(text) if line.strip()), "(no output)")
     raise ValueError(f"not a get-feature answer: {first[:120]}")

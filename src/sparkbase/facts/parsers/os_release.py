@@ -8,6 +8,7 @@ import re
 import shlex
 
 from sparkbase.facts.model import FstabEntry
+from sparkbase.facts.parsers.lines import node_lines
 
 
 def parse_os_release(text: str) -> dict[str, str]:
@@ -18,7 +19,7 @@ def parse_os_release(text: str) -> dict[str, str]:
     line wins.
     """
     values: dict[str, str] = {}
-    for line in text.splitlines():
+    for line in node_lines(text):
         line = line.strip()
         if not line or line.startswith("#") or "=" not in line:
             continue
@@ -36,7 +37,7 @@ def dgx_os_version(release: dict[str, str]) -> str | None:
 def parse_fstab(text: str) -> tuple[FstabEntry, ...]:
     """/etc/fstab → its entries (comments and blank lines skipped; fields by whitespace)."""
     entries: list[FstabEntry] = []
-    for line in text.splitlines():
+    for line in node_lines(text):
         words = line.split("#", 1)[0].split()
         if not words:
             continue
@@ -57,7 +58,7 @@ def parse_stamp(text: str) -> dict[str, object]:
 def parse_sha256sum(text: str) -> dict[str, str | None]:
     """`sha256sum P1 P2…` (errors merged in) → path → hash, None for unreadable files."""
     hashes: dict[str, str | None] = {}
-    for line in text.splitlines():
+    for line in node_lines(text):
         match = re.match(r"^\\?([0-9a-f]{64}) [ *](.+)$", line)
         if match:
             hashes[match[2]] = match[1]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from sparkbase.facts.parsers.lines import node_lines
+
 
 def parse_dpkg_query(text: str) -> dict[str, str]:
     """`dpkg-query -W -f='${Package}\\t${Version}\\t${db:Status-Abbrev}\\n' P…` → installed versions.
@@ -11,7 +13,7 @@ def parse_dpkg_query(text: str) -> dict[str, str]:
     heard of only appear on stderr.
     """
     installed: dict[str, str] = {}
-    for line in text.splitlines():
+    for line in node_lines(text):
         parts = line.split("\t")
         if len(parts) == 3 and parts[2][1:2] == "i":
             installed[parts[0]] = parts[1]
@@ -20,4 +22,4 @@ def parse_dpkg_query(text: str) -> dict[str, str]:
 
 def parse_showhold(text: str) -> list[str]:
     """`apt-mark showhold` → held package names, sorted."""
-    return sorted(line.strip() for line in text.splitlines() if line.strip())
+    return sorted(line.strip() for line in node_lines(text) if line.strip())

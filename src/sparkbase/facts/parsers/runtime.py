@@ -12,11 +12,12 @@ import re
 from dataclasses import dataclass, field
 
 from sparkbase.facts.parsers.cpus import parse_cpu_list
+from sparkbase.facts.parsers.lines import node_lines
 
 
 def parse_status_cpus(text: str) -> frozenset[int]:
     """`/proc/PID/status` → the CPUs the process may run on (`Cpus_allowed_list`)."""
-    for line in text.splitlines():
+    for line in node_lines(text):
         key, sep, value = line.partition(":")
         if sep and key == "Cpus_allowed_list":
             return parse_cpu_list(value)
@@ -26,7 +27,7 @@ def parse_status_cpus(text: str) -> frozenset[int]:
 def parse_status_ppid(text: str) -> int:
     """`/proc/PID/status` → the parent's PID (`PPid`; 0 for a process whose parent is in
     another PID namespace, or for PID 1)."""
-    for line in text.splitlines():
+    for line in node_lines(text):
         key, sep, value = line.partition(":")
         if sep and key == "PPid" and value.strip().isdigit():
             return int(value.strip())
@@ -74,7 +75,7 @@ def parse_cgroup(text: str) -> ProcCgroup:
     """`hierarchy-ID:controllers:path` lines; ID 0 with no controllers is cgroup v2."""
     unified: str | None = None
     v1: dict[str, str] = {}
-    for line in text.splitlines():
+    for line in node_lines(text):
         if not line.strip():
             continue
         parts = line.split(":", 2)
@@ -107,7 +108,7 @@ def parse_maps_files(text: str, basename_prefix: str = "libnccl") -> tuple[Mappe
     """Files whose name starts with `basename_prefix` mapped by the process, each once, in
     map order; `(deleted)` marks a file replaced or removed after it was mapped."""
     found: dict[str, MappedFile] = {}
-    for line in text.splitlines():
+    for line in node_lines(text):
         match = _MAPS_LINE.match(line)
         if match is None:
             raise ValueError(f"not a /proc/PID/maps line: {line!r}")
@@ -161,7 +162,7 @@ def parse_probe(text: str) -> dict[int, ProbeRecords]:
     out: dict[int, ProbeRecords] = {}
     current: tuple[str, int, str] | None = None
     body: list[str] = []
-    for line in text.splitlines():
+    for line in node_lines(text):
         if not line.strip():
             continue
         header = _RECORD.match(line)

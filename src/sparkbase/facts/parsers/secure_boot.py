@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from sparkbase.facts.model import MokCertificate, SecureBoot
+from sparkbase.facts.parsers.lines import node_lines
 
 _FINGERPRINT = re.compile(r"^SHA1 Fingerprint:\s*(?P<fp>[0-9A-Fa-f:]+)\s*$")
 _SERIAL_INLINE = re.compile(r"^Serial Number:\s*(?P<dec>\d+)\s*\(0x(?P<hex>[0-9A-Fa-f]+)\)")
@@ -70,7 +71,7 @@ def parse_mok_certificates(text: str) -> tuple[MokCertificate, ...]:
                 issuer_cn=current.get("issuer_cn"), subject_cn=current.get("subject_cn"),
             ))
 
-    for raw in text.splitlines():
+    for raw in node_lines(text):
         line = raw.strip()
         fingerprint = _FINGERPRINT.match(line)
         if fingerprint is not None:

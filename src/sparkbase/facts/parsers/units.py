@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from sparkbase.facts.model import UnitState
+from sparkbase.facts.parsers.lines import node_lines
 
 
 def parse_systemctl_show(text: str, units: list[str]) -> dict[str, dict[str, str]]:
@@ -13,7 +14,7 @@ def parse_systemctl_show(text: str, units: list[str]) -> dict[str, dict[str, str
     when a property repeats (an emulator or an old systemd without blank lines).
     """
     blocks: list[dict[str, str]] = [{}]
-    for line in text.splitlines():
+    for line in node_lines(text):
         if not line.strip():
             if blocks[-1]:
                 blocks.append({})
