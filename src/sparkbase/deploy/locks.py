@@ -267,6 +267,7 @@ def node_locks(targets: Mapping[str, SshTarget], owner: Owner,
 def _locked_client(target: SshTarget, owner: Owner, note: Callable[[str], None]) -> paramiko.SSHClient:
     """An open connection to `target` whose node lock `owner` now holds; LockHeld or
     NodeLockError (the connection closed) otherwise."""
+    from sparkbase.facts.parsers.lines import node_lines
     from sparkbase.transport import TransportError
     from sparkbase.transport.client import connect, run_command
 
@@ -276,7 +277,7 @@ def _locked_client(target: SshTarget, owner: Owner, note: Callable[[str], None])
         raise NodeLockError(f"{target.node}: cannot take the node lock: {exc.failure}") from None
 
     def run(command: str) -> list[str]:
-        return run_command(client, command, target.command_timeout, sudo=target.sudo).stdout.split("\n")
+        return node_lines(run_command(client, command, target.command_timeout, sudo=target.sudo).stdout)
 
     try:
         acquire_node_lock(target.node, run, owner, note)
