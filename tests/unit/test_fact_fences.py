@@ -17,6 +17,7 @@ import base64
 import subprocess
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -274,5 +275,22 @@ def test_a_forged_section_in_a_batch_refuses_it() -> None:
 
 
 def test_plan_and_apply_get_the_audits_command_deadline(stub: SshStub) -> None:
-    target = stub.target()
-    assert pyinfra_host_data(target)["_timeout"] == target.command_timeout
+    """Fact reads get the audit's `ssh.command_timeout`; commands that change the node (a DKMS
+    build, an apt install) get `ssh.operation_timeout`, bounded too but longer."""
+    target = replace(stub.target(), operation_timeout=900.0)
+    data = pyinfra_host_data(target)
+    assert data["sparkbase_command_timeout"] == target.command_timeout
+    assert data["_timeout"] == 900.0
+
+
+def test_a_fact_read_takes_the_command_deadline_not_the_operations() -> None:
+    data = {"_timeout": 600, "sparkbase_command_timeout": 2}
+    inventory = Inventory(([("@local", data)], {}))  # type: ignore[no-untyped-call]
+    state = State(inventory, Config())  # type: ignore[no-untyped-call]
+    connect_all(state)
+    started = time.monotonic()
+    with (ctx_state.use(state), ctx_host.use(inventory.get_host("@local")),
+          pytest.raises(FactReadFailed) as caught):
+        read_batch([Ask.of(Shell, script="sleep 30")])
+    assert time.monotonic() - started < 10
+    assert "no answer to a fact read within 2s" in caught.value.failure.message

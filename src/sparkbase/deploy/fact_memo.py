@@ -125,10 +125,11 @@ def read_batch(asks: list[Ask]) -> BatchAnswer:
     on stdin, pyinfra's `_timeout` from the host data); `FactReadFailed` when the answer is
     refused or none came (no answer within the command timeout, output without end)."""
     marker = new_marker()
-    timeout = getattr(getattr(host, "data", None), "_timeout", None)
+    data = getattr(host, "data", None)
+    timeout = getattr(data, "sparkbase_command_timeout", None) or getattr(data, "_timeout", None)
     started = time.monotonic()
     found = host.get_fact(FactBatch, asks=asks, fence=marker, _stdin=marker_stdin(marker),
-                          _ignore_errors=True)
+                          _ignore_errors=True, **({"_timeout": timeout} if timeout is not None else {}))
     if found.failure is None:
         return found
     reason = found.failure

@@ -26,9 +26,13 @@ class SshSettings(StrictModel):
     connect_timeout: float = Field(default=5.0, gt=0, le=120, description="seconds")
     command_timeout: float = Field(
         default=60.0, gt=0, le=3600,
-        description="seconds one remote command may take in all: the audit's fact script, and each "
-        "fact read and operation command of plan and apply; a node that freezes or hangs is "
-        "reported failed after it",
+        description="seconds one read may take in all: the audit's fact script, and each fact "
+        "read of plan and apply; a node that freezes or hangs is reported failed after it",
+    )
+    operation_timeout: float = Field(
+        default=1800.0, gt=0, le=86400,
+        description="seconds one command of apply that changes the node may take (a package "
+        "install, a DKMS build, update-initramfs); one that hangs fails its node after it",
     )
 
 

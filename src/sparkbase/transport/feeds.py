@@ -17,9 +17,10 @@ from sparkbase.transport.targets import SshTarget
 
 def pyinfra_host_data(target: SshTarget) -> dict[str, Any]:
     """pyinfra host data for one node: strict host keys, the site's or the lab's files,
-    sudo (the `_sudo` global argument) when the login user is not root, and the command
-    deadline (`_timeout`, pyinfra's per-command timeout: every fact read and operation
-    command of plan and apply gets the audit's `ssh.command_timeout`)."""
+    sudo (the `_sudo` global argument) when the login user is not root, and the deadlines:
+    each operation command of apply gets `ssh.operation_timeout` (`_timeout`, pyinfra's
+    per-command timeout), each fact read of plan and apply the audit's `ssh.command_timeout`
+    (`sparkbase_command_timeout`, which the fact batch passes as its own `_timeout`)."""
     data: dict[str, Any] = {
         "sparkbase_node": target.node,
         "ssh_hostname": target.alias,
@@ -27,7 +28,8 @@ def pyinfra_host_data(target: SshTarget) -> dict[str, Any]:
         "ssh_known_hosts_file": str(target.known_hosts),
         "ssh_strict_host_key_checking": "yes",
         "ssh_connect_retries": 0,
-        "_timeout": target.command_timeout,
+        "_timeout": target.operation_timeout,
+        "sparkbase_command_timeout": target.command_timeout,
     }
     if target.config_file is not None:
         data["ssh_config_file"] = str(target.config_file)

@@ -48,6 +48,8 @@ class SshTarget:
     connect_timeout: float
     #: seconds one remote command (the audit's fact script) may take in all
     command_timeout: float = 60.0
+    #: seconds one command of apply that changes the node may take (`ssh.operation_timeout`)
+    operation_timeout: float = 1800.0
     #: the inventory names the user (it wins over the ssh_config's User)
     user_from_inventory: bool = False
 
@@ -70,6 +72,7 @@ class SshReach:
     user_from_inventory: bool
     connect_timeout: float
     command_timeout: float
+    operation_timeout: float
 
 
 def reach_of(site: Site) -> SshReach:
@@ -86,6 +89,7 @@ def reach_of(site: Site) -> SshReach:
         user_from_inventory="user" in settings.model_fields_set,
         connect_timeout=settings.connect_timeout,
         command_timeout=settings.command_timeout,
+        operation_timeout=settings.operation_timeout,
     )
 
 
@@ -114,6 +118,7 @@ def targets_for(reach: SshReach, lab: Path | None = None) -> dict[str, SshTarget
             user_from_inventory=reach.user_from_inventory,
             connect_timeout=reach.connect_timeout,
             command_timeout=reach.command_timeout,
+            operation_timeout=reach.operation_timeout,
         )
         for name, alias in reach.aliases.items()
     }
