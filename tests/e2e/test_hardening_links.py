@@ -111,7 +111,8 @@ def test_a_directory_at_a_target_is_refused_by_name_and_nothing_is_recorded(flee
 
 
 def test_a_symlinked_target_shows_as_a_link_and_is_refused(fleet: Fleet) -> None:
-    fleet.sh("spark3", f"printf '{SECRET}\\n' > {SECRET_FILE} && chmod 600 {SECRET_FILE} "
+    # KEY=value, as a credentials or .env file holds: the old audit showed it as NCCL settings
+    fleet.sh("spark3", f"printf 'TOKEN={SECRET}\\n' > {SECRET_FILE} && chmod 600 {SECRET_FILE} "
                        f"&& ln -s {SECRET_FILE} {NCCL}")
     before = _identity(fleet, "spark3", SECRET_FILE)
     link = f"{NCCL} is a symbolic link to '{SECRET_FILE}'"
@@ -126,5 +127,11 @@ def test_a_symlinked_target_shows_as_a_link_and_is_refused(fleet: Fleet) -> None
     assert link in _report(done)["message"]
     assert fleet.sh("spark3", f"readlink {NCCL}").strip() == SECRET_FILE
     assert _identity(fleet, "spark3", SECRET_FILE) == before
-    assert fleet.sh("spark3", f"cat {SECRET_FILE}") == f"{SECRET}\n"
+    assert fleet.sh("spark3", f"cat {SECRET_FILE}") == f"TOKEN={SECRET}\n"
+    for fmt in ("table", "json"):
+        audit = fleet.sparkbase("audit", "--baseline", "site-stock-6.17-4k", "--limit", "spark3",
+                                "--format", fmt)
+        assert audit.returncode == 1, audit.stdout[-2000:] + audit.stderr[-2000:]
+        assert SECRET not in audit.stdout + audit.stderr
+    assert f"a symbolic link to '{SECRET_FILE}'" in audit.stdout, audit.stdout[-3000:]
     assert NCCL not in _owned(fleet, "spark3")

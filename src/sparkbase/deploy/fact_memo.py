@@ -31,6 +31,7 @@ reboot, a re-plan after one): the runner opens it around one host's prepare only
 from __future__ import annotations
 
 import copy
+import math
 import time
 from collections.abc import Hashable, Iterable, Iterator
 from contextlib import contextmanager
@@ -126,15 +127,16 @@ def read_batch(asks: list[Ask]) -> BatchAnswer:
     refused or none came (no answer within the command timeout, output without end)."""
     marker = new_marker()
     data = getattr(host, "data", None)
-    timeout = getattr(data, "sparkbase_command_timeout", None) or getattr(data, "_timeout", None)
+    given = getattr(data, "sparkbase_command_timeout", None) or getattr(data, "_timeout", None)
+    timeout = math.ceil(float(given)) if given is not None else None  # pyinfra takes whole seconds
     started = time.monotonic()
     found = host.get_fact(FactBatch, asks=asks, fence=marker, _stdin=marker_stdin(marker),
                           _ignore_errors=True, **({"_timeout": timeout} if timeout is not None else {}))
     if found.failure is None:
         return found
     reason = found.failure
-    if reason is NO_ANSWER and timeout is not None and time.monotonic() - started >= float(timeout) - 0.5:
-        reason = failure(FailureKind.TIMEOUT, f"no answer to a fact read within {float(timeout):g}s "
+    if reason is NO_ANSWER and timeout is not None and time.monotonic() - started >= timeout - 0.5:
+        reason = failure(FailureKind.TIMEOUT, f"no answer to a fact read within {timeout}s "
                                               "(ssh.command_timeout)")
     raise FactReadFailed(reason)
 

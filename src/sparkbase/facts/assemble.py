@@ -9,7 +9,14 @@ from sparkbase.facts import parsers as p
 from sparkbase.facts.model import DkmsStatus, Gid, GpuFacts, GrubBoot, ModuleInfo, NodeFacts, SecureBoot
 from sparkbase.facts.parsers.lines import node_lines
 from sparkbase.facts.runtime import RUNTIME_SECTION, ServingProcess, serving_processes
-from sparkbase.facts.script import FactPlan, Sections, expand_files, file_reads, modules_section
+from sparkbase.facts.script import (
+    LINKS_SECTION,
+    FactPlan,
+    Sections,
+    expand_files,
+    file_reads,
+    modules_section,
+)
 from sparkbase.model.dgxos import NVME_COALESCING_FEATURE
 
 T = TypeVar("T")
@@ -79,7 +86,8 @@ def assemble(node: str, plan: FactPlan, sections: Sections, elapsed: float = 0.0
     stamp = r.parse("stamp", p.parse_stamp, quiet=True) if stamp_section else None
     dpkg = sections.get("dpkg")
     dkms = _dkms(sections) if plan.memory_saver_module or plan.fan_module else DkmsStatus()
-    hashes = _hashes(sections, plan)
+    links = (r.parse(LINKS_SECTION, p.parse_links, quiet=True) or {}) if sections.get(LINKS_SECTION) else {}
+    hashes = {path: None if path in links else sha for path, sha in _hashes(sections, plan).items()}
     return NodeFacts(
         node=node,
         kernel_release=uname[0] if uname else None,
@@ -107,9 +115,10 @@ def assemble(node: str, plan: FactPlan, sections: Sections, elapsed: float = 0.0
         units=units,
         slice_allowed_cpus=slice_cpus,
         file_sha256=hashes,
+        links=links,
         nccl_library_sha256=hashes.get(plan.nccl_library_path or ""),
-        nccl_conf=r.text("nccl-conf", quiet=True),
-        stamp=stamp,
+        nccl_conf=r.text("nccl-conf", quiet=True) if plan.nccl_conf_path not in links else None,
+        stamp=stamp if plan.stamp_path not in links else None,
         interfaces=r.parse("ip-addr", p.parse_ip_addr_json) or {},
         rdma_devices=r.parse("rdma", p.parse_ls, quiet=True) or (),
         gids=gids,

@@ -245,6 +245,9 @@ class NodeFacts:
     units: dict[str, UnitState] = field(default_factory=dict)
     slice_allowed_cpus: frozenset[int] | None = None  # the slice's `AllowedCPUs=`, as a set
     file_sha256: dict[str, str | None] = field(default_factory=dict)
+    #: files sparkbase writes that are symbolic links -> where they point: never read through
+    #: (their hash and text are left out, `facts/script.links_command`)
+    links: dict[str, str] = field(default_factory=dict)
     nccl_library_sha256: str | None = None
     nccl_conf: str | None = None
     stamp: dict[str, object] | None = None

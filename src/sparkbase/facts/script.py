@@ -126,6 +126,26 @@ def plan_for(baseline: Baseline, file_paths: Sequence[str], stamp_path: str,
     )
 
 
+#: the section naming which of the files sparkbase writes are symbolic links
+LINKS_SECTION = "links"
+
+
+def written_paths(plan: FactPlan) -> tuple[str, ...]:
+    """The paths sparkbase writes whose content the audit reads or hashes: the rendered files
+    and the stamp (not the NCCL library, a package's file, which may well be a link)."""
+    paths = [path for path in plan.hashed_paths if path != plan.nccl_library_path]
+    return tuple(dict.fromkeys([*paths, plan.stamp_path]))
+
+
+def links_command(paths: Sequence[str]) -> str:
+    """Shell text printing `PATH<TAB>TARGET` for each of `paths` that is a symbolic link
+    (builtins only, and one `readlink` per link found): the audit never judges a file
+    sparkbase writes by the content of whatever a link points to, nor shows it."""
+    words = " ".join(shlex.quote(path) for path in paths)
+    line = r"""printf '%s\t%s\n' "$f" "$(readlink -- "$f")";"""
+    return f'for f in {words}; do [ -L "$f" ] && {line} done; true'
+
+
 def sysctl_path(key: str) -> str:
     """`vm.min_free_kbytes` → `/proc/sys/vm/min_free_kbytes`."""
     return "/proc/sys/" + key.replace(".", "/")
@@ -223,6 +243,9 @@ def sections(plan: FactPlan) -> list[tuple[str, str]]:
         ("ip-addr", _cmd("ip", "-j", "addr", "show")),
         ("rdma", _cmd("ls", "-1", RDMA_CLASS)),
     ]
+    written = written_paths(plan)
+    if written:
+        out.append((LINKS_SECTION, links_command(written)))
     if plan.mok_keys:
         out.append(("mok-enrolled", _cmd("mokutil", "--list-enrolled")))
     units = [*plan.units, *([plan.slice_unit] if plan.slice_unit else [])]

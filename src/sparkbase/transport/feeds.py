@@ -10,6 +10,7 @@ pyinfra refuses exactly the host keys sparkbase refuses. testinfra is fed in
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from sparkbase.transport.targets import SshTarget
@@ -28,7 +29,8 @@ def pyinfra_host_data(target: SshTarget) -> dict[str, Any]:
         "ssh_known_hosts_file": str(target.known_hosts),
         "ssh_strict_host_key_checking": "yes",
         "ssh_connect_retries": 0,
-        "_timeout": target.operation_timeout,
+        # pyinfra takes whole seconds
+        "_timeout": math.ceil(target.operation_timeout),
         "sparkbase_command_timeout": target.command_timeout,
     }
     if target.config_file is not None:

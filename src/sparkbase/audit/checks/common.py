@@ -20,6 +20,17 @@ def apply_fix(subject: Subject, reboot: bool = False) -> str:
     return (REBOOT_FIX if reboot else APPLY_FIX).format(node=subject.node)
 
 
+def linked(facts: NodeFacts, path: str, want: str) -> Outcome | None:
+    """A failure when `path`, a file sparkbase writes, is a symbolic link on the node (apply
+    refuses to write through it, and the audit never judges or shows what it points to)."""
+    target = facts.links.get(path)
+    if target is None:
+        return None
+    return fail(want, f"a symbolic link to {target!r}, not a file (never read through)",
+                "move the link away (sparkbase writes only regular files, never through a link), "
+                "then apply")
+
+
 def unknown(facts: NodeFacts, section: str, what: object) -> Outcome:
     """A fact the node could not report: fail, saying why."""
     reason = facts.errors.get(section, "not reported")

@@ -6,7 +6,7 @@ import ipaddress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sparkbase.audit.checks.common import apply_fix, unknown
+from sparkbase.audit.checks.common import apply_fix, linked, unknown
 from sparkbase.audit.registry import Outcome, Subject, fail, node_check, ok, skip
 from sparkbase.facts.model import NodeFacts
 from sparkbase.render import NETPLAN_PATH
@@ -55,6 +55,9 @@ def _gid(expected: Expected, item: str | None) -> GidWant:
 def fabric_netplan(sha256: str | None, facts: NodeFacts, at: Subject) -> Outcome:
     if sha256 is None:
         return skip("no fabric netplan rendered")
+    link = linked(facts, NETPLAN_PATH, f"{NETPLAN_PATH} sha256 {sha256}")
+    if link is not None:
+        return link
     seen = facts.file_sha256.get(NETPLAN_PATH)
     if seen != sha256:
         return fail(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sparkbase.audit.checks.common import apply_fix
+from sparkbase.audit.checks.common import apply_fix, linked
 from sparkbase.audit.registry import Outcome, Subject, fail, node_check, ok, skip
 from sparkbase.facts.model import NodeFacts
 from sparkbase.render import NCCL_CONF_PATH, NETPLAN_PATH
@@ -35,6 +35,7 @@ class StampWant:
     baseline: str
     version: str
     fields: tuple[tuple[str, object], ...]
+    path: str = ""
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ def _stamp(expected: Expected, _item: str | None) -> StampWant:
     rendered = expected.file(expected.stamp_path)
     want_stamp = json.loads(rendered.content) if rendered else {}
     return StampWant(expected.baseline_name, expected.baseline.version,
-                     tuple((key, want_stamp.get(key)) for key in _STAMP_KEYS))
+                     tuple((key, want_stamp.get(key)) for key in _STAMP_KEYS), expected.stamp_path)
 
 
 def _assignment(expected: Expected, _item: str | None) -> AssignmentWant:
@@ -73,6 +74,9 @@ def _assignment(expected: Expected, _item: str | None) -> AssignmentWant:
     expect=_file,
 )
 def rendered_file(rendered: FileWant, facts: NodeFacts, at: Subject) -> Outcome:
+    link = linked(facts, rendered.path, f"sha256 {rendered.sha256}")
+    if link is not None:
+        return link
     seen = facts.file_sha256.get(rendered.path)
     if seen != rendered.sha256:
         return fail(
@@ -87,6 +91,9 @@ def rendered_file(rendered: FileWant, facts: NodeFacts, at: Subject) -> Outcome:
             expect=_stamp)
 def stamp(stamp_want: StampWant, facts: NodeFacts, at: Subject) -> Outcome:
     want = f"{stamp_want.baseline} {stamp_want.version}"
+    link = linked(facts, stamp_want.path, want)
+    if link is not None:
+        return link
     if facts.stamp is None:
         return fail(want, "no stamp (never converged by sparkbase)", apply_fix(at, True))
     seen = f"{facts.stamp.get('baseline')} {facts.stamp.get('version')}"

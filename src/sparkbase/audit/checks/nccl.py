@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sparkbase.audit.checks.common import apply_fix
+from sparkbase.audit.checks.common import apply_fix, linked
 from sparkbase.audit.registry import Outcome, Subject, fail, node_check, ok, skip
 from sparkbase.facts.model import NodeFacts
 from sparkbase.facts.parsers import parse_kv_conf, parse_nccl_conf
@@ -63,6 +63,10 @@ def nccl_library(library: LibraryWant, facts: NodeFacts, at: Subject) -> Outcome
 def nccl_conf(rendered: ConfWant | None, facts: NodeFacts, at: Subject) -> Outcome:
     if rendered is None:
         return skip("the baseline renders no nccl.conf")
+    want = dict(rendered.settings)
+    link = linked(facts, NCCL_CONF_PATH, _env_text(want))
+    if link is not None:
+        return link
     seen = facts.file_sha256.get(NCCL_CONF_PATH)
     if seen == rendered.sha256:
         return ok(rendered.sha256, seen)

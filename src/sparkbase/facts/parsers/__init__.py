@@ -47,6 +47,7 @@ from sparkbase.facts.parsers.nvme import parse_nvme_feature
 from sparkbase.facts.parsers.os_release import (
     dgx_os_version,
     parse_fstab,
+    parse_links,
     parse_os_release,
     parse_sha256sum,
     parse_stamp,
@@ -91,6 +92,7 @@ __all__ = [
     "parse_grubenv",
     "parse_ip_addr_json",
     "parse_kv_conf",
+    "parse_links",
     "parse_ls",
     "parse_maps_files",
     "parse_modinfo",

@@ -55,6 +55,16 @@ def parse_stamp(text: str) -> dict[str, object]:
     return data
 
 
+def parse_links(text: str) -> dict[str, str]:
+    """`PATH<TAB>TARGET` lines (the fact script's link section) → path → where it points."""
+    links: dict[str, str] = {}
+    for line in node_lines(text):
+        path, tab, target = line.partition("\t")
+        if tab and path.startswith("/"):
+            links[path] = target
+    return links
+
+
 def parse_sha256sum(text: str) -> dict[str, str | None]:
     """`sha256sum P1 P2…` (errors merged in) → path → hash, None for unreadable files."""
     hashes: dict[str, str | None] = {}
