@@ -21,7 +21,7 @@ from pyinfra.api.exceptions import FactProcessError
 from pyinfra.api.facts import FactBase
 
 from sparkbase.facts import parsers as p
-from sparkbase.facts.model import DkmsStatus, GrubBoot, ModuleInfo, MokCertificate, SecureBoot
+from sparkbase.facts.model import DkmsStatus, GrubBoot, Interface, ModuleInfo, MokCertificate, SecureBoot
 from sparkbase.facts.model import UnitState as UnitStateValue
 from sparkbase.facts.script import (
     GRUB_CFG,
@@ -495,3 +495,107 @@ class ThpMode(FactBase[str]):
             return p.parse_thp(" ".join(output))
         except ValueError:
             return ""
+
+
+# --- what a follow-up step reads: live addresses, systemd's loaded units, the initramfs ---
+
+
+class LiveInterfaces(FactBase[dict[str, Interface]]):
+    """Every netdev's live MTU, state and IPv4 addresses (`ip -j addr show`, the audit's
+    parser); empty when they cannot be read."""
+
+    def command(self) -> str:
+        return "ip -j addr show 2>/dev/null || true"
+
+    @staticmethod
+    def default() -> dict[str, Interface]:
+        return {}
+
+    def process(self, output: list[str]) -> dict[str, Interface]:
+        try:
+            return p.parse_ip_addr_json("\n".join(output))
+        except (ValueError, KeyError, TypeError):
+            return {}
+
+
+def parse_need_daemon_reload(lines: list[str], unit: str) -> bool | None:
+    """`systemctl show -p NeedDaemonReload UNIT` -> whether the unit's files changed on disk
+    since systemd loaded them (`yes`/`no`); None when systemd did not say."""
+    try:
+        value = p.parse_systemctl_show("\n".join(lines), [unit])[unit].get("NeedDaemonReload")
+    except ValueError:
+        return None
+    return {"yes": True, "no": False}.get(value or "")
+
+
+class NeedDaemonReload(FactBase[bool | None]):
+    """Whether systemd's loaded copy of a unit is older than its files on disk (systemd's
+    own `NeedDaemonReload` property); None when systemd did not answer."""
+
+    def command(self, unit: str) -> str:
+        self.unit = unit
+        return f"{_cmd('systemctl', 'show', '-p', 'NeedDaemonReload', unit)} 2>/dev/null || true"
+
+    @staticmethod
+    def default() -> bool | None:
+        return None
+
+    def process(self, output: list[str]) -> bool | None:
+        return parse_need_daemon_reload(output, getattr(self, "unit", ""))
+
+
+#: `InitramfsFile`'s answers: no image for the kernel, or the image could not be unpacked
+NO_IMAGE = "__sparkbase_no_image__"
+UNREADABLE = "__sparkbase_unreadable__"
+#: the image was unpacked; a `sha256sum` line follows when it holds the file
+UNPACKED = "__sparkbase_unpacked__"
+
+
+class InitramfsCopy(NamedTuple):
+    """What a kernel's initramfs holds of one file."""
+
+    #: the image exists and was unpacked
+    read: bool
+    #: sha256 of the file as packed; None when the image does not hold it (or was not read)
+    sha256: str | None = None
+    #: why it was not read ("" when it was)
+    problem: str = ""
+
+
+def parse_initramfs_copy(lines: list[str]) -> InitramfsCopy:
+    """`InitramfsFile`'s answer -> what the image holds of the file."""
+    if NO_IMAGE in lines:
+        return InitramfsCopy(False, problem="no initramfs image")
+    if UNPACKED not in lines:
+        return InitramfsCopy(False, problem="unmkinitramfs could not unpack the image")
+    digests = [d for d in p.parse_sha256sum("\n".join(lines[lines.index(UNPACKED) + 1:])).values() if d]
+    return InitramfsCopy(True, digests[0] if digests else None)
+
+
+def initramfs_image(release: str) -> str:
+    """Where Ubuntu's initramfs-tools keeps `release`'s image."""
+    return f"/boot/initrd.img-{release}"
+
+
+class InitramfsFile(FactBase[InitramfsCopy]):
+    """The sha256 of `path` as packed in `release`'s initramfs (initramfs-tools copies
+    /etc/modprobe.d/*.conf into every image it builds), unpacked by initramfs-tools' own
+    `unmkinitramfs` into a private temporary directory that is removed after. An image with
+    an early (microcode) archive unpacks to `DIR/early*` and `DIR/main`, one without to `DIR`."""
+
+    def command(self, release: str, path: str) -> str:
+        image = _q(initramfs_image(release))
+        inside = [_q(f"/main{path}"), _q(path)]
+        return (
+            f"if [ ! -f {image} ]; then echo {NO_IMAGE}; "
+            f'elif d=$(mktemp -d) && unmkinitramfs {image} "$d" >/dev/null 2>&1; then echo {UNPACKED}; '
+            f'for f in {" ".join(inside)}; do if [ -f "$d$f" ]; then sha256sum "$d$f"; break; fi; done; '
+            f'rm -rf -- "$d"; else echo {UNREADABLE}; [ -n "${{d:-}}" ] && rm -rf -- "$d"; fi; true'
+        )
+
+    @staticmethod
+    def default() -> InitramfsCopy:
+        return InitramfsCopy(False, problem="no answer")
+
+    def process(self, output: list[str]) -> InitramfsCopy:
+        return parse_initramfs_copy(output)
