@@ -518,16 +518,6 @@ class LiveInterfaces(FactBase[dict[str, Interface]]):
             return {}
 
 
-def parse_need_daemon_reload(lines: list[str], unit: str) -> bool | None:
-    """`systemctl show -p NeedDaemonReload UNIT` -> whether the unit's files changed on disk
-    since systemd loaded them (`yes`/`no`); None when systemd did not say."""
-    try:
-        value = p.parse_systemctl_show("\n".join(lines), [unit])[unit].get("NeedDaemonReload")
-    except ValueError:
-        return None
-    return {"yes": True, "no": False}.get(value or "")
-
-
 class NeedDaemonReload(FactBase[bool | None]):
     """Whether systemd's loaded copy of a unit is older than its files on disk (systemd's
     own `NeedDaemonReload` property); None when systemd did not answer."""
@@ -541,7 +531,7 @@ class NeedDaemonReload(FactBase[bool | None]):
         return None
 
     def process(self, output: list[str]) -> bool | None:
-        return parse_need_daemon_reload(output, getattr(self, "unit", ""))
+        return p.parse_need_daemon_reload("\n".join(output), getattr(self, "unit", ""))
 
 
 #: `InitramfsFile`'s answers: no image for the kernel, or the image could not be unpacked

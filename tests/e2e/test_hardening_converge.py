@@ -1,0 +1,140 @@
+"""Hardening, end to end: an apply cut short after a file was written is finished by the next.
+
+A run that dies between writing a file and its follow-up (`netplan apply`, `systemctl
+daemon-reload`, `update-initramfs`, the reboot) leaves the file right and its effect
+missing. Each case puts a converged node in exactly that state (the follow-up's old effect
+made live first, then the rendered file written back by hand, as the cut-short run wrote
+it), and shows that `plan` names the follow-up, `apply` runs it (rebooting and verifying
+when it is staged for a reboot), and a further `plan` is empty.
+
+One lab (port base 3171) for the module; spark1 is converged first, in file order.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fleets import Fleet, fleet_for_module
+from ports import port_base
+
+from sparkbase.model.site import load_site
+from sparkbase.render import MODPROBE_PATH, NETPLAN_PATH, render_node
+
+pytestmark = pytest.mark.end_to_end
+
+PORT_BASE = port_base("SPARKBASE_TEST_HARDENING_CONVERGE_PORT_BASE", 3171)
+NODE = "spark1"
+SLICE = "/etc/systemd/system/sparkbase-serving.slice"
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    yield from fleet_for_module(tmp_path_factory, "hardening-converge", PORT_BASE)
+
+
+@pytest.fixture(scope="module")
+def converged(fleet: Fleet) -> Fleet:
+    """NODE converged from the factory (reboot included), its plan empty."""
+    done = fleet.sparkbase("apply", "--limit", NODE, "--allow-reboot", "--yes", "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert _would(_plan(fleet)) == {}
+    return fleet
+
+
+def _rendered(fleet: Fleet, path: str) -> str:
+    return next(f.content for f in render_node(load_site(fleet.site), NODE) if f.path == path)
+
+
+def _plan(fleet: Fleet) -> dict[str, Any]:
+    done = fleet.sparkbase("plan", "--limit", NODE, "--json")
+    result: dict[str, Any] = json.loads(done.stdout)["nodes"][0]
+    return result
+
+
+def _would(node: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The operations that would change, by kind, and the reboot reasons under "reboot"."""
+    would = {op["kind"]: op for op in node["operations"] if op["status"] == "would change"}
+    if node["reboot_reasons"]:
+        would["reboot"] = {"reasons": node["reboot_reasons"]}
+    return would
+
+
+def _apply(fleet: Fleet, *extra: str) -> dict[str, Any]:
+    done = fleet.sparkbase("apply", "--limit", NODE, "--yes", "--json", *extra)
+    assert done.returncode == 0, done.stdout + done.stderr
+    result: dict[str, Any] = json.loads(done.stdout)["nodes"][0]
+    return result
+
+
+def _changed(result: dict[str, Any]) -> set[str]:
+    return {op["kind"] for op in result["operations"] if op["status"] == "changed"}
+
+
+def _link(fleet: Fleet, netdev: str) -> tuple[int, list[str]]:
+    """A netdev's live MTU and IPv4 addresses."""
+    links = json.loads(fleet.sh(NODE, "ip -j addr show"))
+    link = next(entry for entry in links if entry["ifname"] == netdev)
+    return link["mtu"], [f"{a['local']}/{a['prefixlen']}" for a in link["addr_info"] if a["family"] == "inet"]
+
+
+def test_a_netplan_written_but_never_applied_is_applied_by_the_next_run(converged: Fleet) -> None:
+    fleet = converged
+    rendered = _rendered(fleet, NETPLAN_PATH)
+    stale = rendered.replace("10.12.1.1/24", "10.99.1.1/24").replace("mtu: 9000", "mtu: 1500", 1)
+    assert stale != rendered
+    fleet.sh(NODE, f"cat > {NETPLAN_PATH} && netplan apply", input=stale)
+    fleet.sh(NODE, f"cat > {NETPLAN_PATH}", input=rendered)  # the cut-short run's write
+    assert _link(fleet, "enp1s0f0np0") == (1500, ["10.99.1.1/24"])
+
+    assert set(_would(_plan(fleet))) == {"netplan-apply"}
+    assert _changed(_apply(fleet)) == {"netplan-apply"}
+    assert _link(fleet, "enp1s0f0np0") == (9000, ["10.12.1.1/24"])
+    assert _would(_plan(fleet)) == {}
+
+
+def test_a_slice_written_but_never_reloaded_is_reloaded_by_the_next_run(converged: Fleet) -> None:
+    fleet = converged
+    rendered = _rendered(fleet, SLICE)
+    fleet.sh(NODE, f"cat > {SLICE} && systemctl daemon-reload", input=rendered.replace("5-9,15-19", "0-19"))
+    fleet.sh(NODE, f"cat > {SLICE}", input=rendered)  # the cut-short run's write
+    need = f"systemctl show -p NeedDaemonReload {SLICE.rsplit('/', 1)[1]}"
+    assert fleet.sh(NODE, need).strip() == "NeedDaemonReload=yes"
+
+    plan = _would(_plan(fleet))
+    assert set(plan) == {"daemon-reload"}
+    assert _changed(_apply(fleet)) == {"daemon-reload"}
+    assert fleet.sh(NODE, need).strip() == "NeedDaemonReload=no"
+    assert _would(_plan(fleet)) == {}
+
+
+def _packed(fleet: Fleet, release: str) -> str | None:
+    """The options file as NODE's initramfs for `release` packs it (unmkinitramfs)."""
+    out = fleet.sh(NODE, f"d=$(mktemp -d) && unmkinitramfs /boot/initrd.img-{release} \"$d\" && "
+                         f"(base64 -w0 \"$d{MODPROBE_PATH}\" 2>/dev/null || true); rm -rf \"$d\"")
+    return base64.b64decode(out).decode() if out.strip() else None
+
+
+def test_options_written_but_never_packed_are_packed_and_booted_by_the_next_run(converged: Fleet) -> None:
+    """The case that rebooted forever: the options file is right, the initramfs packs the
+    old one, so every reboot loaded the old options and failed verification."""
+    fleet = converged
+    release = fleet.sh(NODE, "uname -r").strip()
+    rendered = _rendered(fleet, MODPROBE_PATH)
+    old = rendered.replace("modeset=0 fbdev=0", "modeset=1 fbdev=1")
+    assert old != rendered
+    fleet.sh(NODE, f"cat > {MODPROBE_PATH} && update-initramfs -u -k all", input=old)
+    fleet.sh(NODE, f"cat > {MODPROBE_PATH}", input=rendered)  # the cut-short run's write
+    assert _packed(fleet, release) == old
+
+    plan = _would(_plan(fleet))
+    assert set(plan) == {"initramfs-update", "reboot"}
+    result = _apply(fleet, "--allow-reboot")
+    assert result["status"] == "changed" and result["rebooted"], result
+    assert "initramfs-update" in _changed(result)
+    assert _packed(fleet, release) == rendered
+    assert fleet.sh(NODE, "cat /sys/module/nvidia_drm/parameters/modeset").strip() == "N"
+    assert _would(_plan(fleet)) == {}
