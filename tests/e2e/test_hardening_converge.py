@@ -29,6 +29,7 @@ pytestmark = pytest.mark.end_to_end
 PORT_BASE = port_base("SPARKBASE_TEST_HARDENING_CONVERGE_PORT_BASE", 3171)
 NODE = "spark1"
 SLICE = "/etc/systemd/system/sparkbase-serving.slice"
+FBDEV = "/sys/module/nvidia_drm/parameters/fbdev"
 
 
 @pytest.fixture(scope="module")
@@ -120,21 +121,25 @@ def _packed(fleet: Fleet, release: str) -> str | None:
 
 def test_options_written_but_never_packed_are_packed_and_booted_by_the_next_run(converged: Fleet) -> None:
     """The case that rebooted forever: the options file is right, the initramfs packs the
-    old one, so every reboot loaded the old options and failed verification."""
+    old one and the node runs it, so every reboot loaded the old options again and failed
+    verification. The next run rebuilds the image, reboots, and verifies."""
     fleet = converged
     release = fleet.sh(NODE, "uname -r").strip()
     rendered = _rendered(fleet, MODPROBE_PATH)
-    old = rendered.replace("modeset=0 fbdev=0", "modeset=1 fbdev=1")
+    old = rendered.replace("fbdev=0", "fbdev=1")
     assert old != rendered
     fleet.sh(NODE, f"cat > {MODPROBE_PATH} && update-initramfs -u -k all", input=old)
+    fleet.lab.reboot(NODE)
     fleet.sh(NODE, f"cat > {MODPROBE_PATH}", input=rendered)  # the cut-short run's write
     assert _packed(fleet, release) == old
+    assert fleet.sh(NODE, f"cat {FBDEV}").strip() == "Y"
 
     plan = _would(_plan(fleet))
     assert set(plan) == {"initramfs-update", "reboot"}
-    result = _apply(fleet, "--allow-reboot")
+    assert any("fbdev=Y" in reason for reason in plan["reboot"]["reasons"])
+    result = _apply(fleet, "--allow-reboot", "--reboot-timeout", "60")
     assert result["status"] == "changed" and result["rebooted"], result
     assert "initramfs-update" in _changed(result)
     assert _packed(fleet, release) == rendered
-    assert fleet.sh(NODE, "cat /sys/module/nvidia_drm/parameters/modeset").strip() == "N"
+    assert fleet.sh(NODE, f"cat {FBDEV}").strip() == "N"
     assert _would(_plan(fleet)) == {}
