@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -119,11 +120,9 @@ def _packed(fleet: Fleet, release: str) -> str | None:
     return base64.b64decode(out).decode() if out.strip() else None
 
 
-def test_options_written_but_never_packed_are_packed_and_booted_by_the_next_run(converged: Fleet) -> None:
-    """The case that rebooted forever: the options file is right, the initramfs packs the
-    old one and the node runs it, so every reboot loaded the old options again and failed
-    verification. The next run rebuilds the image, reboots, and verifies."""
-    fleet = converged
+def _stale_initramfs(fleet: Fleet) -> tuple[str, str, str]:
+    """NODE as a run cut short after writing the options left it, booted on the old image:
+    (its release, the rendered options, the old ones)."""
     release = fleet.sh(NODE, "uname -r").strip()
     rendered = _rendered(fleet, MODPROBE_PATH)
     old = rendered.replace("fbdev=0", "fbdev=1")
@@ -131,6 +130,15 @@ def test_options_written_but_never_packed_are_packed_and_booted_by_the_next_run(
     fleet.sh(NODE, f"cat > {MODPROBE_PATH} && update-initramfs -u -k all", input=old)
     fleet.lab.reboot(NODE)
     fleet.sh(NODE, f"cat > {MODPROBE_PATH}", input=rendered)  # the cut-short run's write
+    return release, rendered, old
+
+
+def test_options_written_but_never_packed_are_packed_and_booted_by_the_next_run(converged: Fleet) -> None:
+    """The case that rebooted forever: the options file is right, the initramfs packs the
+    old one and the node runs it, so every reboot loaded the old options again and failed
+    verification. The next run rebuilds the image, reboots, and verifies."""
+    fleet = converged
+    release, rendered, old = _stale_initramfs(fleet)
     assert _packed(fleet, release) == old
     assert fleet.sh(NODE, f"cat {FBDEV}").strip() == "Y"
 
@@ -143,3 +151,52 @@ def test_options_written_but_never_packed_are_packed_and_booted_by_the_next_run(
     assert _packed(fleet, release) == rendered
     assert fleet.sh(NODE, f"cat {FBDEV}").strip() == "N"
     assert _would(_plan(fleet)) == {}
+
+
+def _entry(lines: list[str], node: str) -> int:
+    return next(i for i, line in enumerate(lines) if f",{node}," in line.split()[0] + ",")
+
+
+@pytest.mark.parametrize("output", ["json", "text"])
+def test_a_host_key_changed_across_the_reboot_stops_the_wait_at_once(converged: Fleet, output: str) -> None:
+    """NODE comes back from its reboot with a key known_hosts does not hold for it (here:
+    known_hosts is given another node's key for it while it reboots): apply reports the
+    host-key failure as soon as NODE answers, not "did not come back" after the timeout."""
+    fleet = converged
+    _stale_initramfs(fleet)
+    known = fleet.lab.known_hosts_path
+    good = known.read_text()
+    lines = good.splitlines()
+    other = lines[_entry(lines, "spark2")].split()
+    lines[_entry(lines, NODE)] = " ".join([lines[_entry(lines, NODE)].split()[0], *other[1:]])
+    timeout = 120
+    extra = ["--json"] if output == "json" else []
+    proc = fleet.popen("apply", "--limit", NODE, "--allow-reboot", "--yes", "--reboot-timeout", str(timeout),
+                       *extra)
+    try:
+        assert proc.stderr is not None
+        seen: list[str] = []
+        for line in proc.stderr:
+            seen.append(line)
+            if f"{NODE}: rebooting" in line:
+                break
+        else:
+            pytest.fail("apply ended before it rebooted the node:\n" + "".join(seen))
+        known.write_text("\n".join(lines) + "\n")
+        started = time.monotonic()
+        out, err = proc.communicate(timeout=timeout + 60)
+        waited = time.monotonic() - started
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        known.write_text(good)
+    assert proc.returncode == 3, out + err
+    assert waited < timeout / 2, f"apply waited {waited:.0f}s: {out}{err}"
+    if output == "json":
+        result = json.loads(out)["nodes"][0]
+        assert result["status"] == "unreachable" and result["failure"] == "host key", result
+        assert "host key mismatch" in result["message"] and "did not come back" not in result["message"]
+    else:
+        assert "host key mismatch" in out and "did not come back" not in out, out + err
+    fleet.wait_ssh(NODE)
