@@ -9,27 +9,43 @@ changes, and the follow-up must still run.
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from sparkbase.deploy.facts import NO_IMAGE, UNPACKED, UNREADABLE, InitramfsCopy, parse_initramfs_copy
+from sparkbase.deploy import reboot
+from sparkbase.deploy.facts import (
+    NO_IMAGE,
+    UNPACKED,
+    UNREADABLE,
+    InitramfsCopy,
+    boot_state,
+    parse_initramfs_copy,
+    parse_staged,
+)
 from sparkbase.deploy.operations import (
     Decision,
     decide_daemon_reload,
+    decide_grub_update,
     decide_initramfs_update,
     decide_netplan_apply,
 )
 from sparkbase.deploy.pyinfra_deploy import ASKS
-from sparkbase.deploy.steps import build_steps
+from sparkbase.deploy.reboot import boot_mismatches, reboot_reasons, stage_command, staged
+from sparkbase.deploy.steps import Step, build_steps
 from sparkbase.facts.model import Interface
-from sparkbase.facts.parsers import parse_need_daemon_reload
+from sparkbase.facts.parsers import parse_grub, parse_need_daemon_reload
+from sparkbase.facts.script import Section, Sections
 from sparkbase.model.site import load_site
-from sparkbase.render import MODPROBE_PATH, render_node
+from sparkbase.render import MODPROBE_PATH, kernel_cmdline, render_node
 
 REPO = Path(__file__).resolve().parents[2]
+REAL = REPO / "tests" / "fixtures" / "real"
+#: a real grub.cfg (Ubuntu 24.04, 6.8.0-88-generic booted with `ro` only)
+GRUB = parse_grub((REAL / "boot_grub_grub.cfg__ubuntu24.04_separate_boot__otus-hw07.txt").read_text(), "")
 CASES = sorted((Path(__file__).parent / "activation_cases").glob("*.json"))
 
 
@@ -110,3 +126,53 @@ def test_initramfs_copy_parser(lines: list[str], expected: InitramfsCopy) -> Non
 ])
 def test_need_daemon_reload_parser(text: str, expected: bool | None) -> None:
     assert parse_need_daemon_reload(text, "sparkbase-serving.slice") is expected
+
+
+@pytest.mark.parametrize(("changes", "newer", "wanted", "expected"), [
+    (True, False, ["ro"], "the GRUB drop-in changes"),
+    # a run wrote a drop-in that drops an argument and died before update-grub: grub.cfg
+    # lacks nothing the baseline wants, yet it is older than the drop-in
+    (False, True, ["ro"], "the GRUB drop-in was written after grub.cfg was generated"),
+    (False, False, ["ro"], None),
+    (False, False, ["ro", "quiet"], "6.8.0-88-generic entry lacks quiet"),
+])
+def test_grub_update_decision(changes: bool, newer: bool, wanted: list[str], expected: str | None) -> None:
+    assert decide_grub_update(GRUB, "6.8.0-88-generic", None, wanted, [], None, changes, newer) == expected
+
+
+def _booted(**extra: Any) -> dict[str, Any]:
+    site = load_site(REPO)
+    baseline = site.baseline_of("spark1")
+    boot = {"kernel": baseline.kernel.release, "page_size": baseline.kernel.page_size,
+            "cmdline": kernel_cmdline(baseline), "thp": "", "modules": [], "drm_modeset": "", "drm_fbdev": ""}
+    return {**boot, **extra}
+
+
+def test_a_reboot_staged_by_a_run_that_died_before_rebooting_is_still_a_reason() -> None:
+    """The run staged update-grub's change and died before the reboot: the node runs what
+    the baseline wants on every count the boot state shows, but the staged change is not
+    loaded; the next run must still reboot. Once the node rebooted (/run cleared), none."""
+    baseline = load_site(REPO).baseline_of("spark1")
+    mok = {"pending": []}
+    waiting = _booted(staged=["update-grub (x)"])
+    assert boot_mismatches(baseline, waiting) == []
+    assert reboot_reasons(baseline, waiting, mok, []) == [
+        "staged by an earlier apply, not booted yet: update-grub (x)"]
+    assert reboot_reasons(baseline, _booted(staged=[]), mok, []) == []
+
+
+def test_what_a_run_stages_is_noted_and_read_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "run" / "reboot-staged"
+    monkeypatch.setattr(reboot, "STAGED_PATH", str(path))
+    steps = [Step("file", "a file"), Step("initramfs-update", "update-initramfs (it's)", reboot=True),
+             Step("grub-update", "update-grub $(touch /tmp/x)", reboot=True)]
+    assert staged(steps) == ["update-initramfs (it's)", "update-grub $(touch /tmp/x)"]
+    for _ in range(2):  # appended; read back once each
+        subprocess.run(["sh", "-c", stage_command(staged(steps))], check=True)
+    assert parse_staged(path.read_text()) == staged(steps)
+    found = Sections()
+    found.by_name["staged"] = Section(path.read_text(), 0, "")
+    assert boot_state(found)["staged"] == staged(steps)
+    missing = Sections()
+    missing.by_name["staged"] = Section("", 1, "cat: /run/sparkbase/reboot-staged: No such file or directory")
+    assert boot_state(missing)["staged"] == []

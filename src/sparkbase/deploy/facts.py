@@ -20,6 +20,7 @@ from typing import Any, NamedTuple, TypeVar
 from pyinfra.api.exceptions import FactProcessError
 from pyinfra.api.facts import FactBase
 
+from sparkbase.deploy.reboot import STAGED_PATH
 from sparkbase.facts import parsers as p
 from sparkbase.facts.model import DkmsStatus, GrubBoot, Interface, ModuleInfo, MokCertificate, SecureBoot
 from sparkbase.facts.model import UnitState as UnitStateValue
@@ -189,11 +190,18 @@ BOOT_SECTIONS = (
     ("modules-sys", MODULES_SYS_COMMAND),
     ("drm_modeset", _cmd("cat", "/sys/module/nvidia_drm/parameters/modeset")),
     ("drm_fbdev", _cmd("cat", "/sys/module/nvidia_drm/parameters/fbdev")),
+    ("staged", _cmd("cat", STAGED_PATH)),
 )
 
 
+def parse_staged(text: str) -> list[str]:
+    """`STAGED_PATH` -> what was staged for the next boot, each once, in order."""
+    return list(dict.fromkeys(line.strip() for line in text.split("\n") if line.strip()))
+
+
 def boot_state(found: Sections) -> dict[str, Any]:
-    """What the node booted: kernel, page size, command line, THP, modules, drm params."""
+    """What the node booted: kernel, page size, command line, THP, modules, drm params; and
+    what an earlier apply staged for the next boot (a missing file: nothing)."""
     uname = _parsed(found.get("uname"), p.parse_uname_rm, ("", ""))
     return {
         "kernel": uname[0],
@@ -203,11 +211,13 @@ def boot_state(found: Sections) -> dict[str, Any]:
         "modules": sorted(_parsed(found.get(modules_section(found)), p.parse_proc_modules, frozenset[str]())),
         "drm_modeset": _parsed(found.get("drm_modeset"), p.parse_single_line, ""),
         "drm_fbdev": _parsed(found.get("drm_fbdev"), p.parse_single_line, ""),
+        "staged": _parsed(found.get("staged"), parse_staged, list[str]()),
     }
 
 
 class BootState(_FixedSections[dict[str, Any]]):
-    """Running kernel, page size, /proc/cmdline, THP mode, loaded modules, nvidia-drm params."""
+    """Running kernel, page size, /proc/cmdline, THP mode, loaded modules, nvidia-drm params,
+    and the reboot an earlier apply staged."""
 
     named = BOOT_SECTIONS
     read = staticmethod(boot_state)
@@ -368,6 +378,23 @@ class GrubConfig(_FixedSections[GrubBoot]):
 
     named = (("grub-cfg", _cmd("cat", GRUB_CFG)), ("grubenv", _cmd("cat", GRUBENV)))
     read = staticmethod(grub_state)
+
+
+class FileNewer(FactBase[bool]):
+    """Whether `path` was modified after `than` was (GNU find's `-newer`, to the
+    nanosecond): a configuration file written after what was generated from it. False
+    when either is missing."""
+
+    def command(self, path: str, than: str) -> str:
+        self.path = path
+        return f"{_cmd('find', path, '-maxdepth', '0', '-newer', than, '-print')} 2>/dev/null || true"
+
+    @staticmethod
+    def default() -> bool:
+        return False
+
+    def process(self, output: list[str]) -> bool:
+        return getattr(self, "path", None) in output
 
 
 def parse_sysctls(lines: list[str]) -> dict[str, str]:

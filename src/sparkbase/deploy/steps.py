@@ -295,13 +295,14 @@ def _activation_steps(baseline: Baseline, files: list[RenderedFile], addresses: 
     return [
         Step(
             "grub-update",
-            "update-grub (grub.cfg does not boot the baseline as the drop-in says)",
+            "update-grub (grub.cfg is older than the GRUB drop-in, or does not boot the baseline as it says)",
             {
                 "release": kernel.release,
                 "default_entry": kernel.grub_entry if kernel.pin_grub_default else None,
                 "cmdline": kernel_cmdline(baseline),
                 "forbid": list(kernel.cmdline_forbid),
                 "fallback": kernel.fallback.release if kernel.fallback is not None else None,
+                "dropin": GRUB_DROPIN_PATH,
             },
             reboot=True,
             after_change_of=GRUB_DROPIN_PATH,

@@ -26,7 +26,7 @@ from sparkbase.deploy.operations.base import (
     noop,
     noop_reasons,
 )
-from sparkbase.deploy.operations.boot import grub_stale, grub_update
+from sparkbase.deploy.operations.boot import decide_grub_update, grub_stale, grub_update
 from sparkbase.deploy.operations.dkms import decide_dkms_install, dkms_install
 from sparkbase.deploy.operations.files import directory, file, upload
 from sparkbase.deploy.operations.host import default_target, unit_disabled, unit_enabled
@@ -60,6 +60,7 @@ __all__ = [
     "daemon_reload",
     "decide_daemon_reload",
     "decide_dkms_install",
+    "decide_grub_update",
     "decide_initramfs_update",
     "decide_netplan_apply",
     "decide_swap_file",
