@@ -153,7 +153,7 @@ def test_a_reboot_staged_by_a_run_that_died_before_rebooting_is_still_a_reason()
     the baseline wants on every count the boot state shows, but the staged change is not
     loaded; the next run must still reboot. Once the node rebooted (/run cleared), none."""
     baseline = load_site(REPO).baseline_of("spark1")
-    mok = {"pending": []}
+    mok: dict[str, Any] = {"pending": []}
     waiting = _booted(staged=["update-grub (x)"])
     assert boot_mismatches(baseline, waiting) == []
     assert reboot_reasons(baseline, waiting, mok, []) == [
