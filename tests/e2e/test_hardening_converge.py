@@ -22,8 +22,9 @@ import pytest
 from fleets import Fleet, fleet_for_module
 from ports import port_base
 
+from sparkbase.deploy.steps import build_steps
 from sparkbase.model.site import load_site
-from sparkbase.render import MODPROBE_PATH, NETPLAN_PATH, render_node
+from sparkbase.render import GRUB_DROPIN_PATH, MODPROBE_PATH, NETPLAN_PATH, render_node
 
 pytestmark = pytest.mark.end_to_end
 
@@ -151,6 +152,41 @@ def test_options_written_but_never_packed_are_packed_and_booted_by_the_next_run(
     assert _packed(fleet, release) == rendered
     assert fleet.sh(NODE, f"cat {FBDEV}").strip() == "N"
     assert _would(_plan(fleet)) == {}
+
+
+def test_a_dropped_kernel_argument_and_its_staged_reboot_are_finished_by_later_runs(converged: Fleet) -> None:
+    """A run wrote a GRUB drop-in that drops an argument and died before update-grub (grub.cfg
+    lacks nothing the baseline wants, so only its age shows it); the next run regenerates
+    grub.cfg but may not reboot (no --allow-reboot, or it dies before the reboot): the
+    reboot it staged is still owed, and a later run with --allow-reboot does it and verifies."""
+    fleet = converged
+    rendered = _rendered(fleet, GRUB_DROPIN_PATH)
+    old = rendered.replace('GRUB_CMDLINE_LINUX_DEFAULT="', 'GRUB_CMDLINE_LINUX_DEFAULT="sparkbase.test=1 ')
+    assert old != rendered
+    fleet.sh(NODE, f"cat > {GRUB_DROPIN_PATH} && update-grub", input=old)
+    fleet.lab.reboot(NODE)
+    fleet.sh(NODE, f"cat > {GRUB_DROPIN_PATH}", input=rendered)  # the cut-short run's write
+    assert "sparkbase.test=1" in fleet.sh(NODE, "cat /proc/cmdline")
+
+    assert set(_would(_plan(fleet))) == {"grub-update", "reboot"}
+    done = fleet.sparkbase("apply", "--limit", NODE, "--yes", "--json")
+    staging = json.loads(done.stdout)["nodes"][0]
+    assert staging["status"] == "reboot pending", done.stdout + done.stderr
+    assert "grub-update" in _changed(staging)
+    assert "sparkbase.test=1" not in fleet.sh(NODE, "cat /boot/grub/grub.cfg")
+    assert "sparkbase.test=1" in fleet.sh(NODE, "cat /proc/cmdline")
+
+    owed = _would(_plan(fleet))
+    assert set(owed) == {"reboot"}
+    assert owed["reboot"]["reasons"] == [f"staged by an earlier apply, not booted yet: {_grub_step(fleet)}"]
+    result = _apply(fleet, "--allow-reboot", "--reboot-timeout", "60")
+    assert result["status"] == "changed" and result["rebooted"], result
+    assert "sparkbase.test=1" not in fleet.sh(NODE, "cat /proc/cmdline")
+    assert _would(_plan(fleet)) == {}
+
+
+def _grub_step(fleet: Fleet) -> str:
+    return next(s.name for s in build_steps(load_site(fleet.site), NODE) if s.kind == "grub-update")
 
 
 def _entry(lines: list[str], node: str) -> int:
