@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -155,6 +156,30 @@ def test_wait_for_probes_until_the_command_succeeds(stub: SshStub) -> None:
 def test_wait_for_gives_up_at_its_deadline(stub: SshStub) -> None:
     stub.exit_status = 1
     assert not wait_for(stub.target(), "test ! -e /run/marker", timeout=0.8, settle=0.0, pause=0.1)
+
+
+@pytest.mark.parametrize("known", ["changed", "removed"])
+def test_wait_for_stops_at_once_on_a_host_key_changed_across_the_reboot(stub: SshStub, known: str) -> None:
+    """A node that comes back with another host key (or one known_hosts no longer holds) is
+    refused at once with the typed failure; the wait does not run out its timeout."""
+    stub.exit_status = 1  # the reboot marker is still there: the node has not rebooted yet
+    target = stub.target()
+
+    def reboot_with_another_key() -> None:
+        if known == "changed":
+            stub.host_key = OTHER_KEY
+        else:
+            target.known_hosts.write_text("")
+        # the marker is gone only once the node is up again (a probe in flight still sees it)
+        threading.Timer(0.5, lambda: setattr(stub, "exit_status", 0)).start()
+
+    threading.Timer(0.4, reboot_with_another_key).start()
+    started = time.monotonic()
+    with pytest.raises(TransportError) as caught:
+        wait_for(target, "test ! -e /run/marker", timeout=8.0, settle=0.0, pause=0.1)
+    assert time.monotonic() - started < 4.0
+    assert caught.value.failure.kind is FailureKind.HOST_KEY
+    assert "known_hosts" in caught.value.failure.message
 
 
 def test_no_kind_is_decided_from_words() -> None:

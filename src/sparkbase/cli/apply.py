@@ -1,11 +1,15 @@
 """Converge nodes to their baselines. Changes that need a reboot are staged and reported as
 "reboot pending" unless --allow-reboot: then nodes reboot one at a time, each verified
 (kernel, page size, command line, modules) before the next; the rollout stops at the first
-node that fails. A node that serves a lane (one of the lane's units is active there) is not
-rebooted: its changes are staged and the refusal names the lane, unless --drain, which first
-stops the lane's units on every node the lane spans (a tensor-parallel lane goes down as a
-whole) and says which lanes went down. A baseline that breaks the site contract needs
---override-policy REASON, recorded in <site>/.sparkbase/overrides.log."""
+node that fails (at once when it comes back with a host key known_hosts does not hold). A
+run cut short is finished by the next: follow-up steps (update-grub, daemon-reload, netplan
+apply, update-initramfs) are decided from the node's state, and a reboot staged and not done
+stays pending until a reboot clears it. A node that serves a lane (one of the lane's units
+is active there) is not rebooted: its changes are staged and the refusal names the lane,
+unless --drain, which first stops the lane's units on every node the lane spans (a
+tensor-parallel lane goes down as a whole) and says which lanes went down. A baseline that
+breaks the site contract needs --override-policy REASON, recorded in
+<site>/.sparkbase/overrides.log."""
 
 from __future__ import annotations
 

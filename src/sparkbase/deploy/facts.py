@@ -21,8 +21,9 @@ from typing import Any, NamedTuple, TypeVar
 from pyinfra.api.exceptions import FactProcessError
 from pyinfra.api.facts import FactBase
 
+from sparkbase.deploy.reboot import STAGED_PATH
 from sparkbase.facts import parsers as p
-from sparkbase.facts.model import DkmsStatus, GrubBoot, ModuleInfo, MokCertificate, SecureBoot
+from sparkbase.facts.model import DkmsStatus, GrubBoot, Interface, ModuleInfo, MokCertificate, SecureBoot
 from sparkbase.facts.model import UnitState as UnitStateValue
 from sparkbase.facts.script import (
     GRUB_CFG,
@@ -266,11 +267,18 @@ BOOT_SECTIONS = (
     ("modules-sys", MODULES_SYS_COMMAND),
     ("drm_modeset", _cmd("cat", "/sys/module/nvidia_drm/parameters/modeset")),
     ("drm_fbdev", _cmd("cat", "/sys/module/nvidia_drm/parameters/fbdev")),
+    ("staged", _cmd("cat", STAGED_PATH)),
 )
 
 
+def parse_staged(text: str) -> list[str]:
+    """`STAGED_PATH` -> what was staged for the next boot, each once, in order."""
+    return list(dict.fromkeys(line.strip() for line in text.split("\n") if line.strip()))
+
+
 def boot_state(found: Sections) -> dict[str, Any]:
-    """What the node booted: kernel, page size, command line, THP, modules, drm params."""
+    """What the node booted: kernel, page size, command line, THP, modules, drm params; and
+    what an earlier apply staged for the next boot (a missing file: nothing)."""
     uname = _parsed(found.get("uname"), p.parse_uname_rm, ("", ""))
     return {
         "kernel": uname[0],
@@ -280,11 +288,13 @@ def boot_state(found: Sections) -> dict[str, Any]:
         "modules": sorted(_parsed(found.get(modules_section(found)), p.parse_proc_modules, frozenset[str]())),
         "drm_modeset": _parsed(found.get("drm_modeset"), p.parse_single_line, ""),
         "drm_fbdev": _parsed(found.get("drm_fbdev"), p.parse_single_line, ""),
+        "staged": _parsed(found.get("staged"), parse_staged, list[str]()),
     }
 
 
 class BootState(_FixedSections[dict[str, Any]]):
-    """Running kernel, page size, /proc/cmdline, THP mode, loaded modules, nvidia-drm params."""
+    """Running kernel, page size, /proc/cmdline, THP mode, loaded modules, nvidia-drm params,
+    and the reboot an earlier apply staged."""
 
     named = BOOT_SECTIONS
     read = staticmethod(boot_state)
@@ -450,6 +460,23 @@ class GrubConfig(_FixedSections[GrubBoot]):
     read = staticmethod(grub_state)
 
 
+class FileNewer(FactBase[bool]):
+    """Whether `path` was modified after `than` was (GNU find's `-newer`, to the
+    nanosecond): a configuration file written after what was generated from it. False
+    when either is missing."""
+
+    def command(self, path: str, than: str) -> str:
+        self.path = path
+        return f"{_cmd('find', path, '-maxdepth', '0', '-newer', than, '-print')} 2>/dev/null || true"
+
+    @staticmethod
+    def default() -> bool:
+        return False
+
+    def process(self, output: list[str]) -> bool:
+        return getattr(self, "path", None) in output
+
+
 def parse_sysctls(lines: list[str]) -> dict[str, str]:
     """`sysctl KEY…` output (`key = value`) -> key -> value with whitespace normalised."""
     return p.parse_sysctl_output("\n".join(lines))
@@ -579,3 +606,97 @@ class ThpMode(FactBase[str]):
             return p.parse_thp(" ".join(output))
         except ValueError:
             return ""
+
+
+# --- what a follow-up step reads: live addresses, systemd's loaded units, the initramfs ---
+
+
+class LiveInterfaces(FactBase[dict[str, Interface]]):
+    """Every netdev's live MTU, state and IPv4 addresses (`ip -j addr show`, the audit's
+    parser); empty when they cannot be read."""
+
+    def command(self) -> str:
+        return "ip -j addr show 2>/dev/null || true"
+
+    @staticmethod
+    def default() -> dict[str, Interface]:
+        return {}
+
+    def process(self, output: list[str]) -> dict[str, Interface]:
+        try:
+            return p.parse_ip_addr_json("\n".join(output))
+        except (ValueError, KeyError, TypeError):
+            return {}
+
+
+class NeedDaemonReload(FactBase[bool | None]):
+    """Whether systemd's loaded copy of a unit is older than its files on disk (systemd's
+    own `NeedDaemonReload` property); None when systemd did not answer."""
+
+    def command(self, unit: str) -> str:
+        self.unit = unit
+        return f"{_cmd('systemctl', 'show', '-p', 'NeedDaemonReload', unit)} 2>/dev/null || true"
+
+    @staticmethod
+    def default() -> bool | None:
+        return None
+
+    def process(self, output: list[str]) -> bool | None:
+        return p.parse_need_daemon_reload("\n".join(output), getattr(self, "unit", ""))
+
+
+#: `InitramfsFile`'s answers: no image for the kernel, or the image could not be unpacked
+NO_IMAGE = "__sparkbase_no_image__"
+UNREADABLE = "__sparkbase_unreadable__"
+#: the image was unpacked; a `sha256sum` line follows when it holds the file
+UNPACKED = "__sparkbase_unpacked__"
+
+
+class InitramfsCopy(NamedTuple):
+    """What a kernel's initramfs holds of one file."""
+
+    #: the image exists and was unpacked
+    read: bool
+    #: sha256 of the file as packed; None when the image does not hold it (or was not read)
+    sha256: str | None = None
+    #: why it was not read ("" when it was)
+    problem: str = ""
+
+
+def parse_initramfs_copy(lines: list[str]) -> InitramfsCopy:
+    """`InitramfsFile`'s answer -> what the image holds of the file."""
+    if NO_IMAGE in lines:
+        return InitramfsCopy(False, problem="no initramfs image")
+    if UNPACKED not in lines:
+        return InitramfsCopy(False, problem="unmkinitramfs could not unpack the image")
+    digests = [d for d in p.parse_sha256sum("\n".join(lines[lines.index(UNPACKED) + 1:])).values() if d]
+    return InitramfsCopy(True, digests[0] if digests else None)
+
+
+def initramfs_image(release: str) -> str:
+    """Where Ubuntu's initramfs-tools keeps `release`'s image."""
+    return f"/boot/initrd.img-{release}"
+
+
+class InitramfsFile(FactBase[InitramfsCopy]):
+    """The sha256 of `path` as packed in `release`'s initramfs (initramfs-tools copies
+    /etc/modprobe.d/*.conf into every image it builds), unpacked by initramfs-tools' own
+    `unmkinitramfs` into a private temporary directory that is removed after. An image with
+    an early (microcode) archive unpacks to `DIR/early*` and `DIR/main`, one without to `DIR`."""
+
+    def command(self, release: str, path: str) -> str:
+        image = _q(initramfs_image(release))
+        inside = [_q(f"/main{path}"), _q(path)]
+        return (
+            f"if [ ! -f {image} ]; then echo {NO_IMAGE}; "
+            f'elif d=$(mktemp -d) && unmkinitramfs {image} "$d" >/dev/null 2>&1; then echo {UNPACKED}; '
+            f'for f in {" ".join(inside)}; do if [ -f "$d$f" ]; then sha256sum "$d$f"; break; fi; done; '
+            f'rm -rf -- "$d"; else echo {UNREADABLE}; [ -n "${{d:-}}" ] && rm -rf -- "$d"; fi; true'
+        )
+
+    @staticmethod
+    def default() -> InitramfsCopy:
+        return InitramfsCopy(False, problem="no answer")
+
+    def process(self, output: list[str]) -> InitramfsCopy:
+        return parse_initramfs_copy(output)

@@ -18,7 +18,17 @@ from sparkbase.deploy import operations as ops
 from sparkbase.deploy import retire
 from sparkbase.deploy.fact_memo import Ask
 from sparkbase.deploy.facts import BootState, MokState
-from sparkbase.deploy.operations import boot, dkms, host, memory, modeset, packages, secure_boot, tuning
+from sparkbase.deploy.operations import (
+    activation,
+    boot,
+    dkms,
+    host,
+    memory,
+    modeset,
+    packages,
+    secure_boot,
+    tuning,
+)
 from sparkbase.deploy.operations import files as file_ops
 from sparkbase.deploy.operations import fstab as fstab_ops
 from sparkbase.deploy.steps import Step
@@ -86,9 +96,10 @@ def _grub(step: Step, prior: dict[str, Any]) -> Any:
     return ops.grub_update(name=step.name, trigger=_trigger(step, prior), **dict(step.args))
 
 
-def _after(command: list[str], what: str) -> Callable[[Step, dict[str, Any]], Any]:
+def _follow_up(op: Callable[..., Any]) -> Callable[[Step, dict[str, Any]], Any]:
+    """A follow-up operation, told which earlier file operation it follows (`trigger`)."""
     def add(step: Step, prior: dict[str, Any]) -> Any:
-        return ops.after_change(name=step.name, command=command, what=what, trigger=_trigger(step, prior))
+        return op(name=step.name, trigger=_trigger(step, prior), **dict(step.args))
 
     return add
 
@@ -114,9 +125,9 @@ ADDERS: dict[str, Callable[[Step, dict[str, Any]], Any]] = {
     "file": _file,
     "grub-update": _grub,
     "sysctl-apply": _simple(ops.sysctl_apply),
-    "daemon-reload": _after(["systemctl", "daemon-reload"], "the serving slice"),
-    "netplan-apply": _after(["netplan", "apply"], "the fabric netplan"),
-    "initramfs-update": _after(["update-initramfs", "-u", "-k", "all"], "the nvidia-drm options"),
+    "daemon-reload": _follow_up(activation.daemon_reload),
+    "netplan-apply": _follow_up(activation.netplan_apply),
+    "initramfs-update": _follow_up(activation.initramfs_update),
     "swap-retire": _simple(retire.swap_retire),
     "factory-swap": _simple(fstab_ops.factory_swap),
     "factory-swap-restore": _simple(fstab_ops.factory_swap_restore),
@@ -159,9 +170,9 @@ ASKS: dict[str, Callable[..., list[Ask]]] = {
     "file": file_ops.file_asks,
     "grub-update": boot.grub_update_asks,
     "sysctl-apply": memory.sysctl_apply_asks,
-    "daemon-reload": _asks_nothing,
-    "netplan-apply": _asks_nothing,
-    "initramfs-update": _asks_nothing,
+    "daemon-reload": activation.daemon_reload_asks,
+    "netplan-apply": activation.netplan_apply_asks,
+    "initramfs-update": activation.initramfs_update_asks,
     "swap-retire": retire.swap_retire_asks,
     "factory-swap": fstab_ops.factory_swap_asks,
     "factory-swap-restore": fstab_ops.factory_swap_restore_asks,

@@ -2,17 +2,24 @@
 
 Pure functions over the `BootState`/`MokState` facts (see `facts.py`) and the steps that
 will change, so a staged change is still reported as pending on the next run: the reasons
-come from what the node runs, not only from what this run touched.
+come from what the node runs and what an earlier apply staged for the next boot (noted in
+/run before the staging steps run, so the reboot clears it), not only from what this run
+touched.
 """
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterable
 from typing import Any
 
 from sparkbase.deploy.steps import Step
 from sparkbase.model.baseline import Baseline
 from sparkbase.render import kernel_cmdline
+
+#: what an apply has staged for the next boot (step names, one a line): written before it
+#: runs a step that acts only after a reboot, in /run so that the reboot itself clears it
+STAGED_PATH = "/run/sparkbase/reboot-staged"
 
 
 def _flag(value: bool) -> str:
@@ -65,10 +72,26 @@ def module_mismatches(baseline: Baseline, boot: dict[str, Any], mok: dict[str, A
 def reboot_reasons(
     baseline: Baseline, boot: dict[str, Any], mok: dict[str, Any], changing: Iterable[Step]
 ) -> list[str]:
-    """Every reason the node needs a reboot to run its baseline (empty: no reboot)."""
+    """Every reason the node needs a reboot to run its baseline (empty: no reboot): what it
+    runs against the baseline, what an earlier apply staged and no reboot has loaded yet
+    (a run that died between staging and rebooting), and what this run will stage."""
     reasons = boot_mismatches(baseline, boot)
     reasons += module_mismatches(baseline, boot, mok)
+    reasons += [f"staged by an earlier apply, not booted yet: {what}" for what in boot.get("staged", [])]
     for step in changing:
         if step.reboot:
             reasons.append(f"{step.name} changes")
     return list(dict.fromkeys(reasons))
+
+
+def staged(changing: Iterable[Step]) -> list[str]:
+    """What running `changing` stages for the next boot: the steps that act after a reboot."""
+    return [step.name for step in changing if step.reboot]
+
+
+def stage_command(names: list[str]) -> str:
+    """Note `names` as staged for the next boot (appended: an earlier staged reboot still
+    counts); /run is cleared by the reboot that loads them."""
+    lines = " ".join(shlex.quote(name) for name in names)
+    directory = shlex.quote(STAGED_PATH.rsplit("/", 1)[0])
+    return f"mkdir -p {directory} && printf '%s\\n' {lines} >> {shlex.quote(STAGED_PATH)}"

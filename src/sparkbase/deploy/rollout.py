@@ -18,7 +18,7 @@ from sparkbase.deploy.reboot import boot_mismatches, module_mismatches
 from sparkbase.deploy.results import NodeResult, NodeStatus, Report
 from sparkbase.deploy.session import Options, Session, patch_gevent, reboot_gates, runtimes
 from sparkbase.model.site import Site
-from sparkbase.transport import FailureKind, SshTarget, ssh_targets
+from sparkbase.transport import FailureKind, SshTarget, TransportError, ssh_targets
 
 REBOOT_MARKER = "/run/sparkbase/reboot-pending-marker"
 
@@ -148,7 +148,12 @@ def rollout_one(site: Site, node: str, options: Options, owner: Owner) -> NodeRe
     finally:
         stage.disconnect()
     target = ssh_targets(site, options.lab)[node]
-    if not wait_rebooted(target, options.reboot_timeout):
+    try:
+        back = wait_rebooted(target, options.reboot_timeout)
+    except TransportError as exc:
+        return NodeResult(node, staged.baseline, NodeStatus.UNREACHABLE, staged.operations, reasons, True,
+                          message=f"refused after reboot: {exc.failure.message}", failure=exc.failure.kind)
+    if not back:
         return NodeResult(node, staged.baseline, NodeStatus.FAILED, staged.operations, reasons, True,
                           message=f"did not come back over SSH within {options.reboot_timeout:.0f}s",
                           failure=FailureKind.TIMEOUT)
@@ -190,7 +195,8 @@ def rollout_one(site: Site, node: str, options: Options, owner: Owner) -> NodeRe
 
 def wait_rebooted(target: SshTarget, timeout: float) -> bool:
     """Wait until the node answers SSH again and its /run marker is gone (it rebooted):
-    strict probes over sparkbase's own client, each with a short deadline."""
+    strict probes over sparkbase's own client, each with a short deadline. A refused host
+    key stops the wait at once (`TransportError`, kind HOST_KEY)."""
     from sparkbase.transport.client import wait_for
 
     return wait_for(target, f"test ! -e {shlex.quote(REBOOT_MARKER)}", timeout)

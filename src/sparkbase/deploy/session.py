@@ -34,7 +34,7 @@ from sparkbase.deploy.drain import (
     units_on,
 )
 from sparkbase.deploy.locks import Owner, acquire_node_lock, remote_release_command
-from sparkbase.deploy.reboot import reboot_reasons
+from sparkbase.deploy.reboot import reboot_reasons, stage_command, staged
 from sparkbase.deploy.results import NodeResult, NodeStatus, OpResult, Report
 from sparkbase.deploy.steps import MokFiles, Step, build_steps
 from sparkbase.model.site import Site
@@ -226,10 +226,16 @@ class Session:
         return None
 
     def execute(self, nodes: list[str]) -> None:
-        """Run the prepared operations of `nodes` (the others' are skipped by their `_if`)."""
+        """Run the prepared operations of `nodes` (the others' are skipped by their `_if`),
+        first noting on each node what they stage for its next boot (`reboot.stage_command`)."""
         from pyinfra.api.exceptions import PyinfraError
         from pyinfra.api.operations import run_ops
 
+        for node in nodes:
+            prepared = self.prepared.get(node)
+            names = staged([op.step for op in prepared.added if op.meta.will_change]) if prepared else []
+            if names:  # noted before they run: a run that dies after them still leaves the reboot to do
+                self.run(node, stage_command(names))
         self.executing = set(nodes)
         try:
             run_ops(self.state)

@@ -109,7 +109,7 @@ def build_steps(site: Site, node: str, mok: MokFiles | None = None) -> list[Step
         *_secure_boot_steps(baseline, mok),
         *(_file_step(f) for f in files if f.path != STAMP_PATH),
         *_modeset_steps(foreign_for(site, name), baseline),
-        *_activation_steps(baseline),
+        *_activation_steps(baseline, files, site.inventory.nodes[node].addresses()),
         *_swap_steps(site, baseline),
         Step("thp", f"transparent hugepages {baseline.memory.transparent_hugepages} (live)",
              {"value": baseline.memory.transparent_hugepages}),
@@ -283,19 +283,26 @@ def _file_step(file: RenderedFile) -> Step:
     )
 
 
-def _activation_steps(baseline: Baseline) -> list[Step]:
-    """What makes changed files take effect without a reboot (or stages it for one)."""
+def _activation_steps(baseline: Baseline, files: list[RenderedFile], addresses: dict[str, str]) -> list[Step]:
+    """What makes the files take effect without a reboot (or stages it for one), each
+    decided from the node's state as well as from its file changing in this run, so a run
+    cut short after a file was written is finished by the next one."""
     kernel = baseline.kernel
+    fabric = baseline.fabric
+    links = {port.netdev: {"mtu": fabric.mtu, "addresses": _addresses_of(port.netdev, addresses)}
+             for port in fabric.ports}
+    modprobe = next((f for f in files if f.path == MODPROBE_PATH), None)
     return [
         Step(
             "grub-update",
-            "update-grub (GRUB drop-in or kernels changed)",
+            "update-grub (grub.cfg is older than the GRUB drop-in, or does not boot the baseline as it says)",
             {
                 "release": kernel.release,
                 "default_entry": kernel.grub_entry if kernel.pin_grub_default else None,
                 "cmdline": kernel_cmdline(baseline),
                 "forbid": list(kernel.cmdline_forbid),
                 "fallback": kernel.fallback.release if kernel.fallback is not None else None,
+                "dropin": GRUB_DROPIN_PATH,
             },
             reboot=True,
             after_change_of=GRUB_DROPIN_PATH,
@@ -307,14 +314,24 @@ def _activation_steps(baseline: Baseline) -> list[Step]:
         ),
         Step(
             "daemon-reload",
-            f"systemctl daemon-reload ({baseline.cpuset.slice} changed)",
+            f"systemctl daemon-reload (systemd has not loaded {baseline.cpuset.slice} as on disk)",
+            {"unit": baseline.cpuset.slice},
             after_change_of=f"/etc/systemd/system/{baseline.cpuset.slice}",
         ),
-        Step("netplan-apply", "netplan apply (fabric netplan changed)", after_change_of=NETPLAN_PATH),
+        Step("netplan-apply", "netplan apply (the live fabric addresses or MTU are not the netplan's)",
+             {"links": links}, after_change_of=NETPLAN_PATH),
         # nvidia-drm is loaded from the initramfs: its options act once the image is rebuilt
-        Step("initramfs-update", "update-initramfs -u -k all (nvidia-drm options changed)",
+        Step("initramfs-update", f"update-initramfs -u -k all (the {kernel.release} initramfs lacks the "
+             "nvidia-drm options)",
+             {"release": kernel.release, "path": MODPROBE_PATH,
+              "sha256": modprobe.sha256 if modprobe is not None else None},
              after_change_of=MODPROBE_PATH, reboot=True),
     ]
+
+
+def _addresses_of(netdev: str, addresses: dict[str, str]) -> list[str]:
+    """The addresses the fabric netplan gives `netdev` (none for a view with no RDMA path)."""
+    return [addresses[netdev]] if netdev in addresses else []
 
 
 def _swap_steps(site: Site, baseline: Baseline) -> list[Step]:

@@ -248,7 +248,8 @@ def build_factory(upper: Path, firmware_dir: Path, name: str = "spark") -> None:
     from sparkbase.lab.shims.cmd_kernel import initrd_text
 
     _write(upper, f"boot/initrd.img-{packages.FACTORY_KERNEL}",
-           initrd_text(packages.FACTORY_KERNEL, packages.factory_modprobe_text()))
+           initrd_text(packages.FACTORY_KERNEL, packages.factory_modprobe_text(),
+                       packages.factory_modprobe_files()))
     lib = "/lib/systemd/system"
     _symlink(upper, "etc/systemd/system/default.target", f"{lib}/graphical.target")
     _symlink(upper, "etc/systemd/system/display-manager.service", f"{lib}/gdm3.service")

@@ -684,6 +684,12 @@ def factory_packages() -> list[Package]:
     return [find(name, version) for name, version in names]
 
 
+def factory_modprobe_files() -> dict[str, str]:
+    """The modprobe.d files the factory packages install, by path (the factory initramfs packs them)."""
+    return {f.path: f.content.decode() for pkg in factory_packages() for f in pkg.files
+            if f.path.startswith("/etc/modprobe.d/") and f.path.endswith(".conf")}
+
+
 def factory_modprobe_text() -> str:
     """The modprobe.d options the factory packages install (what the factory initramfs packs)."""
     return "".join(f.content.decode() for pkg in factory_packages() for f in pkg.files

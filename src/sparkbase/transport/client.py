@@ -296,13 +296,17 @@ def wait_for(target: SshTarget, script: str, timeout: float, settle: float = 0.5
              pause: float = 0.3) -> bool:
     """Probe `target` with `script` until it exits 0 over a strict connection (True), or
     `timeout` seconds pass (False). Each probe has a short connect and command deadline;
-    a node that is down, booting or refusing is simply probed again."""
+    a node that is down, booting or refusing is simply probed again. A host key that is
+    not the one in known_hosts is no passing state of a boot: the wait stops at once with
+    `TransportError` (kind HOST_KEY), never waits it out."""
     deadline = time.monotonic() + timeout
     time.sleep(settle)
     while time.monotonic() < deadline:
         try:
             client = connect(target, timeout=REBOOT_PROBE_TIMEOUT)
-        except TransportError:
+        except TransportError as exc:
+            if exc.failure.kind is FailureKind.HOST_KEY:
+                raise
             time.sleep(pause)
             continue
         try:
@@ -314,4 +318,3 @@ def wait_for(target: SshTarget, script: str, timeout: float, settle: float = 0.5
             client.close()
         time.sleep(pause)
     return False
-

@@ -1,13 +1,22 @@
 """pyinfra operations sparkbase needs beyond pyinfra's own, one module per domain.
 
 Each reads facts, compares with what the baseline wants, then yields commands, or records
-a no-op with its reason. Commands are built from quoted arguments. Operations that depend
-on an earlier file step take that step's `OperationMeta` (`trigger`) and act when it
-changed (or will change). This package re-exports the operations the deploy calls.
+a no-op with its reason. Commands are built from quoted arguments. Follow-up operations
+(`activation`) take their file step's `OperationMeta` (`trigger`) and act when it changes
+or when the node's state shows the file has not taken effect. This package re-exports the
+operations the deploy calls.
 """
 
 from __future__ import annotations
 
+from sparkbase.deploy.operations.activation import (
+    daemon_reload,
+    decide_daemon_reload,
+    decide_initramfs_update,
+    decide_netplan_apply,
+    initramfs_update,
+    netplan_apply,
+)
 from sparkbase.deploy.operations.base import (
     Decision,
     atomic_upload,
@@ -17,10 +26,10 @@ from sparkbase.deploy.operations.base import (
     noop,
     noop_reasons,
 )
-from sparkbase.deploy.operations.boot import grub_stale, grub_update
+from sparkbase.deploy.operations.boot import decide_grub_update, grub_stale, grub_update
 from sparkbase.deploy.operations.dkms import decide_dkms_install, dkms_install
 from sparkbase.deploy.operations.files import directory, file, upload
-from sparkbase.deploy.operations.host import after_change, default_target, unit_disabled, unit_enabled
+from sparkbase.deploy.operations.host import default_target, unit_disabled, unit_enabled
 from sparkbase.deploy.operations.memory import (
     NotSparkbases,
     decide_swap_file,
@@ -43,13 +52,17 @@ __all__ = [
     "APT_INSTALL",
     "Decision",
     "NotSparkbases",
-    "after_change",
     "apt_update_for",
     "atomic_upload",
     "carry_out",
     "changed",
     "cmd",
+    "daemon_reload",
+    "decide_daemon_reload",
     "decide_dkms_install",
+    "decide_grub_update",
+    "decide_initramfs_update",
+    "decide_netplan_apply",
     "decide_swap_file",
     "default_target",
     "directory",
@@ -59,8 +72,10 @@ __all__ = [
     "grub_stale",
     "grub_update",
     "hold",
+    "initramfs_update",
     "missing_pins",
     "mok_import",
+    "netplan_apply",
     "noop",
     "noop_reasons",
     "pinned_packages",

@@ -1,4 +1,5 @@
-"""Boot operations: grub.cfg regenerated when it does not boot the baseline's kernel as it wants."""
+"""Boot operations: grub.cfg regenerated when it does not boot the baseline's kernel as it wants,
+or is older than the drop-in it is generated from."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ from pyinfra.api.operation import operation
 
 from sparkbase.deploy.fact_memo import Ask, fact
 from sparkbase.deploy.facts import (
+    FileNewer,
     GrubConfig,
 )
 from sparkbase.deploy.operations.base import changed, noop
 from sparkbase.facts.model import GrubBoot
+from sparkbase.facts.script import GRUB_CFG
 
 
 def grub_stale(grub: GrubBoot, release: str, default_entry: str | None, cmdline: list[str],
@@ -37,20 +40,33 @@ def grub_stale(grub: GrubBoot, release: str, default_entry: str | None, cmdline:
     return None
 
 
+def decide_grub_update(grub: GrubBoot, release: str, default_entry: str | None, cmdline: list[str],
+                       forbid: list[str], fallback: str | None, dropin_changes: bool,
+                       dropin_newer: bool) -> str | None:
+    """Why `update-grub` must run (None: grub.cfg reflects the baseline): the drop-in
+    changes now, or was written after grub.cfg was generated (a run that died between the
+    two; an argument it dropped is no missing argument `grub_stale` could see), or grub.cfg
+    does not boot the baseline as it wants."""
+    if dropin_changes:
+        return "the GRUB drop-in changes"
+    if dropin_newer:
+        return "the GRUB drop-in was written after grub.cfg was generated"
+    return grub_stale(grub, release, default_entry, cmdline, forbid, fallback)
+
+
 @operation()
 def grub_update(release: str, default_entry: str | None, cmdline: list[str], forbid: list[str],
-                trigger: Any = None, fallback: str | None = None) -> Any:
-    """`update-grub` when the drop-in changed or grub.cfg does not match the baseline (a
-    fallback kernel installed by this run gets its entry so)."""
-    reason = "the GRUB drop-in changed" if changed(trigger) else None
-    grub = fact(GrubConfig)
-    reason = reason or grub_stale(grub, release, default_entry, cmdline, forbid, fallback)
+                dropin: str, trigger: Any = None, fallback: str | None = None) -> Any:
+    """`update-grub` when the drop-in changes or is newer than grub.cfg, or grub.cfg does
+    not match the baseline (a fallback kernel installed by this run gets its entry so)."""
+    reason = decide_grub_update(fact(GrubConfig), release, default_entry, cmdline, forbid, fallback,
+                                changed(trigger), fact(FileNewer, path=dropin, than=GRUB_CFG))
     if reason is None:
         noop(f"grub.cfg boots {release} with the baseline's arguments")
         return
     yield "update-grub"
 
 
-def grub_update_asks(**_: Any) -> list[Ask]:
+def grub_update_asks(dropin: str, **_: Any) -> list[Ask]:
     """The facts `grub_update` reads while it is planned."""
-    return [Ask.of(GrubConfig)]
+    return [Ask.of(GrubConfig), Ask.of(FileNewer, path=dropin, than=GRUB_CFG)]

@@ -1,4 +1,4 @@
-"""Host operations: the default target, units enabled or disabled, commands run after a file changed."""
+"""Host operations: the default target, units enabled or disabled."""
 
 from __future__ import annotations
 
@@ -11,22 +11,13 @@ from sparkbase.deploy.facts import (
     DefaultTarget,
     UnitState,
 )
-from sparkbase.deploy.operations.base import changed, cmd, noop
+from sparkbase.deploy.operations.base import cmd, noop
 from sparkbase.deploy.operations.record import remember
 from sparkbase.policy.ownership import (
     Kind,
     created,
     now_utc,
 )
-
-
-@operation()
-def after_change(command: list[str], what: str, trigger: Any = None) -> Any:
-    """Run `command` when the file operation `trigger` changed (or will)."""
-    if not changed(trigger):
-        noop(f"{what} did not change")
-        return
-    yield cmd(*command)
 
 
 @operation()

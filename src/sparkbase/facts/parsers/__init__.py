@@ -68,7 +68,7 @@ from sparkbase.facts.parsers.secure_boot import (
     parse_mok_enrolled,
     parse_sb_state,
 )
-from sparkbase.facts.parsers.units import parse_systemctl_show, unit_state
+from sparkbase.facts.parsers.units import parse_need_daemon_reload, parse_systemctl_show, unit_state
 
 __all__ = [
     "FAST_CPU_PART",
@@ -100,6 +100,7 @@ __all__ = [
     "parse_mok_certificates",
     "parse_mok_enrolled",
     "parse_nccl_conf",
+    "parse_need_daemon_reload",
     "parse_nvidia_smi_csv",
     "parse_nvidia_smi_query",
     "parse_nvme_feature",

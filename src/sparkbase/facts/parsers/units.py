@@ -37,3 +37,14 @@ def unit_state(properties: dict[str, str]) -> UnitState:
         unit_file_state=properties.get("UnitFileState", ""),
         active_state=properties.get("ActiveState", ""),
     )
+
+
+def parse_need_daemon_reload(text: str, unit: str) -> bool | None:
+    """`systemctl show -p NeedDaemonReload UNIT` → whether the unit's files changed on disk
+    since systemd loaded them (systemd prints the boolean as `yes`/`no`); None when the
+    answer holds no such property or another value."""
+    try:
+        value = parse_systemctl_show(text, [unit])[unit].get("NeedDaemonReload")
+    except ValueError:
+        return None
+    return {"yes": True, "no": False}.get(value or "")

@@ -13,7 +13,13 @@ from sparkbase.lab.shims.cmd_grub import GRUBENV, installed_kernels, render
 from sparkbase.lab.shims.cmd_modules import compute_modules, find_module, write_modules
 from sparkbase.lab.shims.cmd_net import netplan_apply
 from sparkbase.lab.shims.cmd_swap import save_swaps, swap_activate
-from sparkbase.lab.shims.cmd_systemd import boot_units, compute_active, default_target, set_active
+from sparkbase.lab.shims.cmd_systemd import (
+    boot_units,
+    compute_active,
+    default_target,
+    record_loaded,
+    set_active,
+)
 from sparkbase.lab.shims.common import (
     ACTIVE,
     FIRMWARE,
@@ -135,6 +141,7 @@ def do_boot(argv: list[str]) -> int:
     # last, as systemd reaches multi-user.target: the oneshot/idle units run their commands
     # (DGX OS's governor and NVMe coalescing units), on the node as it now stands
     active = set(compute_active(target))
+    record_loaded()  # systemd loads every unit as it is on disk when it starts
     boot_units(active)
     set_active(active)
     print(json.dumps({"sysctls": sorted([*sysctls, *kernel_files])}))

@@ -8,7 +8,7 @@ from sparkbase.lab.shims.common import ARCH, Fail, LazyModule, read_text, state
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
     from sparkbase.lab import boot as B
 else:
@@ -77,17 +77,57 @@ INITRAMFS_MODULES = ("nvidia_drm",)
 PACKED_OPTIONS = "modprobe.d=packed"
 
 
-def initrd_text(release: str, modprobe_text: str = "") -> str:
+#: the line prefix of a file an image packs (its path, a space, its bytes in base64)
+PACKED_FILE = "file="
+
+
+def initrd_text(release: str, modprobe_text: str = "", files: Mapping[str, str] | None = None) -> str:
     """A stand-in initramfs image for `release` (text; what it would pack is named), with the
-    `options` lines of `modprobe_text` (the modprobe.d files) for the modules it loads."""
+    `options` lines of `modprobe_text` (the modprobe.d files) for the modules it loads, and
+    `files` (path -> text) packed whole, as initramfs-tools copies /etc/modprobe.d/*.conf
+    into every image (`unmkinitramfs` unpacks them)."""
+    import base64  # not at the top: `uname` imports this module and must stay light
+
     packed = [
         f"modprobe={line.strip()}"
         for line in modprobe_text.splitlines()
         if line.split("#", 1)[0].split()[:1] == ["options"]
         and len(line.split()) > 1 and line.split()[1].replace("-", "_") in INITRAMFS_MODULES
     ]
+    packed += [f"{PACKED_FILE}{path} {base64.b64encode(text.encode()).decode()}"
+               for path, text in sorted((files or {}).items())]
     return (f"sparkbase-lab initramfs\nrelease={release}\nmodules=/lib/modules/{release}\n{PACKED_OPTIONS}\n"
             + "".join(f"{line}\n" for line in packed))
+
+
+def packed_files(text: str) -> dict[str, bytes]:
+    """The files a stand-in image packs: path -> bytes."""
+    import base64
+
+    out: dict[str, bytes] = {}
+    for line in text.splitlines():
+        if line.startswith(PACKED_FILE):
+            path, _, data = line[len(PACKED_FILE):].partition(" ")
+            out[path] = base64.b64decode(data)
+    return out
+
+
+def cmd_unmkinitramfs(argv: list[str]) -> int:
+    """`unmkinitramfs [-v] IMAGE DIR`: unpack a stand-in image's files under DIR (an arm64
+    image has no early microcode archive, so they land in DIR itself, not DIR/main)."""
+    words = [a for a in argv if not a.startswith("-")]
+    if len(words) != 2:
+        raise Fail("Usage: unmkinitramfs [-v] initramfs-file directory", 2)
+    image, directory = words
+    text = read_text(image) if os.path.isfile(image) else ""
+    if not text.startswith("sparkbase-lab initramfs\n"):
+        raise Fail(f"cpio: premature end of archive ({image})", 1)
+    for path, data in packed_files(text).items():
+        target = os.path.join(directory, path.lstrip("/"))
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with open(target, "wb") as fh:
+            fh.write(data)
+    return 0
 
 
 def initramfs_options(release: str) -> dict[str, dict[str, str]]:
@@ -105,7 +145,7 @@ def initramfs_options(release: str) -> dict[str, dict[str, str]]:
 def cmd_update_initramfs(argv: list[str]) -> int:
     """`update-initramfs -c|-u|-d -k RELEASE|all`: create, update or delete
     `/boot/initrd.img-RELEASE` (`-u` without `-k`: the newest kernel's)."""
-    from sparkbase.lab.shims.common import boot_log, glob, sorted_conf, write_text
+    from sparkbase.lab.shims.common import boot_log, glob, write_text
 
     mode = next((a for a in argv if a in ("-c", "-u", "-d")), "")
     if not mode:
@@ -129,12 +169,13 @@ def cmd_update_initramfs(argv: list[str]) -> int:
         if mode == "-u" and not os.path.exists(image):
             continue
         print(f"update-initramfs: Generating {image}")
-        write_text(image, initrd_text(release, "".join(sorted_conf("/etc/modprobe.d/*.conf"))))
+        files = {path: read_text(path) for path in sorted(glob("/etc/modprobe.d/*.conf"))}
+        write_text(image, initrd_text(release, "".join(files.values()), files))
         boot_log(f"update-initramfs {mode} -k {release}: generated {image}")
     return 0
 
 
 COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "uname": cmd_uname, "getconf": cmd_getconf, "nproc": cmd_nproc,
-    "update-initramfs": cmd_update_initramfs,
+    "update-initramfs": cmd_update_initramfs, "unmkinitramfs": cmd_unmkinitramfs,
 }

@@ -9,7 +9,17 @@ from __future__ import annotations
 import os
 import sys
 
-from sparkbase.lab.shims.common import ACTIVE, RUN, SYSTEMD_ETC, SYSTEMD_LIB, Fail, read_text, write_text
+from sparkbase.lab.shims.common import (
+    ACTIVE,
+    RUN,
+    SYSTEMD_ETC,
+    SYSTEMD_LIB,
+    Fail,
+    read_json,
+    read_text,
+    write_json,
+    write_text,
+)
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
@@ -17,6 +27,10 @@ if TYPE_CHECKING:
 
 #: units that are always running (sparkbase reaches the node through them)
 ALWAYS_ACTIVE = ("ssh.service", "sshd.service")
+#: what systemd loaded at the last boot or daemon-reload: unit -> its files' (path, mtime)
+LOADED = f"{RUN}/systemd-loaded.json"
+#: where drop-ins of a unit are read from, in order
+DROPIN_BASES = (SYSTEMD_LIB, SYSTEMD_ETC, "/run/systemd/system")
 
 
 def unit_path(unit: str) -> str | None:
@@ -78,6 +92,48 @@ def active_units() -> set[str]:
     return {line.strip() for line in read_text(ACTIVE).splitlines() if line.strip()}
 
 
+def unit_files(unit: str) -> list[str]:
+    """The unit's fragment (a link resolved) and its drop-ins, as systemd reads them."""
+    path = unit_path(unit)
+    files = [os.path.realpath(path)] if path is not None else []
+    for base in DROPIN_BASES:
+        directory = f"{base}/{unit}.d"
+        files += sorted(f"{directory}/{n}" for n in _listdir(directory) if n.endswith(".conf"))
+    return files
+
+
+def _signature(unit: str) -> list[list[str | int]]:
+    """The unit's files and their modification times (what systemd compares)."""
+    out: list[list[str | int]] = []
+    for name in unit_files(unit):
+        if name == "/dev/null":  # a mask: the link is what counts, not the device's times
+            out.append([name, 0])
+            continue
+        try:
+            out.append([name, os.stat(name).st_mtime_ns])
+        except OSError:
+            out.append([name, -1])
+    return out
+
+
+def record_loaded() -> None:
+    """Load every unit as it is on disk now (a boot, `daemon-reload`, or the reload
+    `systemctl enable`/`disable`/`mask` does itself)."""
+    units = {name for base in (SYSTEMD_LIB, SYSTEMD_ETC) for name in _listdir(base)
+             if "." in name and not name.endswith((".wants", ".requires", ".d"))}
+    write_json(LOADED, {unit: _signature(unit) for unit in sorted(units)})
+
+
+def need_daemon_reload(unit: str) -> str:
+    """`NeedDaemonReload`: `yes` when the unit's files changed on disk (or a drop-in came
+    or went) since systemd loaded it; a unit systemd did not have loaded is loaded when it
+    is asked about, as it is on disk (`no`)."""
+    loaded = read_json(LOADED, {})
+    if not isinstance(loaded, dict) or unit not in loaded:
+        return "no"
+    return "yes" if loaded[unit] != _signature(unit) else "no"
+
+
 def show(unit: str, prop: str) -> str:
     """One property as `systemctl show -p PROP UNIT` prints its value."""
     if prop == "ActiveState":
@@ -91,14 +147,11 @@ def show(unit: str, prop: str) -> str:
         return unit_file_state(unit) or ""
     if prop == "Id":
         return unit
+    if prop == "NeedDaemonReload":
+        return need_daemon_reload(unit)
     value = ""
-    path = unit_path(unit)
-    files = [os.path.realpath(path)] if path is not None else []
-    for base in (SYSTEMD_LIB, SYSTEMD_ETC, "/run/systemd/system"):
-        directory = f"{base}/{unit}.d"
-        files += sorted(f"{directory}/{n}" for n in _listdir(directory) if n.endswith(".conf"))
     cpu_set = prop in CPU_SET_PROPERTIES
-    for name in files:
+    for name in unit_files(unit):
         for raw in read_text(name).splitlines():
             key, sep, val = raw.strip().partition("=")
             if sep and key.strip() == prop:
@@ -428,7 +481,10 @@ def cmd_systemctl(argv: list[str]) -> int:
         return 0
     if verb == "set-default":
         return _set_default(units)
-    if verb in ("daemon-reload", "daemon-reexec", "reset-failed"):
+    if verb in ("daemon-reload", "daemon-reexec"):
+        record_loaded()
+        return 0
+    if verb == "reset-failed":
         return 0
     if verb in ("reboot", "kexec", "poweroff", "halt"):
         from sparkbase.lab.shims.cmd_power import cmd_poweroff, cmd_reboot
@@ -444,6 +500,7 @@ def cmd_systemctl(argv: list[str]) -> int:
         resolved = [resolve_alias(unit) if unit_path(unit) is not None else unit for unit in units]
         for unit in units:
             _enable(unit, verb == "enable")
+        record_loaded()  # systemctl enable/disable reloads systemd itself
         set_active(active)
         if "--now" not in flags:
             return 0
@@ -455,7 +512,9 @@ def cmd_systemctl(argv: list[str]) -> int:
     if verb in ("start", "stop", "restart", "reload", "try-restart", "reload-or-restart"):
         return _start_stop(verb, units)
     if verb in ("mask", "unmask"):
-        return _mask(verb, units, "--now" in flags)
+        status = _mask(verb, units, "--now" in flags)
+        record_loaded()
+        return status
     raise Fail(f"systemctl: {verb} is not emulated by the sparkbase lab", 1)
 
 

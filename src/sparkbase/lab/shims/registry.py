@@ -24,7 +24,7 @@ MODULES: dict[str, str] = {
     "mokutil": "cmd_secureboot",
     "dkms": "cmd_modules", "modinfo": "cmd_modules", "modprobe": "cmd_modules",
     "insmod": "cmd_modules", "rmmod": "cmd_modules", "depmod": "cmd_modules",
-    "lsmod": "cmd_modules", "update-initramfs": "cmd_kernel",
+    "lsmod": "cmd_modules", "update-initramfs": "cmd_kernel", "unmkinitramfs": "cmd_kernel",
     "fallocate": "cmd_swap", "mkswap": "cmd_swap", "swapon": "cmd_swap", "swapoff": "cmd_swap",
     "systemctl": "cmd_systemd",
     "update-grub": "cmd_grub", "update-grub2": "cmd_grub", "grub-mkconfig": "cmd_grub",
