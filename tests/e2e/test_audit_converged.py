@@ -107,7 +107,8 @@ def test_hand_drift_is_named_on_the_right_node(
         for c in n["checks"]
         if c["id"] == "nccl.conf"
     )
-    assert nccl["observed"] == "NCCL_IB_MERGE_NICS=1" and nccl["expected"] == "NCCL_IB_MERGE_NICS=0"
+    assert nccl["observed"] == "NCCL_IB_MERGE_NICS=1 (as NCCL reads the file: the first line of a key wins)"
+    assert nccl["expected"] == "NCCL_IB_MERGE_NICS=0"
     assert gate == 1 and "spark4: gpu.clock: expected >= 1000 MHz" in refusals
     code, _ = audit(site_copy, converged, capsys)
     assert code == 0, "the drift was not undone"

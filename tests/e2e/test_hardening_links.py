@@ -27,7 +27,7 @@ from sparkbase.policy.ownership import OWNERSHIP_PATH, parse_record
 
 pytestmark = pytest.mark.end_to_end
 
-PORT_BASE = port_base("SPARKBASE_TEST_HARDENING_LINKS_PORT_BASE", 3171)
+PORT_BASE = port_base("SPARKBASE_TEST_HARDENING_LINKS_PORT_BASE", 3281)
 NCCL = "/etc/nccl.conf"
 VARIANT = "ds41f-7x-64k"
 OVERRIDE = ("--override-policy", "e2e: hardening links")

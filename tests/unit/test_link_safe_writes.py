@@ -34,7 +34,8 @@ from pyinfra.api.state import State
 from pyinfra.context import ctx_host, ctx_state
 from pyinfra.facts.files import Directory
 
-from sparkbase.deploy.fact_batch import Ask, FactBatch
+from sparkbase.deploy.fact_batch import Ask, BatchAnswer, FactBatch
+from sparkbase.deploy.fact_memo import read_batch
 from sparkbase.deploy.facts import (
     LEFTOVER,
     LINK,
@@ -202,8 +203,11 @@ class FakeHost:
     def __init__(self, facts: dict[type[Any], Any]) -> None:
         self.facts = facts
 
-    def get_fact(self, cls: type[Any], **_: Any) -> Any:
-        return self.facts[cls]
+    def get_fact(self, cls: type[Any], **kwargs: Any) -> Any:
+        if cls is not FactBatch:
+            return self.facts[cls]
+        # a fact read outside a prepare's memo is a bounded batch of one (fact_memo._read)
+        return BatchAnswer(values={ask.key(): self.facts[ask.cls] for ask in kwargs["asks"]})
 
     def noop(self, reason: str) -> None:
         self.reason = reason
@@ -212,8 +216,14 @@ class FakeHost:
 def _run_op(op: Any, facts: dict[type[Any], Any], **kwargs: Any) -> list[Any]:
     """The commands an operation's body yields against canned facts (as pyinfra runs it)."""
     state = SimpleNamespace(config=SimpleNamespace(DIFF=False))
-    with ctx_state.use(state), ctx_host.use(FakeHost(facts)):
-        return list(op._inner(**kwargs))
+    # pyinfra's `use` does not put the old host back when the body raises: do it here
+    old_state, old_host = ctx_state.get(), ctx_host.get()  # type: ignore[no-untyped-call]
+    try:
+        with ctx_state.use(state), ctx_host.use(FakeHost(facts)):
+            return list(op._inner(**kwargs))
+    finally:
+        ctx_state.set(old_state)  # type: ignore[no-untyped-call]
+        ctx_host.set(old_host)  # type: ignore[no-untyped-call]
 
 
 def _shell(commands: list[Any]) -> list[str]:
@@ -348,7 +358,8 @@ def test_the_reads_still_work_in_one_batched_round_trip(local: Any, tmp_path: Pa
     (tmp_path / "dir").mkdir()
     names = ("reg", "link", "dir", "none")
     asks = [Ask.of(cls, path=str(tmp_path / name)) for cls in (FileText, FileState) for name in names]
-    found = local.get_fact(FactBatch, asks=asks)
+    found = read_batch(asks)
+    assert found.failure is None, found.failure
     assert not found.unanswered
     answers = [found.values[ask.key()] for ask in asks]
     assert answers[:4] == [CONTENT, None, None, None]
