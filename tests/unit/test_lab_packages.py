@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkbase.lab import packages
+from sparkbase_lab import packages
 
 
 def names_versions() -> set[tuple[str, str]]:

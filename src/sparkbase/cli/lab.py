@@ -26,7 +26,7 @@ from sparkbase.cli.common import add_global_options
 
 if TYPE_CHECKING:
     from sparkbase.console import Table
-    from sparkbase.lab.fleet import NodeStatus
+    from sparkbase_lab.fleet import NodeStatus
 
 FAULT_KINDS = ("gpu-latch", "gpu-busy", "gid-moved", "link-down", "unreachable", "hang", "kernel-panic",
                "governor", "sb-not-enforcing", "sb-disabled", "sb-setup-mode", "no-efi", "dkms-noise",
@@ -74,8 +74,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run one `sparkbase lab` action."""
-    from sparkbase.lab import faults
-    from sparkbase.lab.fleet import Lab, LabError
+    from sparkbase_lab import faults
+    from sparkbase_lab.fleet import Lab, LabError
 
     try:
         lab = Lab(args.dir, getattr(args, "port_base", None))
@@ -174,10 +174,10 @@ def _lane(lab: object, args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from sparkbase.errors import ConfigError
-    from sparkbase.lab import lanes
-    from sparkbase.lab.fleet import Lab
     from sparkbase.model.site import load_site
     from sparkbase.model.site_files import find_site_root
+    from sparkbase_lab import lanes
+    from sparkbase_lab.fleet import Lab
 
     assert isinstance(lab, Lab)
     try:
