@@ -72,10 +72,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         add_global_options(action.add_argument_group("global options"), with_defaults=False)
 
 
+#: what `sparkbase lab ACTION` says when the emulated fleet's distribution is not installed
+NOT_INSTALLED = "sparkbase lab: the emulated fleet is not installed: pip install sparkbase-lab"
+
+
 def run(args: argparse.Namespace) -> int:
-    """Run one `sparkbase lab` action."""
-    from sparkbase_lab import faults
-    from sparkbase_lab.fleet import Lab, LabError
+    """Run one `sparkbase lab` action (the lab is its own distribution, `sparkbase-lab`,
+    imported here only: a site's install of sparkbase has no lab)."""
+    try:
+        from sparkbase_lab import faults
+        from sparkbase_lab.fleet import Lab, LabError
+    except ModuleNotFoundError as exc:
+        if exc.name != "sparkbase_lab":
+            raise  # the lab is there but broken: not a missing install
+        print(NOT_INSTALLED, file=sys.stderr)
+        return 2
 
     try:
         lab = Lab(args.dir, getattr(args, "port_base", None))
