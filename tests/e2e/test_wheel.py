@@ -46,6 +46,7 @@ LAB_MUST_CARRY = (
     "sparkbase_lab/shims/client.c",  # the node commands' C client, built at `lab up`
     "sparkbase_lab/preload.py",  # the preload library's C source
     "sparkbase_lab/boot.py",
+    "sparkbase_lab/catalogue.json",  # the fixed stand-in packages (packages.py reads it)
     "sparkbase_lab/py.typed",
 )
 

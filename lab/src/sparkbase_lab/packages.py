@@ -291,200 +291,48 @@ def _tools_package(release: str, kver: str) -> Package:
     )
 
 
-#: Ubuntu's linux-tools-common wrapper (as /usr/bin/perf, /usr/bin/cpupower): run the tool
-#: built for the running kernel, else warn and exit 2 (message as pasted from real Ubuntu
-#: nodes: tests/fixtures/real/cpupower__not_found_for_kernel__ubuntu_linux-tools-wrapper.txt)
-LINUX_TOOLS_WRAPPER = """#!/bin/sh
-full_version=$(uname -r)
-this="/usr/lib/linux-tools/$full_version/$(basename "$0")"
-if [ -f "$this" ]; then
-	exec "$this" "$@"
-fi
-version=$(echo "$full_version" | cut -d- -f1,2)
-flavour=$(echo "$full_version" | cut -d- -f3-)
-{
-	echo "WARNING: $(basename "$0") not found for kernel $version"
-	echo
-	echo "  You may need to install the following packages for this specific kernel:"
-	echo "    linux-tools-$full_version"
-	echo "    linux-cloud-tools-$full_version"
-	echo
-	echo "  You may also want to install one of the following packages to keep up to date:"
-	echo "    linux-tools-$flavour"
-	echo "    linux-cloud-tools-$flavour"
-} >&2
-exit 2
-"""
-LINUX_TOOLS_COMMON_VERSION = "6.8.0-90.91"
-
-#: DGX OS's governor unit (nv-cpu-governor; unit text as published from a DGX OS image,
-#: the [Install] section the lab's: DGX OS enables it)
-NV_CPU_GOVERNOR_UNIT = (
-    "[Unit]\nDescription=Set the CPU Frequency Scaling governor\nConditionVirtualization=no\n"
-    "ConditionPathExists=/sys/devices/system/cpu/online\n"
-    "ConditionPathExists=!/etc/init/lxc-android-config.conf\n\n"
-    "[Service]\nType=idle\nExecStart=/usr/bin/cpupower frequency-set -g performance\n\n"
-    "[Install]\nWantedBy=multi-user.target\n"
-)
-
-#: DGX OS's NVMe coalescing script (lab stand-in: its behaviour as published, feature 0x08
-#: to 0x107 on every Samsung, Kioxia or Micron controller at `enable`, 0 at `disable`)
-NVME_COALESCING_SCRIPT = """#!/bin/sh
-case "$1" in
-	enable) value=0x107 ;;
-	disable) value=0 ;;
-	*) echo "usage: $0 enable|disable" >&2; exit 1 ;;
-esac
-for ctrl in /sys/class/nvme/nvme*; do
-	[ -e "$ctrl/device/vendor" ] || continue
-	case "$(cat "$ctrl/device/vendor")" in
-		0x144d|0x1e0f|0x1344)
-			nvme set-feature "/dev/$(basename "$ctrl")" -f 8 --value="$value" >/dev/null || exit 1 ;;
-	esac
-done
-exit 0
-"""
-NVME_COALESCING_UNIT_TEXT = (
-    "[Unit]\nDescription=NVIDIA NVMe interrupt coalescing\n\n"
-    "[Service]\nType=oneshot\nRemainAfterExit=yes\n"
-    "ExecStart=/usr/bin/nvidia-nvme-interrupt-coalescing.sh enable\n"
-    "ExecStop=/usr/bin/nvidia-nvme-interrupt-coalescing.sh disable\n\n"
-    "[Install]\nWantedBy=multi-user.target\n"
-)
-#: the nvidia-nvme-options version a public DGX Spark note names
-NVME_OPTIONS_VERSION = "26.02-1"
+#: the fixed stand-in packages (DGX OS desktop and services, DGX tuning tools), as data
+FIXED_CATALOGUE = Path(__file__).with_name("catalogue.json")
+_PACKAGE_KEYS = frozenset({"name", "version", "description", "section", "files"})
+_FILE_KEYS = frozenset({"path", "mode", "lines", "source"})
 
 
-def _dgx_tuning_packages() -> list[Package]:
-    """linux-tools-common (the cpupower wrapper) and DGX OS's NVMe options package."""
-    return [
-        Package("linux-tools-common", LINUX_TOOLS_COMMON_VERSION,
-                "Linux kernel version specific tools - common files (lab stand-in)", section="kernel",
-                files=(_text("/usr/bin/cpupower", LINUX_TOOLS_WRAPPER, 0o755),)),
-        Package("nvidia-nvme-options", NVME_OPTIONS_VERSION,
-                "NVIDIA NVMe interrupt coalescing settings (lab stand-in)",
-                files=(_text("/usr/bin/nvidia-nvme-interrupt-coalescing.sh", NVME_COALESCING_SCRIPT, 0o755),
-                       _text("/lib/systemd/system/nvidia-nvme-interrupt-coalescing.service",
-                             NVME_COALESCING_UNIT_TEXT))),
-    ]
+def _fixed_file(entry: object, where: str) -> PackageFile:
+    if not isinstance(entry, dict) or not {"path", "lines"} <= entry.keys() <= _FILE_KEYS:
+        raise ValueError(f"{where}: a file is {{path, lines, mode?, source?}}, not {entry!r}")
+    lines = entry["lines"]
+    if not isinstance(lines, list) or not all(isinstance(line, str) for line in lines):
+        raise ValueError(f"{where} {entry['path']}: lines must be a list of strings")
+    return PackageFile(str(entry["path"]), "".join(f"{line}\n" for line in lines).encode(),
+                       int(str(entry.get("mode", "0644")), 8))
 
 
-def _desktop_packages() -> list[Package]:
-    def unit(name: str, body: str) -> PackageFile:
-        return _text(f"/lib/systemd/system/{name}", body)
+def load_fixed_packages(path: Path = FIXED_CATALOGUE) -> list[Package]:
+    """The fixed packages `path` (catalogue.json) lists, in its order; ValueError naming the
+    entry that is not one."""
+    document = json.loads(path.read_text())
+    if document.get("format") != 1:
+        raise ValueError(f"{path}: format {document.get('format')!r}, expected 1")
+    out = []
+    for index, entry in enumerate(document["packages"]):
+        where = f"{path.name} package {index}"
+        required = {"name", "version", "description"}
+        if not isinstance(entry, dict) or not required <= entry.keys() <= _PACKAGE_KEYS:
+            raise ValueError(f"{where}: keys must be name, version, description, section?, files?")
+        out.append(Package(str(entry["name"]), str(entry["version"]), str(entry["description"]),
+                           section=str(entry.get("section", "misc")),
+                           files=tuple(_fixed_file(f, f"{where} ({entry['name']})")
+                                       for f in entry.get("files", ()))))
+    return out
 
-    return [
-        Package(
-            "gdm3",
-            "46.2-1ubuntu1",
-            "GNOME Display Manager (lab stand-in)",
-            files=(
-                unit(
-                    "gdm3.service",
-                    "[Unit]\nDescription=GNOME Display Manager\n\n[Service]\n"
-                    "ExecStart=/usr/sbin/gdm3\n\n[Install]\nAlias=display-manager.service\n",
-                ),
-            ),
-        ),
-        Package(
-            "gnome-remote-desktop",
-            "46.3-0ubuntu1",
-            "GNOME remote desktop server (lab stand-in)",
-            files=(
-                unit(
-                    "gnome-remote-desktop.service",
-                    "[Unit]\nDescription=GNOME Remote Desktop\n\n[Service]\n"
-                    "ExecStart=/usr/libexec/gnome-remote-desktop-daemon --system\n\n"
-                    "[Install]\nWantedBy=graphical.target\n",
-                ),
-            ),
-        ),
-        Package(
-            "bluez",
-            "5.72-0ubuntu5",
-            "Bluetooth tools and daemons (lab stand-in)",
-            files=(
-                unit(
-                    "bluetooth.service",
-                    "[Unit]\nDescription=Bluetooth service\n\n[Service]\n"
-                    "ExecStart=/usr/libexec/bluetooth/bluetoothd\n\n"
-                    "[Install]\nWantedBy=bluetooth.target\nAlias=dbus-org.bluez.service\n",
-                ),
-            ),
-        ),
-        Package(
-            "snapd",
-            "2.67.1+24.04",
-            "Daemon and tooling that enable snap packages (lab stand-in)",
-            files=(
-                unit(
-                    "snapd.service",
-                    "[Unit]\nDescription=Snap Daemon\n\n[Service]\nExecStart=/usr/lib/snapd/snapd\n\n"
-                    "[Install]\nWantedBy=multi-user.target\n",
-                ),
-                unit(
-                    "snapd.snap-repair.timer",
-                    "[Unit]\nDescription=Timer to automatically fetch and run repair assertions\n\n"
-                    "[Timer]\nOnCalendar=*-*-* 5,11,17,23:00\n\n[Install]\nWantedBy=timers.target\n",
-                ),
-            ),
-        ),
-        Package(
-            "fwupd",
-            "1.9.24-1~24.04.1",
-            "Firmware update daemon (lab stand-in)",
-            files=(
-                # D-Bus activated: no [Install] section, so `static`
-                unit("fwupd.service", "[Unit]\nDescription=Firmware update daemon\n\n[Service]\n"
-                                      "Type=dbus\nBusName=org.freedesktop.fwupd\nExecStart=/usr/libexec/fwupd/fwupd\n"),
-                unit("fwupd-refresh.timer", "[Unit]\nDescription=Refresh fwupd metadata regularly\n\n"
-                                            "[Timer]\nOnCalendar=*-*-* 6,18:00\n\n"
-                                            "[Install]\nWantedBy=timers.target\n"),
-            ),
-        ),
-        Package(
-            "nv-cpu-governor",
-            "1.0-1",
-            "DGX OS CPU frequency governor setup (lab stand-in)",
-            files=(
-                unit("nv-cpu-governor.service", NV_CPU_GOVERNOR_UNIT),
-            ),
-        ),
-        Package(
-            "dgx-dashboard",
-            "1.0-1",
-            "DGX Spark dashboard (lab stand-in; package and unit names are the lab's)",
-            files=(
-                unit(
-                    "dgx-dashboard.service",
-                    "[Unit]\nDescription=DGX Dashboard\n\n[Service]\nExecStart=/usr/bin/dgx-dashboard\n\n"
-                    "[Install]\nWantedBy=multi-user.target\n",
-                ),
-                unit(
-                    "dgx-dashboard-admin.service",
-                    "[Unit]\nDescription=DGX Dashboard admin\n\n[Service]\n"
-                    "ExecStart=/usr/bin/dgx-dashboard-admin\n\n[Install]\nWantedBy=multi-user.target\n",
-                ),
-            ),
-        ),
-        Package(
-            "cups",
-            "2.4.7-1.2ubuntu7",
-            "Common UNIX Printing System (lab stand-in)",
-            files=(
-                unit(
-                    "cups.service",
-                    "[Unit]\nDescription=CUPS Scheduler\n\n[Service]\n"
-                    "ExecStart=/usr/sbin/cupsd -l\n\n[Install]\nWantedBy=multi-user.target\n",
-                ),
-                unit(
-                    "cups-browsed.service",
-                    "[Unit]\nDescription=Make remote CUPS printers available locally\n\n[Service]\n"
-                    "ExecStart=/usr/sbin/cups-browsed\n\n[Install]\nWantedBy=multi-user.target\n",
-                ),
-            ),
-        ),
-    ]
+
+FIXED_PACKAGES: tuple[Package, ...] = tuple(load_fixed_packages())
+
+
+def _fixed_version(name: str) -> str:
+    """The version of fixed package `name` (catalogue.json carries one of each)."""
+    (version,) = {pkg.version for pkg in FIXED_PACKAGES if pkg.name == name}
+    return version
 
 
 def _site_packages() -> list[Package]:
@@ -646,8 +494,7 @@ def _build_catalogue() -> tuple[Package, ...]:
         else:
             out.extend(_kernel_packages(release, kver, lrm))
     out.extend(_site_packages())
-    out.extend(_desktop_packages())
-    out.extend(_dgx_tuning_packages())
+    out.extend(FIXED_PACKAGES)
     return tuple(out)
 
 
@@ -671,15 +518,13 @@ def factory_packages() -> list[Package]:
         (f"linux-headers-{FACTORY_KERNEL}", kver),
         (f"linux-modules-{FACTORY_KERNEL}", kver),
         (f"linux-tools-{FACTORY_KERNEL}", kver),
-        ("linux-tools-common", LINUX_TOOLS_COMMON_VERSION),
-        ("nvidia-nvme-options", NVME_OPTIONS_VERSION),
+        ("linux-tools-common", _fixed_version("linux-tools-common")),
+        ("nvidia-nvme-options", _fixed_version("nvidia-nvme-options")),
         (f"linux-modules-nvidia-580-open-{FACTORY_KERNEL}", f"{FACTORY_DRIVER}-0ubuntu1+{kver}"),
         ("nvidia-utils-580", FACTORY_DRIVER),
-        ("gdm3", "46.2-1ubuntu1"),
-        ("gnome-remote-desktop", "46.3-0ubuntu1"),
-        ("cups", "2.4.7-1.2ubuntu7"),
+        *((name, _fixed_version(name)) for name in ("gdm3", "gnome-remote-desktop", "cups")),
         (MODESET0_PACKAGE, MODESET0_VERSION),
-        *FACTORY_SERVICE_PACKAGES,
+        *((name, _fixed_version(name)) for name in FACTORY_SERVICE_PACKAGES),
     ]
     return [find(name, version) for name, version in names]
 
@@ -696,14 +541,8 @@ def factory_modprobe_text() -> str:
                    if f.path.startswith("/etc/modprobe.d/"))
 
 
-#: the services DGX OS ships enabled besides the desktop (package, version)
-FACTORY_SERVICE_PACKAGES = (
-    ("bluez", "5.72-0ubuntu5"),
-    ("snapd", "2.67.1+24.04"),
-    ("fwupd", "1.9.24-1~24.04.1"),
-    ("nv-cpu-governor", "1.0-1"),
-    ("dgx-dashboard", "1.0-1"),
-)
+#: the services DGX OS ships enabled besides the desktop
+FACTORY_SERVICE_PACKAGES = ("bluez", "snapd", "fwupd", "nv-cpu-governor", "dgx-dashboard")
 
 
 def catalogue_hash() -> str:
