@@ -1,6 +1,6 @@
 """End-to-end fixtures: real emulated fleets, made once and cloned.
 
-`lab` (session scope) is a `sparkbase.lab.fleet.Lab` with four factory-fresh nodes
+`lab` (session scope) is a `sparkbase_lab.fleet.Lab` with four factory-fresh nodes
 spark1..spark4 on 127.0.0.1:2301..2304 (+10 per xdist worker) in a fresh temporary
 directory, torn down at the end. Use `lab.run(node, "command")` -> (exit status, stdout,
 stderr) over OpenSSH, or `lab.ssh_config_path` / `lab.known_hosts_path` / `lab.key_path` for
@@ -26,7 +26,7 @@ import pytest
 from fleets import ConvergedImage, converge_image, copy_site, require_root
 from ports import port_base, session_port_base
 
-from sparkbase.lab.fleet import Lab
+from sparkbase_lab.fleet import Lab
 
 LAB_PORT_BASE = session_port_base("SPARKBASE_TEST_LAB_PORT_BASE", 2301)
 #: one worker at a time builds the image (under a lock), so one base serves every worker

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from sparkbase.lab.fleet import Lab
+from sparkbase_lab.fleet import Lab
 
 REPO = Path(__file__).resolve().parents[2]
 NODES = ["spark1", "spark2", "spark3", "spark4"]

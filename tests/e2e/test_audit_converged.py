@@ -14,8 +14,8 @@ from fleets import NODES, ConvergedImage, clone_fleet
 from ports import port_base
 
 from sparkbase.cli.main import main
-from sparkbase.lab import faults
-from sparkbase.lab.fleet import Lab
+from sparkbase_lab import faults
+from sparkbase_lab.fleet import Lab
 
 pytestmark = pytest.mark.end_to_end
 

@@ -18,10 +18,10 @@ from sparkbase.audit.expected import expected_for
 from sparkbase.cli.main import main
 from sparkbase.facts.collect import gather_fleet
 from sparkbase.facts.model import NodeFacts, Unreachable
-from sparkbase.lab import faults
-from sparkbase.lab.fleet import Lab
 from sparkbase.model.site import Site, load_site
 from sparkbase.transport import ssh_targets
+from sparkbase_lab import faults
+from sparkbase_lab.fleet import Lab
 
 pytestmark = [pytest.mark.end_to_end, pytest.mark.smoke]
 

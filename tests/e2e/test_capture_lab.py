@@ -19,9 +19,9 @@ from fleets import ConvergedImage, clone_fleet
 from ports import port_base
 
 from sparkbase.cli.main import main
-from sparkbase.lab.fleet import Lab
 from sparkbase.model.site import load_site
 from sparkbase.render import STAMP_PATH, node_files
+from sparkbase_lab.fleet import Lab
 
 pytestmark = pytest.mark.end_to_end
 

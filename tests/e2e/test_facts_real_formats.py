@@ -18,9 +18,9 @@ from sparkbase.audit.run import judge_node
 from sparkbase.facts.collect import gather_fleet
 from sparkbase.facts.model import NodeFacts, SecureBoot
 from sparkbase.facts.parsers import normalise_serial, parse_grubenv, parse_modinfo, parse_mok_certificates
-from sparkbase.lab import faults
 from sparkbase.model.site import load_site
 from sparkbase.transport import ssh_targets
+from sparkbase_lab import faults
 
 pytestmark = pytest.mark.end_to_end
 

@@ -23,9 +23,9 @@ import pytest
 from fleets import FACTORY_KERNEL, NODES, SITE_KERNEL, Fleet, copy_site, fleet_for_module
 from ports import port_base
 
-from sparkbase.lab import faults
 from sparkbase.model.site import load_site
 from sparkbase.render import render_node
+from sparkbase_lab import faults
 
 pytestmark = pytest.mark.end_to_end
 

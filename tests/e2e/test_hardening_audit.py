@@ -26,7 +26,7 @@ import pytest
 from fleets import Fleet, fleet_for_module
 from ports import port_base
 
-from sparkbase.lab import faults
+from sparkbase_lab import faults
 
 pytestmark = pytest.mark.end_to_end
 

@@ -33,8 +33,8 @@ from fleets import NODES, Fleet, copy_site, fleet_for_module
 from ports import port_base
 
 from sparkbase.deploy.locks import Owner, local_lock_dir, local_locks
-from sparkbase.lab import faults, lanes
 from sparkbase.model.site import load_site
+from sparkbase_lab import faults, lanes
 
 pytestmark = pytest.mark.end_to_end
 

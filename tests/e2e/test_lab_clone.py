@@ -10,7 +10,7 @@ import pytest
 from fleets import require_root
 from ports import port_base
 
-from sparkbase.lab.fleet import Lab, LabError
+from sparkbase_lab.fleet import Lab, LabError
 
 pytestmark = pytest.mark.end_to_end
 

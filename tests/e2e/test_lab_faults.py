@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkbase.lab import faults, procs
-from sparkbase.lab.fleet import Lab
+from sparkbase_lab import faults, procs
+from sparkbase_lab.fleet import Lab
 
 pytestmark = pytest.mark.end_to_end
 

@@ -13,8 +13,8 @@ import pytest
 from fleets import one_node_lab
 from ports import port_base
 
-from sparkbase.lab import faults, packages
-from sparkbase.lab.fleet import Lab
+from sparkbase_lab import faults, packages
+from sparkbase_lab.fleet import Lab
 
 pytestmark = pytest.mark.end_to_end
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from ports import port_base
 
-from sparkbase.lab import procs
-from sparkbase.lab.fleet import Lab, LabError
+from sparkbase_lab import procs
+from sparkbase_lab.fleet import Lab, LabError
 
 pytestmark = pytest.mark.end_to_end
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from sparkbase.lab import packages
-from sparkbase.lab.fleet import Lab
+from sparkbase_lab import packages
+from sparkbase_lab.fleet import Lab
 
 pytestmark = pytest.mark.end_to_end
 

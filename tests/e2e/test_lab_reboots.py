@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from sparkbase.lab import boot, faults, packages
-from sparkbase.lab.fleet import Lab
+from sparkbase_lab import boot, faults, packages
+from sparkbase_lab.fleet import Lab
 
 pytestmark = pytest.mark.end_to_end
 

@@ -14,7 +14,7 @@ import pytest
 from fleets import one_node_lab
 from ports import port_base
 
-from sparkbase.lab.fleet import Lab
+from sparkbase_lab.fleet import Lab
 
 pytestmark = pytest.mark.end_to_end
 

@@ -17,9 +17,9 @@ from fleets import NODES, ConvergedImage, clone_fleet
 from ports import port_base
 
 from sparkbase.cli.main import main
-from sparkbase.lab import faults, lanes
-from sparkbase.lab.fleet import Lab
 from sparkbase.model.site import load_site
+from sparkbase_lab import faults, lanes
+from sparkbase_lab.fleet import Lab
 
 pytestmark = pytest.mark.end_to_end
 

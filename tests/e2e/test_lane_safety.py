@@ -22,7 +22,7 @@ import pytest
 from fleets import FACTORY_KERNEL, NODES, SITE_KERNEL, Fleet, fleet_for_module
 from ports import port_base
 
-from sparkbase.lab import faults
+from sparkbase_lab import faults
 
 PORT_BASE = port_base("SPARKBASE_TEST_LANE_SAFETY_PORT_BASE", 2891)
 #: a stand-in for the lane's systemd unit (not J1's lane-*.service names, so no lab
@@ -101,8 +101,8 @@ def test_trigger_2_quiet_fired_unknown(fleet: Fleet, engine: tuple[str, dict[str
 def test_trigger_2_from_the_lab_lanes_own_metrics(fleet: Fleet) -> None:
     """The lab's serving stand-in (rank 0, spark1) exports SGLang's gauges: idle is quiet,
     fault lane-sessions (four 500K-class sessions) fires."""
-    from sparkbase.lab import lanes
     from sparkbase.model.site import load_site
+    from sparkbase_lab import lanes
 
     site = load_site(fleet.site)
     lanes.start(fleet.lab, site, "dsv41-flash")

@@ -9,7 +9,7 @@ import tempfile
 from functools import cache
 from pathlib import Path
 
-from sparkbase.lab.mok import ensure_key_pair
+from sparkbase_lab.mok import ensure_key_pair
 
 
 @cache

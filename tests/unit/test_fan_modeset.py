@@ -13,10 +13,10 @@ from sparkbase.deploy.operations import APT_INSTALL
 from sparkbase.deploy.operations.modeset import UPDATE_INITRAMFS, decide_modeset_purge, decide_modeset_restore
 from sparkbase.deploy.retire import decide_file_retire
 from sparkbase.deploy.steps import MokFiles, build_steps
-from sparkbase.lab.shims.cmd_kernel import initrd_text
 from sparkbase.model.site import Site
 from sparkbase.policy.ownership import Kind, OwnershipRecord, created
 from sparkbase.render import render_baseline
+from sparkbase_lab.shims.cmd_kernel import initrd_text
 
 VARIANT = "ds41f-7x-64k"
 STOCK_PAGES = "ds41f-stock-pages-262k"

@@ -88,7 +88,7 @@ def test_the_lab_answers_the_fact_query_as_each_state(
 ) -> None:
     """The emulated GB10's answer to the audit's own query is judged as the state it emulates."""
     from sparkbase.facts.parsers.gpu import GPU_QUERY
-    from sparkbase.lab.shims import cmd_gpu
+    from sparkbase_lab.shims import cmd_gpu
 
     monkeypatch.setattr(cmd_gpu, "_utils_version", lambda: "580.95.05")
     monkeypatch.setattr(cmd_gpu, "state", lambda: {"driver": "580.95.05"})

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkbase.lab import boot
+from sparkbase_lab import boot
 
 REAL = Path(__file__).parent.parent / "fixtures" / "real"
 

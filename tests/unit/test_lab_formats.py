@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkbase.lab import faults, image
-from sparkbase.lab.shims import cmd_secureboot, cmd_systemd, modfile
+from sparkbase_lab import faults, image
+from sparkbase_lab.shims import cmd_secureboot, cmd_systemd, modfile
 
 REAL = Path(__file__).parent.parent / "fixtures" / "real"
 
@@ -143,7 +143,7 @@ def test_the_cli_offers_every_fault() -> None:
 
 
 def test_nvidia_smi_summary_is_the_real_gb10_table() -> None:
-    from sparkbase.lab.shims.cmd_gpu import SUMMARY
+    from sparkbase_lab.shims.cmd_gpu import SUMMARY
 
     real = (REAL / "nvidia-smi__summary_table__GB10__k8s-device-plugin-1482.txt").read_text().splitlines()
     ours = SUMMARY.format(driver=f"{'580.95.05':<23}", driver2=f"{'580.95.05':<15}", power=f"{'4W':>16}",
@@ -153,7 +153,7 @@ def test_nvidia_smi_summary_is_the_real_gb10_table() -> None:
 
 def test_nvidia_smi_queries_print_as_on_a_gb10(monkeypatch: pytest.MonkeyPatch,
                                               capsys: pytest.CaptureFixture[str]) -> None:
-    from sparkbase.lab.shims import cmd_gpu
+    from sparkbase_lab.shims import cmd_gpu
 
     monkeypatch.setattr(cmd_gpu, "_utils_version", lambda: "580.159.03")
     monkeypatch.setattr(cmd_gpu, "state", lambda: {"driver": "580.159.03"})
@@ -169,7 +169,7 @@ def test_nvidia_smi_queries_print_as_on_a_gb10(monkeypatch: pytest.MonkeyPatch,
 
 
 def test_cpuinfo_blocks_are_the_real_ones() -> None:
-    from sparkbase.lab import boot
+    from sparkbase_lab import boot
 
     real = (REAL / "proc_cpuinfo__GB10_DellProMax__processors0-1__arm-socs-table-133.txt").read_text()
     ours = boot.cpuinfo_text()

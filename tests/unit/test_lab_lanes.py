@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from sparkbase.lab.lanes import engine_args, unit_text
-from sparkbase.lab.shims.cmd_serving import _slice_path, metrics_text
 from sparkbase.model.site import load_site
+from sparkbase_lab.lanes import engine_args, unit_text
+from sparkbase_lab.shims.cmd_serving import _slice_path, metrics_text
 
 
 @pytest.mark.parametrize(("slice_unit", "path"), [

@@ -6,7 +6,7 @@ import threading
 import time
 from pathlib import Path
 
-from sparkbase.lab.fleet import Lab
+from sparkbase_lab.fleet import Lab
 
 
 def test_a_second_holder_waits_until_the_first_lets_go(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import sparkbase
 from sparkbase.cli.deploying import mok_files
 from sparkbase.deploy.mok_keys import is_lab_key, mok_dir_from_env, refuse_lab_key
 from sparkbase.deploy.steps import DeployConfigError, MokFiles
-from sparkbase.lab import mok
+from sparkbase_lab import mok
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+import json
+import re
 import shutil
 from pathlib import Path
 
 import pytest
 
-from sparkbase.lab import packages
+from sparkbase_lab import packages
 
 
 def names_versions() -> set[tuple[str, str]]:
@@ -132,3 +134,35 @@ def test_build_repo_once(tmp_path: Path) -> None:
     assert index.count("Package: ") == len(packages.CATALOGUE)
     assert "Filename: ./nccl-site-ring4_2.27.7-1+site.ring4.p3_all.deb" in index
     assert packages.build_repo(repo) is False
+
+
+def test_the_fixed_packages_are_data_read_in_their_order() -> None:
+    """The desktop, service and tuning stand-ins come from catalogue.json (issue 23.5), whole:
+    every entry a package of the catalogue, its file texts ending in a newline."""
+    document = json.loads(packages.FIXED_CATALOGUE.read_text())
+    listed = [(entry["name"], entry["version"]) for entry in document["packages"]]
+    assert [(p.name, p.version) for p in packages.FIXED_PACKAGES] == listed
+    assert set(listed) <= names_versions()
+    gdm = packages.find("gdm3", "46.2-1ubuntu1")
+    (unit,) = gdm.files
+    assert unit.path == "/lib/systemd/system/gdm3.service" and unit.mode == 0o644
+    assert unit.content.decode().endswith("Alias=display-manager.service\n")
+    cpupower = next(f for p in packages.FIXED_PACKAGES for f in p.files if f.path == "/usr/bin/cpupower")
+    assert cpupower.mode == 0o755 and cpupower.content.startswith(b"#!/bin/sh\n")
+    factory = {p.name for p in packages.factory_packages()}
+    assert set(packages.FACTORY_SERVICE_PACKAGES) | {"gdm3", "cups", "nvidia-nvme-options"} <= factory
+
+
+@pytest.mark.parametrize(("entry", "says"), [
+    ({"name": "x", "version": "1", "description": "d", "depends": "y"}, "package 0: keys must be"),
+    ({"name": "x", "version": "1"}, "package 0: keys must be"),
+    ({"name": "x", "version": "1", "description": "d", "files": [{"path": "/a"}]},
+     "package 0 (x): a file is"),
+    ({"name": "x", "version": "1", "description": "d", "files": [{"path": "/a", "lines": "text"}]},
+     "package 0 (x) /a: lines must be"),
+])
+def test_a_bad_catalogue_entry_is_named(entry: dict[str, object], says: str, tmp_path: Path) -> None:
+    data = tmp_path / "catalogue.json"
+    data.write_text(json.dumps({"format": 1, "packages": [entry]}))
+    with pytest.raises(ValueError, match=re.escape(says)):
+        packages.load_fixed_packages(data)

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from sparkbase.lab import image, shimd_client
-from sparkbase.lab.shims import registry, shimd
-from sparkbase.lab.shims.shimd import ProtocolError, Request, decode_request, encode_request
+from sparkbase_lab import image, shimd_client
+from sparkbase_lab.shims import registry, shimd
+from sparkbase_lab.shims.shimd import ProtocolError, Request, decode_request, encode_request
 
 ROUND_TRIPS = {
     "plain": Request("uname", ["-r"], "/root", 0o022, {"PATH": "/usr/bin", "LANG": "C.UTF-8"}),
@@ -100,7 +100,7 @@ def test_install_shims_copies_the_client_except_where_python_must_run(tmp_path: 
 #: stand-in commands the test server runs (registry.resolve is replaced in its process)
 SERVER = """
 import os, sys
-from sparkbase.lab.shims import registry, shimd
+from sparkbase_lab.shims import registry, shimd
 
 def cat(argv):
     data = sys.stdin.read()

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from sparkbase.lab import boot
-from sparkbase.lab.shims import cmd_net, common, netdevs, registry
+from sparkbase_lab import boot
+from sparkbase_lab.shims import cmd_net, common, netdevs, registry
 
 
 def test_hardware_constants_and_macs_are_the_boot_helpers() -> None:
@@ -52,7 +52,7 @@ def test_every_registered_command_resolves_to_its_function(command: str) -> None
 def test_every_module_command_is_registered_to_that_module(module: str) -> None:
     import importlib
 
-    table = importlib.import_module(f"sparkbase.lab.shims.{module}").COMMANDS
+    table = importlib.import_module(f"sparkbase_lab.shims.{module}").COMMANDS
     assert {name: registry.MODULES.get(name) for name in table} == dict.fromkeys(table, module)
 
 
@@ -67,9 +67,9 @@ def test_the_audits_commands_import_only_light_modules(command: str) -> None:
     import sys
 
     code = (
-        "import sys\nfrom sparkbase.lab.shims import registry\n"
+        "import sys\nfrom sparkbase_lab.shims import registry\n"
         f"registry.resolve({command!r})\n"
-        "print(sorted(m for m in ('json', 're', 'pathlib', 'sparkbase.lab.boot') if m in sys.modules))"
+        "print(sorted(m for m in ('json', 're', 'pathlib', 'sparkbase_lab.boot') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

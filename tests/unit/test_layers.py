@@ -1,5 +1,7 @@
 """The layers a reader can see (issue 14): production code never imports the emulated
-fleet, and command-line code (argparse) lives in `cli/` only.
+fleet, which is not even in the product package (issue 23: its own distribution,
+`sparkbase-lab`, package `sparkbase_lab` under `lab/src/`), and command-line code (argparse)
+lives in `cli/` only.
 
 Every import counts: module level, inside functions, and under TYPE_CHECKING.
 """
@@ -9,9 +11,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[2] / "src" / "sparkbase"
-#: the modules that exist to drive the lab: its own package and the `sparkbase lab` command
-LAB_SIDE = ("sparkbase.lab", "sparkbase.cli.lab")
+REPO = Path(__file__).resolve().parents[2]
+PACKAGE = REPO / "src" / "sparkbase"
+#: the one product module that drives the lab, when it is installed: the `sparkbase lab` command
+LAB_SIDE = ("sparkbase.cli.lab",)
 
 
 def _module_name(path: Path) -> str:
@@ -41,11 +44,19 @@ def _within(name: str, prefixes: tuple[str, ...]) -> bool:
 
 def test_production_code_never_imports_the_lab() -> None:
     offenders = {
-        module: sorted(name for name in imports if _within(name, ("sparkbase.lab",)))
+        module: sorted(name for name in imports if _within(name, ("sparkbase_lab",)))
         for module, imports in MODULES.items()
         if not _within(module, LAB_SIDE)
     }
     assert {module: names for module, names in offenders.items() if names} == {}
+
+
+def test_the_product_package_holds_no_lab() -> None:
+    """The wheel a site installs is built from src/sparkbase: no emulator module in it."""
+    assert [m for m in MODULES if _within(m, ("sparkbase.lab", "sparkbase_lab"))] == []
+    assert not (PACKAGE / "lab").exists()
+    assert not (REPO / "src" / "sparkbase_lab").exists()
+    assert (REPO / "lab" / "src" / "sparkbase_lab" / "fleet.py").is_file()
 
 
 def test_argparse_lives_in_cli_only() -> None:
@@ -55,4 +66,4 @@ def test_argparse_lives_in_cli_only() -> None:
 
 def test_the_walk_sees_the_lab_command_import_the_lab() -> None:
     """The rule above can fail: the one module allowed to import the lab does."""
-    assert any(_within(name, ("sparkbase.lab",)) for name in MODULES["sparkbase.cli.lab"])
+    assert any(_within(name, ("sparkbase_lab",)) for name in MODULES["sparkbase.cli.lab"])

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from sparkbase.lab.shims import modfile
 from sparkbase.model.site import load_site
 from sparkbase.render import render_baseline
+from sparkbase_lab.shims import modfile
 
 SITE = Path(__file__).resolve().parents[2]
 VARIANT = "ds41f-7x-64k"

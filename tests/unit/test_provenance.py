@@ -273,7 +273,7 @@ def test_compare_shows_provenance(shipped_site: Path, capsys: pytest.CaptureFixt
 
 
 def test_the_lab_repository_serves_every_pinned_version(site: Site) -> None:
-    from sparkbase.lab.packages import find
+    from sparkbase_lab.packages import find
 
     for baseline in site.baselines.values():
         for pin in baseline.packages():

@@ -20,7 +20,7 @@ def layout_rows() -> list[tuple[list[str], str]]:
     rows = []
     for line in section.splitlines():
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
-        if len(cells) != 2 or not cells[0].startswith("`src/sparkbase/"):
+        if len(cells) != 2 or not cells[0].startswith(("`src/sparkbase/", "`lab/src/sparkbase_lab/")):
             continue
         rows.append((re.findall(r"`([^`]+)`", cells[0]), cells[1]))
     return rows

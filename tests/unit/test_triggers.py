@@ -425,7 +425,7 @@ def test_url_credentials_are_masked() -> None:
 def test_the_lab_stand_in_is_judged_quiet_idle_and_fired_with_sessions(site: Site, engine: str) -> None:
     """What the lab's serving stand-in exports is what the trigger reads: idle is quiet (vLLM
     exports its cache info, so an idle vLLM is judged, not unknown), fault lane-sessions fires."""
-    from sparkbase.lab.shims.cmd_serving import metrics_text
+    from sparkbase_lab.shims.cmd_serving import metrics_text
 
     idle = next(
         v for v in evaluate(site, parse_scrapes(metrics_text(engine), 0.0)) if v.kind == "session-load"

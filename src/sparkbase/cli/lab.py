@@ -26,7 +26,7 @@ from sparkbase.cli.common import add_global_options
 
 if TYPE_CHECKING:
     from sparkbase.console import Table
-    from sparkbase.lab.fleet import NodeStatus
+    from sparkbase_lab.fleet import NodeStatus
 
 FAULT_KINDS = ("gpu-latch", "gpu-busy", "gid-moved", "link-down", "unreachable", "hang", "kernel-panic",
                "governor", "sb-not-enforcing", "sb-disabled", "sb-setup-mode", "no-efi", "dkms-noise",
@@ -72,10 +72,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         add_global_options(action.add_argument_group("global options"), with_defaults=False)
 
 
+#: what `sparkbase lab ACTION` says when the emulated fleet's distribution is not installed
+NOT_INSTALLED = "sparkbase lab: the emulated fleet is not installed: pip install sparkbase-lab"
+
+
 def run(args: argparse.Namespace) -> int:
-    """Run one `sparkbase lab` action."""
-    from sparkbase.lab import faults
-    from sparkbase.lab.fleet import Lab, LabError
+    """Run one `sparkbase lab` action (the lab is its own distribution, `sparkbase-lab`,
+    imported here only: a site's install of sparkbase has no lab)."""
+    try:
+        from sparkbase_lab import faults
+        from sparkbase_lab.fleet import Lab, LabError
+    except ModuleNotFoundError as exc:
+        if exc.name != "sparkbase_lab":
+            raise  # the lab is there but broken: not a missing install
+        print(NOT_INSTALLED, file=sys.stderr)
+        return 2
 
     try:
         lab = Lab(args.dir, getattr(args, "port_base", None))
@@ -174,10 +185,10 @@ def _lane(lab: object, args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from sparkbase.errors import ConfigError
-    from sparkbase.lab import lanes
-    from sparkbase.lab.fleet import Lab
     from sparkbase.model.site import load_site
     from sparkbase.model.site_files import find_site_root
+    from sparkbase_lab import lanes
+    from sparkbase_lab.fleet import Lab
 
     assert isinstance(lab, Lab)
     try:

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 #: the lab's key pair, inside a lab directory (`sparkbase lab up` makes it there)
 LAB_MOK_DIR = "mok"
-#: what marks a lab key: its certificate's subject CN (sparkbase.lab.mok.LAB_KEY_CN), and
+#: what marks a lab key: its certificate's subject CN (sparkbase_lab.mok.LAB_KEY_CN), and
 #: the fingerprint of the key pair sparkbase 0.1.0 shipped in its source tree
 LAB_KEY_MARK = b"sparkbase lab MOK (not for production)"
 RETIRED_LAB_FINGERPRINTS = frozenset({"de:68:7c:66:aa:de:f7:ac:da:f7:f1:c7:c8:0f:80:9d:81:86:73:f1"})

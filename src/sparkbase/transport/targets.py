@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 DEFAULT_LAB_DIR = Path("/var/lib/sparkbase/lab")
 #: the lab's interface for lane metrics: a node's serving stand-in listens on 127.0.0.1 at the
-#: node's SSH port + this (`sparkbase.lab.lanes` starts it there; the gate reads it there)
+#: node's SSH port + this (`sparkbase_lab.lanes` starts it there; the gate reads it there)
 LAB_METRICS_PORT_OFFSET = 400
 #: the largest ssh_config or known_hosts read (real ones are kilobytes)
 MAX_SSH_FILE_BYTES = 1024 * 1024

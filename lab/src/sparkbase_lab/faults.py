@@ -1,0 +1,125 @@
+"""Emulated hardware faults: inject into / clear from one node.
+
+A fault is a key in the node's `firmware/faults.json` (outside the node's disk, visible in
+the node at `/run/sparkbase-lab/firmware/faults.json`). Injecting or clearing one rewrites
+that file and sends SIGUSR1 to the node's PID 1, which re-applies it at once (sshd stopped,
+frozen or restarted; sysfs refreshed). Faults persist across reboots and `down`/`up` until
+cleared (a real GB10 clock latch also survives a reboot). Nothing on the machine changes.
+Secure Boot faults change what `mokutil` prints at once and module loading from the next boot.
+
+| kind | ARG | effect |
+| --- | --- | --- |
+| gpu-busy | - | nvidia-smi: under load at speed, 2418 MHz, ~35 W, 97 % (else idle: 562 MHz, ~4 W, P8) |
+| gpu-latch | - | nvidia-smi: the latch under load: 611 MHz, ~10 W, 98 % busy, no clock-event reason |
+| gid-moved | - | the IPv4 GIDs move from index 2/3 to 4/5 |
+| link-down | HCA or netdev (default rocep1s0f0) | port DOWN, netdev without carrier |
+| unreachable | - | every process of the node ends, no sshd: connections refused |
+| hang | - | sshd frozen (SIGSTOP): connections time out |
+| kernel-panic | RELEASE | that kernel does not boot; the node falls back |
+| governor | - | scaling_governor `powersave` on every CPU |
+| sb-not-enforcing | - | `SecureBoot enabled` + `…validation is disabled in shim`; unsigned modules load |
+| sb-disabled | - | `SecureBoot disabled`; from the next boot signatures are not checked |
+| sb-setup-mode | - | `SecureBoot disabled` + `Platform is in Setup Mode` |
+| no-efi | - | `mokutil`: `EFI variables are not supported on this system` (exit 1) |
+| dkms-noise | - | `dkms status` adds DKMS 3 noise on stderr: `Deprecated feature: …`, `Error! …` |
+| lane-env | - | a lane unit started from now on gets `NCCL_IB_MERGE_NICS=1` in its environment |
+| lane-worker-env | - | a lane unit started from now on sets `NCCL_IB_MERGE_NICS=1` in itself (workers) |
+| lane-conf-twice | - | a lane unit started from now on reads an NCCL_CONF_FILE setting MERGE_NICS 1, then 0 |
+| lane-private-nccl | - | a lane unit started from now on maps /opt/lane-image/lib/libnccl.so.2 |
+| lane-outside-slice | - | a lane unit started from now on runs outside the serving slice |
+| lane-sessions | - | the node's lane stand-in reports four 500K-class sessions (trigger 2 fires) |
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+from typing import Any
+
+from sparkbase.atomicfile import write_atomic
+from sparkbase_lab import boot, procs
+from sparkbase_lab.fleet import Lab, LabError
+
+KINDS = ("gpu-latch", "gpu-busy", "gid-moved", "link-down", "unreachable", "hang", "kernel-panic", "governor",
+         "sb-not-enforcing", "sb-disabled", "sb-setup-mode", "no-efi", "dkms-noise",
+         "lane-env", "lane-worker-env", "lane-conf-twice", "lane-private-nccl", "lane-outside-slice",
+         "lane-sessions")
+LIST_KINDS = ("link-down", "kernel-panic")
+
+
+def _path(lab: Lab, node: str) -> Path:
+    if node not in lab.node_names:
+        raise LabError(f"unknown node {node!r} (nodes: {', '.join(lab.node_names)})")
+    return lab.node_dir(node) / "firmware" / "faults.json"
+
+
+def read(lab: Lab, node: str) -> dict[str, Any]:
+    """The node's active faults."""
+    try:
+        data: dict[str, Any] = json.loads(_path(lab, node).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data
+
+
+def _write(lab: Lab, node: str, data: dict[str, Any]) -> None:
+    path = _path(lab, node)
+    write_atomic(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
+    try:
+        init = lab.init_proc(node)
+    except LabError:
+        return  # not running: applies at the next boot
+    procs.kill(init, signal.SIGUSR1)
+
+
+def _check_arg(kind: str, arg: str | None) -> str | None:
+    if kind not in KINDS:
+        raise LabError(f"unknown fault {kind!r} (one of {', '.join(KINDS)})")
+    if kind == "link-down":
+        arg = arg or "rocep1s0f0"
+        if arg not in boot.FABRIC and arg not in boot.FABRIC.values():
+            names = ", ".join([*boot.FABRIC, *boot.FABRIC.values()])
+            raise LabError(f"link-down: unknown HCA or netdev {arg!r} (one of {names})")
+        return arg
+    if kind == "kernel-panic":
+        if not arg:
+            raise LabError("kernel-panic needs a kernel RELEASE")
+        return arg
+    if arg:
+        raise LabError(f"fault {kind} takes no argument")
+    return None
+
+
+def inject(lab: Lab, node: str, kind: str, arg: str | None = None) -> None:
+    """Inject fault `kind` (with `arg` for link-down/kernel-panic) into `node`."""
+    value = _check_arg(kind, arg)
+    data = read(lab, node)
+    if kind in LIST_KINDS:
+        items = list(data.get(kind, []))
+        if value not in items:
+            items.append(value)
+        data[kind] = items
+    else:
+        data[kind] = True
+    _write(lab, node, data)
+
+
+def clear(lab: Lab, node: str, kind: str, arg: str | None = None) -> None:
+    """Clear fault `kind` on `node` (for list faults without `arg`: every entry)."""
+    if kind not in KINDS:
+        raise LabError(f"unknown fault {kind!r} (one of {', '.join(KINDS)})")
+    data = read(lab, node)
+    if kind in LIST_KINDS and arg:
+        value = _check_arg(kind, arg)
+        data[kind] = [v for v in data.get(kind, []) if v != value]
+        if not data[kind]:
+            data.pop(kind)
+    else:
+        data.pop(kind, None)
+    _write(lab, node, data)
+
+
+def clear_all(lab: Lab, node: str) -> None:
+    """Remove every fault from `node`."""
+    _write(lab, node, {})
