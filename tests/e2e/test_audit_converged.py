@@ -114,6 +114,31 @@ def test_hand_drift_is_named_on_the_right_node(
     assert code == 0, "the drift was not undone"
 
 
+def test_a_stale_second_address_from_another_netplan_file_fails_the_audit(
+    converged: Lab, site_copy: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """netplan merges address lists across its files: an older file of the site's giving a
+    fabric port another address leaves the port with two after `netplan apply`. The audit
+    names the address the port was not given (it only checked the wanted one was there)."""
+    ok = converged.run
+    stale = "network:\n  version: 2\n  ethernets:\n    enp1s0f0np0:\n      addresses: [10.99.0.5/24]\n"
+    assert ok("spark2", f"printf '{stale}' >/etc/netplan/50-old.yaml && netplan apply")[0] == 0
+    try:
+        code, data = audit(site_copy, converged, capsys)
+    finally:
+        ok("spark2", "rm -f /etc/netplan/50-old.yaml && netplan apply")
+    assert code == 1
+    # the port's RDMA device may now hold the stale address at the GID index too (as a real
+    # ConnectX-7 lists one RoCE GID per address): that is the same fault, seen from the HCA
+    assert ("spark2", "fabric.link.enp1s0f0np0") in failing(data)
+    assert failing(data) <= {("spark2", "fabric.link.enp1s0f0np0"), ("spark2", "fabric.gid.rocep1s0f0")}
+    link = next(c for n in data["nodes"] if n["node"] == "spark2" for c in n["checks"]
+                if c["id"] == "fabric.link.enp1s0f0np0")
+    assert "(not given: 10.99.0.5/24)" in link["observed"]
+    code, _ = audit(site_copy, converged, capsys)
+    assert code == 0, "the stale address was not undone"
+
+
 def test_grub_reboot_and_a_foreign_fstab_swap_are_named(
     converged: Lab, site_copy: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -397,6 +397,19 @@ def test_report_exit_codes(site: Site) -> None:
     assert any(r.node == "spark2" and r.id == "memory.thp" for r in report.all_results())
 
 
+def test_a_port_with_an_address_it_was_not_given_fails_link(site: Site) -> None:
+    """netplan merges address lists across files: a stale second address on a fabric port
+    (its path's subnet then at three ends, or two paths in one subnet) fails, naming it."""
+    expected, facts = converged_node(site)
+    port = facts.interfaces["enp1s0f0np0"]
+    stale = replace(port, addresses=(*port.addresses, "192.168.77.1/24"))
+    drifted = replace(facts, interfaces={**facts.interfaces, "enp1s0f0np0": stale})
+    failed = [r for r in judge_node(expected, drifted) if r.status == "fail"]
+    assert [r.id for r in failed] == ["fabric.link.enp1s0f0np0"]
+    assert "(not given: 192.168.77.1/24)" in (failed[0].observed or "")
+    assert "remove 192.168.77.1/24 from enp1s0f0np0" in (failed[0].fix or "")
+
+
 def test_interface_without_address_fails_link(site: Site) -> None:
     expected, facts = converged_node(site)
     drifted = replace(

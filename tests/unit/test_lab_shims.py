@@ -78,3 +78,20 @@ def test_the_audits_commands_import_only_light_modules(command: str) -> None:
 def test_an_unknown_command_exits_127(capsys: pytest.CaptureFixture[str]) -> None:
     assert registry.main("no-such-tool", []) == 127
     assert "no-such-tool" in capsys.readouterr().err
+
+
+def test_netplan_files_merge_as_netplan_merges_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """netplan-generate(8): a later file appends to sequences (a port two files configure
+    carries both addresses), replaces scalars, merges mappings; an address given twice by the
+    same string is kept once. The lab once replaced the list, hiding a stale second address."""
+    files = {
+        "/etc/netplan/50-cloud-init.yaml": "network:\n  ethernets:\n    enp1s0f0np0:\n"
+                                           "      addresses: [10.0.0.1/24]\n      mtu: 1500\n",
+        "/etc/netplan/60-sparkbase-fabric.yaml": "network:\n  ethernets:\n    enp1s0f0np0:\n"
+                                                 "      addresses: [192.168.100.1/24, 10.0.0.1/24]\n"
+                                                 "      mtu: 9000\n",
+    }
+    monkeypatch.setattr(cmd_net, "glob", lambda _pattern: list(files))
+    monkeypatch.setattr(cmd_net, "read_text", lambda path: files[path])
+    port = cmd_net.netplan_config()["enp1s0f0np0"]
+    assert port == {"addresses": ["10.0.0.1/24", "192.168.100.1/24"], "mtu": 9000}

@@ -78,8 +78,24 @@ def _load_yaml(text: str) -> Any:
     return _yaml().safe_load(text)
 
 
+def _merged(old: Any, new: Any) -> Any:
+    """One setting of a later netplan file over an earlier one, by netplan's rules
+    (netplan-generate(8) "HANDLING MULTIPLE FILES", canonical/netplan e9dd90a9): mappings
+    merged key by key, sequences appended, scalars replaced."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = dict(old)
+        for key, value in new.items():
+            out[key] = _merged(out[key], value) if key in out else value
+        return out
+    if isinstance(old, list) and isinstance(new, list):
+        return [*old, *new]
+    return new
+
+
 def netplan_config() -> dict[str, Any]:
-    """`network.ethernets` of every /etc/netplan/*.yaml, merged in name order."""
+    """`network.ethernets` of every /etc/netplan/*.yaml, merged in name order as netplan
+    merges them: a port two files configure carries both files' addresses (netplan drops an
+    address given twice by the exact same string, src/parse.c)."""
     merged: dict[str, Any] = {}
     for path in sorted(glob("/etc/netplan/*.yaml")):
         try:
@@ -89,7 +105,10 @@ def netplan_config() -> dict[str, Any]:
         network = data.get("network", {}) if isinstance(data, dict) else {}
         for kind in ("ethernets",):
             for name, conf in (network.get(kind) or {}).items():
-                merged.setdefault(name, {}).update(conf or {})
+                merged[name] = _merged(merged.get(name, {}), conf or {})
+    for conf in merged.values():
+        if isinstance(conf, dict) and isinstance(conf.get("addresses"), list):
+            conf["addresses"] = list(dict.fromkeys(str(a) for a in conf["addresses"]))
     return merged
 
 

@@ -95,13 +95,22 @@ def fabric_link(link: LinkWant, facts: NodeFacts, at: Subject) -> Outcome:
         problems.append("MTU")
     if link.address is not None and link.address not in iface.addresses:
         problems.append("address")
+    # netplan merges address lists across its files: a port can carry a second, stale address
+    # another file (or a hand `ip addr add`) gives it, and two paths then share a subnet
+    extra = [a for a in iface.addresses if link.address is not None and a != link.address]
+    if extra:
+        problems.append("extra address")
     if problems:
         fix = (
             "check the cable and the peer port; then re-run"
             if problems == ["link down"]
+            else f"remove {', '.join(extra)} from {netdev}: it was not given to this port (find the "
+            f"netplan file that sets it: grep -l {extra[0].split('/')[0]} /etc/netplan/*.yaml; "
+            "netplan merges addresses across files), then re-run"
+            if problems == ["extra address"]
             else f"netplan apply the fabric file: {apply_fix(at)}"
         )
-        return fail(want, observed, fix)
+        return fail(want, observed + (f" (not given: {', '.join(extra)})" if extra else ""), fix)
     return ok(want, observed)
 
 
