@@ -85,10 +85,12 @@ def test_links_at_every_temp_name_are_never_written_through(fleet: Fleet) -> Non
     node = _report(done)  # the variant's kernel is staged: its reboot is left pending
     assert node["status"] in ("changed", "reboot pending"), done.stdout + done.stderr[-3000:]
     assert not [op for op in node["operations"] if op["status"] in ("failed", "not run")], done.stdout
-    # every write clears what interrupted uploads left beside its target (a link removed, never followed)
+    # the planted links are not sparkbase's: every write leaves them as they were (no upload
+    # used them), never followed, never removed
     for path in (NCCL, OWNERSHIP_PATH, f"{MOK_DIR}/MOK.priv"):
         left = fleet.lab.run("spark1", f"ls -d {path}.sparkbase-new*")[1].split()
-        assert left == [], (path, left)
+        assert left == [f"{path}.sparkbase-new", f"{path}.sparkbase-new.0123456789abcdef"], (path, left)
+        assert fleet.sh("spark1", f"readlink {path}.sparkbase-new").strip() == VICTIM
     assert fleet.sh("spark1", f"stat -c %F {NCCL}").strip() == "regular file"
     assert NCCL in _owned(fleet, "spark1")
 

@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
+from pyinfra.api.config import Config
+from pyinfra.api.connect import connect_all
+from pyinfra.api.inventory import Inventory
+from pyinfra.api.state import State
+from pyinfra.context import ctx_host, ctx_state
 from site_memo import load_yaml_memoised
 
 
@@ -16,3 +22,15 @@ def parsed_once() -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(site_module, "load_yaml", lambda file: load_yaml_memoised(real, file))
         yield
+
+
+@pytest.fixture(scope="module")
+def local() -> Iterator[Any]:
+    """pyinfra's `@local` host, connected, in context (facts and commands run for real on
+    this machine, as pyinfra runs them on a node)."""
+    inventory = Inventory((["@local"], {}))  # type: ignore[no-untyped-call]
+    state = State(inventory, Config())  # type: ignore[no-untyped-call]
+    connect_all(state)
+    host = inventory.get_host("@local")
+    with ctx_state.use(state), ctx_host.use(host):
+        yield host

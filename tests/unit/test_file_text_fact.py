@@ -5,17 +5,11 @@ command's output as strict UTF-8, and one Latin-1 byte cut pyinfra's reading sho
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from pyinfra.api.config import Config
-from pyinfra.api.connect import connect_all
 from pyinfra.api.exceptions import FactProcessError
-from pyinfra.api.inventory import Inventory
-from pyinfra.api.state import State
-from pyinfra.context import ctx_host, ctx_state
 
 from sparkbase.deploy.facts import MISSING, TEXT_FOLLOWS, FileText, file_text
 
@@ -58,17 +52,6 @@ def test_a_byte_that_is_not_utf8_no_longer_hashes_as_the_file() -> None:
     """What keeps the fstab editor off a file it cannot read back byte for byte."""
     data = b"/swap.img none swap sw 0 0 # caf\xe9\n"
     assert file_text(data).encode() != data
-
-
-@pytest.fixture(scope="module")
-def local() -> Iterator[Any]:
-    """pyinfra's `@local` host, connected, in context."""
-    inventory = Inventory((["@local"], {}))  # type: ignore[no-untyped-call]
-    state = State(inventory, Config())  # type: ignore[no-untyped-call]
-    connect_all(state)
-    host = inventory.get_host("@local")
-    with ctx_state.use(state), ctx_host.use(host):
-        yield host
 
 
 @pytest.mark.parametrize("data,text", [(data, text) for _, data, text in CASES],

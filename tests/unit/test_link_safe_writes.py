@@ -18,7 +18,6 @@ import base64
 import hashlib
 import os
 import re
-from collections.abc import Iterator
 from io import BytesIO
 from pathlib import Path
 from types import SimpleNamespace
@@ -26,11 +25,7 @@ from typing import Any
 
 import pytest
 from pyinfra.api.command import FileUploadCommand, StringCommand
-from pyinfra.api.config import Config
-from pyinfra.api.connect import connect_all
 from pyinfra.api.exceptions import OperationError
-from pyinfra.api.inventory import Inventory
-from pyinfra.api.state import State
 from pyinfra.context import ctx_host, ctx_state
 from pyinfra.facts.files import Directory
 
@@ -51,7 +46,7 @@ from sparkbase.deploy.facts import (
     parse_file_info,
 )
 from sparkbase.deploy.operations import NotSparkbases, atomic_upload, decide_swap_file
-from sparkbase.deploy.operations.base import refusal
+from sparkbase.deploy.operations.base import refusal, remove_leftovers
 from sparkbase.deploy.operations.files import directory, file, upload
 from sparkbase.deploy.operations.fstab import exact_text
 from sparkbase.deploy.ownership_fact import NOT_A_FILE, OwnedRecord, parse_owned
@@ -60,17 +55,6 @@ from sparkbase.policy.ownership import OWNERSHIP_DIR, OwnershipRecord, RecordUnr
 SECRET = "root:$6$linksafe-secret-hash:19000:0:99999:7:::"
 CONTENT = "NCCL_IB_HCA=rocep1s0f0\n"
 SHA = hashlib.sha256(CONTENT.encode()).hexdigest()
-
-
-@pytest.fixture(scope="module")
-def local() -> Iterator[Any]:
-    """pyinfra's `@local` host, connected, in context."""
-    inventory = Inventory((["@local"], {}))  # type: ignore[no-untyped-call]
-    state = State(inventory, Config())  # type: ignore[no-untyped-call]
-    connect_all(state)
-    host = inventory.get_host("@local")
-    with ctx_state.use(state), ctx_host.use(host):
-        yield host
 
 
 @pytest.fixture
@@ -135,12 +119,43 @@ def test_a_regular_file_reads_as_before(local: Any, tmp_path: Path) -> None:
     assert local.get_fact(FileState, path=str(tmp_path / "absent")) is None
 
 
+def _interrupted(path: Path, shape: str) -> None:
+    """What an upload cut short leaves: 0.4.1's file, or this version's directory and upload."""
+    if shape == TEMP_SUFFIX:
+        Path(f"{path}{shape}").write_text("half")
+        return
+    Path(f"{path}{shape}").mkdir(mode=0o700)
+    Path(f"{path}{shape}/new").write_text("half")
+
+
 @pytest.mark.parametrize("left", [TEMP_SUFFIX, TEMP_SUFFIX + ".0123456789abcdef"])
-def test_an_interrupted_upload_of_either_shape_is_seen(local: Any, tmp_path: Path, left: str) -> None:
+def test_an_interrupted_upload_of_either_shape_is_seen_and_removed(local: Any, tmp_path: Path,
+                                                                   left: str) -> None:
     path = tmp_path / "nccl.conf"
     path.write_text(CONTENT)
-    (tmp_path / f"nccl.conf{left}").symlink_to(tmp_path / "elsewhere")
+    _interrupted(path, left)
     assert local.get_fact(FileState, path=str(path)).leftover
+    assert local.run_shell_command(remove_leftovers(str(path)))[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["nccl.conf"]
+    assert not local.get_fact(FileState, path=str(path)).leftover
+
+
+def test_what_is_not_sparkbases_at_a_temp_name_is_kept(local: Any, tmp_path: Path) -> None:
+    """Destroy only what you own: a link, a directory holding someone's file, a file of
+    another name at the temp names is neither a leftover nor removed (it blocks nothing:
+    each upload makes a new random directory)."""
+    path = tmp_path / "nccl.conf"
+    path.write_text(CONTENT)
+    Path(f"{path}{TEMP_SUFFIX}").symlink_to(tmp_path / "elsewhere")
+    theirs = Path(f"{path}{TEMP_SUFFIX}.fedcba9876543210")
+    theirs.mkdir()
+    (theirs / "notes").write_text("keep me")
+    (theirs / "new").write_text("keep me too")
+    Path(f"{path}{TEMP_SUFFIX}.bak").write_text("keep")
+    before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    assert not local.get_fact(FileState, path=str(path)).leftover
+    assert local.run_shell_command(remove_leftovers(str(path)))[0]
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before
 
 
 @pytest.mark.parametrize("lines,found", [
@@ -314,7 +329,11 @@ def test_links_planted_at_any_temp_name_are_never_written_through(local: Any, tm
     assert target.read_text() == CONTENT and not target.is_symlink()
     assert oct(target.stat().st_mode & 0o777) == oct(0o644)
     assert _untouched(secret) == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["nccl.conf", "shadow"], "the planted links are gone"
+    shapes = (TEMP_SUFFIX, TEMP_SUFFIX + ".0123456789abcdef", TEMP_SUFFIX + ".x")
+    planted = [f"nccl.conf{name}" for name in shapes]
+    # the planted links are not sparkbase's: kept as they were, never followed
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["nccl.conf", "shadow", *planted])
+    assert all(os.readlink(tmp_path / name) == str(secret) for name in planted)
 
 
 def test_a_directory_at_the_target_stops_the_write_and_swallows_nothing(local: Any, tmp_path: Path) -> None:

@@ -171,6 +171,8 @@ LIVE_CASES = {
     "HOME only": ({"HOME": "{home}"}, "home"),
     "empty NCCL_CONF_FILE falls back to HOME": ({"NCCL_CONF_FILE": "", "HOME": "{home}"}, "home"),
     "a value holding '=' and spaces": ({"NCCL_CONF_FILE": "{conf}", "A": "x=HOME= y"}, "conf"),
+    "a relative NCCL_CONF_FILE, from the process's cwd": ({"NCCL_CONF_FILE": "named.conf", "HOME": "{home}"},
+                                                          "conf"),
     "neither": ({"A": "1"}, None),
 }
 
@@ -193,7 +195,7 @@ def test_the_probe_reads_a_live_process(tmp_path: Path, extra: dict[str, str], u
               "m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)\n"
               "print('ready', flush=True)\ntime.sleep(60)\n")
     process = subprocess.Popen([sys.executable, "-c", holder, str(library), marker], env=env,
-                               stdout=subprocess.PIPE, text=True)
+                               stdout=subprocess.PIPE, text=True, cwd=tmp_path)
     try:
         assert process.stdout is not None and process.stdout.readline() == "ready\n"
         # run as a fact script is: by a shell that a login shell started (which holds the

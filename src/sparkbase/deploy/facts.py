@@ -109,6 +109,8 @@ def _parsed(section: Section | None, parser: Callable[[str], T], default: T) -> 
 #: the name every upload's private temp directory starts with, beside the file it replaces
 #: (`<path>.sparkbase-new.<random>`; 0.4.1 and before uploaded to `<path>.sparkbase-new`)
 TEMP_SUFFIX = ".sparkbase-new"
+#: the upload inside its private directory (`<path>.sparkbase-new.<hex>/new`)
+TEMP_NAME = "new"
 LEFTOVER = "__sparkbase_leftover__"
 #: the first line of an answer about a symbolic link (its target, base64, follows)
 LINK = "__sparkbase_link__"
@@ -186,6 +188,20 @@ def leftovers_glob(path: str) -> str:
     return f"{temp} {temp}.*"
 
 
+#: the name of one upload's private directory: `<path>.sparkbase-new.` and 16 hex digits
+_TEMP_DIR_NAME = "*" + TEMP_SUFFIX + "." + "[0-9a-f]" * 16
+
+
+def is_leftover(var: str = "left") -> str:
+    """Shell test: `$var` is what an interrupted upload of sparkbase left, by its shape, and
+    nothing else: 0.4.1's fixed name as a regular file, or one of this version's private
+    directories (its exact name) holding nothing or only the upload. A link, a directory
+    with anything else in it, or another name is not sparkbase's: it is kept, never removed."""
+    v = f'"${var}"'
+    return (f'{{ [ ! -L {v} ] && case {v} in *{TEMP_SUFFIX}) [ -f {v} ];; {_TEMP_DIR_NAME}) [ -d {v} ] && '
+            f'[ -z "$(ls -A -- {v} | grep -vx {TEMP_NAME})" ];; *) false;; esac; }}')
+
+
 def what_is_at(path: str, regular: str) -> str:
     """Shell: print what is at `path` without following a link there (a link: `LINK` and its
     target in base64; neither file nor link: `OTHER` and its kind; nothing: `MISSING`); for
@@ -205,7 +221,7 @@ class FileState(FactBase[FileInfo | None]):
         p_ = _q(path)
         return (what_is_at(path, f"stat -c %a -- {p_}; sha256sum -- {p_}") + "; "
                 f"for left in {leftovers_glob(path)}; do "
-                f'if [ -e "$left" ] || [ -L "$left" ]; then echo {LEFTOVER}; break; fi; done')
+                f"if {is_leftover()}; then echo {LEFTOVER}; break; fi; done")
 
     def process(self, output: list[str]) -> FileInfo | None:
         return parse_file_info(output)

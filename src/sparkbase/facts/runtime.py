@@ -151,7 +151,9 @@ def probe_command(first_matches: Sequence[str]) -> str:
             'm=$(grep -F libnccl "/proc/$p/maps"); ',
             f'echo "@file $p maps"; [ -z "$m" ] || printf \'%s\\n\' "$m" | {DUMP}; echo "@rc 0"; ',
             _environ_values(),
-            'if [ -n "$c" ]; then ', _record("user-conf", "/proc/$p/root$c"),
+            # NCCL fopen()s $NCCL_CONF_FILE as given: a relative name from the process's cwd
+            'case $c in "") ;; /*) c=/proc/$p/root$c;; *) c=/proc/$p/cwd/$c;; esac; ',
+            'if [ -n "$c" ]; then ', _record("user-conf", "$c"),
             'elif [ -n "$h" ]; then ', _record("user-conf", "/proc/$p/root$h/.nccl.conf"), "fi; ",
             _record("system-conf", f"/proc/$p/root{SYSTEM_NCCL_CONF}"),
             # each mapped library once per file (device:inode): a server and its workers map

@@ -13,7 +13,7 @@ from pyinfra.api.command import FileUploadCommand, StringCommand
 from pyinfra.api.exceptions import OperationError
 from pyinfra.context import host
 
-from sparkbase.deploy.facts import TEMP_SUFFIX, FileInfo, Found, leftovers_glob
+from sparkbase.deploy.facts import TEMP_NAME, TEMP_SUFFIX, FileInfo, Found, is_leftover, leftovers_glob
 from sparkbase.policy.ownership import Kind
 from sparkbase.text import shown
 
@@ -76,10 +76,6 @@ def changed(meta: Any) -> bool:
     if meta.is_complete():
         return bool(meta.did_change())
     return bool(meta.will_change)
-
-
-#: the upload's name inside its private temp directory
-TEMP_NAME = "new"
 
 
 def temp_dir(path: str) -> str:
@@ -156,6 +152,11 @@ def atomic_upload(src: Any, path: str, mode: int, sha256: str | None) -> Any:
 
 
 def remove_leftovers(path: str) -> StringCommand:
-    """Remove what interrupted uploads left beside `path` (never following a link)."""
-    return StringCommand(f'for left in {leftovers_glob(path)}; do if [ -e "$left" ] || [ -L "$left" ]; '
-                         f'then rm -rf -- "$left"; fi; done')
+    """Remove what interrupted uploads of sparkbase left beside `path`, and only that
+    (`is_leftover`: its shape; a link, a foreign file or a directory holding anything else
+    at those names is kept): 0.4.1's file with `rm -f`, a private directory with its upload
+    by `rm -f` of the upload and `rmdir`, which removes nothing else."""
+    new = shlex.quote(TEMP_NAME)
+    return StringCommand(f"for left in {leftovers_glob(path)}; do if {is_leftover()}; then "
+                         f'if [ -d "$left" ]; then rm -f -- "$left"/{new} && rmdir -- "$left"; '
+                         f'else rm -f -- "$left"; fi; fi; done')
