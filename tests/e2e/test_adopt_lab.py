@@ -21,6 +21,7 @@ from sparkbase_lab.fleet import Lab
 
 pytestmark = pytest.mark.end_to_end
 
+Adopted = tuple[Path, subprocess.CompletedProcess[str]]
 PORT_BASE = port_base("SPARKBASE_TEST_ADOPT_PORT_BASE", 3341)
 TIME = "2026-12-01T02:00:00Z"
 MARK = "/run/sparkbase-test-adopt-mark"
@@ -51,14 +52,14 @@ def lab(tmp_path_factory: pytest.TempPathFactory, converged_image: ConvergedImag
 
 
 @pytest.fixture(scope="module")
-def adopted(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+def adopted(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Adopted:
     """The site adopted from the lab."""
     out = tmp_path_factory.mktemp("adopted") / "site"
     done = sparkbase("adopt", "--lab-dir", str(lab.dir), "--out", str(out), "--time", TIME)
     return out, done
 
 
-def test_adopt_writes_a_site_that_validates(adopted: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+def test_adopt_writes_a_site_that_validates(adopted: Adopted) -> None:
     out, done = adopted
     assert done.returncode == 0, done.stdout + done.stderr
     checked = sparkbase("validate", "--site", str(out))
@@ -69,7 +70,7 @@ def test_adopt_writes_a_site_that_validates(adopted: tuple[Path, subprocess.Comp
     assert "baselines/site.yaml:" in done.stdout and "(proxy)" in done.stdout
 
 
-def test_the_fabric_is_found_as_the_site_cabled_it(adopted: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+def test_the_fabric_is_found_as_the_site_cabled_it(adopted: Adopted) -> None:
     out, _done = adopted
     site, shipped = load_site(out), load_site(REPO)
     assert sorted(site.inventory.nodes) == sorted(shipped.inventory.nodes)
@@ -85,7 +86,7 @@ def test_the_fabric_is_found_as_the_site_cabled_it(adopted: tuple[Path, subproce
     assert found.sources["kernel.release"].kind == "captured"
 
 
-def test_adopting_twice_gives_the_same_bytes(lab: Lab, adopted: tuple[Path, subprocess.CompletedProcess[str]],
+def test_adopting_twice_gives_the_same_bytes(lab: Lab, adopted: Adopted,
                                              tmp_path: Path) -> None:
     out, _done = adopted
     again = tmp_path / "again"
@@ -94,7 +95,7 @@ def test_adopting_twice_gives_the_same_bytes(lab: Lab, adopted: tuple[Path, subp
     assert files_of(again) == files_of(out)
 
 
-def test_a_non_empty_dir_is_refused(lab: Lab, adopted: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+def test_a_non_empty_dir_is_refused(lab: Lab, adopted: Adopted) -> None:
     out, _done = adopted
     before = files_of(out)
     done = sparkbase("adopt", "--lab-dir", str(lab.dir), "--out", str(out))
@@ -102,10 +103,11 @@ def test_a_non_empty_dir_is_refused(lab: Lab, adopted: tuple[Path, subprocess.Co
     assert files_of(out) == before
 
 
-def test_nothing_on_the_nodes_changed(lab: Lab, adopted: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+def test_nothing_on_the_nodes_changed(lab: Lab, adopted: Adopted) -> None:
     _out, done = adopted
     assert done.returncode == 0
     for node in NODES:
-        status, changed, err = lab.run(node, f"find {' '.join(WATCHED)} -xdev -newer {MARK} 2>/dev/null; true")
+        find = f"find {' '.join(WATCHED)} -xdev -newer {MARK} 2>/dev/null; true"
+        status, changed, err = lab.run(node, find)
         assert status == 0, err
         assert changed.split() == [], f"{node}: adopt changed {changed}"

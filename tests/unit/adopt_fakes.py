@@ -57,6 +57,9 @@ def ring_facts(node: str, nodes: tuple[str, ...] = NODES, gid_index: int = 3,
     interfaces["enP7s7"] = Interface("enP7s7", 1500, "UP", (f"{mgmt}/24",) if mgmt else ())
     return NodeFacts(node=node, kernel_release=RELEASE, machine="aarch64", page_size=4096,
                      interfaces=interfaces, gid_table=tuple(table), thp="madvise",
+                     packages={f"linux-image-{RELEASE}": "6.17.0-1032.32",
+                               f"linux-tools-{RELEASE}": "6.17.0-1032.32"},
+                     governors=dict.fromkeys(range(20), "performance"),
                      nccl_conf="NCCL_IB_MERGE_NICS=0\nNCCL_IB_HCA=rocep1s0f0,rocep1s0f1,roceP2p1s0f0,roceP2p1s0f1\n"
                                "NCCL_SOCKET_IFNAME=enP7s7\nNCCL_IB_GID_INDEX=3\n")
 

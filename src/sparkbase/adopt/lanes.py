@@ -39,9 +39,17 @@ _DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
 class ContainerLike(Protocol):
     """The fields adopt reads of a running container (`facts.parsers.docker.Container`)."""
 
-    name: str
-    image_ref: str
-    repo_digests: tuple[str, ...]
+    @property
+    def name(self) -> str:
+        """The container's name, without docker's leading `/`."""
+
+    @property
+    def image_ref(self) -> str:
+        """The image as given to `docker run` (`.Config.Image`)."""
+
+    @property
+    def repo_digests(self) -> tuple[str, ...]:
+        """The image's `repo@sha256:…` references."""
 
 
 @dataclass(frozen=True)
