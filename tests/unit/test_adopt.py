@@ -252,6 +252,9 @@ def test_a_lane_file_is_written_per_engine_with_the_nccl_it_loads(starter: Start
     baseline = adopted.files[f"baselines/adopted-{RELEASE}-4k.yaml"]
     assert "NCCL_DEBUG: WARN" in baseline and f"path: {LIBRARY}" in baseline
     assert "provided_by: site" in baseline  # no package installed: a file the site put there
+    # every value under the starter's `nccl.library` placeholder is now captured: it is gone
+    assert "nccl.library: {kind: placeholder" not in baseline
+    assert "nccl.library.sha256: {kind: captured" in baseline
 
 
 # --- questions and bytes -----------------------------------------------------------------
@@ -295,3 +298,35 @@ def test_the_adopted_site_validates(starter: Starter, tmp_path: Path) -> None:
 def test_every_host_alias_that_is_not_a_pattern_is_a_node() -> None:
     config = "Host spark2\n  HostName a\nHost spark1 gate\n  Port 22\nHost *.lan !x\n  User root\nHost *\n"
     assert aliases_of(config) == ["gate", "spark1", "spark2"]
+
+
+# --- the command's refusals (before any node is asked) ------------------------------------
+
+
+def refusal(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    from sparkbase.cli.main import main
+
+    code = main(["adopt", *argv])
+    return code, capsys.readouterr().err
+
+
+def test_the_command_refuses_bad_usage_before_reading_a_node(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config, known = tmp_path / "ssh_config", tmp_path / "known_hosts"
+    config.write_text("Host spark1\n  HostName 127.0.0.1\n  Port 1\n")
+    known.write_text("")
+    out = tmp_path / "out"
+    files = ("--ssh-config", str(config), "--known-hosts", str(known))
+    code, err = refusal(capsys, "--out", str(out))
+    assert code == 2 and "--ssh-config FILE and --known-hosts FILE" in err
+    code, err = refusal(capsys, "--out", str(out), *files, "--time", "yesterday")
+    assert code == 2 and "not an ISO-8601 UTC time" in err
+    code, err = refusal(capsys, "--out", str(out), *files, "--node", "spark9")
+    assert code == 2 and "no Host spark9" in err and "have: spark1" in err
+    code, err = refusal(capsys, "--out", str(out), *files, "--limit", "spark2")
+    assert code == 2 and "--limit spark2" in err
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    code, err = refusal(capsys, "--out", str(out), *files)
+    assert code == 2 and "not empty" in err
+    assert [p.name for p in out.iterdir()] == ["keep.txt"]

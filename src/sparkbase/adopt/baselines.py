@@ -224,6 +224,9 @@ def baseline_text(template_text: str, group: Group, time: str, managed_known: bo
     text = write_captured(template_text, capture, group.nodes[0], time, description[:500])
     yaml = _yaml()
     document = yaml.load(text)
+    _strip_comments(document)
+    document.yaml_set_start_comment(HEADER)
+    _drop_spent_placeholders(document)
     document["version"] = ADOPTED_VERSION
     if provided_by_site:
         library = document["nccl"]["library"]
@@ -243,6 +246,47 @@ def baseline_text(template_text: str, group: Group, time: str, managed_known: bo
     stream = io.StringIO()
     yaml.dump(document, stream)
     return stream.getvalue()
+
+
+#: the first lines of an adopted baseline (the template's comments spoke for its own values)
+HEADER = ("Written by `sparkbase adopt`: every value a node tells is marked captured in sources:;\n"
+          "the rest is the starter's site baseline, each value with its own source and note.")
+
+
+def _strip_comments(node: Any) -> None:
+    """Drop every comment of a round-trip document (they described the template's values)."""
+    from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+    if isinstance(node, CommentedMap | CommentedSeq):
+        node.ca.items.clear()
+        node.ca.comment = None
+        node.ca.end = None
+        for child in node.values() if isinstance(node, CommentedMap) else node:
+            _strip_comments(child)
+
+
+def _drop_spent_placeholders(document: Any) -> None:
+    """Remove a placeholder entry of `sources:` once a more specific entry covers every value
+    under its key (the node confirmed them all)."""
+    from sparkbase.model.provenance import covers, dotted_key, leaf_paths
+
+    sources = document.get("sources") or {}
+    keys = [str(key) for key in sources]
+    for key in keys:
+        entry = sources[key]
+        if not isinstance(entry, dict) or entry.get("kind") != "placeholder":
+            continue
+        node: Any = document
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if node is None:
+            continue
+        prefix = tuple(key.split("."))
+        leaves = ([dotted_key((*prefix, *path)) for path in leaf_paths(node)]
+                  if isinstance(node, dict) else [key])
+        if all(any(other != key and covers(key, other) and covers(other, leaf) for other in keys)
+               for leaf in leaves):
+            del sources[key]
 
 
 def _add_shapes(document: Any, shapes: Sequence[str], node: str, time: str) -> None:
