@@ -330,3 +330,13 @@ def test_the_command_refuses_bad_usage_before_reading_a_node(
     code, err = refusal(capsys, "--out", str(out), *files)
     assert code == 2 and "not empty" in err
     assert [p.name for p in out.iterdir()] == ["keep.txt"]
+
+
+def test_an_unreachable_node_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config, known = tmp_path / "ssh_config", tmp_path / "known_hosts"
+    config.write_text("Host spark1\n  HostName 127.0.0.1\n  Port 1\n  User root\n")  # nothing listens
+    known.write_text("")
+    out = tmp_path / "out"
+    code, err = refusal(capsys, "--out", str(out), "--ssh-config", str(config), "--known-hosts", str(known))
+    assert code == 3 and "spark1 unreachable" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["known_hosts", "ssh_config"]  # no DIR, no temp
