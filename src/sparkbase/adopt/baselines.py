@@ -226,7 +226,6 @@ def baseline_text(template_text: str, group: Group, time: str, managed_known: bo
     document = yaml.load(text)
     _strip_comments(document)
     document.yaml_set_start_comment(HEADER)
-    _drop_spent_placeholders(document)
     document["version"] = ADOPTED_VERSION
     if provided_by_site:
         library = document["nccl"]["library"]
@@ -243,6 +242,7 @@ def baseline_text(template_text: str, group: Group, time: str, managed_known: bo
         document.insert(at, MANAGED_FIELD, managed,
                         comment="day one: sparkbase writes nothing; list the sections to hand over")
     _add_shapes(document, shapes, group.nodes[0], time)
+    _drop_spent_placeholders(document)
     stream = io.StringIO()
     yaml.dump(document, stream)
     return stream.getvalue()
