@@ -18,7 +18,7 @@ from sparkbase.facts.parsers.cpus import (
     parse_fast_cpus,
     parse_governors,
 )
-from sparkbase.facts.parsers.fabric import parse_ip_addr_json, parse_ls
+from sparkbase.facts.parsers.fabric import parse_gid_table, parse_ip_addr_json, parse_ls
 from sparkbase.facts.parsers.gpu import parse_event_reasons, parse_nvidia_smi_csv, parse_nvidia_smi_query
 from sparkbase.facts.parsers.kernel import (
     parse_cmdline,
@@ -87,6 +87,7 @@ __all__ = [
     "parse_event_reasons",
     "parse_fast_cpus",
     "parse_fstab",
+    "parse_gid_table",
     "parse_governors",
     "parse_grub",
     "parse_grubenv",
