@@ -24,6 +24,9 @@ from sparkbase.audit.checks.fabric import NetplanWant, fabric_netplan
 from sparkbase.audit.expected import expected_for
 from sparkbase.audit.registry import Subject
 from sparkbase.deploy.assign import with_assignment
+from sparkbase.deploy.facts import FileState, NetplanFiles
+from sparkbase.deploy.ownership_fact import OwnedRecord
+from sparkbase.deploy.pyinfra_deploy import asks_for
 from sparkbase.deploy.steps import build_steps
 from sparkbase.errors import ConfigError
 from sparkbase.facts.model import NodeFacts
@@ -94,10 +97,10 @@ def test_the_listing_reads_each_file_exactly_and_says_what_it_could_not_read() -
     files = {source.path: source for source in listing.sources}
     assert files["/etc/netplan/40-fabric.yaml"] == NetplanSource(
         "/etc/netplan/40-fabric.yaml", "network: {}\n", hashlib.sha256(b"network: {}\n").hexdigest(), 0o600)
-    link, big = files["/etc/netplan/41-link.yaml"], files["/etc/netplan/43-big.yaml"]
+    link, large = files["/etc/netplan/41-link.yaml"], files["/etc/netplan/43-big.yaml"]
     assert link.link and link.text == "network: {}"
     assert files["/etc/netplan/42-dir.yaml"].problem == "not a regular file"
-    assert big.text is None and "larger than" in big.problem
+    assert large.text is None and "larger than" in large.problem
     assert files["/etc/netplan/44-latin1.yaml"].text is None
     assert "not UTF-8" in files["/etc/netplan/44-latin1.yaml"].problem
     assert files["/etc/netplan/45 odd\nname.yaml"].text == ""
@@ -345,6 +348,15 @@ def test_with_netplan_file_the_site_file_is_taken_over_and_no_own_file_written(t
     assert check.args == {"path": SITE_FILE, "interfaces": list(PORTS)}
     assert kinds.index("netplan-files") < kinds.index("netplan-takeover") < kinds.index("netplan-apply")
     assert next(s for s in steps if s.kind == "netplan-apply").after_change_of == SITE_FILE
+
+
+def test_the_netplan_files_are_read_in_the_plans_one_batch(site: Site, takeover_site: Site) -> None:
+    for steps in (build_steps(site, "spark1"), build_steps(takeover_site, "spark1")):
+        asks = asks_for(steps)
+        assert all(ask.batchable() for ask in asks)
+        read = {(ask.cls, dict(ask.kwargs).get("path")) for ask in asks}
+        assert {(NetplanFiles, None), (OwnedRecord, None)} <= read
+    assert (FileState, SITE_FILE) in read
 
 
 def _judge(takeover_site: Site, text: str | None) -> tuple[str, str | None]:

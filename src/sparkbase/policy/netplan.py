@@ -45,7 +45,7 @@ from sparkbase.facts.parsers.netplan import (
     parse_netplan_yaml,
     wanted_settings,
 )
-from sparkbase.model.netplan import SITE_NETPLAN_DIR, SPARKBASE_NETPLAN_PATH
+from sparkbase.model.netplan import NETPLAN_DIRS, SITE_NETPLAN_DIR, SPARKBASE_NETPLAN_PATH
 from sparkbase.policy.ownership import KEPT, Kind, OwnedItem, OwnershipRecord, edited_file
 
 
@@ -212,9 +212,11 @@ def _way_out(own: str, default: str, clash: Clash) -> str:
     if own == default and posixpath.dirname(clash.path) == SITE_NETPLAN_DIR:
         return (f"{what}: set `fabric.netplan_file: {clash.path}` in the baseline to have sparkbase manage "
                 f"the fabric in that file, or remove {names} from {clash.path} by hand")
+    if own == default and posixpath.dirname(clash.path) == NETPLAN_DIRS[0]:
+        return (f"{what}: remove {names} from it by hand, or shadow it with a file of the same name in "
+                f"{SITE_NETPLAN_DIR} that leaves them out")
     if own == default:
-        return f"{what}: remove {names} from it by hand (or shadow it with a file of the same name in " \
-               f"{SITE_NETPLAN_DIR})"
+        return f"{what}: it is written at run time; stop what writes it, or remove {names} from it by hand"
     return (f"{what}: the fabric is managed in {own} (fabric.netplan_file); remove {names} from "
             f"{clash.path} by hand")
 
