@@ -36,7 +36,7 @@ from sparkbase.deploy.drain import (
 from sparkbase.deploy.locks import Owner, acquire_node_lock, remote_release_command
 from sparkbase.deploy.reboot import reboot_reasons, stage_command, staged
 from sparkbase.deploy.results import NodeResult, NodeStatus, OpResult, Report
-from sparkbase.deploy.steps import MokFiles, Step, build_steps
+from sparkbase.deploy.steps import WRITING_KINDS, MokFiles, Step, build_steps
 from sparkbase.model.site import Site
 from sparkbase.transport import FailureKind, NodeFailure, SshTarget, TransportError, ssh_targets
 from sparkbase.transport.feeds import pyinfra_host_data
@@ -191,6 +191,7 @@ class Session:
         executes on the node while the scope is open, so no answer can go stale in it."""
         from sparkbase.deploy.fact_memo import fact, fact_scope
         from sparkbase.deploy.facts import BootState, FileText, MokState
+        from sparkbase.deploy.operations.netplan import takeover_diff
         from sparkbase.deploy.pyinfra_deploy import add_steps, asks_for
 
         steps = build_steps(self.site, node, self.options.mok)
@@ -201,10 +202,14 @@ class Session:
             prepared = Prepared(added, boot, mok)
             if self.options.diffs:
                 for op in added:
-                    if op.step.kind == "file" and op.meta.will_change:
-                        path = str(op.step.args["path"])
+                    if not op.meta.will_change:
+                        continue
+                    path = str(op.step.args.get("path", ""))
+                    if op.step.kind == "file":
                         old = fact(FileText, path=path)
                         prepared.diffs[path] = _unified(path, old, str(op.step.args["content"]))
+                    elif op.step.kind == "netplan-takeover":
+                        prepared.diffs[path] = takeover_diff(path, op.step.args["fabric"])
         logging.getLogger(__name__).debug(
             "%s: facts read in %d batch round trip(s) (%d answers) and %d single one(s) %s; %d served "
             "from the memo; not answered in the batch: %s; read, never asked: %s", node, stats.batches,
@@ -271,7 +276,7 @@ class Session:
             if meta.will_change:
                 will.append(op.step)
             diff = [] if op.step.secret else prepared.diffs.get(str(op.step.args.get("path", "")), [])
-            if op.step.kind != "file":
+            if op.step.kind not in WRITING_KINDS:
                 diff = []
             out.operations.append(OpResult(op.step.name, op.step.kind, status, op.reason, diff))
         baseline = self.site.baselines[name]

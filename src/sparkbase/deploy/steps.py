@@ -20,12 +20,14 @@ from sparkbase.policy.foreign import Foreign, foreign_for, foreign_fstab_edits, 
 from sparkbase.render import (
     GRUB_DROPIN_PATH,
     MODPROBE_PATH,
-    NETPLAN_PATH,
     STAMP_PATH,
     SYSCTL_PATH,
     RenderedFile,
+    fabric_ethernets,
+    fabric_netplan_path,
     kernel_cmdline,
     managed_lines,
+    node_paths,
     render_node,
     sysctls,
 )
@@ -40,7 +42,10 @@ DISPLAY_MANAGER_UNIT = "display-manager.service"
 #: (`sparkbase.policy.ownership`): only recorded things are ever retired
 RECORDING_KINDS = frozenset({"packages", "directory", "upload", "dkms-install", "file", "swap-file",
                              "factory-swap", "modeset-purge",
-                             "unit-enabled", "nvme-coalescing"})
+                             "unit-enabled", "nvme-coalescing", "netplan-takeover"})
+#: step kinds that write a whole file, or their part of one, at `args["path"]` (a later
+#: follow-up step may name the path in `after_change_of`)
+WRITING_KINDS = frozenset({"file", "netplan-takeover"})
 
 
 class DeployConfigError(ValueError):
@@ -103,11 +108,13 @@ def build_steps(site: Site, node: str, mok: MokFiles | None = None) -> list[Step
     baseline = site.baselines[name]
     files = render_node(site, node)
     stamp = next(f for f in files if f.path == STAMP_PATH)
+    fabric = fabric_ethernets(baseline, node_paths(site, node))
     steps = [
         *_package_steps(baseline),
         *retire_steps(foreign_for(site, name), baseline),
         *_secure_boot_steps(baseline, mok),
-        *(_file_step(f) for f in files if f.path != STAMP_PATH),
+        netplan_files_step(baseline),
+        *(_file_step(f, fabric) for f in files if f.path != STAMP_PATH),
         *_modeset_steps(foreign_for(site, name), baseline),
         *_activation_steps(baseline, files, site.inventory.nodes[node].addresses()),
         *_swap_steps(site, baseline),
@@ -274,7 +281,19 @@ def _modeset_steps(foreign: Foreign, baseline: Baseline) -> list[Step]:
     return steps
 
 
-def _file_step(file: RenderedFile) -> Step:
+def netplan_files_step(baseline: Baseline) -> Step:
+    """Only the fabric's netplan file configures the fabric ports: what sparkbase changed in
+    other netplan files is put back first, and another file that configures one is refused."""
+    path = fabric_netplan_path(baseline)
+    return Step("netplan-files", f"netplan: only {path} configures the fabric ports (sparkbase's edits "
+                "elsewhere put back)", {"path": path, "interfaces": baseline.fabric.netdevs()})
+
+
+def _file_step(file: RenderedFile, fabric: dict[str, dict[str, object]] | None = None) -> Step:
+    if file.merged:
+        return Step("netplan-takeover", f"{file.path} ({file.purpose}: the fabric ports' keys merged in, "
+                    "the site's other keys kept; recorded)",
+                    {"path": file.path, "fabric": fabric or {}, "mode": file.mode}, reboot=file.needs_reboot)
     return Step(
         "file",
         f"{file.path} ({file.purpose})" if file.purpose else file.path,
@@ -319,7 +338,7 @@ def _activation_steps(baseline: Baseline, files: list[RenderedFile], addresses: 
             after_change_of=f"/etc/systemd/system/{baseline.cpuset.slice}",
         ),
         Step("netplan-apply", "netplan apply (the live fabric addresses or MTU are not the netplan's)",
-             {"links": links}, after_change_of=NETPLAN_PATH),
+             {"links": links}, after_change_of=fabric_netplan_path(baseline)),
         # nvidia-drm is loaded from the initramfs: its options act once the image is rebuilt
         Step("initramfs-update", f"update-initramfs -u -k all (the {kernel.release} initramfs lacks the "
              "nvidia-drm options)",
@@ -414,5 +433,5 @@ def tuning_steps(baseline: Baseline) -> list[Step]:
 
 
 def step_paths(steps: list[Step]) -> dict[str, Step]:
-    """File steps by path."""
-    return {str(s.args["path"]): s for s in steps if s.kind == "file"}
+    """File steps (and the step merging the fabric into a site file) by path."""
+    return {str(s.args["path"]): s for s in steps if s.kind in WRITING_KINDS}

@@ -8,10 +8,12 @@ from typing import TypeVar
 from sparkbase.facts import parsers as p
 from sparkbase.facts.model import DkmsStatus, Gid, GpuFacts, GrubBoot, ModuleInfo, NodeFacts, SecureBoot
 from sparkbase.facts.parsers.lines import node_lines
+from sparkbase.facts.parsers.netplan import parse_netplan_listing
 from sparkbase.facts.runtime import RUNTIME_SECTION, ServingProcess, serving_processes
 from sparkbase.facts.script import (
     GID_TABLE_SECTION,
     LINKS_SECTION,
+    NETPLAN_SECTION,
     FactPlan,
     Sections,
     expand_files,
@@ -134,6 +136,7 @@ def assemble(node: str, plan: FactPlan, sections: Sections, elapsed: float = 0.0
         errors=r.errors,
         elapsed_seconds=elapsed,
         serving=_serving(r, plan),
+        netplan_files=r.parse(NETPLAN_SECTION, parse_netplan_listing) if plan.netplan_files else None,
     )
 
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from sparkbase.transport.failure import FailureKind
 
 if TYPE_CHECKING:
+    from sparkbase.facts.parsers.netplan import NetplanListing
     from sparkbase.facts.runtime import ServingProcess
 
 
@@ -290,6 +291,9 @@ class NodeFacts:
     #: (`facts.runtime.probe_command`); one lane's are picked by `facts.runtime.lane_group`
     serving: tuple[ServingProcess, ...] = ()
     round_trips: int = 1
+    #: every netplan file with its exact text (`FactPlan.netplan_files`); None when not asked or
+    #: not read (`errors` says why)
+    netplan_files: NetplanListing | None = None
 
     @property
     def mok_fingerprints(self) -> tuple[str, ...]:

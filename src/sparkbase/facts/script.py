@@ -27,7 +27,9 @@ from typing import TYPE_CHECKING
 
 from sparkbase.facts.parsers.gpu import GPU_QUERY
 from sparkbase.facts.parsers.lines import node_lines
+from sparkbase.facts.parsers.netplan import MAX_NETPLAN_BYTES, MAX_NETPLAN_FILES
 from sparkbase.model.dgxos import GOVERNOR_UNIT, NVME_COALESCING_FEATURE, NVME_COALESCING_UNIT, NVME_DEVICE
+from sparkbase.model.netplan import NETPLAN_DIRS
 
 if TYPE_CHECKING:
     from sparkbase.model.baseline import Baseline
@@ -82,6 +84,9 @@ class FactPlan:
     #: read every filled GID entry of every RDMA port, with its type and netdev (adopt finds
     #: the fabric from it: `GID_TABLE_COMMAND`)
     gid_tables: bool = False
+    #: list every netplan file with its exact text (`NETPLAN_FILES_COMMAND`): the fabric is
+    #: managed in a site's own netplan file (`fabric.netplan_file`), or `adopt` asks
+    netplan_files: bool = False
 
 
 def plan_for(baseline: Baseline, file_paths: Sequence[str], stamp_path: str,
@@ -288,6 +293,8 @@ def sections(plan: FactPlan) -> list[tuple[str, str]]:
         out.append(("dpkg", _cmd("dpkg-query", "-W", f"-f={DPKG_FORMAT}", *plan.packages)))
     if plan.gid_tables:
         out.append((GID_TABLE_SECTION, GID_TABLE_COMMAND))
+    if plan.netplan_files:
+        out.append((NETPLAN_SECTION, NETPLAN_FILES_COMMAND))
     if plan.serving_matches:
         from sparkbase.facts.runtime import RUNTIME_SECTION, probe_command
 
@@ -314,6 +321,29 @@ GID_TABLE_COMMAND = (
     "printf '%s\\t%s\\t%s\\t%s\\n' \"$f\" \"$g\" \"$t\" \"$n\"; "
     "done 2>/dev/null; true"
 )
+#: the section listing every netplan file (`facts.parsers.netplan.parse_netplan_listing`)
+NETPLAN_SECTION = "netplan"
+
+
+def netplan_files_command() -> str:
+    """Shell text printing one line per `*.yaml` entry of netplan's three directories:
+    `F NAME64 L|- MODE b64:DATA64` for a regular file (its target's, for a link: netplan
+    reads through links; at most MAX_NETPLAN_BYTES + 1 bytes, so a larger one shows as
+    larger), `O NAME64 L|-` for anything else, `MORE` after MAX_NETPLAN_FILES entries.
+    Names and bytes go base64-encoded, so no name or content can forge a line. Exits 0."""
+    globs = " ".join(f"{shlex.quote(directory)}/*.yaml" for directory in NETPLAN_DIRS)
+    b64 = "base64 | tr -d '\\n'"
+    return (
+        f'n=0; for f in {globs}; do {{ [ -e "$f" ] || [ -L "$f" ]; }} || continue; '
+        f'n=$((n+1)); if [ "$n" -gt {MAX_NETPLAN_FILES} ]; then echo MORE; break; fi; '
+        f'm=$(printf %s "$f" | {b64}); if [ -L "$f" ]; then l=L; else l=-; fi; '
+        f'if [ -f "$f" ]; then printf \'F %s %s %s b64:%s\\n\' "$m" "$l" "$(stat -L -c %a -- "$f")" '
+        f'"$(head -c {MAX_NETPLAN_BYTES + 1} -- "$f" | {b64})"; '
+        f'else printf \'O %s %s\\n\' "$m" "$l"; fi; done; true'
+    )
+
+
+NETPLAN_FILES_COMMAND = netplan_files_command()
 
 #: kernels (and lab nodes) without /proc/modules: the same first column from /sys/module
 #: (`[` is built into sh, so this costs no process when /proc/modules exists)

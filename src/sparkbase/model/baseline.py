@@ -15,7 +15,14 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BeforeValidator, Field, StringConstraints
 
 from sparkbase.model.dgxos import TOOLS_PACKAGE_STEM
-from sparkbase.model.paths import DisableableUnit, LibraryPath, MokKeyPath, SliceUnit, SwapFilePath
+from sparkbase.model.paths import (
+    DisableableUnit,
+    LibraryPath,
+    MokKeyPath,
+    SiteNetplanFile,
+    SliceUnit,
+    SwapFilePath,
+)
 from sparkbase.model.provenance import Source, SourceKey
 from sparkbase.model.types import (
     MAX_CPU_ID,
@@ -300,6 +307,18 @@ class FabricSpec(StrictModel):
         min_length=1, description="every PCIe view of the ConnectX-7 ports (four on a Spark)"
     )
     gid_index: int = Field(ge=0, le=255, description="GID index that must hold the IPv4 RoCE v2 address")
+    netplan_file: SiteNetplanFile | None = Field(
+        default=None,
+        description="the site's own netplan file that configures the fabric ports: sparkbase manages the "
+        "fabric's interfaces in it (the first apply records its content, which moving the node to a "
+        "baseline without it puts back) and writes no file of its own; unset: sparkbase writes "
+        "/etc/netplan/60-sparkbase-fabric.yaml and refuses while another netplan file configures a "
+        "fabric port",
+    )
+
+    def netdevs(self) -> list[str]:
+        """Netdev names of every port view."""
+        return [port.netdev for port in self.ports]
 
     def hca_names(self) -> list[str]:
         """RDMA device names of every port view."""

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING
 
+from sparkbase.model.netplan import SPARKBASE_NETPLAN_PATH
+
 if TYPE_CHECKING:
     import jinja2
 
@@ -26,7 +28,8 @@ RENDER_FORMAT = 1
 STAMP_PATH = "/etc/sparkbase/stamp.json"
 STAMP_FORMAT = 1
 
-NETPLAN_PATH = "/etc/netplan/60-sparkbase-fabric.yaml"
+NETPLAN_PATH = SPARKBASE_NETPLAN_PATH
+
 NCCL_CONF_PATH = "/etc/nccl.conf"
 GRUB_DROPIN_PATH = "/etc/default/grub.d/60-sparkbase.cfg"
 SYSCTL_PATH = "/etc/sysctl.d/90-sparkbase.conf"
@@ -43,6 +46,9 @@ class RenderedFile:
     mode: int = 0o644
     needs_reboot: bool = False
     purpose: str = ""
+    #: `content` is the part sparkbase writes into a site file at `path` (`fabric.netplan_file`),
+    #: whose other keys are the site's: it is merged in, never written whole
+    merged: bool = False
 
     @property
     def sha256(self) -> str:
@@ -151,10 +157,37 @@ def render_nccl_conf(name: str, baseline: Baseline, gid_index: int | None = None
     return RenderedFile(NCCL_CONF_PATH, content, purpose="NCCL settings every lane reads")
 
 
+def fabric_netplan_path(baseline: Baseline) -> str:
+    """The netplan file the fabric is configured in: the site's own (`fabric.netplan_file`),
+    else sparkbase's."""
+    return baseline.fabric.netplan_file or NETPLAN_PATH
+
+
+def fabric_ethernets(baseline: Baseline, paths: dict[str, NetplanPath]) -> dict[str, dict[str, object]]:
+    """Netdev -> the netplan settings the fabric netplan gives it (the keys sparkbase sets in
+    `network.ethernets.NETDEV`), in port order; the same values `netplan.yaml.j2` writes."""
+    return {
+        port.netdev: {
+            "dhcp4": False,
+            "dhcp6": False,
+            "link-local": [],
+            "mtu": baseline.fabric.mtu,
+            "addresses": [paths[port.netdev].address] if port.netdev in paths else [],
+        }
+        for port in baseline.fabric.ports
+    }
+
+
 def render_netplan(name: str, baseline: Baseline, paths: dict[str, NetplanPath]) -> RenderedFile:
     """The fabric netplan with this node's RDMA paths, one address each (mode 0600, as
-    netplan wants)."""
-    content = _render("netplan.yaml.j2", baseline_name=name, baseline=baseline, paths=paths)
+    netplan wants). With `fabric.netplan_file`, the fabric part sparkbase merges into the
+    site's file there (`merged`)."""
+    site_file = baseline.fabric.netplan_file
+    content = _render("netplan.yaml.j2", baseline_name=name, baseline=baseline, paths=paths,
+                      merged_into=site_file)
+    if site_file is not None:
+        return RenderedFile(site_file, content, mode=0o600, merged=True,
+                            purpose="four-PF fabric netplan, in the site's file")
     return RenderedFile(NETPLAN_PATH, content, mode=0o600, purpose="four-PF fabric netplan")
 
 
@@ -197,6 +230,11 @@ def node_addresses(site: Site, node: str) -> dict[str, str]:
     return site.inventory.nodes[node].addresses()
 
 
+#: fields added since the lock's render format 1, left out of a baseline's digest while unset
+#: (None): a baseline that does not use them keeps the digest its lock records
+DIGEST_OMITS_UNSET: tuple[tuple[str, ...], ...] = (("fabric", "netplan_file"),)
+
+
 def baseline_digest(name: str, baseline: Baseline) -> str:
     """sha256 of everything a baseline renders and pins, independent of any node.
 
@@ -204,7 +242,14 @@ def baseline_digest(name: str, baseline: Baseline) -> str:
     a qualified baseline.
     """
     digest = hashlib.sha256(f"render-format={RENDER_FORMAT}\n".encode())
-    model = json.dumps(baseline.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    dumped = baseline.model_dump(mode="json")
+    for *parents, key in DIGEST_OMITS_UNSET:
+        block = dumped
+        for parent in parents:
+            block = block.get(parent) or {}
+        if key in block and block[key] is None:
+            del block[key]
+    model = json.dumps(dumped, sort_keys=True, separators=(",", ":"))
     digest.update(model.encode())
     for file in render_baseline(name, baseline):
         digest.update(f"\0{file.path}\0{file.mode:o}\0".encode())

@@ -47,7 +47,10 @@ class AssignmentWant:
 
 
 def _other_files(expected: Expected) -> list[str]:
-    return [f.path for f in expected.files if f.path not in _OWN_CHECKS and f.path != expected.stamp_path]
+    """Rendered files other than those with checks of their own (the fabric netplan, whole or
+    merged into the site's file, and nccl.conf) and the stamp."""
+    return [f.path for f in expected.files
+            if f.path not in _OWN_CHECKS and f.path != expected.stamp_path and not f.merged]
 
 
 def _file(expected: Expected, item: str | None) -> FileWant:

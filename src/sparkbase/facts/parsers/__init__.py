@@ -43,6 +43,7 @@ from sparkbase.facts.parsers.modules import (
     parse_proc_modules,
 )
 from sparkbase.facts.parsers.nccl_conf import parse_kv_conf, parse_nccl_conf
+from sparkbase.facts.parsers.netplan import parse_netplan_listing, parse_netplan_yaml
 from sparkbase.facts.parsers.nvme import parse_nvme_feature
 from sparkbase.facts.parsers.os_release import (
     dgx_os_version,
@@ -102,6 +103,8 @@ __all__ = [
     "parse_mok_enrolled",
     "parse_nccl_conf",
     "parse_need_daemon_reload",
+    "parse_netplan_listing",
+    "parse_netplan_yaml",
     "parse_nvidia_smi_csv",
     "parse_nvidia_smi_query",
     "parse_nvme_feature",
