@@ -22,13 +22,11 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from sparkbase.facts.parsers.docker import Container
 
-_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-_DOMAIN = r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*(?::[0-9]+)?)"
-_REFERENCE = re.compile(
-    rf"^(?P<name>(?:{_DOMAIN}/)?{_COMPONENT}(?:/{_COMPONENT})*)"
-    r"(?::(?P<tag>[\w][\w.-]{0,127}))?"
-    r"(?:@(?P<digest>[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9A-Fa-f]{32,}))?$"
-)
+_COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
+_DOMAIN = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*"
+                     r"(?::[0-9]+)?$")
+_TAG = re.compile(r"^[\w][\w.-]{0,127}$")
+_DIGEST = re.compile(r"^[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[0-9a-fA-F]{32,}$")
 _SHA256 = re.compile(r"^sha256:[0-9a-f]{64}$")
 #: Docker Hub, as Docker names it in full
 HUB = "docker.io"
@@ -55,11 +53,23 @@ class ImageReference:
 
 def parse_reference(text: str) -> ImageReference:
     """`text` as an image reference; ValueError naming what is wrong."""
-    match = _REFERENCE.match(text)
-    if match is None or len(text) > 512:
-        raise ValueError(f"{text!r} is not an image reference (REPOSITORY[:TAG][@sha256:<64 hex>], "
-                         "lower-case repository)")
-    return ImageReference(match["name"], match["tag"], match["digest"])
+    shape = "REPOSITORY[:TAG][@sha256:<64 hex>]"
+    if not text or len(text) > 512:
+        raise ValueError(f"{text!r} is not an image reference ({shape})")
+    rest, at, digest = text.partition("@")
+    if at and _DIGEST.match(digest) is None:
+        raise ValueError(f"{text!r}: {digest!r} is not a digest (sha256: and 64 hex digits)")
+    colon = rest.rfind(":")
+    name, tag = (rest[:colon], rest[colon + 1 :]) if colon > rest.rfind("/") else (rest, None)
+    if tag is not None and _TAG.match(tag) is None:
+        raise ValueError(f"{text!r}: {tag!r} is not a tag (letters, digits, '_', '.', '-'; at most 128)")
+    first, sep, path = name.partition("/")
+    domain = bool(sep) and ("." in first or ":" in first or first == "localhost")
+    components = path.split("/") if domain else name.split("/")
+    if (domain and _DOMAIN.match(first) is None) or not all(_COMPONENT.match(c) for c in components):
+        raise ValueError(f"{text!r}: {name!r} is not a repository ({shape}: lower-case letters, digits and "
+                         "'.', '_', '-' between them, components joined by '/', an optional registry first)")
+    return ImageReference(name, tag, digest or None)
 
 
 def pinned_reference(text: str) -> ImageReference:
