@@ -171,7 +171,8 @@ def _container(raw: dict[str, Any], where: str) -> Container:
         repo_digests=(),
         env=env,
         mounts=tuple(_mount(m, f"{where}.Mounts[{i}]") for i, m in enumerate(mounts)),
-        command=((path,) if isinstance(path, str) and path else ()) + _strings(raw.get("Args"), f"{where}.Args"),
+        command=((path,) if isinstance(path, str) and path else ())
+        + _strings(raw.get("Args"), f"{where}.Args"),
         running=running,
         network_mode=str(host.get("NetworkMode") or "") if isinstance(host, dict) else "",
     )
