@@ -310,3 +310,15 @@ def test_the_container_lanes_names_go_to_the_node() -> None:
 
     assert container_names([lane(), probe("glm", ("vllm",))]) == ("dsv41-flash",)
     assert "N=dsv41-flash; " in docker_command(["dsv41-flash"])
+
+
+def test_preflight_says_where_a_container_lane_runs() -> None:
+    from sparkbase.audit.run import AuditReport, NodeReport
+    from sparkbase.gate.preflight import PreflightResult
+
+    text = in_container(42) + tool("containers", named(MONGO)) + PINNED_IMAGE
+    results = tuple(runtime_results("spark1", [lane()], facts(text)))
+    node = NodeReport("spark1", "site-stock-6.17-4k", "1.2.0", True, None, results)
+    verdict = PreflightResult("dsv", (), AuditReport("site", 0.0, 0.0, (node,), ()), 0.0)
+    assert verdict.where_it_runs() == [
+        f"spark1: pid 42 in container dsv41-flash (c30620ffe479), image mongo:latest ({PIN})"]

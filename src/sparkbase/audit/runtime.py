@@ -348,8 +348,10 @@ def _container(node: str, probe: LaneProbe, group: LaneGroup, facts: NodeFacts) 
     container = lane_container(facts, probe.container)
     assert container is not None
     digests = running_digests(container, parse_reference(probe.image))
-    observed = (f"{_pids(group.members)} in container {container.name} ({container.id[:12]}), image "
-                f"{container.image_ref} ({', '.join(digests) or container.image_id})")
+    image = container.image_ref or container.image_id
+    if not digests or digests[0] not in image:
+        image += f" ({', '.join(digests) or container.image_id})"
+    observed = f"{_pids(group.members)} in container {container.name} ({container.id[:12]}), image {image}"
     return _result(node, "container", probe.lane, "pass", expected, observed)
 
 

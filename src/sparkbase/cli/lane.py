@@ -111,11 +111,19 @@ def run(args: argparse.Namespace) -> int:
 
 def _preflight_lines(args: argparse.Namespace, site: Site, lane: str) -> tuple[list[str], bool]:
     """The pre-flight's refusal lines and whether any cannot be overridden."""
+    lines, blocked, _runs = _preflight(args, site, lane)
+    return lines, blocked
+
+
+def _preflight(args: argparse.Namespace, site: Site, lane: str) -> tuple[list[str], bool, list[str]]:
+    """The pre-flight's refusal lines, whether any cannot be overridden, and where the lane
+    runs as a container (node, container, image digest)."""
     from sparkbase.gate.preflight import preflight
     from sparkbase.gate.view import view_of
 
     result = preflight(view_of(site), lane, _targets(args, site), args.parallel)
-    return [refusal.line() for refusal in result.refusals], bool(result.blocking_override)
+    return ([refusal.line() for refusal in result.refusals], bool(result.blocking_override),
+            result.where_it_runs())
 
 
 def _targets(args: argparse.Namespace, site: Site) -> dict[str, SshTarget]:
@@ -131,8 +139,10 @@ def _status(args: argparse.Namespace, site: Site, current: str) -> int:
     if current not in site.lanes:
         print(f"active lane: {shown(current)} (no lanes/{shown(current)}.yaml)")
         return 1
-    lines, _blocked = _preflight_lines(args, site, current)
+    lines, _blocked, runs = _preflight(args, site, current)
     print(f"active lane: {shown(current)}")
+    for line in runs:
+        print(f"  {shown(line)}")
     for line in lines:
         print(f"  {line}")
     for line in _metrics_lines(args, site, current):
