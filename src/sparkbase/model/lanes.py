@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field, StringConstraints, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    Field,
+    StringConstraints,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from sparkbase.model.baseline import ShapeName
 from sparkbase.model.types import Name, SemVer, StrictModel, SystemdUnit
@@ -86,7 +93,9 @@ class LaneRuntime(StrictModel):
         description="fixed strings that all occur in a serving process's command line "
         "(the first is searched for on the node, the rest narrow it down)",
     )
-    endpoint: LaneEndpoint | None = Field(default=None, description="where the lane's OpenAI-compatible API answers")
+    endpoint: LaneEndpoint | None = Field(
+        default=None, description="where the lane's OpenAI-compatible API answers"
+    )
     metrics: MetricsEndpoint | None = Field(default=None, description="the engine's metrics endpoint")
 
     @model_validator(mode="after")

@@ -23,8 +23,8 @@ if TYPE_CHECKING:
     from sparkbase.facts.parsers.docker import Container
 
 _COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
-_DOMAIN = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*"
-                     r"(?::[0-9]+)?$")
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+_DOMAIN = re.compile(rf"^{_LABEL}(?:\.{_LABEL})*(?::[0-9]+)?$")
 _TAG = re.compile(r"^[\w][\w.-]{0,127}$")
 _DIGEST = re.compile(r"^[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[0-9a-fA-F]{32,}$")
 _SHA256 = re.compile(r"^sha256:[0-9a-f]{64}$")
