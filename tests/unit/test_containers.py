@@ -322,3 +322,25 @@ def test_preflight_says_where_a_container_lane_runs() -> None:
     verdict = PreflightResult("dsv", (), AuditReport("site", 0.0, 0.0, (node,), ()), 0.0)
     assert verdict.where_it_runs() == [
         f"spark1: pid 42 in container dsv41-flash (c30620ffe479), image mongo:latest ({PIN})"]
+
+
+def test_lane_status_names_the_api_endpoint() -> None:
+    from sparkbase.cli.lane import endpoint_line
+    from sparkbase.model.site import load_site
+
+    site = load_site(Path(__file__).parents[2])
+    lane_ = site.lanes["dsv41-flash"]
+    assert lane_.runtime is not None and endpoint_line(site, "dsv41-flash") is None
+    runtime = lane_.runtime.model_copy(update={"endpoint": lane_.runtime.model_validate(
+        {"match": ["x"], "unit": "x.service", "endpoint": {"node": "spark1", "port": 8000}}).endpoint})
+    with_api = replace(site, lanes={"dsv41-flash": lane_.model_copy(update={"runtime": runtime})})
+
+    def at(address: str | None) -> str | None:
+        spark1 = site.inventory.nodes["spark1"].model_copy(update={"management_address": address})
+        nodes = {**site.inventory.nodes, "spark1": spark1}
+        return endpoint_line(replace(with_api, inventory=site.inventory.model_copy(update={"nodes": nodes})),
+                             "dsv41-flash")
+
+    assert at(None) == "API (openai): port 8000 on spark1 (the inventory gives no management_address)"
+    assert at("10.69.43.170/24") == "API (openai): http://10.69.43.170:8000/v1 on spark1"
+    assert at("fd00::5") == "API (openai): http://[fd00::5]:8000/v1 on spark1"

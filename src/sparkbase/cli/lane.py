@@ -141,6 +141,9 @@ def _status(args: argparse.Namespace, site: Site, current: str) -> int:
         return 1
     lines, _blocked, runs = _preflight(args, site, current)
     print(f"active lane: {shown(current)}")
+    endpoint = endpoint_line(site, current)
+    if endpoint is not None:
+        print(f"  {shown(endpoint)}")
     for line in runs:
         print(f"  {shown(line)}")
     for line in lines:
@@ -150,6 +153,23 @@ def _status(args: argparse.Namespace, site: Site, current: str) -> int:
     verdict = "qualified" if not lines else f"NOT QUALIFIED ({len(lines)} reason(s))"
     print(f"lane {shown(current)}: {verdict}")
     return 0 if not lines else 1
+
+
+def endpoint_line(site: Site, lane: str) -> str | None:
+    """`API (openai): http://ADDRESS:PORT/v1 on NODE` from the lane's `runtime.endpoint` and
+    the node's management address (None: the lane names no endpoint)."""
+    runtime = site.lanes[lane].runtime
+    endpoint = runtime.endpoint if runtime is not None else None
+    if endpoint is None:
+        return None
+    node = site.inventory.nodes.get(endpoint.node)
+    address = node.management_address if node is not None else None
+    if address is None:
+        return (f"API ({endpoint.api}): port {endpoint.port} on {endpoint.node} (the inventory gives no "
+                "management_address)")
+    host = address.split("/", 1)[0]
+    host = f"[{host}]" if ":" in host else host
+    return f"API ({endpoint.api}): http://{host}:{endpoint.port}/v1 on {endpoint.node}"
 
 
 def _metrics_lines(args: argparse.Namespace, site: Site, lane: str) -> list[str]:
