@@ -10,6 +10,7 @@ from sparkbase.facts.model import DkmsStatus, Gid, GpuFacts, GrubBoot, ModuleInf
 from sparkbase.facts.parsers.lines import node_lines
 from sparkbase.facts.runtime import RUNTIME_SECTION, RuntimeFacts, read_runtime
 from sparkbase.facts.script import (
+    GID_TABLE_SECTION,
     LINKS_SECTION,
     FactPlan,
     Sections,
@@ -123,6 +124,7 @@ def assemble(node: str, plan: FactPlan, sections: Sections, elapsed: float = 0.0
         interfaces=r.parse("ip-addr", p.parse_ip_addr_json) or {},
         rdma_devices=r.parse("rdma", p.parse_ls, quiet=True) or (),
         gids=gids,
+        gid_table=(r.parse(GID_TABLE_SECTION, p.parse_gid_table) or ()) if plan.gid_tables else (),
         governors=r.parse("governors", p.parse_governors, quiet=True) or {},
         nvme_coalescing=r.parse("nvme-coalescing", _coalescing) if plan.nvme_coalescing else None,
         packages=p.parse_dpkg_query(dpkg.output) if dpkg is not None else {},

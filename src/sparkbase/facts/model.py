@@ -182,6 +182,23 @@ class Gid:
 
 
 @dataclass(frozen=True)
+class GidEntry:
+    """One filled entry of an RDMA port's GID table, read from sysfs: where it is (device,
+    port, index), the GID and its type, and the netdev it belongs to (`gid_attrs/ndevs`)."""
+
+    hca: str
+    port: int
+    index: int
+    gid: Gid
+    ndev: str | None
+
+    @property
+    def roce_v2_ipv4(self) -> str | None:
+        """The IPv4 address this entry carries when it is a RoCE v2 entry, else None."""
+        return self.gid.ipv4 if self.gid.type == "RoCE v2" else None
+
+
+@dataclass(frozen=True)
 class GrubEntry:
     """One bootable GRUB menu entry: its menu path and the kernel it boots."""
 
@@ -255,6 +272,9 @@ class NodeFacts:
     interfaces: dict[str, Interface] = field(default_factory=dict)
     rdma_devices: tuple[str, ...] = ()
     gids: dict[str, Gid] = field(default_factory=dict)  # hca -> entry at the baseline's index
+    #: every filled GID entry of every RDMA port (`FactPlan.gid_tables`; adopt reads the
+    #: fabric from it: netdev, HCA, address and GID index of each path)
+    gid_table: tuple[GidEntry, ...] = ()
     governors: dict[int, str] = field(default_factory=dict)
     #: NVMe feature 0x08 (interrupt coalescing) of /dev/nvme0; None when not read
     nvme_coalescing: int | None = None

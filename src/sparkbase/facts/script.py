@@ -81,6 +81,9 @@ class FactPlan:
     gpu_probe_seconds: float = 2.0
     #: read NVMe feature 0x08 (interrupt coalescing) of the node's first controller
     nvme_coalescing: bool = False
+    #: read every filled GID entry of every RDMA port, with its type and netdev (adopt finds
+    #: the fabric from it: `GID_TABLE_COMMAND`)
+    gid_tables: bool = False
 
 
 def plan_for(baseline: Baseline, file_paths: Sequence[str], stamp_path: str,
@@ -285,6 +288,8 @@ def sections(plan: FactPlan) -> list[tuple[str, str]]:
         out.append((f"swaphdr64k:{path}", header_bytes(path, 65536)))
     if plan.packages:
         out.append(("dpkg", _cmd("dpkg-query", "-W", f"-f={DPKG_FORMAT}", *plan.packages)))
+    if plan.gid_tables:
+        out.append((GID_TABLE_SECTION, GID_TABLE_COMMAND))
     if plan.serving_matches or plan.serving_containers:
         from sparkbase.facts.runtime import RUNTIME_SECTION, probe_command
 
@@ -295,6 +300,22 @@ def sections(plan: FactPlan) -> list[tuple[str, str]]:
 #: the interrupt-coalescing feature, read as the recipe reads it (spark-ds41f
 #: experiments/2026-10-02-nvme-coalescing/run.sh, 3df77d2e)
 NVME_COALESCING_COMMAND = _cmd("nvme", "get-feature", NVME_DEVICE, "-f", f"{NVME_COALESCING_FEATURE:#04x}")
+
+#: the section holding the GID tables (`parse_gid_table`)
+GID_TABLE_SECTION = "gid-table"
+#: every filled GID entry of every port of every RDMA device, as `FILE<TAB>GID<TAB>TYPE<TAB>NDEV`
+#: lines: shell builtins only (`read` of each sysfs file, no process per entry), empty slots
+#: (the all-zero GID) skipped; the type and netdev files of a slot the kernel will not describe
+#: fail to read (EINVAL) and leave those fields empty
+GID_TABLE_COMMAND = (
+    f"for f in {RDMA_CLASS}/*/ports/*/gids/*; do "
+    'read -r g <"$f" || continue; '
+    "case $g in 0000:0000:0000:0000:0000:0000:0000:0000) continue;; esac; "
+    'd=${f%/gids/*}; i=${f##*/}; t=; n=; '
+    'read -r t <"$d/gid_attrs/types/$i"; read -r n <"$d/gid_attrs/ndevs/$i"; '
+    "printf '%s\\t%s\\t%s\\t%s\\n' \"$f\" \"$g\" \"$t\" \"$n\"; "
+    "done 2>/dev/null; true"
+)
 
 #: kernels (and lab nodes) without /proc/modules: the same first column from /sys/module
 #: (`[` is built into sh, so this costs no process when /proc/modules exists)

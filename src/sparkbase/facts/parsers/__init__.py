@@ -24,7 +24,7 @@ from sparkbase.facts.parsers.docker import (
     parse_container_inspect,
     parse_image_inspect,
 )
-from sparkbase.facts.parsers.fabric import parse_ip_addr_json, parse_ls
+from sparkbase.facts.parsers.fabric import parse_gid_table, parse_ip_addr_json, parse_ls
 from sparkbase.facts.parsers.gpu import parse_event_reasons, parse_nvidia_smi_csv, parse_nvidia_smi_query
 from sparkbase.facts.parsers.kernel import (
     parse_cmdline,
@@ -96,6 +96,7 @@ __all__ = [
     "parse_event_reasons",
     "parse_fast_cpus",
     "parse_fstab",
+    "parse_gid_table",
     "parse_governors",
     "parse_grub",
     "parse_grubenv",
