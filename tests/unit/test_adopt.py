@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import shlex
 import subprocess
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,6 +18,7 @@ from sparkbase.adopt.fabric import discover, pci_domain, physical_port, rank_ord
 from sparkbase.adopt.lanes import find_lanes, pinned_image
 from sparkbase.cli.adopt import aliases_of, load_starter
 from sparkbase.facts.model import NodeFacts
+from sparkbase.facts.parsers.docker import Container
 from sparkbase.facts.parsers.fabric import parse_gid_table
 from sparkbase.facts.parsers.runtime import ProcCgroup
 from sparkbase.facts.runtime import ServingProcess
@@ -174,27 +175,11 @@ def test_a_moved_gid_index_stays_the_nodes_own(starter: Starter) -> None:
 # --- lanes -----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class StandInContainer:
-    """What `facts.parsers.docker.Container` gives adopt (helper "containers")."""
-
-    name: str
-    image_ref: str
-    repo_digests: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class ContainerProcess(ServingProcess):
-    """A serving process with the container id its cgroup names (`ServingProcess.container_id`)."""
-
-    container_id: str | None = None
-
-
-@dataclass(frozen=True)
-class ContainerFacts(NodeFacts):
-    """A node with its running containers (`NodeFacts.containers`)."""
-
-    containers: dict[str, StandInContainer] = field(default_factory=dict)
+def running(name: str, image_ref: str, repo_digests: tuple[str, ...], cid: str = "c" * 64) -> Container:
+    """A running container as `docker inspect` (and its image's RepoDigests) shows it."""
+    return Container(id=cid, name=name, image_ref=image_ref, image_id="sha256:" + "e" * 64,
+                     repo_digests=repo_digests, env=(), mounts=(), command=(), running=True,
+                     network_mode="host")
 
 
 DIGEST = "sha256:" + "f617afd8" + "0" * 56
@@ -202,16 +187,17 @@ IMAGE = "aidendle94/sparkrun-sglang-dsv41-gb10"
 LIBRARY = "/opt/nccl-site/lib/libnccl.so.2.27.7"
 
 
-def sglang_server(pid: int, container: str) -> ContainerProcess:
+def sglang_server(pid: int, container: str) -> ServingProcess:
+    """A server in Docker container `container` (its cgroup names it: `container_id`)."""
     from sparkbase.facts.parsers.runtime import MappedFile
 
-    return ContainerProcess(
+    return ServingProcess(
         pid=pid, args=("python3", "-m", "sglang.launch_server", "--model-path",
                        "/models/DeepSeek-V4.1-Flash-1017", "--port", "8000", "--enable-metrics"),
         environ={"NCCL_IB_MERGE_NICS": "0", "NCCL_IB_GID_INDEX": "3", "NCCL_DEBUG": "WARN"},
         cpus=None, cgroup=ProcCgroup(f"/system.slice/docker-{container}.scope"),
         libraries=(MappedFile(LIBRARY),), library_sha256={LIBRARY: "a" * 64},
-        user_conf=None, system_conf=None, container_id=container)
+        user_conf=None, system_conf=None)
 
 
 def lane_fleet() -> dict[str, NodeFacts]:
@@ -219,9 +205,8 @@ def lane_fleet() -> dict[str, NodeFacts]:
     for index, node in enumerate(NODES):
         cid = f"{index:02d}" + "c" * 62
         base = ring_facts(node)
-        out[node] = ContainerFacts(**{**base.__dict__, "serving": (sglang_server(100 + index, cid),),
-                                      "containers": {cid: StandInContainer("dsv41-flash", f"{IMAGE}:r1",
-                                                                           (f"{IMAGE}@{DIGEST}",))}})
+        container = running("dsv41-flash", f"{IMAGE}:r1", (f"{IMAGE}@{DIGEST}",), cid)
+        out[node] = replace(base, serving=(sglang_server(100 + index, cid),), containers={cid: container})
     return out
 
 
@@ -239,9 +224,9 @@ def test_a_container_lane_is_found_with_its_image_pinned_and_its_nccl() -> None:
 def test_an_image_is_pinned_by_the_digest_of_its_own_repository() -> None:
     other = "docker.io/library/other@sha256:" + "1" * 64
     mine = f"{IMAGE}@{DIGEST}"
-    assert pinned_image(StandInContainer("x", f"{IMAGE}:r1", (other, mine))) == mine
-    assert pinned_image(StandInContainer("x", mine, ())) == mine
-    assert pinned_image(StandInContainer("x", "jovian-judgement:r39-glm53", ())) is None
+    assert pinned_image(running("x", f"{IMAGE}:r1", (other, mine))) == mine
+    assert pinned_image(running("x", mine, ())) == mine
+    assert pinned_image(running("x", "jovian-judgement:r39-glm53", ())) is None
 
 
 def test_a_lane_file_is_written_per_engine_with_the_nccl_it_loads(starter: Starter) -> None:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from sparkbase.transport.failure import FailureKind
 
 if TYPE_CHECKING:
+    from sparkbase.facts.parsers.docker import Container
     from sparkbase.facts.parsers.netplan import NetplanListing
     from sparkbase.facts.runtime import ServingProcess
 
@@ -290,6 +291,12 @@ class NodeFacts:
     #: line holds a lane's first match string, their cgroups' and their descendants
     #: (`facts.runtime.probe_command`); one lane's are picked by `facts.runtime.lane_group`
     serving: tuple[ServingProcess, ...] = ()
+    #: Docker's view of the containers the serving processes run in and of the containers
+    #: the lanes name (`FactPlan.serving_containers`), by container id
+    containers: dict[str, Container] = field(default_factory=dict)
+    #: a container asked about (by id or name; an image by its id) -> why docker could not
+    #: show it ("docker not found", "no such container", ...)
+    container_errors: dict[str, str] = field(default_factory=dict)
     round_trips: int = 1
     #: every netplan file with its exact text (`FactPlan.netplan_files`); None when not asked or
     #: not read (`errors` says why)

@@ -73,6 +73,8 @@ class FactPlan:
     core_only: bool = False  # only kernel release, machine and page size (triggers' evidence)
     #: first match strings of the lanes whose serving processes to read (facts/runtime.py)
     serving_matches: tuple[str, ...] = ()
+    #: names of the containers the lanes run as (asked of docker with the processes' own)
+    serving_containers: tuple[str, ...] = ()
     #: a short GPU load the GPU reading is taken under (argv; empty: read the GPU as it is).
     #: At launch nothing serves yet and an idle GB10 is never judged latched; a lane may name
     #: a probe so the launch gate sees the clock under load (policy/gpu_clock.py)
@@ -295,10 +297,10 @@ def sections(plan: FactPlan) -> list[tuple[str, str]]:
         out.append((GID_TABLE_SECTION, GID_TABLE_COMMAND))
     if plan.netplan_files:
         out.append((NETPLAN_SECTION, NETPLAN_FILES_COMMAND))
-    if plan.serving_matches:
+    if plan.serving_matches or plan.serving_containers:
         from sparkbase.facts.runtime import RUNTIME_SECTION, probe_command
 
-        out.append((RUNTIME_SECTION, probe_command(plan.serving_matches)))
+        out.append((RUNTIME_SECTION, probe_command(plan.serving_matches, plan.serving_containers)))
     return out
 
 
