@@ -21,6 +21,7 @@ from sparkbase_lab.shims import (
     docker_show,
     docker_state,
 )
+from sparkbase_lab.shims.common import Fail
 
 REAL = Path(__file__).parent.parent / "fixtures" / "real"
 CONTAINER_27 = "docker_inspect_CONTAINER__docker27_nginx_bridge_cgroupv2_overlay2_full__osboxes-notes.txt"
@@ -262,9 +263,9 @@ def test_format_templates_print_as_go_templates() -> None:
     env = json.loads(docker_show.render_format("{{json .Config.Env}}", document))
     assert env == ["PATH=/usr/bin", "NCCL_IB_MERGE_NICS=0"]
     assert docker_show.render_format("{{.Config.Entrypoint}}", document) == "<nil>"
-    with pytest.raises(cmd_docker.Fail):
+    with pytest.raises(Fail):
         docker_show.render_format("{{range .Mounts}}{{.Source}}{{end}}", document)
-    with pytest.raises(cmd_docker.Fail, match="map has no entry"):
+    with pytest.raises(Fail, match="map has no entry"):
         docker_show.render_format("{{.Nope}}", document)
 
 
@@ -276,7 +277,7 @@ def test_run_options_stop_at_the_image() -> None:
     assert flags == {"detach": ["true"], "name": ["x"], "network": ["host"], "env": ["A=1"],
                      "volume": ["/a:/b:ro"]}
     assert rest == ["img", "-e", "B=2"]
-    with pytest.raises(cmd_docker.Fail, match="unknown flag: --nope") as caught:
+    with pytest.raises(Fail, match="unknown flag: --nope") as caught:
         docker_show.parse_options(["--nope", "img"], RUN_FLAGS, RUN_BOOLS, "run")
     assert caught.value.status == 125
 
