@@ -104,10 +104,17 @@ def _with_bytes(pulled: dict[str, Any]) -> dict[str, Any]:
 
 def cmd_pull(argv: list[str]) -> int:
     """`docker pull IMAGE`."""
-    _flags, args = parse_options(argv, {}, {"-q": "quiet", "--quiet": "quiet"}, "pull")
+    flags, args = parse_options(argv, {}, {"-q": "quiet", "--quiet": "quiet"}, "pull")
     if len(args) != 1:
         raise Fail("\"docker pull\" requires exactly 1 argument.\nSee 'docker pull --help'.", 1)
-    _pull(args[0], sys.stdout)
+    if flags.get("quiet"):
+        import io
+
+        shown = io.StringIO()
+        _pull(args[0], shown)
+        print(shown.getvalue().splitlines()[-1])  # `-q`: only the pulled reference
+    else:
+        _pull(args[0], sys.stdout)
     return 0
 
 
