@@ -228,6 +228,8 @@ def test_ps_json_row_has_the_real_keys_all_strings() -> None:
     assert row["CreatedAt"] == "2026-10-02 08:00:01 +0000 UTC"
     assert row["Mounts"] == "/opt/nccl-site…,/root/.cache/hf"
     assert (row["Networks"], row["Ports"], row["State"], row["ID"]) == ("host", "", "running", "ab" * 6)
+    assert row["Image"] == docker_images.PRODUCTION_REPOSITORY  # the digest only with --no-trunc
+    assert docker_show.ps_row(_record(), now, no_trunc=True)["Image"] == docker_images.PRODUCTION_REFERENCE
     for line in (REAL / PS_TWO).read_text().splitlines():
         assert docker_state.go_json(json.loads(line), indent=None) == line
 

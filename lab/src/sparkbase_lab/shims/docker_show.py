@@ -177,6 +177,14 @@ def _ellipsis(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def ps_image(reference: str, no_trunc: bool = False) -> str:
+    """The IMAGE column: docker/cli's ContainerContext.Image drops the digest unless
+    `--no-trunc` (`repo:tag` when a tag was given, else the repository)."""
+    if no_trunc or "@" not in reference:
+        return reference
+    return reference.split("@")[0]
+
+
 def ps_row(record: dict[str, Any], now: float, no_trunc: bool = False) -> dict[str, str]:
     """One container as `docker ps --format json` prints it (every value a string)."""
     import time
@@ -198,7 +206,7 @@ def ps_row(record: dict[str, Any], now: float, no_trunc: bool = False) -> dict[s
         "Command": '"' + (command if no_trunc else _ellipsis(command, 20)) + '"',
         "CreatedAt": time.strftime("%Y-%m-%d %H:%M:%S +0000 UTC", time.gmtime(created)),
         "ID": record["id"] if no_trunc else record["id"][:12],
-        "Image": record["image_ref"],
+        "Image": ps_image(record["image_ref"], no_trunc),
         "Labels": ",".join(f"{k}={v}" for k, v in sorted(labels.items())),
         "LocalVolumes": "0",
         "Mounts": ",".join(m if no_trunc else _ellipsis(m, 15) for m in mounts),
