@@ -28,6 +28,12 @@ Secure Boot faults change what `mokutil` prints at once and module loading from 
 | lane-private-nccl | - | a lane unit started from now on maps /opt/lane-image/lib/libnccl.so.2 |
 | lane-outside-slice | - | a lane unit started from now on runs outside the serving slice |
 | lane-sessions | - | the node's lane stand-in reports four 500K-class sessions (trigger 2 fires) |
+| container-env | CONTAINER | the container (default dsv41-flash) run again with `NCCL_IB_MERGE_NICS=1` |
+| container-image | CONTAINER | the container run again from another digest of its repository |
+| stale-address | NETDEV | an old netplan file leaves the port (default enp1s0f0np0) a second address |
+
+The last three are what a person does to a running node, done the same way over SSH
+(`operator_faults.py`); the key records what to put back, and `--clear` puts it back.
 """
 
 from __future__ import annotations
@@ -38,13 +44,13 @@ from pathlib import Path
 from typing import Any
 
 from sparkbase.atomicfile import write_atomic
-from sparkbase_lab import boot, procs
+from sparkbase_lab import boot, operator_faults, procs
 from sparkbase_lab.fleet import Lab, LabError
 
 KINDS = ("gpu-latch", "gpu-busy", "gid-moved", "link-down", "unreachable", "hang", "kernel-panic", "governor",
          "sb-not-enforcing", "sb-disabled", "sb-setup-mode", "no-efi", "dkms-noise",
          "lane-env", "lane-worker-env", "lane-conf-twice", "lane-private-nccl", "lane-outside-slice",
-         "lane-sessions")
+         "lane-sessions", *operator_faults.KINDS)
 LIST_KINDS = ("link-down", "kernel-panic")
 
 
@@ -91,8 +97,21 @@ def _check_arg(kind: str, arg: str | None) -> str | None:
     return None
 
 
+def _index(node: str) -> int:
+    return int(node.removeprefix("spark")) if node.removeprefix("spark").isdigit() else 1
+
+
 def inject(lab: Lab, node: str, kind: str, arg: str | None = None) -> None:
-    """Inject fault `kind` (with `arg` for link-down/kernel-panic) into `node`."""
+    """Inject fault `kind` (with `arg` for link-down/kernel-panic, a container or netdev for
+    the operator faults) into `node`."""
+    if kind in operator_faults.KINDS:
+        _path(lab, node)
+        data = read(lab, node)
+        if kind not in data:
+            given = operator_faults.check_arg(kind, arg)
+            data[kind] = operator_faults.inject(lab, node, kind, given, _index(node))
+            _write(lab, node, data)
+        return
     value = _check_arg(kind, arg)
     data = read(lab, node)
     if kind in LIST_KINDS:
@@ -110,6 +129,12 @@ def clear(lab: Lab, node: str, kind: str, arg: str | None = None) -> None:
     if kind not in KINDS:
         raise LabError(f"unknown fault {kind!r} (one of {', '.join(KINDS)})")
     data = read(lab, node)
+    if kind in operator_faults.KINDS:
+        if kind in data:
+            operator_faults.clear(lab, node, kind, data[kind])
+            data.pop(kind)
+            _write(lab, node, data)
+        return
     if kind in LIST_KINDS and arg:
         value = _check_arg(kind, arg)
         data[kind] = [v for v in data.get(kind, []) if v != value]
@@ -121,5 +146,8 @@ def clear(lab: Lab, node: str, kind: str, arg: str | None = None) -> None:
 
 
 def clear_all(lab: Lab, node: str) -> None:
-    """Remove every fault from `node`."""
+    """Remove every fault from `node` (the operator faults undone first)."""
+    for kind in operator_faults.KINDS:
+        if kind in read(lab, node):
+            clear(lab, node, kind)
     _write(lab, node, {})

@@ -128,11 +128,12 @@ def netplan_config() -> dict[str, Any]:
 
 
 def netplan_apply() -> None:
-    """Set every fabric netdev's addresses and MTU from netplan (as `netplan apply`)."""
+    """Set every fabric netdev's addresses and MTU from netplan (as `netplan apply`), and the
+    management NIC's when a netplan file configures it (the as-found lab's installer file)."""
     conf = netplan_config()
     net: dict[str, Any] = read_json(NET, {}) or default_net()
     for netdev, dev in net.items():
-        if netdev == MGMT_NETDEV:
+        if netdev == MGMT_NETDEV and netdev not in conf:
             continue
         c = conf.get(netdev, {})
         dev["addresses"] = [str(a) for a in c.get("addresses", [])]
