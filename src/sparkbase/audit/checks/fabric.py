@@ -51,7 +51,8 @@ def _gid(expected: Expected, item: str | None) -> GidWant:
     return GidWant(expected.gid_index, netdev, cable.address, cable.subnet)
 
 
-@node_check("fabric.netplan", "fabric", "the four-PF fabric netplan is the rendered one", expect=_netplan)
+@node_check("fabric.netplan", "fabric", "the four-PF fabric netplan is the rendered one", section="fabric",
+            written=True, expect=_netplan)
 def fabric_netplan(sha256: str | None, facts: NodeFacts, at: Subject) -> Outcome:
     if sha256 is None:
         return skip("no fabric netplan rendered")
@@ -77,7 +78,7 @@ def _hcas(expected: Expected) -> list[str]:
 
 
 @node_check("fabric.link", "fabric", "each fabric netdev is up, at the MTU, with its address", items=_netdevs,
-            expect=_link)
+            section="fabric", expect=_link)
 def fabric_link(link: LinkWant, facts: NodeFacts, at: Subject) -> Outcome:
     netdev = str(at.item)
     mtu = link.mtu
@@ -115,7 +116,7 @@ def fabric_link(link: LinkWant, facts: NodeFacts, at: Subject) -> Outcome:
 
 
 @node_check("fabric.rdma", "fabric", "every RDMA device exists", items=_hcas,
-            expect=lambda _expected, _item: None)
+            section="fabric", expect=lambda _expected, _item: None)
 def fabric_rdma(_want: None, facts: NodeFacts, at: Subject) -> Outcome:
     if at.item in facts.rdma_devices:
         return ok("present", "present")
@@ -128,7 +129,7 @@ def fabric_rdma(_want: None, facts: NodeFacts, at: Subject) -> Outcome:
 
 @node_check(
     "fabric.gid", "fabric", "the node's GID index holds the IPv4 RoCE v2 address in the path's own subnet",
-    items=_hcas, expect=_gid,
+    items=_hcas, section="fabric", expect=_gid,
 )
 def fabric_gid(gid_want: GidWant, facts: NodeFacts, at: Subject) -> Outcome:
     hca = str(at.item)
