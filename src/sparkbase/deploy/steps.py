@@ -235,10 +235,11 @@ def _retire_mok(foreign: Foreign) -> list[Step]:
 
 
 def _secure_boot_steps(baseline: Baseline, mok: MokFiles | None) -> list[Step]:
-    """The MOK key pair uploaded and enrolled (secure_boot), then each DKMS build of a
-    managed section (memory saver, fan control), signed with it. With secure_boot left as
-    found, the builds sign with the key the site keeps at the baseline's key paths."""
-    builds = [build for build in baseline.dkms_builds() if baseline.manages(build.section)]
+    """The MOK key pair uploaded and enrolled (secure_boot), when the baseline signs DKMS
+    modules, then each DKMS build of a managed section (memory saver, fan control), signed
+    with it. With secure_boot left as found, the builds sign with the key the site keeps at
+    the baseline's key paths."""
+    builds = baseline.dkms_builds()
     if not builds:
         return []
     secure = baseline.secure_boot
@@ -302,6 +303,7 @@ def _secure_boot_steps(baseline: Baseline, mok: MokFiles | None) -> list[Step]:
             section=build.section,
         )
         for build in builds
+        if baseline.manages(build.section)
     ]
     return steps
 
