@@ -26,7 +26,14 @@ from sparkbase.model.sections import SECTIONS, Section
 from sparkbase.model.site import Site, load_site
 from sparkbase.policy.foreign import foreign_for
 from sparkbase.release import export_nodes
-from sparkbase.render import NCCL_CONF_PATH, NETPLAN_PATH, STAMP_PATH, SYSCTL_PATH, render_node
+from sparkbase.render import (
+    NCCL_CONF_PATH,
+    NETPLAN_PATH,
+    STAMP_PATH,
+    SYSCTL_PATH,
+    baseline_digest,
+    render_node,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 SITE_BASELINE = "site-stock-6.17-4k"
@@ -226,3 +233,15 @@ def test_a_site_provided_library_is_checked_never_pinned(site_with: SiteWith, si
     assert failed.status == "fail"
     assert failed.fix is not None and failed.fix.startswith("the site provides this file (provided_by: site)")
     assert "apt" not in failed.fix and "install" not in failed.fix
+
+
+def test_the_digest_moves_only_when_a_baseline_uses_managed(shipped: Site, site_with: SiteWith) -> None:
+    """A baseline that says every section (in any order) keeps the digest its lock records."""
+    def digest(site: Site) -> str:
+        return baseline_digest(SITE_BASELINE, site.baselines[SITE_BASELINE])
+
+    shipped_digest = digest(shipped)
+    assert digest(site_with({SITE_BASELINE: list(reversed(SECTIONS))})) == shipped_digest
+    nothing = digest(site_with({SITE_BASELINE: []}))
+    assert nothing != shipped_digest
+    assert digest(site_with({SITE_BASELINE: ["memory"]})) not in (shipped_digest, nothing)

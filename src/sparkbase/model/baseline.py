@@ -600,6 +600,7 @@ class Baseline(StrictModel):
         description="the sections sparkbase writes on the node (default: all); a section not listed is "
         "as found: never written, installed, removed or restarted, its effective values still "
         "audited (see sparkbase.model.sections)",
+        json_schema_extra={"uniqueItems": True},
     )
     sources: dict[SourceKey, Source] = Field(
         default_factory=dict,
