@@ -18,6 +18,7 @@ from test_audit_support import converged, converged_node
 
 from sparkbase.audit.expected import expected_for
 from sparkbase.audit.run import judge_node
+from sparkbase.cli.main import main
 from sparkbase.deploy.assign import with_assignment
 from sparkbase.deploy.reboot import reboot_reasons
 from sparkbase.deploy.steps import MokFiles, Step, build_steps
@@ -208,6 +209,21 @@ def test_render_writes_nothing_for_an_unmanaged_node_and_renders_it_again(
         export_nodes(site, ["spark2"], out)
 
 
+def test_render_says_which_sections_are_not_rendered(
+    site_with: SiteWith, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    site = site_with({SITE_BASELINE: ["memory", "fabric"]})
+    assert main(["render", "spark1", "--site", str(site.root), "--out", str(tmp_path / "out")]) == 0
+    line = capsys.readouterr().out.strip()
+    assert line.startswith("spark1: 3 file(s) under ")  # the netplan, the sysctl file, the stamp
+    assert line.endswith("; not rendered (as found, not managed: kernel, driver, nccl, secure_boot, host, "
+                         "cpuset)")
+    rendered = sorted(str(p.relative_to(tmp_path / "out" / "spark1")) for p in (tmp_path / "out").rglob("*")
+                      if p.is_file())
+    assert rendered == ["etc/netplan/60-sparkbase-fabric.yaml", "etc/sparkbase/stamp.json",
+                        "etc/sysctl.d/90-sparkbase.conf"]
+
+
 def test_a_site_provided_library_is_checked_never_pinned(site_with: SiteWith, site_copy: Path) -> None:
     file = site_copy / "baselines" / f"{SITE_BASELINE}.yaml"
     text = file.read_text()
@@ -221,9 +237,17 @@ def test_a_site_provided_library_is_checked_never_pinned(site_with: SiteWith, si
     pinned = [pin for s in steps if s.kind == "packages" for pin in s.args["pins"]]
     assert pinned and not [pin for pin in pinned if pin.startswith("nccl-site-ring4=")]
     assert "nccl" not in {s.section for s in steps if s.kind in ("packages", "hold")}
-    # a library another baseline installed from a package is that baseline's to retire
+    # a library another baseline installs from a package is that baseline's to retire, unless
+    # that package ships the very file this baseline takes as the site's (the variant's own
+    # site-ring4 package at the same path: purging it would delete the library lanes load)
     retired = [s.args["names"] for s in steps if s.kind == "packages-retire" and s.section == "nccl"]
     assert retired == [["libnccl2"]]
+    variant = site.baselines[STOCK_PAGES].nccl.library
+    assert (variant.package, variant.path) == ("libnccl2", "/usr/lib/aarch64-linux-gnu/libnccl.so.2.28.9")
+    file = site_copy / "baselines" / f"{SITE_BASELINE}.yaml"
+    file.write_text(file.read_text().replace("/opt/nccl-site/lib/libnccl.so.2.27.7", variant.path))
+    same_path = build_steps(load_site(site_copy), "spark1")
+    assert not [s for s in same_path if s.kind == "packages-retire" and s.section == "nccl"]
     expected, facts = converged_node(site, "spark1")
     results = {r.id: r for r in judge_node(expected, facts)}
     assert results["nccl.library"].status == "pass"

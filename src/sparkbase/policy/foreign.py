@@ -137,6 +137,15 @@ def _kernel_of(pin_name: str, baseline: Baseline) -> str | None:
     return next((release for release in releases if pin_name.endswith(f"-{release}")), None)
 
 
+def _ships_own_library(own: Baseline, other: Baseline, package: str) -> bool:
+    """`package` is the other baseline's NCCL package and ships the very file `own` takes as
+    the site's (`provided_by: site`, same path): purging it would delete the library every
+    lane loads, so it is never foreign."""
+    library = own.nccl.library
+    theirs = other.nccl.library
+    return library.provided_by == "site" and theirs.package == package and theirs.path == library.path
+
+
 def foreign_for(site: Site, name: str) -> Foreign:
     """What the site's other baselines manage that baseline `name` does not, in the sections
     both manage."""
@@ -153,7 +162,7 @@ def foreign_for(site: Site, name: str) -> Foreign:
             if not both(baseline, section):
                 continue
             for pin in section_pins:
-                if pin.name in own_pins:
+                if pin.name in own_pins or _ships_own_library(own, baseline, pin.name):
                     continue
                 _, _, owners = pins.setdefault(pin.name, (_kernel_of(pin.name, baseline), section, []))
                 owners.append(other)
