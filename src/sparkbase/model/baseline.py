@@ -577,7 +577,12 @@ class CpusetSpec(StrictModel):
 
 
 class Baseline(StrictModel):
-    """One host profile. Its name is its file name (`baselines/NAME.yaml`)."""
+    """One host profile. Its name is its file name (`baselines/NAME.yaml`).
+
+    Its host sections (kernel, driver, nccl, fabric, memory, secure_boot, host, cpuset) say
+    what a node must be; `managed` says which of them sparkbase writes (the others are as
+    found: judged, never written; `sparkbase.model.sections`).
+    """
 
     version: SemVer = Field(description="version of this baseline; bump on any change it renders")
     description: str = Field(default="", max_length=500, description="what this profile is for")
