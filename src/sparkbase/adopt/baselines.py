@@ -144,8 +144,8 @@ def _library(facts: NodeFacts, template: Baseline, lane: FoundLane | None,
         notes.append(f"{facts.node}: no NCCL library found ({library.path} unread, no lane maps one)")
         return []
     out = [Captured(("nccl", "library", "path"), path), Captured(("nccl", "library", "sha256"), sha)]
-    version = facts.packages.get(library.package)
-    if version is not None and path == library.path:
+    version = facts.packages.get(library.package) if library.package is not None else None
+    if version is not None and library.package is not None and path == library.path:
         out.append(Captured(("nccl", "library", "package"), library.package))
         out.append(Captured(("nccl", "library", "version"), version))
     else:

@@ -35,6 +35,7 @@ class Expected:
     node: str
     baseline_name: str
     baseline: Baseline
+    #: the files sparkbase writes there: those of the sections the baseline manages
     files: tuple[RenderedFile, ...]
     cables: dict[str, CableEnd]  # netdev -> path end
     stamp_path: str

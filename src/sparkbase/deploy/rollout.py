@@ -39,6 +39,8 @@ def apply(site: Site, nodes: list[str], options: Options) -> Report:
         for node in nodes:
             report.nodes.append(NodeResult(node, site.inventory.nodes[node].baseline,
                                            NodeStatus.LOCKED, message=str(exc)))
+    for result in report.nodes:  # whatever became of it, what it leaves as found
+        result.unmanaged = site.baselines[result.baseline].unmanaged()
     return report
 
 

@@ -258,7 +258,8 @@ class Session:
     def result(self, node: str, executed: bool) -> NodeResult:
         """The node's result from this session."""
         name = self.site.inventory.nodes[node].baseline
-        out = NodeResult(node=node, baseline=name)
+        baseline = self.site.baselines[name]
+        out = NodeResult(node=node, baseline=name, unmanaged=baseline.unmanaged())
         prepared = self.prepared.get(node)
         if prepared is None:
             failure = self.errors.get(node)
@@ -281,8 +282,8 @@ class Session:
             diff = [] if op.step.secret else prepared.diffs.get(str(op.step.args.get("path", "")), [])
             if op.step.kind not in WRITING_KINDS:
                 diff = []
-            out.operations.append(OpResult(op.step.name, op.step.kind, status, op.reason, diff))
-        baseline = self.site.baselines[name]
+            out.operations.append(OpResult(op.step.name, op.step.kind, status, op.reason, diff,
+                                           op.step.section))
         out.reboot_reasons = reboot_reasons(baseline, prepared.boot, prepared.mok, will)
         out.running_kernel = prepared.boot["kernel"]
         if self.failed(node):

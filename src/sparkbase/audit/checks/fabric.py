@@ -74,7 +74,8 @@ def _gid(expected: Expected, item: str | None) -> GidWant:
 
 
 @node_check("fabric.netplan", "fabric", "the four-PF fabric netplan is the rendered one (in the site's file: "
-            "its fabric interfaces)", expect=_netplan)
+            "its fabric interfaces)", section="fabric",
+            written=True, expect=_netplan)
 def fabric_netplan(want: NetplanWant | None, facts: NodeFacts, at: Subject) -> Outcome:
     if want is None:
         return skip("no fabric netplan rendered")
@@ -126,7 +127,7 @@ def _hcas(expected: Expected) -> list[str]:
 
 
 @node_check("fabric.link", "fabric", "each fabric netdev is up, at the MTU, with its address", items=_netdevs,
-            expect=_link)
+            section="fabric", expect=_link)
 def fabric_link(link: LinkWant, facts: NodeFacts, at: Subject) -> Outcome:
     netdev = str(at.item)
     mtu = link.mtu
@@ -164,7 +165,7 @@ def fabric_link(link: LinkWant, facts: NodeFacts, at: Subject) -> Outcome:
 
 
 @node_check("fabric.rdma", "fabric", "every RDMA device exists", items=_hcas,
-            expect=lambda _expected, _item: None)
+            section="fabric", expect=lambda _expected, _item: None)
 def fabric_rdma(_want: None, facts: NodeFacts, at: Subject) -> Outcome:
     if at.item in facts.rdma_devices:
         return ok("present", "present")
@@ -177,7 +178,7 @@ def fabric_rdma(_want: None, facts: NodeFacts, at: Subject) -> Outcome:
 
 @node_check(
     "fabric.gid", "fabric", "the node's GID index holds the IPv4 RoCE v2 address in the path's own subnet",
-    items=_hcas, expect=_gid,
+    items=_hcas, section="fabric", expect=_gid,
 )
 def fabric_gid(gid_want: GidWant, facts: NodeFacts, at: Subject) -> Outcome:
     hca = str(at.item)
