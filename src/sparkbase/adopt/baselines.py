@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from sparkbase.capture import Capture, Captured, capture_plan, captured_values, write_captured
+from sparkbase.facts.parsers.cpus import format_cpu_list
 from sparkbase.facts.parsers.nccl_conf import parse_nccl_conf
 from sparkbase.facts.script import FactPlan, plan_for
 from sparkbase.model.baseline import TYPED_NCCL_KEYS, Baseline
@@ -125,6 +126,12 @@ def node_reading(facts: NodeFacts, template: Baseline, fabric: NodeFabric | None
     else:
         settings, origin = _conf_settings(facts), "/etc/nccl.conf"
     values += nccl_values(settings, notes, f"{node} ({origin})")
+    if lane is not None and lane.container is not None and not lane.in_slice and lane.cpus:
+        # the site's containers hold their own CPUs (--cpuset-cpus) in Docker's scopes
+        values = [v for v in values if not v.key.startswith("cpuset")]
+        missing = [m for m in missing if not m.startswith("cpuset")]
+        values += [Captured(("cpuset", "pinned_by"), "container"),
+                   Captured(("cpuset", "cpus"), format_cpu_list(lane.cpus))]
     values += _library(facts, template, lane, notes)
     return NodeReading(node, Capture(tuple(values), tuple(missing), capture.dropped),
                        fabric.gid_index if fabric is not None else None)

@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 ENGINE_MATCHES = ("sglang", "vllm")
 #: the port each engine's API (and, where enabled, /metrics) listens on without `--port`
 DEFAULT_PORTS = {"sglang": 30000, "vllm": 8000}
+#: systemd's own slices: a process under only these is in no serving slice (Docker puts its
+#: containers' scopes in system.slice)
+SYSTEMD_SLICES = frozenset({"system.slice", "user.slice", "machine.slice"})
 #: NCCL's built-in defaults that change what a lane does (audit/runtime.py NCCL_DEFAULTS)
 NCCL_DEFAULTS = {"NCCL_IB_MERGE_NICS": "1"}
 _COMMAND_TEXT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:=+@-]{0,119}$")
@@ -50,6 +53,9 @@ class ContainerLike(Protocol):
     @property
     def repo_digests(self) -> tuple[str, ...]:
         """The image's `repo@sha256:…` references."""
+
+    def host_path(self, path: str) -> str | None:
+        """The host file a bind mount puts at `path` in the container."""
 
 
 @dataclass(frozen=True)
@@ -90,8 +96,12 @@ class FoundLane:
     unit: str | None
     container: FoundContainer | None
     nccl: dict[str, str]  # NCCL_* -> the value every process of the lane loads
-    library: tuple[str, str] | None  # (path, sha256) every process maps
+    library: tuple[str, str] | None  # (host path, sha256) every process maps
     notes: tuple[str, ...] = ()
+    #: the CPUs every process of the lane may use, when they agree (None: they differ, or
+    #: unread); `in_slice` whether they run under a systemd slice other than Docker's scopes
+    cpus: frozenset[int] | None = None
+    in_slice: bool = True
 
 
 def _option(args: Sequence[str], *names: str) -> str | None:
@@ -222,9 +232,16 @@ def _nccl(processes: Sequence[ServingProcess], notes: list[str]) -> dict[str, st
     return settings
 
 
-def _library(processes: Sequence[ServingProcess], notes: list[str]) -> tuple[str, str] | None:
-    """(path, sha256) of the libnccl every process maps, when they agree."""
-    found = {(lib.path, p.library_sha256.get(lib.path)) for p in processes for lib in p.libraries}
+def _library(processes: Sequence[tuple[ServingProcess, ContainerLike | None]],
+             notes: list[str]) -> tuple[str, str] | None:
+    """(host path, sha256) of the libnccl every process maps, when they agree: a path inside
+    a container is the host file a bind mount puts there (`Container.host_path`)."""
+    def host(process: ServingProcess, container: ContainerLike | None, path: str) -> str:
+        found = container.host_path(path) if container is not None else None
+        return found or path
+
+    found = {(host(p, c, lib.path), p.library_sha256.get(lib.path))
+             for p, c in processes for lib in p.libraries}
     if len(found) != 1:
         if len(found) > 1:
             notes.append("the lane's processes map different NCCL libraries: "
@@ -280,18 +297,26 @@ def _lane(engine: str, model: str, by_node: dict[str, Server], facts: Mapping[st
             notes.append(f"the image {image} has no digest to pin it by")
         unit = None
     processes: list[ServingProcess] = []
+    housed: list[tuple[ServingProcess, ContainerLike | None]] = []
+    members: list[ServingProcess] = []
     for node, server in by_node.items():
         group = lane_group(facts[node].serving, match)
         users = group.nccl_users or tuple(p for p in group.members if p.pid == server.process.pid)
         processes.extend(users)
+        housed.extend((p, _container(p, facts[node])) for p in users)
+        members.extend(group.members)
     nccl = _nccl([p for p in processes if p.maps_nccl] or processes, notes)
-    library = _library(processes, notes)
+    library = _library(housed, notes)
+    cpu_sets = {p.cpus for p in members if p.cpus is not None}
+    cpus = cpu_sets.pop() if len(cpu_sets) == 1 else None
+    in_slice = all(p.cgroup is not None and any(s not in SYSTEMD_SLICES for s in p.cgroup.slices())
+                   for p in members)
     ports = {node: str(s.port) for node, s in by_node.items()}
     port = int(_agreed(ports, "the API port", notes) or DEFAULT_PORTS[engine])
     return FoundLane(
         name=_lane_name(engine, model, unit, found), engine=engine, model=model, nodes=nodes,
         match=match, head=head, port=port, metrics=first.metrics, unit=unit, container=found,
-        nccl=nccl, library=library, notes=tuple(notes),
+        nccl=nccl, library=library, notes=tuple(notes), cpus=cpus, in_slice=in_slice,
     )
 
 

@@ -70,7 +70,7 @@ class LaneProbe:
     library_path: str
     library_sha256: str
     slice_cpus: frozenset[int]
-    slice_name: str
+    slice_name: str | None  # None: the lane's container holds its CPUs (cpuset.pinned_by: container)
     #: the lane must be serving on the node (its pre-flight, or the proxy's active lane):
     #: no process there is a failure, not an idle lane
     required: bool = False
@@ -95,7 +95,7 @@ def lane_probe(site: Site, name: str) -> LaneProbe | None:
         library_path=baseline.nccl.library.path,
         library_sha256=baseline.nccl.library.sha256,
         slice_cpus=frozenset(baseline.cpuset.cpus),
-        slice_name=baseline.cpuset.slice,
+        slice_name=baseline.cpuset.slice if baseline.cpuset.pinned_by == "slice" else None,
         container=container.name if container is not None else None,
         image=container.image if container is not None else None,
     )
@@ -184,15 +184,20 @@ def conf_notes(process: ServingProcess) -> list[str]:
     return notes
 
 
-def library_problems(process: ServingProcess, probe: LaneProbe) -> list[str]:
-    """What differs between the libnccl the process maps and the pinned one."""
+def library_problems(process: ServingProcess, probe: LaneProbe,
+                     container: Container | None = None) -> list[str]:
+    """What differs between the libnccl the process maps and the pinned one. In a container,
+    the path the process maps is the container's: it is the pinned host file when a bind
+    mount puts that file there (`Container.host_path`)."""
     pinned_path, pinned_sha256 = probe.library_path, probe.library_sha256
     if not process.libraries:
         return ["maps no libnccl (NCCL not loaded yet, or linked statically)"]
     problems: list[str] = []
     for mapped in process.libraries:
-        if mapped.path != pinned_path:
-            problems.append(f"maps {mapped.path}, not the pinned {pinned_path}")
+        host = container.host_path(mapped.path) if container is not None else None
+        if mapped.path != pinned_path and host != pinned_path:
+            where = f" (bind-mounted from {host})" if host is not None else ""
+            problems.append(f"maps {mapped.path}{where}, not the pinned {pinned_path}")
             continue
         if mapped.deleted:
             problems.append(f"maps a deleted {mapped.path} (replaced after the process started)")
@@ -221,7 +226,7 @@ def cgroup_problems(process: ServingProcess, probe: LaneProbe) -> list[str]:
     """The process's cgroup when it is not under the serving slice."""
     if process.cgroup is None:
         return [process.errors.get("cgroup", "cgroup unreadable")]
-    if probe.slice_name not in process.cgroup.slices():
+    if probe.slice_name is not None and probe.slice_name not in process.cgroup.slices():
         where = process.cgroup.unified if process.cgroup.unified is not None else "no cgroup v2 path"
         return [f"cgroup {where} is outside {probe.slice_name}"]
     return []
@@ -375,8 +380,17 @@ def runtime_results(node: str, probes: Iterable[LaneProbe], facts: NodeFacts) ->
             results.append(_container(node, probe, group, facts))
         for kind in KINDS:
             judge, expected, fix = CHECKS[kind]
+            if kind == "cgroup" and probe.slice_name is None:
+                results.append(_result(node, kind, probe.lane, "skip", expected,
+                                       "no serving slice: the lane's container holds its CPUs "
+                                       "(cpuset.pinned_by: container; runtime.affinity judges them)", None))
+                continue
             processes = judged(kind, group)
-            found = [f"pid {p.pid}: {problem}" for p in processes for problem in judge(p, probe)]
+            if kind == "nccl_library":
+                found = [f"pid {p.pid}: {problem}" for p in processes for problem in
+                         library_problems(p, probe, facts.containers.get(p.container_id or ""))]
+            else:
+                found = [f"pid {p.pid}: {problem}" for p in processes for problem in judge(p, probe)]
             observed = "; ".join(found) if found else _pids(processes)
             if kind == "nccl_env" and not found:
                 observed = "; ".join([observed, *(f"pid {p.pid}: {note}" for p in processes

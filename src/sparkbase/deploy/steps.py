@@ -385,13 +385,13 @@ def _activation_steps(baseline: Baseline, files: list[RenderedFile], addresses: 
             {"file": SYSCTL_PATH, "values": sysctls(baseline)},
             section="memory",
         ),
-        Step(
+        *([Step(
             "daemon-reload",
             f"systemctl daemon-reload (systemd has not loaded {baseline.cpuset.slice} as on disk)",
             {"unit": baseline.cpuset.slice},
             after_change_of=f"/etc/systemd/system/{baseline.cpuset.slice}",
             section="cpuset",
-        ),
+        )] if baseline.cpuset.pinned_by == "slice" else []),
         Step("netplan-apply", "netplan apply (the live fabric addresses or MTU are not the netplan's)",
              {"links": links}, after_change_of=fabric_netplan_path(baseline), section="fabric"),
         # nvidia-drm is loaded from the initramfs: its options act once the image is rebuilt

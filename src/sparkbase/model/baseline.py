@@ -571,9 +571,17 @@ class HostSpec(StrictModel):
 
 
 class CpusetSpec(StrictModel):
-    """The systemd slice that serving runs in and the CPUs it may use."""
+    """The CPUs serving may use, and what holds the lanes to them: the systemd slice
+    sparkbase writes (`pinned_by: slice`), or each lane container's own `--cpuset-cpus`
+    (`pinned_by: container`: the site's containers sit in Docker's scopes, no slice is
+    written or required, and each lane process's CPUs are judged at run time)."""
 
     slice: SliceUnit = Field(default="sparkbase-serving.slice", description="slice unit name")
+    pinned_by: Literal["slice", "container"] = Field(
+        default="slice",
+        description="what holds serving to the CPUs: the slice sparkbase writes, or each lane "
+        "container's --cpuset-cpus (no slice written or checked)",
+    )
     cpus: Annotated[list[CpuId], BeforeValidator(_cpu_list)] = Field(
         min_length=1,
         max_length=MAX_CPU_ID + 1,

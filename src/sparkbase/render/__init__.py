@@ -132,12 +132,12 @@ def render_baseline(name: str, baseline: Baseline) -> list[RenderedFile]:
             purpose="nvidia-drm module parameters",
             section="host",
         ),
-        RenderedFile(
+        *([RenderedFile(
             f"/etc/systemd/system/{baseline.cpuset.slice}",
             _render("slice.j2", **context),
             purpose="serving cpuset slice",
             section="cpuset",
-        ),
+        )] if baseline.cpuset.pinned_by == "slice" else []),
         *render_modules_load(name, baseline),
     ]
     return sorted(files, key=lambda f: f.path)
@@ -271,6 +271,7 @@ DIGEST_QUIET_DEFAULTS: tuple[tuple[tuple[str, ...], object], ...] = (
     (("managed",), list(SECTIONS)),
     (("nccl", "library", "provided_by"), "package"),
     (("fabric", "netplan_file"), None),
+    (("cpuset", "pinned_by"), "slice"),
 )
 
 

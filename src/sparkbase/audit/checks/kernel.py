@@ -32,8 +32,13 @@ class FallbackWant:
 def _cmdline(expected: Expected, _item: str | None) -> CmdlineWant:
     from sparkbase.render import kernel_cmdline
 
-    kernel = expected.baseline.kernel
-    return CmdlineWant(tuple(kernel_cmdline(expected.baseline)), tuple(kernel.cmdline_forbid))
+    baseline = expected.baseline
+    kernel = baseline.kernel
+    if not baseline.manages("kernel"):
+        # as found: sparkbase renders no command line, so only what the baseline names is
+        # required; the values sparkbase would set through it (THP, APST) are judged live
+        return CmdlineWant(tuple(kernel.cmdline_add), tuple(kernel.cmdline_forbid))
+    return CmdlineWant(tuple(kernel_cmdline(baseline)), tuple(kernel.cmdline_forbid))
 
 
 def _fallback(expected: Expected, _item: str | None) -> FallbackWant | None:

@@ -48,6 +48,23 @@ class Container:
     running: bool
     network_mode: str
 
+    def host_path(self, path: str) -> str | None:
+        """The host file behind `path` inside the container: the source of the bind mount
+        whose destination is `path` or the deepest directory holding it (None: no bind mount
+        covers it; the file is the image's own)."""
+        best: ContainerMount | None = None
+        for mount in self.mounts:
+            if mount.type != "bind":
+                continue
+            destination = mount.destination.rstrip("/") or "/"
+            inside = path == destination or path.startswith(destination.rstrip("/") + "/")
+            if inside and (best is None or len(destination) > len(best.destination.rstrip("/"))):
+                best = mount
+        if best is None:
+            return None
+        rest = path[len(best.destination.rstrip("/")):]
+        return best.source.rstrip("/") + rest if rest else best.source
+
 
 @dataclass(frozen=True)
 class Image:
