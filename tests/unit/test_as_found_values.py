@@ -35,8 +35,8 @@ def bind(source: str, destination: str) -> ContainerMount:
 
 MOUNT_CASES = {  # mounts, path in the container -> host path
     "the file itself": ([bind(SITE_LIB, IMAGE_LIB)], IMAGE_LIB, SITE_LIB),
-    "a directory holding it": ([bind("/opt/nccl-site/lib", "/usr/lib/nccl")], "/usr/lib/nccl/libnccl.so.2",
-                               "/opt/nccl-site/lib/libnccl.so.2"),
+    "a directory holding it": ([bind("/opt/nccl-site/lib", "/usr/lib/nccl")],
+                               "/usr/lib/nccl/libnccl.so.2", "/opt/nccl-site/lib/libnccl.so.2"),
     "the deepest mount wins": ([bind("/a", "/usr"), bind("/b/lib", "/usr/lib")], "/usr/lib/x.so", "/b/lib/x.so"),
     "a name that only starts alike": ([bind("/a", "/usr/lib")], "/usr/lib64/x.so", None),
     "a volume is not a host path": ([ContainerMount("volume", "/var/lib/docker/volumes/v/_data", "/usr/lib",
@@ -46,7 +46,8 @@ MOUNT_CASES = {  # mounts, path in the container -> host path
 
 
 @pytest.mark.parametrize(("mounts", "path", "host"), MOUNT_CASES.values(), ids=MOUNT_CASES.keys())
-def test_the_host_file_behind_a_container_path(mounts: list[ContainerMount], path: str, host: str | None) -> None:
+def test_the_host_file_behind_a_container_path(mounts: list[ContainerMount], path: str,
+                                               host: str | None) -> None:
     assert _container(mounts=tuple(mounts)).host_path(path) == host
 
 
@@ -92,7 +93,8 @@ def test_lanes_pinned_by_their_containers_need_no_slice(tmp_path: Path) -> None:
     results = {r.id: r for r in judge_node(expected_for(site, "spark1"), facts)}
     assert results["cpuset.slice"].status == "skip"
     assert "--cpuset-cpus" in (results["cpuset.slice"].observed or "")
-    assert {r.id: r for r in judge_node(expected_for(shipped, "spark1"), facts)}["cpuset.slice"].status == "fail"
+    shipped_results = {r.id: r for r in judge_node(expected_for(shipped, "spark1"), facts)}
+    assert shipped_results["cpuset.slice"].status == "fail"
 
 
 def test_an_unmanaged_kernel_requires_only_the_arguments_the_baseline_names(tmp_path: Path) -> None:
