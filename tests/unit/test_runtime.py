@@ -150,7 +150,8 @@ def test_cgroup_slices_are_the_v2_path() -> None:
 def test_runtime_results_per_lane() -> None:
     from sparkbase.audit.runtime import runtime_results
 
-    facts: Any = SimpleNamespace(serving=tuple(serving_processes(section(env="NCCL_IB_MERGE_NICS=1\0"))))
+    facts: Any = SimpleNamespace(serving=tuple(serving_processes(section(env="NCCL_IB_MERGE_NICS=1\0"))),
+                                 containers={})
     probes = [probe("dsv"), probe("glm", ("vllm", "GLM"))]
     results = {r.id: r for r in runtime_results("spark1", probes, facts)}
     assert results["runtime.running.glm"].status == "skip"

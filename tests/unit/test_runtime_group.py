@@ -140,7 +140,7 @@ def _facts(table: list[Any], env: dict[int, dict[str, str]], nccl: set[int]) -> 
                               parse_cgroup(cgroup), (MappedFile(PINNED),) if pid in nccl else (),
                               {PINNED: SHA} if pid in nccl else {}, None, None, ppid=ppid)
                for pid, ppid, args, cgroup in table]
-    return SimpleNamespace(serving=tuple(serving))
+    return SimpleNamespace(serving=tuple(serving), containers={})
 
 
 def test_a_wrong_setting_only_in_a_worker_fails_naming_the_worker() -> None:

@@ -23,8 +23,10 @@ from typing import TYPE_CHECKING, Any
 from sparkbase.capture import Capture, Captured, capture_plan, captured_values, write_captured
 from sparkbase.facts.parsers.cpus import format_cpu_list
 from sparkbase.facts.parsers.nccl_conf import parse_nccl_conf
+from sparkbase.facts.parsers.netplan import effective_sources
 from sparkbase.facts.script import FactPlan, plan_for
 from sparkbase.model.baseline import TYPED_NCCL_KEYS, Baseline
+from sparkbase.policy.netplan import clashes_of
 
 if TYPE_CHECKING:
     from sparkbase.adopt.fabric import NodeFabric
@@ -47,7 +49,26 @@ def adopt_plan(template: Baseline) -> FactPlan:
     from sparkbase.adopt.lanes import ENGINE_MATCHES
 
     base = capture_plan(plan_for(template, (), FactPlan.stamp_path))
-    return replace(base, gid_tables=True, serving_matches=ENGINE_MATCHES)
+    return replace(base, gid_tables=True, serving_matches=ENGINE_MATCHES, netplan_files=True)
+
+
+def site_netplan_file(facts: NodeFacts, netdevs: Sequence[str], notes: list[str]) -> str | None:
+    """The site's own netplan file that configures every fabric port, when exactly one file
+    in /etc/netplan does (it becomes `fabric.netplan_file`: managing the fabric later edits
+    that file instead of adding a second one); None, with a note, otherwise."""
+    listing = facts.netplan_files
+    if listing is None or not netdevs:
+        return None
+    clashes = [clash for source in effective_sources(listing.sources)
+               if (clash := clashes_of(source, netdevs)) is not None]
+    whole = [c.path for c in clashes if not c.unknown and set(c.interfaces) == set(netdevs)
+             and c.path.startswith("/etc/netplan/")]
+    if len(clashes) == 1 and len(whole) == 1:
+        return whole[0]
+    if clashes:
+        notes.append(f"{facts.node}: the fabric ports are configured by "
+                     f"{', '.join(sorted(c.path for c in clashes))}: fabric.netplan_file left unset")
+    return None
 
 
 @dataclass(frozen=True)
@@ -115,6 +136,9 @@ def node_reading(facts: NodeFacts, template: Baseline, fabric: NodeFabric | None
                                [{"netdev": v.netdev, "hca": v.hca, "port": v.port} for v in fabric.views]))
         if fabric.mtu is not None:
             values.append(Captured(("fabric", "mtu"), fabric.mtu))
+        netplan_file = site_netplan_file(facts, [v.netdev for v in fabric.views], notes)
+        if netplan_file is not None:
+            values.append(Captured(("fabric", "netplan_file"), netplan_file))
     else:
         missing.append("fabric: no RDMA device named a netdev (GID tables)")
     lane = lanes[0] if lanes else None
