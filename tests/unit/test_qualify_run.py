@@ -63,7 +63,7 @@ class Engine:
         ids = tuple(int(b) for b in hashlib.sha256(request.prompt.encode()).digest()[:8])
         if self.changes.get(self.running) == request.prompt:
             ids = (*ids[:3], 999, *ids[4:])
-        ttft = 0.1 + 0.001 * jitter(request.prompt, len(self.log))
+        ttft = 0.1 + 0.002 * self.spread * jitter(request.prompt, len(self.log))
         return Measured(request.prompt, ids, 8, ttft, rate, "length")
 
     def complete_once(self, _endpoint: ApiEndpoint, request: Request, _left: float) -> object:
