@@ -78,6 +78,11 @@ class Shape:
     image_digest: str | None
     settings: dict[str, Any]
 
+    def matches(self, other: Shape) -> bool:
+        """What runs is what `other` ran: the same render hash, image digest and settings."""
+        return (self.render_hash, self.image_digest, self.settings) == (
+            other.render_hash, other.image_digest, other.settings)
+
     def differences(self, other: Shape, other_name: str) -> list[str]:
         """What of `self` (now) differs from `other` (release `other_name`), one line each."""
         found: list[str] = []
