@@ -28,6 +28,14 @@ Secure Boot faults change what `mokutil` prints at once and module loading from 
 | lane-private-nccl | - | a lane unit started from now on maps /opt/lane-image/lib/libnccl.so.2 |
 | lane-outside-slice | - | a lane unit started from now on runs outside the serving slice |
 | lane-sessions | - | the node's lane stand-in reports four 500K-class sessions (trigger 2 fires) |
+| build-changes-output | BUILD (default `*`) | the build answers about one prompt in four otherwise |
+| build-slower | BUILD (default `*`) | the build prefills and decodes 1.5 times slower |
+| build-noisy | BUILD (default `*`) | each start of the build at another speed (0.6-1.4x), ±25% a request |
+| other-traffic | - | the node's lane stand-in reports two more running requests (somebody else's) |
+
+BUILD is a lane unit's name (the stand-in's `SPARKBASE_LAB_BUILD`), `*` every build. The
+`build-*` faults and `other-traffic` are read by the lane stand-in's API at every request
+and scrape (shims/openai_api.py): they apply at once, to a stand-in already running.
 """
 
 from __future__ import annotations
@@ -44,8 +52,11 @@ from sparkbase_lab.fleet import Lab, LabError
 KINDS = ("gpu-latch", "gpu-busy", "gid-moved", "link-down", "unreachable", "hang", "kernel-panic", "governor",
          "sb-not-enforcing", "sb-disabled", "sb-setup-mode", "no-efi", "dkms-noise",
          "lane-env", "lane-worker-env", "lane-conf-twice", "lane-private-nccl", "lane-outside-slice",
-         "lane-sessions")
-LIST_KINDS = ("link-down", "kernel-panic")
+         "lane-sessions", "build-changes-output", "build-slower", "build-noisy", "other-traffic")
+#: faults holding a list of values (one inject per value)
+LIST_KINDS = ("link-down", "kernel-panic", "build-changes-output", "build-slower", "build-noisy")
+#: faults whose value is an engine build (a lane unit's name; `*` for every build)
+BUILD_KINDS = ("build-changes-output", "build-slower", "build-noisy")
 
 
 def _path(lab: Lab, node: str) -> Path:
@@ -86,6 +97,8 @@ def _check_arg(kind: str, arg: str | None) -> str | None:
         if not arg:
             raise LabError("kernel-panic needs a kernel RELEASE")
         return arg
+    if kind in BUILD_KINDS:
+        return arg or "*"
     if arg:
         raise LabError(f"fault {kind} takes no argument")
     return None

@@ -114,6 +114,7 @@ def start_unit(unit: str, path: str, slice_cpus: Callable[[str], str]) -> None:
     if os.path.exists(ready):
         os.unlink(ready)
     env["SPARKBASE_LAB_READY"] = ready
+    env.setdefault("SPARKBASE_LAB_BUILD", unit)  # the engine build its API answers as (openai_api.py)
     argv = _service_values(path, "ExecStart")[0].split()
     log = open(f"{SERVING}/{unit}.log", "ab")  # noqa: SIM115  # handed to the child
     child = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
@@ -188,10 +189,12 @@ SESSIONS = {
 VLLM_CACHE_INFO = 'vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="187500"} 1.0'
 
 
-def metrics_text(engine: str, sessions: bool = False) -> str:
-    """Prometheus text of the engine: idle (every gauge zero), or with four long sessions."""
+def metrics_text(engine: str, sessions: bool = False, running: float = 0.0) -> str:
+    """Prometheus text of the engine: idle (every gauge zero), or with four long sessions;
+    `running` requests of its API (openai_api.py) are added to the running gauge."""
     lines = []
     values = SESSIONS.get(engine, (0.0, 0.0)) if sessions else (0.0, 0.0)
+    values = (values[0] + running, values[1])
     for name, value in zip(GAUGES.get(engine, ()), values, strict=False):
         lines += [f"# TYPE {name} gauge", f"{name} {value}"]
     if engine == "vllm":
@@ -244,24 +247,36 @@ def worker(_argv: list[str]) -> int:
 
 def serve(argv: list[str]) -> int:
     """The stand-in serving process: map the NCCL library, start the workers, serve
-    /metrics until SIGTERM (which ends the workers too)."""
-    from http.server import BaseHTTPRequestHandler, HTTPServer
+    /metrics and the OpenAI-compatible API (openai_api.py) until SIGTERM (which ends the
+    workers too)."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from sparkbase_lab.shims import openai_api
 
     mapped = _map_library()
     engine = "sglang" if any("sglang" in arg for arg in argv) else "vllm"
 
     class Metrics(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # http.server's name for a GET handler
+            if openai_api.serves(self.path):
+                openai_api.get(self, engine, argv)
+                return
             self.send_response(200 if self.path == "/metrics" else 404)
             self.send_header("Content-Type", "text/plain; version=0.0.4")
             self.end_headers()
             if self.path == "/metrics":  # the load as the node's faults say now
-                self.wfile.write(metrics_text(engine, bool(faults().get("lane-sessions"))).encode())
+                load = metrics_text(engine, bool(faults().get("lane-sessions")), openai_api.running())
+                self.wfile.write(load.encode())
+
+        def do_POST(self) -> None:  # http.server's name for a POST handler
+            openai_api.post(self, engine, argv)
 
         def log_message(self, *_args: object) -> None:
             return
 
-    server = HTTPServer(("127.0.0.1", int(os.environ.get("SPARKBASE_LAB_METRICS_PORT", "0"))), Metrics)
+    port = int(os.environ.get("SPARKBASE_LAB_METRICS_PORT", "0"))
+    server = ThreadingHTTPServer(("127.0.0.1", port), Metrics)
+    server.daemon_threads = True  # a request still streaming never holds the stand-in's end
     workers = _start_workers()
 
     def end(*_: object) -> None:
