@@ -28,7 +28,7 @@ Secure Boot faults change what `mokutil` prints at once and module loading from 
 | lane-private-nccl | - | a lane unit started from now on maps /opt/lane-image/lib/libnccl.so.2 |
 | lane-outside-slice | - | a lane unit started from now on runs outside the serving slice |
 | lane-sessions | - | the node's lane stand-in reports four 500K-class sessions (trigger 2 fires) |
-| build-changes-output | BUILD (default `*`) | the build answers about one prompt in four otherwise |
+| build-changes-output | BUILD (default `*`) | the build answers about one prompt in eleven otherwise |
 | build-slower | BUILD (default `*`) | the build prefills and decodes 1.5 times slower |
 | build-noisy | BUILD (default `*`) | each start of the build at another speed (0.6-1.4x), ±25% a request |
 | other-traffic | - | the node's lane stand-in reports two more running requests (somebody else's) |

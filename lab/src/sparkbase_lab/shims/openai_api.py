@@ -21,8 +21,8 @@ another). Faults (the node's faults.json, read at every request; each `build-*` 
 the builds it applies to, `*` for every one):
 
 - `build-changes-output`: the build answers the prompts `changed_at(prompt)` selects (about
-  one in four) differently from a token on (a numerics change flips one greedy choice, and
-  the rest of the completion follows it);
+  one in eleven; of the shipped set, p02-list alone) differently from a token on (a numerics
+  change flips one greedy choice, and the rest of the completion follows it);
 - `build-slower`: the build prefills and decodes 1.5 times slower;
 - `build-noisy`: each start of the build runs at a speed drawn between 0.6 and 1.4 times,
   each request another ±25% (its two runs of an A/B/A disagree);
@@ -58,6 +58,8 @@ BUILD_FAULTS = ("build-changes-output", "build-slower", "build-noisy")
 OTHER_TRAFFIC = "other-traffic"
 #: running requests somebody else adds under `other-traffic`
 OTHER_REQUESTS = 2
+#: a prompt whose hash's first byte is below this is answered otherwise by a changed build
+CHANGED_BELOW = 23
 #: the most tokens the stand-in generates for one request
 MAX_TOKENS = 4096
 _WORDS = ("the", "a", "of", "and", "to", "in", "is", "that", "it", "for", "on", "with", "as", "was",
@@ -91,9 +93,9 @@ def running() -> float:
 
 def changed_at(prompt: str) -> int | None:
     """The token from which a build with `build-changes-output` answers `prompt` differently,
-    or None for a prompt it answers as every build does (about three in four)."""
+    or None for a prompt it answers as every build does (about ten in eleven)."""
     digest = hashlib.sha256(b"changed:" + prompt.encode()).digest()
-    return 1 + digest[1] % 8 if digest[0] < 64 else None
+    return 1 + digest[1] % 8 if digest[0] < CHANGED_BELOW else None
 
 
 def tokens(prompt: str, count: int, changed: bool) -> list[int]:
