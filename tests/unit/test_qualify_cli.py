@@ -143,3 +143,25 @@ def exit_status(argv: list[str]) -> int:
         return main(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
+
+
+@pytest.mark.parametrize(("text", "lab", "reached"), [
+    ("10.69.43.170:8000", False, ("10.69.43.170", 8000)),
+    ("[fd00::1]:30000", False, ("fd00::1", 30000)),
+    ("127.0.0.1:2601", True, ("127.0.0.1", 2601)),
+])
+def test_an_endpoint_given_on_the_command_line(text: str, lab: bool, reached: tuple[str, int]) -> None:
+    endpoint = qualify_cli.given_endpoint(text, lab)
+    assert (endpoint.host, endpoint.port) == reached
+
+
+@pytest.mark.parametrize(("text", "lab", "said"), [
+    ("spark1", False, "give HOST:PORT"),
+    ("spark1:http", False, "give HOST:PORT"),
+    ("10.69.43.170:8000", True, "the lab answers on 127.0.0.0/8 only"),
+])
+def test_a_bad_endpoint_is_exit_2(text: str, lab: bool, said: str,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as refused:
+        qualify_cli.given_endpoint(text, lab)
+    assert refused.value.code == 2 and said in capsys.readouterr().err

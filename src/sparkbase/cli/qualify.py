@@ -34,6 +34,7 @@ from sparkbase.cli.common import add_lab_arguments, add_site_arguments
 if TYPE_CHECKING:
     from sparkbase.model.lanes import Lane
     from sparkbase.model.site import Site
+    from sparkbase.qualify.client import ApiEndpoint
     from sparkbase.qualify.promptset import PromptSetFile
     from sparkbase.qualify.records import Release
     from sparkbase.qualify.run import Outcome, Plan, Run, World
@@ -54,6 +55,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the site's own prompt set (default: the shipped set, sparkbase-v1)")
     parser.add_argument("--release", metavar="NAME", default=None,
                         help="name the release recorded when it qualifies (default: r<N>, the next number)")
+    parser.add_argument("--endpoint", metavar="HOST:PORT", default=None,
+                        help="the lane's OpenAI-compatible API (default: the lane file's runtime.endpoint, "
+                        "else its metrics port on its first metrics node)")
     parser.add_argument("--time-limit", metavar="MINUTES", type=float, default=DEFAULT_TIME_LIMIT_MINUTES,
                         help=f"end the session without a verdict after this long (default "
                         f"{DEFAULT_TIME_LIMIT_MINUTES})")
@@ -168,7 +172,8 @@ def _session(site: Site, args: argparse.Namespace, prompts: PromptSetFile, previ
     lane = site.lanes[args.lane]
     targets = ssh_targets(site, lab)
     try:
-        endpoint = api_endpoint(args.lane, lane, targets, lab is not None)
+        endpoint = given_endpoint(args.endpoint, lab is not None) if args.endpoint else api_endpoint(
+            args.lane, lane, targets, lab is not None)
         guard = lane_guard(site, args.lane, lab)
     except (ApiError, LaneMetricsError) as exc:
         fail(str(exc))
@@ -189,6 +194,21 @@ def _session(site: Site, args: argparse.Namespace, prompts: PromptSetFile, previ
                 previous.name if previous else None, previous_lane,
                 previous.completions() if previous else {})
     return plan, World(endpoint, lambda when: guard.check(when), gate, restarter)
+
+
+def given_endpoint(text: str, lab: bool) -> ApiEndpoint:
+    """`--endpoint HOST:PORT` (an IPv6 address in brackets); exit 2 when it is not one, or
+    names a host outside 127.0.0.0/8 with --lab."""
+    from sparkbase.gate.lane_metrics import is_loopback
+    from sparkbase.qualify.client import ApiEndpoint
+
+    host, _, port = text.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not host or not port.isdigit() or not 0 < int(port) < 65536 or any(c in host for c in "/@ "):
+        fail(f"--endpoint {text}: give HOST:PORT (an IPv6 address as [ADDRESS]:PORT)")
+    if lab and not is_loopback(host):
+        fail(f"--endpoint {text}: the lab answers on 127.0.0.0/8 only; not asked")
+    return ApiEndpoint("--endpoint", host, int(port))
 
 
 class _Refusing:
