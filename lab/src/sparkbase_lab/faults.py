@@ -57,6 +57,10 @@ KINDS = ("gpu-latch", "gpu-busy", "gid-moved", "link-down", "unreachable", "hang
 LIST_KINDS = ("link-down", "kernel-panic", "build-changes-output", "build-slower", "build-noisy")
 #: faults whose value is an engine build (a lane unit's name; `*` for every build)
 BUILD_KINDS = ("build-changes-output", "build-slower", "build-noisy")
+#: faults the lane stand-in reads at every request: written without asking the node to
+#: re-apply its faults (that refresh rewrites the emulated hardware, which a read of it at
+#: the same moment, the gate's, would see half done)
+READ_AT_USE = (*BUILD_KINDS, "other-traffic")
 
 
 def _path(lab: Lab, node: str) -> Path:
@@ -74,9 +78,11 @@ def read(lab: Lab, node: str) -> dict[str, Any]:
     return data
 
 
-def _write(lab: Lab, node: str, data: dict[str, Any]) -> None:
+def _write(lab: Lab, node: str, data: dict[str, Any], apply: bool = True) -> None:
     path = _path(lab, node)
     write_atomic(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
+    if not apply:
+        return
     try:
         init = lab.init_proc(node)
     except LabError:
@@ -115,7 +121,7 @@ def inject(lab: Lab, node: str, kind: str, arg: str | None = None) -> None:
         data[kind] = items
     else:
         data[kind] = True
-    _write(lab, node, data)
+    _write(lab, node, data, apply=kind not in READ_AT_USE)
 
 
 def clear(lab: Lab, node: str, kind: str, arg: str | None = None) -> None:
@@ -130,7 +136,7 @@ def clear(lab: Lab, node: str, kind: str, arg: str | None = None) -> None:
             data.pop(kind)
     else:
         data.pop(kind, None)
-    _write(lab, node, data)
+    _write(lab, node, data, apply=kind not in READ_AT_USE)
 
 
 def clear_all(lab: Lab, node: str) -> None:
