@@ -139,8 +139,9 @@ def captured_values(facts: NodeFacts, baseline: Baseline) -> Capture:
     out.put(("driver", "package_version"), facts.packages.get(utils), f"{utils} is not installed")
 
     library = baseline.nccl.library
-    out.put(("nccl", "library", "version"), facts.packages.get(library.package),
-            f"{library.package} is not installed")
+    if library.package is not None:  # a site-provided file has no package to read a version of
+        out.put(("nccl", "library", "version"), facts.packages.get(library.package),
+                f"{library.package} is not installed")
     out.put(("nccl", "library", "sha256"), facts.file_sha256.get(library.path),
             f"{library.path} could not be hashed")
 

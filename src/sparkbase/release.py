@@ -185,6 +185,7 @@ def export_nodes(site: Site, nodes: list[str], out: Path) -> dict[str, list[Path
         written: dict[str, list[Path]] = {}
         for node, files in trees.items():
             written[node] = []
+            (staging / node).mkdir()  # a node whose baseline manages nothing has no file
             for relative, content, mode in files:
                 destination = staging / node / relative
                 destination.parent.mkdir(parents=True, exist_ok=True)
@@ -203,11 +204,11 @@ def export_nodes(site: Site, nodes: list[str], out: Path) -> dict[str, list[Path
 
 def _node_files(site: Site, node: str) -> list[tuple[Path, bytes, int]]:
     """(relative path, content, mode) of every file `node` must carry, rendered in memory."""
-    from sparkbase.render import managed_lines, render_node
+    from sparkbase.render import node_lines, render_node
 
     files = [(f.path, f.content, f.mode) for f in render_node(site, node)]
     by_path: dict[str, list[str]] = {}
-    for line in managed_lines(site.baseline_of(node)):
+    for line in node_lines(site.baseline_of(node)):
         by_path.setdefault(line.path, []).append(line.line)
     for path, lines in by_path.items():
         files.append((path + MANAGED_SUFFIX, "".join(f"{line}\n" for line in lines), 0o644))
@@ -223,7 +224,11 @@ def _relative(path: str) -> Path:
 
 
 def _is_render(directory: Path) -> bool:
-    return directory.is_dir() and (directory / _STAMP_RELATIVE).is_file()
+    """A previous render (it carries the stamp), or an empty directory: what a node whose
+    baseline manages nothing renders (nothing is lost replacing it)."""
+    if not directory.is_dir():
+        return False
+    return (directory / _STAMP_RELATIVE).is_file() or not any(directory.iterdir())
 
 
 def _fix_dir_modes(root: Path) -> None:

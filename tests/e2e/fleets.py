@@ -141,6 +141,25 @@ def fleet_for_module(tmp_path_factory: pytest.TempPathFactory, name: str, port_b
         lab.down()
 
 
+def as_found_fleet(tmp_path_factory: pytest.TempPathFactory, name: str, port_base: int) -> Iterator[Fleet]:
+    """Four nodes as the site's fleet is found (`sparkbase lab up --as-found`: set up by hand,
+    the production lane in its container; sparkbase_lab.as_found) on `port_base`, with a
+    private copy of the shipped site; brought down after."""
+    from sparkbase.model.site import load_site
+    from sparkbase_lab import as_found
+
+    require_root()
+    os.environ.setdefault("SPARKBASE_LAB_BOOT_DELAY", "0.3")
+    base = tmp_path_factory.mktemp(name)
+    site = copy_site(base / "site")
+    lab = Lab(base / "lab", port_base=port_base)
+    as_found.up(lab, load_site(site), fresh=True)
+    try:
+        yield Fleet(lab, site)
+    finally:
+        lab.down()
+
+
 def one_node_lab(tmp_path_factory: pytest.TempPathFactory, name: str, port_base: int) -> Iterator[Lab]:
     """A factory-fresh one-node lab on `port_base` (no site); brought down after."""
     require_root()

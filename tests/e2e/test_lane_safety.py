@@ -1,11 +1,12 @@
 """Lane safety on the emulated fleet: trigger 2 from an engine's real metrics (quiet, fired,
 unknown), the clock latch judged from one nvidia-smi reading (idle, busy, latched), and
-reboots that respect a running lane (refused, then drained).
+reboots that respect a running lane, found by its processes (an active unit with no engine
+serves nothing; the lab's serving stand-in refused, then drained).
 
 One factory-fresh lab for the module (port base 2891 + SPARKBASE_TEST_PORT_OFFSET) with a
 private copy of the shipped site. The metrics come from a small HTTP server on 127.0.0.1
-that answers as SGLang's /metrics does. The drain tests own spark1 (rebooted) and the test
-unit on every node.
+that answers as SGLang's /metrics does. The drain tests own spark1 (rebooted) and the
+production lane's stand-in on every node.
 """
 
 from __future__ import annotations
@@ -25,10 +26,6 @@ from ports import port_base
 from sparkbase_lab import faults
 
 PORT_BASE = port_base("SPARKBASE_TEST_LANE_SAFETY_PORT_BASE", 2891)
-#: a stand-in for the lane's systemd unit (not J1's lane-*.service names, so no lab
-#: serving stand-in reacts to it): the lab's systemctl tracks its active state
-UNIT = "sglang-e2e-lane.service"
-UNIT_FILE = "[Unit]\nDescription=e2e stand-in for a TP4 lane\n[Service]\nExecStart=/bin/true\n"
 
 
 @pytest.fixture(scope="module")
@@ -152,80 +149,104 @@ def test_idle_busy_and_latched_gpu(fleet: Fleet) -> None:
 
 # --- reboots respect lanes ---------------------------------------------------------------------
 
-#: runs the runner in its own process (pyinfra patches the process with gevent), with the
-#: lane's unit given explicitly, and prints the report as JSON
+#: runs the runner in its own process (pyinfra patches the process with gevent), the lanes
+#: taken from the site (how each is found: its match strings; how it is stopped: its unit),
+#: and prints the report as JSON
 RUNNER = """
 import json, sys
 from pathlib import Path
-from sparkbase.deploy.drain import LaneUnits
 from sparkbase.deploy.runner import Options, apply, plan
 from sparkbase.model.site import load_site
-site_dir, lab_dir, command, drain, unit = sys.argv[1:6]
-lane = LaneUnits("dsv41-flash", ("spark1", "spark2", "spark3", "spark4"), (unit,))
+site_dir, lab_dir, command, drain = sys.argv[1:5]
 options = Options(lab=Path(lab_dir), allow_reboot=command == "apply", drain=drain == "drain",
-                  lanes=[lane], reboot_timeout=120)
+                  reboot_timeout=120)
 run = apply if command == "apply" else plan
 print(json.dumps(run(load_site(Path(site_dir)), ["spark1"], options).to_json()))
 """
+#: the production lane (lanes/dsv41-flash.yaml): its unit, and its server's match strings
+LANE = "dsv41-flash"
+UNIT = "lane-dsv41-flash.service"
+#: the server's match string (sglang.launch_server) as a pattern its own grep's command line does not match
+SERVER_PATTERN = "sglang[.]launch_server"
 
 
 def _run(fleet: Fleet, command: str, drain: bool) -> tuple[dict[str, Any], str]:
     argv = [sys.executable, "-c", RUNNER, str(fleet.site), str(fleet.lab.dir), command,
-            "drain" if drain else "no", UNIT]
+            "drain" if drain else "no"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     report: dict[str, Any] = json.loads(done.stdout)
     return report, done.stderr
 
 
-def _active(fleet: Fleet, node: str) -> bool:
-    return fleet.lab.run(node, f"systemctl is-active {UNIT}")[0] == 0
+def _serving(fleet: Fleet, node: str) -> list[int]:
+    """The PIDs of the lane's server on `node` (what /proc shows, not what a unit says)."""
+    out = fleet.lab.run(node, f"grep -ls '{SERVER_PATTERN}' /proc/[0-9]*/cmdline")[1]
+    return sorted(int(line.split("/")[2]) for line in out.split() if line.split("/")[2].isdigit())
+
+
+def test_an_active_unit_with_no_engine_serves_nothing(fleet: Fleet) -> None:
+    """The lane's unit is active on spark1 but runs no engine (ExecStart=/bin/true): a unit
+    name alone never says a lane serves, so the plan refuses no reboot there."""
+    unit = "[Unit]\nDescription=not an engine\n[Service]\nExecStart=/bin/true\n"
+    fleet.sh("spark1", f"cat > /etc/systemd/system/{UNIT} && systemctl start {UNIT}", input=unit)
+    try:
+        assert fleet.lab.run("spark1", f"systemctl is-active {UNIT}")[0] == 0
+        report, _ = _run(fleet, "plan", drain=False)
+        assert not any("would refuse" in note for note in report["notes"]), report["notes"]
+    finally:
+        fleet.sh("spark1", f"systemctl stop {UNIT}; rm -f /etc/systemd/system/{UNIT}")
 
 
 @pytest.fixture(scope="module")
 def serving(fleet: Fleet) -> Fleet:
-    """The lane's unit installed and started on every node (the lane serves everywhere)."""
+    """The lane's serving stand-in started on every node (its engine's command line, its
+    workers): the lane serves everywhere."""
+    from sparkbase.model.site import load_site
+    from sparkbase_lab import lanes
+
+    lanes.start(fleet.lab, load_site(fleet.site), LANE)
     for node in NODES:
-        fleet.sh(node, f"cat > /etc/systemd/system/{UNIT} && systemctl start {UNIT}", input=UNIT_FILE)
-        assert _active(fleet, node)
+        assert _serving(fleet, node), node
     return fleet
 
 
 def test_plan_shows_the_refusal_and_the_drain(serving: Fleet) -> None:
     report, _ = _run(serving, "plan", drain=False)
-    assert any(
-        note.startswith("note: spark1: apply --allow-reboot would refuse: reboot refused: spark1 serves "
-                        "dsv41-flash") for note in report["notes"]
-    ), report["notes"]
+    pids = _serving(serving, "spark1")
+    refusal = next(note for note in report["notes"] if "would refuse" in note)
+    assert refusal.startswith("note: spark1: apply --allow-reboot would refuse: reboot refused: "
+                              f"spark1 serves {LANE} (pid "), refusal
+    assert all(f"pid {pid}" in refusal for pid in pids), (pids, refusal)
     drained, _ = _run(serving, "plan", drain=True)
     assert any(
-        f"stops first: lane dsv41-flash ({UNIT}) goes down on all 4 of its nodes" in note
+        f"stops first: lane {LANE} (unit {UNIT}) goes down on all 4 of its nodes" in note
         for note in drained["notes"]
     ), drained["notes"]
-    assert all(_active(serving, node) for node in NODES)  # a plan changes nothing
+    assert all(_serving(serving, node) for node in NODES)  # a plan changes nothing
 
 
 def test_a_reboot_onto_a_serving_node_is_refused(serving: Fleet) -> None:
     report, progress = _run(serving, "apply", drain=False)
     spark1 = report["nodes"][0]
     assert spark1["status"] == "reboot pending" and not spark1["rebooted"], spark1
-    assert "reboot refused: spark1 serves dsv41-flash" in spark1["message"] and "--drain" in spark1["message"]
+    assert f"reboot refused: spark1 serves {LANE}" in spark1["message"] and "--drain" in spark1["message"]
     assert "reboot refused" in progress
     assert serving.sh("spark1", "uname -r").strip() == FACTORY_KERNEL  # staged, not rebooted
-    assert all(_active(serving, node) for node in NODES)  # the lane still serves everywhere
+    assert all(_serving(serving, node) for node in NODES)  # the lane still serves everywhere
 
 
 def test_a_drained_reboot_stops_the_lane_everywhere_first(serving: Fleet) -> None:
     report, progress = _run(serving, "apply", drain=True)
     spark1 = report["nodes"][0]
     assert spark1["status"] == "changed" and spark1["rebooted"], spark1
-    assert f"draining lane dsv41-flash: stopping {UNIT} on spark1, spark2, spark3, spark4" in progress
+    assert f"draining lane {LANE}: stopping unit {UNIT} on spark1, spark2, spark3, spark4" in progress
     assert progress.index("draining lane") < progress.index("spark1: rebooting")
     assert any(
-        note.startswith(f"drained: lane dsv41-flash ({UNIT}) goes down on all 4 of its nodes")
+        note.startswith(f"drained: lane {LANE} (unit {UNIT}) goes down on all 4 of its nodes")
         for note in report["notes"]
     ), report["notes"]
-    assert not any(_active(serving, node) for node in NODES)  # the whole TP4 lane is down
+    assert not any(_serving(serving, node) for node in NODES)  # the whole TP4 lane is down
     assert serving.sh("spark1", "uname -r").strip() == SITE_KERNEL
 
 

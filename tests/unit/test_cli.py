@@ -95,6 +95,12 @@ def test_schema_for_editors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert {"kernel", "nccl", "memory", "extends"} <= set(schema["properties"])
     assert not required_lists(schema)  # a file may inherit any field through extends
     assert "KernelSpec" in schema["$defs"]
+    lane = tmp_path / "lane.schema.json"
+    assert main(["schema", "--lane", "--output", str(lane)]) == 0
+    lanes = json.loads(lane.read_text())
+    assert lanes["$id"].endswith("/lane.json") and lanes["additionalProperties"] is False
+    assert {"name", "image"} <= set(lanes["$defs"]["ContainerRuntime"]["required"])
+    assert {"node", "port"} <= set(lanes["$defs"]["LaneEndpoint"]["properties"])
     assert main(["schema"]) == 0
     assert json.loads(capsys.readouterr().out) == schema
 

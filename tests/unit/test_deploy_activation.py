@@ -164,8 +164,9 @@ def test_a_reboot_staged_by_a_run_that_died_before_rebooting_is_still_a_reason()
 def test_what_a_run_stages_is_noted_and_read_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "run" / "reboot-staged"
     monkeypatch.setattr(reboot, "STAGED_PATH", str(path))
-    steps = [Step("file", "a file"), Step("initramfs-update", "update-initramfs (it's)", reboot=True),
-             Step("grub-update", "update-grub $(touch /tmp/x)", reboot=True)]
+    steps = [Step("file", "a file", section="host"),
+             Step("initramfs-update", "update-initramfs (it's)", reboot=True, section="host"),
+             Step("grub-update", "update-grub $(touch /tmp/x)", reboot=True, section="kernel")]
     assert staged(steps) == ["update-initramfs (it's)", "update-grub $(touch /tmp/x)"]
     for _ in range(2):  # appended; read back once each
         subprocess.run(["sh", "-c", stage_command(staged(steps))], check=True)

@@ -157,8 +157,13 @@ def test_retire_steps_run_in_a_safe_order_with_kernel_packages_gated(site: Site)
     fan = next(i for i, s in enumerate(steps) if s.args.get("unit") == "dgx-fan-control.service")
     purges = [i for i, k in enumerate(kinds) if k == "packages-retire"]
     assert kinds.index("hold") < fan < kinds.index("dkms-retire") < purges[0]
-    plain, *kernels = (steps[i] for i in purges)
-    assert plain.args["target_kernel"] is None
+    plains = [steps[i] for i in purges if steps[i].args["target_kernel"] is None]
+    kernels = [steps[i] for i in purges if steps[i].args["target_kernel"] is not None]
+    assert [steps[i] for i in purges] == [*plains, *kernels]  # no particular kernel's first
+    # one purge per section: the other baselines' NCCL, memory-saver and fan-control packages
+    assert [(p.section, p.args["names"]) for p in plains] == [
+        ("nccl", ["libnccl2"]), ("memory", ["dgx-spark-memory-saver"]), ("host", ["dgx-spark-fan-control"])]
+    assert all(k.section == "kernel" for k in kernels)
     running = site.baseline_of("spark1").kernel.release
     assert [k.args["target_kernel"] for k in kernels] == [running] * 2  # the variant's and stock-pages'
     for kernel, release in zip(kernels, ["7.0.0-1019-nvidia", "7.0.0-1019-nvidia-64k"], strict=True):
@@ -174,7 +179,8 @@ def test_every_node_and_baseline_names_its_retire_steps(site: Site) -> None:
         "retire: unhold and purge nccl-site-ring4 (pinned only by other baselines)",
         "retire: unhold and purge the 6.17.0-1032-nvidia kernel packages (5; once "
         "7.0.0-1019-nvidia-64k runs)",
-        "keep: other baselines' packages sparkbase did not install (reported)",
+        "keep: other baselines' kernel packages sparkbase did not install (reported)",
+        "keep: other baselines' nccl packages sparkbase did not install (reported)",
     ]
     assert all(s.name.startswith(("retire: ", "keep: ")) for s in _retire(site, "spark1"))
 

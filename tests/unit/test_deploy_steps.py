@@ -44,8 +44,13 @@ def test_every_rendered_file_is_put_byte_for_byte_and_the_stamp_last(site: Site)
 
 def test_packages_are_the_baselines_pins_at_exact_versions(site: Site) -> None:
     steps = build_steps(site, "spark1")
-    packages = next(s for s in steps if s.kind == "packages")
-    assert packages.args["pins"] == [f"{p.name}={p.version}" for p in site.baseline_of("spark1").packages()]
+    pins = [pin for s in steps if s.kind == "packages" for pin in s.args["pins"]]
+    assert pins == [f"{p.name}={p.version}" for p in site.baseline_of("spark1").packages()]
+    by_section = site.baseline_of("spark1").pins_by_section()
+    assert [(s.section, s.args["pins"]) for s in steps if s.kind == "packages"] == [
+        (section, [f"{p.name}={p.version}" for p in pins]) for section, pins in by_section.items()]
+    assert [s.args["names"] for s in steps if s.kind == "hold"] == [
+        [p.name for p in pins] for pins in by_section.values()]
 
 
 def test_dkms_builds_for_the_target_kernel_before_files_and_reboot(site: Site) -> None:

@@ -184,8 +184,10 @@ def test_reboot_reasons_come_from_what_runs_not_only_from_this_run() -> None:
     assert boot_mismatches(baseline, staged) == [
         "running kernel 6.17.0-1008-nvidia, baseline wants 6.17.0-1032-nvidia"
     ]
-    grub = Step("file", "grub drop-in", {"path": "/etc/default/grub.d/60-sparkbase.cfg"}, reboot=True)
-    assert reboot_reasons(baseline, running, mok, [grub, Step("thp", "thp")]) == ["grub drop-in changes"]
+    grub = Step("file", "grub drop-in", {"path": "/etc/default/grub.d/60-sparkbase.cfg"}, reboot=True,
+                section="kernel")
+    thp = Step("thp", "thp", section="memory")
+    assert reboot_reasons(baseline, running, mok, [grub, thp]) == ["grub drop-in changes"]
     drm = {**running, "drm_modeset": "Y"}
     assert "nvidia_drm modeset=Y loaded, baseline wants N" in reboot_reasons(baseline, drm, mok, [])
 
@@ -219,15 +221,20 @@ def test_remote_lock_output_parsing() -> None:
 
 def test_report_json_contract_and_exit_codes() -> None:
     node = NodeResult("spark1", "site-stock-6.17-4k", NodeStatus.CHANGED,
-                      [OpResult("file /etc/nccl.conf", "file", "changed", "", ["-a", "+b"])])
+                      [OpResult("file /etc/nccl.conf", "file", "changed", "", ["-a", "+b"], "nccl")],
+                      unmanaged=["kernel", "driver"])
     report = Report("apply", [node])
     data = report.to_json()
     assert set(data) == {"format", "command", "exit_code", "notes", "nodes"}
     assert data["format"] == 2 and data["exit_code"] == 0
     assert set(data["nodes"][0]) == {"node", "baseline", "status", "operations", "reboot_reasons",
-                                     "reboot_required", "rebooted", "running_kernel", "message", "failure"}
+                                     "reboot_required", "rebooted", "running_kernel", "message", "failure",
+                                     "unmanaged"}
     assert data["nodes"][0]["failure"] is None
-    assert set(data["nodes"][0]["operations"][0]) == {"name", "kind", "status", "reason", "diff"}
+    assert data["nodes"][0]["unmanaged"] == ["kernel", "driver"]
+    assert node.detail().endswith("; as found, not managed: kernel, driver")
+    assert set(data["nodes"][0]["operations"][0]) == {"name", "kind", "status", "reason", "diff", "section"}
+    assert data["nodes"][0]["operations"][0]["section"] == "nccl"
     assert Report("apply", [NodeResult("a", "b", NodeStatus.REBOOT_PENDING)]).exit_code() == 1
     refused = NodeResult("a", "b", NodeStatus.UNREACHABLE, failure=FailureKind.HOST_KEY)
     assert Report("apply", [refused]).exit_code() == 3

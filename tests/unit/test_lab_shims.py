@@ -91,7 +91,25 @@ def test_netplan_files_merge_as_netplan_merges_them(monkeypatch: pytest.MonkeyPa
                                                  "      addresses: [192.168.100.1/24, 10.0.0.1/24]\n"
                                                  "      mtu: 9000\n",
     }
-    monkeypatch.setattr(cmd_net, "glob", lambda _pattern: list(files))
+    monkeypatch.setattr(cmd_net, "glob", lambda pattern: [p for p in files if p.startswith(pattern[:-6])])
     monkeypatch.setattr(cmd_net, "read_text", lambda path: files[path])
     port = cmd_net.netplan_config()["enp1s0f0np0"]
     assert port == {"addresses": ["10.0.0.1/24", "192.168.100.1/24"], "mtu": 9000}
+
+
+def test_netplan_reads_lib_etc_and_run_shadowing_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    """netplan-generate(8): /run shadows /etc shadows /lib by file name; the files left are
+    read in name order whatever their directory (/lib's 10- before /etc's 20-)."""
+    port = "network:\n  ethernets:\n    enp1s0f0np0:\n      "
+    files = {
+        "/lib/netplan/10-os.yaml": port + "addresses: [10.0.9.1/24]\n",
+        "/lib/netplan/20-fabric.yaml": port + "addresses: [10.0.8.1/24]\n",
+        "/etc/netplan/20-fabric.yaml": port + "addresses: [10.0.1.1/24]\n",
+        "/run/netplan/30-run.yaml": port + "mtu: 9000\n",
+    }
+    monkeypatch.setattr(cmd_net, "glob", lambda pattern: [p for p in files if p.startswith(pattern[:-6])])
+    monkeypatch.setattr(cmd_net, "read_text", lambda path: files[path])
+    assert cmd_net.netplan_files() == ["/lib/netplan/10-os.yaml", "/etc/netplan/20-fabric.yaml",
+                                       "/run/netplan/30-run.yaml"]
+    merged = cmd_net.netplan_config()["enp1s0f0np0"]
+    assert merged == {"addresses": ["10.0.9.1/24", "10.0.1.1/24"], "mtu": 9000}

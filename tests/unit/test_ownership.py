@@ -57,7 +57,7 @@ def test_adding_replaces_the_same_target_and_forgetting_drops_only_it() -> None:
     ("not json", "is not JSON"),
     ("[1, 2]", "has no format version"),
     ('{"items": []}', "has no format version"),
-    ('{"format": 3, "items": []}', "newer than this sparkbase understands"),
+    ('{"format": 4, "items": []}', "newer than this sparkbase understands"),
     ('{"format": 1, "items": [{"kind": "socket", "target": "/x", "baseline": "b", "recorded_at": "t"}]}',
      "items.0.kind"),
     ('{"format": 1, "items": [], "extra": 1}', "extra"),

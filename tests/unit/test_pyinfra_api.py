@@ -98,7 +98,7 @@ def test_callbacks_for_a_host_without_the_operation_say_nothing() -> None:
     from sparkbase.deploy.steps import Step
 
     meta = OperationMeta("h1", is_change=True)
-    step = Step("file", "file /etc/nccl.conf", {"path": "/etc/nccl.conf"})
+    step = Step("file", "file /etc/nccl.conf", {"path": "/etc/nccl.conf"}, section="nccl")
     said: list[str] = []
     session = Session.__new__(Session)
     session.state = StubState({"spark1": {"h1": SimpleNamespace(operation_meta=meta)}, "spark2": {}})  # type: ignore[assignment]

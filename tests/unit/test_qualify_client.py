@@ -10,11 +10,10 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
-from sparkbase.model.lanes import Lane
+from sparkbase.model.lanes import Lane, LaneEndpoint
 from sparkbase.qualify import client
 from sparkbase.qualify.client import ApiEndpoint, ApiError, Request, StreamParser
 from sparkbase.qualify.determinism import Completion
@@ -233,9 +232,11 @@ def test_the_api_is_the_metrics_port_on_the_first_metrics_node() -> None:
     assert lane_api_address(_lane(None)) is None
 
 
-def test_a_lane_endpoint_wins_once_the_model_has_it() -> None:
-    runtime = SimpleNamespace(endpoint=SimpleNamespace(node="spark3", port=8000), metrics=None)
-    assert lane_api_address(SimpleNamespace(runtime=runtime, nodes=["spark1"])) == ("spark3", 8000)  # type: ignore[arg-type]
+def test_the_lanes_endpoint_wins() -> None:
+    lane = _lane({"port": 30000})
+    assert lane.runtime is not None
+    runtime = lane.runtime.model_copy(update={"endpoint": LaneEndpoint(node="spark3", port=8000)})
+    assert lane_api_address(lane.model_copy(update={"runtime": runtime})) == ("spark3", 8000)
 
 
 def test_the_endpoint_is_the_node_address_or_the_labs_loopback_port(tmp_path: Path) -> None:

@@ -119,3 +119,13 @@ def test_settings_leave_out_how_the_lane_is_found_and_watched() -> None:
     data["runtime"]["unit"] = "lane-y.service"
     assert lane_settings(Lane.model_validate(data)) != settings
     assert "match" not in settings["runtime"] and settings["runtime"]["unit"] == "lane-x.service"
+
+
+def test_the_image_digest_is_the_lane_files_pinned_one() -> None:
+    from ruamel.yaml import YAML
+
+    data = YAML(typ="safe").load(LANE)
+    assert records.image_digest(Lane.model_validate(data)) is None
+    data["runtime"]["container"] = {"name": "dsv41-flash",
+                                    "image": "aidendle94/sparkrun-sglang-dsv41-gb10@sha256:" + "f617afd8" * 8}
+    assert records.image_digest(Lane.model_validate(data)) == "sha256:" + "f617afd8" * 8

@@ -257,14 +257,20 @@ def test_the_unit_restarter_stops_everywhere_then_starts_in_rank_order() -> None
 
 
 def test_a_lane_no_restarter_here_can_restart_is_refused() -> None:
-    from types import SimpleNamespace
+    from sparkbase.qualify.restart import RestartError, UnitRestarter, restarter_for
 
-    from sparkbase.qualify.restart import RestartError, restarter_for
+    def boxed(unit: str | None, digest: str) -> Lane:
+        runtime: dict[str, object] = {"match": ["x"], "container": {
+            "name": "dsv41-flash", "image": f"aidendle94/sparkrun-sglang-dsv41-gb10@sha256:{digest * 64}"}}
+        if unit:
+            runtime["unit"] = unit
+        return Lane.model_validate({"model": "m", "engine": "sglang", "baseline": "b",
+                                    "baseline_version": "1.0.0", "shape": "ring4",
+                                    "nodes": ["spark1", "spark2", "spark3", "spark4"], "runtime": runtime})
 
-    container = SimpleNamespace(name="dsv41-flash", digest=lambda: "sha256:" + "f" * 64)
-    boxed = SimpleNamespace(runtime=SimpleNamespace(unit=None, container=container), nodes=["spark1"])
     with pytest.raises(RestartError, match="runs as a container: the container restarter is not wired yet"):
-        restarter_for([CANDIDATE, boxed], {})  # type: ignore[list-item]
-    bare = SimpleNamespace(runtime=SimpleNamespace(unit=None, container=None), nodes=["spark1"])
-    with pytest.raises(RestartError, match=r"names no runtime\.unit"):
-        restarter_for([bare], {})  # type: ignore[list-item]
+        restarter_for([boxed(None, "a"), boxed(None, "b")], {})
+    with pytest.raises(RestartError, match=r"other images under one unit \(lane-x.service\)"):
+        restarter_for([boxed("lane-x.service", "a"), boxed("lane-x.service", "b")], {})
+    assert isinstance(restarter_for([boxed("lane-x.service", "a"), boxed("lane-y.service", "b")], {}),
+                      UnitRestarter)  # a unit that starts its container: each build its own unit

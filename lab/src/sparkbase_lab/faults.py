@@ -32,10 +32,16 @@ Secure Boot faults change what `mokutil` prints at once and module loading from 
 | build-slower | BUILD (default `*`) | the build prefills and decodes 1.5 times slower |
 | build-noisy | BUILD (default `*`) | each start of the build at another speed (0.6-1.4x), ±25% a request |
 | other-traffic | - | the node's lane stand-in reports two more running requests (somebody else's) |
+| container-env | CONTAINER | the container (default dsv41-flash) run again with `NCCL_IB_MERGE_NICS=1` |
+| container-image | CONTAINER | the container run again from another digest of its repository |
+| stale-address | NETDEV | an old netplan file leaves the port (default enp1s0f0np0) a second address |
 
 BUILD is a lane unit's name (the stand-in's `SPARKBASE_LAB_BUILD`), `*` every build. The
 `build-*` faults and `other-traffic` are read by the lane stand-in's API at every request
 and scrape (shims/openai_api.py): they apply at once, to a stand-in already running.
+
+The last three are what a person does to a running node, done the same way over SSH
+(`operator_faults.py`); the key records what to put back, and `--clear` puts it back.
 """
 
 from __future__ import annotations
@@ -46,13 +52,14 @@ from pathlib import Path
 from typing import Any
 
 from sparkbase.atomicfile import write_atomic
-from sparkbase_lab import boot, procs
+from sparkbase_lab import boot, operator_faults, procs
 from sparkbase_lab.fleet import Lab, LabError
 
 KINDS = ("gpu-latch", "gpu-busy", "gid-moved", "link-down", "unreachable", "hang", "kernel-panic", "governor",
          "sb-not-enforcing", "sb-disabled", "sb-setup-mode", "no-efi", "dkms-noise",
          "lane-env", "lane-worker-env", "lane-conf-twice", "lane-private-nccl", "lane-outside-slice",
-         "lane-sessions", "build-changes-output", "build-slower", "build-noisy", "other-traffic")
+         "lane-sessions", "build-changes-output", "build-slower", "build-noisy", "other-traffic",
+         *operator_faults.KINDS)
 #: faults holding a list of values (one inject per value)
 LIST_KINDS = ("link-down", "kernel-panic", "build-changes-output", "build-slower", "build-noisy")
 #: faults whose value is an engine build (a lane unit's name; `*` for every build)
@@ -110,8 +117,21 @@ def _check_arg(kind: str, arg: str | None) -> str | None:
     return None
 
 
+def _index(node: str) -> int:
+    return int(node.removeprefix("spark")) if node.removeprefix("spark").isdigit() else 1
+
+
 def inject(lab: Lab, node: str, kind: str, arg: str | None = None) -> None:
-    """Inject fault `kind` (with `arg` for link-down/kernel-panic) into `node`."""
+    """Inject fault `kind` (with `arg` for link-down/kernel-panic, a container or netdev for
+    the operator faults) into `node`."""
+    if kind in operator_faults.KINDS:
+        _path(lab, node)
+        data = read(lab, node)
+        if kind not in data:
+            given = operator_faults.check_arg(kind, arg)
+            data[kind] = operator_faults.inject(lab, node, kind, given, _index(node))
+            _write(lab, node, data)
+        return
     value = _check_arg(kind, arg)
     data = read(lab, node)
     if kind in LIST_KINDS:
@@ -129,6 +149,12 @@ def clear(lab: Lab, node: str, kind: str, arg: str | None = None) -> None:
     if kind not in KINDS:
         raise LabError(f"unknown fault {kind!r} (one of {', '.join(KINDS)})")
     data = read(lab, node)
+    if kind in operator_faults.KINDS:
+        if kind in data:
+            operator_faults.clear(lab, node, kind, data[kind])
+            data.pop(kind)
+            _write(lab, node, data)
+        return
     if kind in LIST_KINDS and arg:
         value = _check_arg(kind, arg)
         data[kind] = [v for v in data.get(kind, []) if v != value]
@@ -140,5 +166,8 @@ def clear(lab: Lab, node: str, kind: str, arg: str | None = None) -> None:
 
 
 def clear_all(lab: Lab, node: str) -> None:
-    """Remove every fault from `node`."""
+    """Remove every fault from `node` (the operator faults undone first)."""
+    for kind in operator_faults.KINDS:
+        if kind in read(lab, node):
+            clear(lab, node, kind)
     _write(lab, node, {})

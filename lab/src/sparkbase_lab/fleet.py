@@ -37,11 +37,16 @@ ENV_DIR = "SPARKBASE_LAB_DIR"
 ENV_BOOT_DELAY = "SPARKBASE_LAB_BOOT_DELAY"
 
 #: what a clone copies of the lab directory (the client key, the MOK pair, the built apt
-#: repository, preload library and node command client; ssh files are written by the
-#: clone's own `up`)
-CLONED_LAB_PARTS = ("id_ed25519", "id_ed25519.pub", "mok", "apt", "preload", "shimd")
+#: repository, preload library and node command client, and, of an as-found lab, its record
+#: and the proxy's .env; ssh files are written by the clone's own `up`)
+CLONED_LAB_PARTS = ("id_ed25519", "id_ed25519.pub", "mok", "apt", "preload", "shimd", "as-found.json",
+                    "proxy.env")
 #: what a clone copies of each node: its disk (overlay upper dir), firmware, host key
 CLONED_NODE_PARTS = ("upper", "firmware", "ssh_host_ed25519_key", "ssh_host_ed25519_key.pub")
+
+#: present in a lab directory while its node disks are as the site's fleet was found
+#: (`sparkbase_lab.as_found`); wiping the disks removes it
+AS_FOUND_RECORD = "as-found.json"
 
 #: supervisors this process started, by lab dir: waited for on `down` (no zombies)
 _SUPERVISORS: dict[str, subprocess.Popen[bytes]] = {}
@@ -374,6 +379,7 @@ class Lab:
             return was_up
 
     def _purge(self, names: list[str]) -> None:
+        (self.dir / AS_FOUND_RECORD).unlink(missing_ok=True)
         for name in names:
             nd = self.node_dir(name)
             for sub in ("upper", "work", "merged", "firmware"):

@@ -295,7 +295,8 @@ def refresh(
     _write(upper, "etc/hostname", f"{name}\n")
     _write(upper, "etc/hosts", f"127.0.0.1\tlocalhost\n127.0.1.1\t{name}\n"
            "::1\tlocalhost ip6-localhost ip6-loopback\n")
-    _write(upper, "etc/sparkbase-lab/node.json", json.dumps({"name": name, "index": index}) + "\n")
+    identity = {"name": name, "index": index, "port": port}
+    _write(upper, "etc/sparkbase-lab/node.json", json.dumps(identity) + "\n")
     _write(upper, "etc/ssh/sshd_config", SSHD_CONFIG.format(port=port))
     _write(upper, "etc/ssh/ssh_host_ed25519_key", host_key.read_text(), 0o600)
     _write(upper, "etc/ssh/ssh_host_ed25519_key.pub", host_key.with_suffix(".pub").read_text())

@@ -162,9 +162,20 @@ class Init:
             # gain files): `lsmod` and /sys/module/<name> still report the node's modules.
         for key in keys:
             self.bind(f"/run/sparkbase-lab/sysctl/{key}", "/proc/sys/" + key.replace(".", "/"))
+        self.start_containers()
         self.read_faults()
         self.start_sshd()
         self.say(f"booted in {time.monotonic() - started:.2f}s")
+
+    def start_containers(self) -> None:
+        """What dockerd does when it starts: containers whose restart policy says so run
+        again (shims/cmd_docker.py); nothing when the node has never run one."""
+        if not os.path.isdir("/var/lib/sparkbase-lab/docker/containers"):
+            return
+        subprocess.run(
+            ["/usr/bin/python3", "-IS", f"{SHIM_LIB}/shim.py", "__dockerd__"],
+            env=self.env(), cwd="/", check=False, stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log,
+        )
 
     def write_uptime(self) -> None:
         """`/proc/uptime` counts from this node's last boot (pyinfra's reboot checks it)."""

@@ -35,6 +35,7 @@ class Expected:
     node: str
     baseline_name: str
     baseline: Baseline
+    #: the files sparkbase writes there: those of the sections the baseline manages
     files: tuple[RenderedFile, ...]
     cables: dict[str, CableEnd]  # netdev -> path end
     stamp_path: str
@@ -61,7 +62,8 @@ class Expected:
 
         plan = plan_for(self.baseline, [f.path for f in self.files], self.stamp_path,
                         foreign_packages=self.foreign_packages)
-        return replace(plan, gid_index=self.gid_index)
+        # the fabric part of the site's netplan file is judged on its exact text
+        return replace(plan, gid_index=self.gid_index, netplan_files=any(f.merged for f in self.files))
 
 
 def expected_for(site: Site, node: str, baseline_name: str | None = None) -> Expected:

@@ -11,6 +11,14 @@ A node check may stand for several items (one per sysctl, HCA, rendered file…)
 Items depend only on what is expected, so the full list of check ids is known before any
 node is asked (the testinfra suite parametrizes on it). Fleet checks compare one key
 across every reachable node.
+
+Each node check names the baseline section whose steps fix it (`section`; None when no one
+section does: the stamp, a latched GPU clock, the OS release, packages of every section),
+and whether it judges the content of what sparkbase writes (`written`) rather than an
+effective value on the node. On a node whose baseline leaves that section as found
+(`managed:`, `sparkbase.model.sections`) a written check is not judged (a skip saying so;
+the stamp and rendered files when the baseline manages nothing), and a failing effective
+check says that apply changes nothing there.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 if TYPE_CHECKING:
     from sparkbase.audit.expected import Expected
     from sparkbase.facts.model import NodeFacts
+    from sparkbase.model.sections import Section
 
 Severity = Literal["error", "warn"]
 Status = Literal["pass", "fail", "skip"]
@@ -91,6 +100,14 @@ class Subject:
 
 
 @dataclass(frozen=True)
+class AsFound:
+    """What a check of what sparkbase writes expects on a node whose baseline leaves its
+    section as found (None: manages nothing): nothing, judged as a skip saying so."""
+
+    section: str | None
+
+
+@dataclass(frozen=True)
 class Crashed:
     """What a check expects when working that out crashed (a bug in the check): judged as
     that check failing, never as every other check's."""
@@ -116,12 +133,15 @@ class PlannedCheck:
     check: str
     item: str | None
     want: object
+    #: the check's section is left as found on the node: apply changes nothing there
+    as_found: bool = False
 
 
 @dataclass(frozen=True)
 class NodeCheck(Generic[W]):
     """A check of one node: `expect` (from the typed model, once per site) and `judge` (pure,
-    on plain data: what was expected and the node's facts)."""
+    on plain data: what was expected and the node's facts); the section whose steps fix it,
+    and whether it judges what sparkbase writes (`written`) or an effective value."""
 
     id: str
     area: str
@@ -130,6 +150,8 @@ class NodeCheck(Generic[W]):
     judge: JudgeFn[W]
     expect: ExpectFn[W]
     items: ItemsFn | None = None
+    section: Section | None = None
+    written: bool = False
 
     def ids(self, expected: Expected) -> list[tuple[str, str | None]]:
         """(check id, item) pairs this check stands for on a node."""
@@ -139,8 +161,16 @@ class NodeCheck(Generic[W]):
 
     def plan(self, expected: Expected) -> list[PlannedCheck]:
         """This check's planned checks on the node `expected` describes."""
-        return [PlannedCheck(check_id, self.id, item, self.want(expected, item))
-                for check_id, item in self.ids(expected)]
+        return [self.planned(expected, check_id, item) for check_id, item in self.ids(expected)]
+
+    def planned(self, expected: Expected, check_id: str, item: str | None) -> PlannedCheck:
+        """One item planned: what it expects, or `AsFound` for a check of what sparkbase
+        writes in a section the node's baseline leaves as found."""
+        managed = expected.baseline.managed
+        as_found = self.section is not None and self.section not in managed
+        if self.written and (as_found or not managed):
+            return PlannedCheck(check_id, self.id, item, AsFound(self.section), as_found)
+        return PlannedCheck(check_id, self.id, item, self.want(expected, item), as_found)
 
     def want(self, expected: Expected, item: str | None) -> object:
         """What this check expects of `item` on the node, or `Crashed` saying why that could
@@ -155,19 +185,37 @@ class NodeCheck(Generic[W]):
         try:
             if isinstance(planned.want, Crashed):
                 outcome = fail(None, f"check crashed: {planned.want.error}", "report this bug")
+            elif isinstance(planned.want, AsFound):
+                outcome = skip(_as_found_skip(planned.want.section))
             else:
                 outcome = self.judge(planned.want, facts, Subject(node, planned.item))  # type: ignore[arg-type]
         except Exception as exc:  # a check bug must not hide every other result
             outcome = fail(None, f"check crashed: {type(exc).__name__}: {exc}", "report this bug")
+        fix = outcome.fix
+        if planned.as_found and outcome.status == "fail" and self.section is not None:
+            fix = _as_found_fix(self.section, fix)
         return CheckResult(
             planned.id, self.area, self.severity, node,
-            outcome.status, outcome.expected, outcome.observed, outcome.fix,
+            outcome.status, outcome.expected, outcome.observed, fix,
         )
 
     def run(self, expected: Expected, facts: NodeFacts, item: str | None, check_id: str) -> CheckResult:
         """Plan and judge one item on one node (the testinfra checks run them one by one)."""
-        planned = PlannedCheck(check_id, self.id, item, self.want(expected, item))
-        return self.judge_planned(planned, facts, expected.node)
+        return self.judge_planned(self.planned(expected, check_id, item), facts, expected.node)
+
+
+def _as_found_skip(section: str | None) -> str:
+    if section is None:
+        return "as found: the baseline manages no section (managed: []), so sparkbase writes nothing here"
+    return f"as found: {section} is not in the baseline's managed:, so sparkbase writes nothing there"
+
+
+def _as_found_fix(section: str, fix: str | None) -> str:
+    """The fix of a failing check in a section left as found: by hand, since apply changes
+    nothing there (what apply would do when the section is managed, beside)."""
+    text = (f"as found: {section} is not in the baseline's managed:, so apply changes nothing there; "
+            f"fix it by hand, or add {section} to managed:")
+    return f"{text} (managed, the fix would be: {fix})" if fix else text
 
 
 @dataclass(frozen=True)
@@ -191,15 +239,20 @@ def node_check(
     summary: str,
     *,
     expect: ExpectFn[W],
+    section: Section | None,
+    written: bool = False,
     severity: Severity = "error",
     items: ItemsFn | None = None,
 ) -> Callable[[JudgeFn[W]], JudgeFn[W]]:
-    """Register a node check (decorator on its judge; `expect` works out what it compares)."""
+    """Register a node check (decorator on its judge; `expect` works out what it compares;
+    `section` is the baseline section whose steps fix it, `written` that it judges the
+    content of what sparkbase writes there)."""
 
     def register(judge: JudgeFn[W]) -> JudgeFn[W]:
         if check_id in NODE_CHECKS:
             raise ValueError(f"check {check_id} registered twice")
-        NODE_CHECKS[check_id] = NodeCheck(check_id, area, severity, summary, judge, expect, items)
+        NODE_CHECKS[check_id] = NodeCheck(check_id, area, severity, summary, judge, expect, items,
+                                          section, written)
         return judge
 
     return register

@@ -162,9 +162,10 @@ def run_audit(
     nodes = {name: compiled(expected) for name, expected in expectations.items()}
     plans = {name: node.plan for name, node in nodes.items()}
     if probes:
-        from sparkbase.audit.runtime import first_matches
+        from sparkbase.audit.runtime import container_names, first_matches
 
-        plans = {node: replace(plan, serving_matches=first_matches(probes.get(node, ())))
+        plans = {node: replace(plan, serving_matches=first_matches(probes.get(node, ())),
+                               serving_containers=container_names(probes.get(node, ())))
                  for node, plan in plans.items()}
     gathered = (gather or gather_fleet)(targets, plans, parallel)
     return build_report(site_name, nodes, gathered, started, time.monotonic() - clock, probes)

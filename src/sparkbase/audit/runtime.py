@@ -9,7 +9,11 @@ the PID and what differs:
 
 - `runtime.running`: the lane has a process on the node. A lane that must serve there (the
   lane a pre-flight or `lane switch` judges, the proxy's active lane in an audit) fails as
-  "not serving" when it has none; any other lane is idle there (skip);
+  "not serving" when it has none; any other lane is idle there (skip), unless its container
+  runs (Docker says so) with no process matching: then the match strings are wrong (fail);
+- `runtime.container` (a lane run as a container): every process of the lane runs in the
+  container the lane names, and that container runs the image the lane pins by digest
+  (`policy.images.pin_problem`); docker not found, or not answering, fails it;
 - `runtime.nccl_env`: the NCCL settings every process that maps libnccl would use (its
   environment as it was started, else the nccl.conf files its own mount namespace shows,
   read by NCCL's rules, else NCCL's default) equal the baseline's; and no nccl.conf it
@@ -34,9 +38,11 @@ from typing import TYPE_CHECKING
 from sparkbase.audit.registry import CheckResult
 from sparkbase.facts.parsers.cpus import format_cpu_list
 from sparkbase.facts.runtime import LaneGroup, lane_group
+from sparkbase.policy.images import parse_reference, pin_problem, running_digests, short_digest
 
 if TYPE_CHECKING:
     from sparkbase.facts.model import NodeFacts
+    from sparkbase.facts.parsers.docker import Container
     from sparkbase.facts.runtime import ServingProcess
     from sparkbase.model.site import Site
 
@@ -45,6 +51,10 @@ if TYPE_CHECKING:
 NCCL_DEFAULTS = {"NCCL_IB_MERGE_NICS": "1"}
 #: the runtime checks, in the order they are reported
 KINDS = ("nccl_env", "nccl_library", "affinity", "cgroup")
+#: what a container lane's processes run in, and from which image
+CONTAINER_EXPECTED = "every process of the lane in container {name}, running {image}"
+CONTAINER_FIX = ("start the lane as `docker run --name {name} ... {image}` (the image by its digest), "
+                 "or correct runtime.container in the lane file")
 
 
 @dataclass(frozen=True)
@@ -60,10 +70,14 @@ class LaneProbe:
     library_path: str
     library_sha256: str
     slice_cpus: frozenset[int]
-    slice_name: str
+    slice_name: str | None  # None: the lane's container holds its CPUs (cpuset.pinned_by: container)
     #: the lane must be serving on the node (its pre-flight, or the proxy's active lane):
     #: no process there is a failure, not an idle lane
     required: bool = False
+    #: the Docker container the lane runs as, and the image it must run (pinned by digest);
+    #: None: the lane is not run as a container
+    container: str | None = None
+    image: str | None = None
 
 
 def lane_probe(site: Site, name: str) -> LaneProbe | None:
@@ -73,6 +87,7 @@ def lane_probe(site: Site, name: str) -> LaneProbe | None:
     baseline = site.baselines.get(lane.baseline)
     if lane.runtime is None or baseline is None:
         return None
+    container = lane.runtime.container
     return LaneProbe(
         lane=name,
         match=tuple(lane.runtime.match),
@@ -80,7 +95,9 @@ def lane_probe(site: Site, name: str) -> LaneProbe | None:
         library_path=baseline.nccl.library.path,
         library_sha256=baseline.nccl.library.sha256,
         slice_cpus=frozenset(baseline.cpuset.cpus),
-        slice_name=baseline.cpuset.slice,
+        slice_name=baseline.cpuset.slice if baseline.cpuset.pinned_by == "slice" else None,
+        container=container.name if container is not None else None,
+        image=container.image if container is not None else None,
     )
 
 
@@ -105,6 +122,11 @@ def lane_probes(site: Site, lanes: Iterable[str] | None = None) -> dict[str, lis
 def first_matches(probes: Iterable[LaneProbe]) -> tuple[str, ...]:
     """The strings the node searches command lines for (each lane's first)."""
     return tuple(sorted({probe.match[0] for probe in probes}))
+
+
+def container_names(probes: Iterable[LaneProbe]) -> tuple[str, ...]:
+    """The containers the node asks docker about by name (each container lane's)."""
+    return tuple(sorted({probe.container for probe in probes if probe.container is not None}))
 
 
 def _result(node: str, check: str, lane: str, status: str, expected: str | None,
@@ -162,15 +184,20 @@ def conf_notes(process: ServingProcess) -> list[str]:
     return notes
 
 
-def library_problems(process: ServingProcess, probe: LaneProbe) -> list[str]:
-    """What differs between the libnccl the process maps and the pinned one."""
+def library_problems(process: ServingProcess, probe: LaneProbe,
+                     container: Container | None = None) -> list[str]:
+    """What differs between the libnccl the process maps and the pinned one. In a container,
+    the path the process maps is the container's: it is the pinned host file when a bind
+    mount puts that file there (`Container.host_path`)."""
     pinned_path, pinned_sha256 = probe.library_path, probe.library_sha256
     if not process.libraries:
         return ["maps no libnccl (NCCL not loaded yet, or linked statically)"]
     problems: list[str] = []
     for mapped in process.libraries:
-        if mapped.path != pinned_path:
-            problems.append(f"maps {mapped.path}, not the pinned {pinned_path}")
+        host = container.host_path(mapped.path) if container is not None else None
+        if mapped.path != pinned_path and host != pinned_path:
+            where = f" (bind-mounted from {host})" if host is not None else ""
+            problems.append(f"maps {mapped.path}{where}, not the pinned {pinned_path}")
             continue
         if mapped.deleted:
             problems.append(f"maps a deleted {mapped.path} (replaced after the process started)")
@@ -199,7 +226,7 @@ def cgroup_problems(process: ServingProcess, probe: LaneProbe) -> list[str]:
     """The process's cgroup when it is not under the serving slice."""
     if process.cgroup is None:
         return [process.errors.get("cgroup", "cgroup unreadable")]
-    if probe.slice_name not in process.cgroup.slices():
+    if probe.slice_name is not None and probe.slice_name not in process.cgroup.slices():
         where = process.cgroup.unified if process.cgroup.unified is not None else "no cgroup v2 path"
         return [f"cgroup {where} is outside {probe.slice_name}"]
     return []
@@ -231,11 +258,42 @@ def _pids(processes: Iterable[ServingProcess]) -> str:
     return ", ".join(f"pid {p.pid}" for p in processes)
 
 
-def _running(node: str, probe: LaneProbe, group: LaneGroup) -> CheckResult:
-    """The lane has a process on the node: pass naming what is judged; else a failure
-    ("not serving") when it must serve there, a skip (idle) when not."""
+def lane_container(facts: NodeFacts, name: str) -> Container | None:
+    """The container called `name` on the node, as docker showed it (None: not shown)."""
+    return next((c for c in facts.containers.values() if c.name == name), None)
+
+
+def _where_it_runs(probe: LaneProbe, group: LaneGroup, facts: NodeFacts) -> str:
+    """`container NAME (id), image REPO@DIGEST`, for the processes' containers; empty when
+    none of them runs in one."""
+    found = [facts.containers.get(cid) for cid in sorted({p.container_id for p in group.matched
+                                                            if p.container_id is not None})]
+    parts: list[str] = []
+    for container in found:
+        if container is None:
+            continue
+        digests = running_digests(container, parse_reference(probe.image)) if probe.image else []
+        image = f"{container.image_ref or container.image_id}"
+        if digests and digests[0] not in image:
+            image += f" ({short_digest(digests[0])})"
+        parts.append(f"container {container.name} ({container.id[:12]}), image {image}")
+    return "; ".join(parts)
+
+
+def _running(node: str, probe: LaneProbe, group: LaneGroup, facts: NodeFacts) -> CheckResult:
+    """The lane has a process on the node: pass naming what is judged (and the container
+    and image it runs in); else a failure ("not serving") when it must serve there, or when
+    its container runs with no process matching (the match strings are wrong), a skip
+    (idle) when not."""
     match = " ".join(probe.match)
     if not group.serving:
+        container = lane_container(facts, probe.container) if probe.container is not None else None
+        if container is not None and container.running:
+            return _result(node, "running", probe.lane, "fail", f"a process of lane {probe.lane} "
+                           f"(command line holding {match})",
+                           f"container {container.name} is running but no process matches {match}",
+                           "correct runtime.match in the lane file (the strings must all be in the command "
+                           "line of the engine's server, as /proc/PID/cmdline shows it)")
         if probe.required:
             return _result(node, "running", probe.lane, "fail", f"a process of lane {probe.lane} "
                            f"(command line holding {match})", f"not serving: no process matches {match}",
@@ -247,7 +305,59 @@ def _running(node: str, probe: LaneProbe, group: LaneGroup) -> CheckResult:
     workers = [p for p in group.members if p.pid not in matched]
     observed = (f"{_pids(group.matched)} (command line), {len(workers)} more in its cgroup or below it "
                 f"({_pids(workers) or 'none'}); cgroup {where}")
+    runs_in = _where_it_runs(probe, group, facts)
+    if runs_in:
+        observed += f"; {runs_in}"
     return _result(node, "running", probe.lane, "pass", f"a process of lane {probe.lane}", observed)
+
+
+def container_problems(probe: LaneProbe, group: LaneGroup, facts: NodeFacts) -> list[str]:
+    """Why the lane's processes do not run in its container from its pinned image (empty:
+    they do). Docker's answer is the node's; a container it could not show fails."""
+    assert probe.container is not None and probe.image is not None
+    name = probe.container
+    container = lane_container(facts, name)
+    if container is None:
+        why = facts.container_errors.get(name, "docker was not asked about it")
+        if why == "no such container":
+            return [f"no container named {name} on the node (docker ps -a NAMES)"]
+        return [f"cannot read container {name}: {why}"]
+    problems: list[str] = []
+    outside = [p for p in group.members if p.container_id is None]
+    if outside:
+        problems.append(f"{_pids(outside)} outside any Docker container (not in container {name})")
+    for cid in sorted({p.container_id for p in group.members if p.container_id not in (None, container.id)}):
+        assert cid is not None
+        pids = _pids(p for p in group.members if p.container_id == cid)
+        other = facts.containers.get(cid)
+        what = f"container {other.name}" if other is not None else f"container {cid[:12]}"
+        problems.append(f"{pids} in {what}, not in the lane's container {name} ({container.id[:12]})")
+    if not container.running:
+        problems.append(f"container {name} is not running (docker says {container.id[:12]} stopped)")
+    pinned = parse_reference(probe.image)
+    problem = pin_problem(container, pinned)
+    if problem is not None:
+        unread = facts.container_errors.get(container.image_id)
+        problems.append(problem + (f" (RepoDigests unread: {unread})" if unread else ""))
+    return problems
+
+
+def _container(node: str, probe: LaneProbe, group: LaneGroup, facts: NodeFacts) -> CheckResult:
+    """`runtime.container`: the lane's processes in its container, from its pinned image."""
+    assert probe.container is not None and probe.image is not None
+    expected = CONTAINER_EXPECTED.format(name=probe.container, image=probe.image)
+    problems = container_problems(probe, group, facts)
+    if problems:
+        return _result(node, "container", probe.lane, "fail", expected, "; ".join(problems),
+                       CONTAINER_FIX.format(name=probe.container, image=probe.image))
+    container = lane_container(facts, probe.container)
+    assert container is not None
+    digests = running_digests(container, parse_reference(probe.image))
+    image = container.image_ref or container.image_id
+    if not digests or digests[0] not in image:
+        image += f" ({', '.join(digests) or container.image_id})"
+    observed = f"{_pids(group.members)} in container {container.name} ({container.id[:12]}), image {image}"
+    return _result(node, "container", probe.lane, "pass", expected, observed)
 
 
 def judged(kind: str, group: LaneGroup) -> tuple[ServingProcess, ...]:
@@ -263,13 +373,24 @@ def runtime_results(node: str, probes: Iterable[LaneProbe], facts: NodeFacts) ->
     results: list[CheckResult] = []
     for probe in probes:
         group = lane_group(facts.serving, probe.match)
-        results.append(_running(node, probe, group))
+        results.append(_running(node, probe, group, facts))
         if not group.serving:
             continue
+        if probe.container is not None:
+            results.append(_container(node, probe, group, facts))
         for kind in KINDS:
             judge, expected, fix = CHECKS[kind]
+            if kind == "cgroup" and probe.slice_name is None:
+                results.append(_result(node, kind, probe.lane, "skip", expected,
+                                       "no serving slice: the lane's container holds its CPUs "
+                                       "(cpuset.pinned_by: container; runtime.affinity judges them)", None))
+                continue
             processes = judged(kind, group)
-            found = [f"pid {p.pid}: {problem}" for p in processes for problem in judge(p, probe)]
+            if kind == "nccl_library":
+                found = [f"pid {p.pid}: {problem}" for p in processes for problem in
+                         library_problems(p, probe, facts.containers.get(p.container_id or ""))]
+            else:
+                found = [f"pid {p.pid}: {problem}" for p in processes for problem in judge(p, probe)]
             observed = "; ".join(found) if found else _pids(processes)
             if kind == "nccl_env" and not found:
                 observed = "; ".join([observed, *(f"pid {p.pid}: {note}" for p in processes

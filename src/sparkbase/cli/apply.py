@@ -4,10 +4,13 @@
 node that fails (at once when it comes back with a host key known_hosts does not hold). A
 run cut short is finished by the next: follow-up steps (update-grub, daemon-reload, netplan
 apply, update-initramfs) are decided from the node's state, and a reboot staged and not done
-stays pending until a reboot clears it. A node that serves a lane (one of the lane's units
-is active there) is not rebooted: its changes are staged and the refusal names the lane,
-unless --drain, which first stops the lane's units on every node the lane spans (a
-tensor-parallel lane goes down as a whole) and says which lanes went down. A baseline that
+stays pending until a reboot clears it. A node that serves a lane (a process there matches
+the lane's runtime.match strings, or its container runs: never a unit name alone) is not
+rebooted: its changes are staged and the refusal names the lane and its PIDs, unless
+--drain, which first stops the lane the way it runs on every node the lane spans (its unit,
+then `docker stop` its container; a tensor-parallel lane goes down as a whole), waits until
+no process of it is left (else no node is rebooted, naming the PIDs left) and says which
+lanes went down. A lane with no unit nor container cannot be drained. A baseline that
 breaks the site contract needs --override-policy REASON, recorded in
 <site>/.sparkbase/overrides.log."""
 
@@ -38,8 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="apply a baseline that breaks the site contract; REASON is logged")
     parser.add_argument("--drain", action="store_true",
                         help="with --allow-reboot: a node that serves a lane is rebooted only after "
-                        "the lane's units are stopped on every node the lane spans (without it, "
-                        "such a node is refused and its changes are staged)")
+                        "the lane is stopped the way it runs (its unit, then its container) on every "
+                        "node the lane spans and no process of it is left (without it, such a node is "
+                        "refused and its changes are staged)")
     parser.add_argument("--reboot-timeout", type=float, default=180.0, metavar="SECONDS",
                         help="how long to wait for a rebooted node's SSH (default 180)")
 

@@ -1,6 +1,7 @@
 """The emulated fleet: N DGX Sparks on this machine, reachable over SSH on 127.0.0.1.
 
   sparkbase lab up [--nodes N] [--port-base P] [--fresh]   start (idempotent)
+  sparkbase lab up --as-found [--site DIR]                 the site's fleet as it runs today
   sparkbase lab status [--json]                            what runs
   sparkbase lab ssh NODE [COMMAND...]                      shell or one command
   sparkbase lab reboot NODE                                reboot one node
@@ -31,7 +32,8 @@ if TYPE_CHECKING:
 FAULT_KINDS = ("gpu-latch", "gpu-busy", "gid-moved", "link-down", "unreachable", "hang", "kernel-panic",
                "governor", "sb-not-enforcing", "sb-disabled", "sb-setup-mode", "no-efi", "dkms-noise",
                "lane-env", "lane-worker-env", "lane-conf-twice", "lane-private-nccl", "lane-outside-slice",
-               "lane-sessions", "build-changes-output", "build-slower", "build-noisy", "other-traffic")
+               "lane-sessions", "build-changes-output", "build-slower", "build-noisy", "other-traffic",
+               "container-env", "container-image", "stale-address")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,6 +51,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                     help="port of spark1; sparkN uses base+N-1 (default 2201)")
     up.add_argument("--fresh", action="store_true", help="wipe node disks first (factory-fresh)")
     up.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for sshd")
+    up.add_argument("--as-found", action="store_true",
+                    help="the nodes as the site set them up by hand, serving the production lane from a "
+                         "container; no sparkbase record on them (resumed when the disks already are)")
+    up.add_argument("--site", default=".", help="with --as-found: the site whose inventory, lane and "
+                    "baseline the nodes follow (default: here or a parent)")
     down = sub.add_parser("down", help="stop every node and process of the lab")
     down.add_argument("--purge", action="store_true", help="also wipe the node disks")
     status = sub.add_parser("status", help="nodes, ports, PIDs, kernel, memory")
@@ -62,8 +69,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     fault = sub.add_parser("fault", help="inject (or --clear) an emulated hardware fault")
     fault.add_argument("node")
     fault.add_argument("kind", choices=FAULT_KINDS)
-    fault.add_argument("arg", nargs="?", help="HCA/netdev for link-down, RELEASE for kernel-panic, the "
-                       "build (a lane unit) for build-* (default: every build)")
+    fault.add_argument("arg", nargs="?", help="HCA/netdev for link-down, RELEASE for kernel-panic, "
+                       "CONTAINER for container-env/-image, netdev for stale-address, the build (a lane "
+                       "unit) for build-* (default: every build)")
     fault.add_argument("--clear", action="store_true")
     lane = sub.add_parser("lane", help="start/stop a lane's serving stand-in on its nodes (its unit)")
     lane.add_argument("verb", choices=("start", "stop", "restart"))
@@ -92,6 +100,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         lab = Lab(args.dir, getattr(args, "port_base", None))
         action = args.lab_command
+        if action == "up" and args.as_found:
+            return _up_as_found(lab, args)
         if action == "up":
             import time
 
@@ -179,6 +189,35 @@ def status_table(nodes: Sequence[NodeStatus]) -> Table:
             for n in nodes
         ],
     )
+
+
+def _up_as_found(lab: object, args: argparse.Namespace) -> int:
+    """`lab up --as-found`: the site's fleet as it runs today (sparkbase_lab.as_found)."""
+    import time
+    from pathlib import Path
+
+    from sparkbase.errors import ConfigError
+    from sparkbase.model.site import load_site
+    from sparkbase.model.site_files import find_site_root
+    from sparkbase_lab import as_found
+    from sparkbase_lab.fleet import Lab
+
+    assert isinstance(lab, Lab)
+    try:
+        site = load_site(find_site_root(Path(args.site)))
+    except ConfigError as exc:
+        print(f"sparkbase lab: the site is invalid ({len(exc.problems)} problem(s)); run sparkbase validate",
+              file=sys.stderr)
+        return 2
+    started = time.monotonic()
+    if as_found.up(lab, site, fresh=args.fresh, timeout=args.timeout):
+        took = time.monotonic() - started
+        print(f"lab up as found: {', '.join(lab.node_names)} in {took:.1f}s ({lab.dir})")
+        print(f"  lane {as_found.LANE} in container {as_found.CONTAINER} from {as_found.IMAGE}")
+    else:
+        print(f"lab already up as found ({lab.dir})")
+    print(f"  ssh -F {lab.ssh_config_path} spark1 docker inspect {as_found.CONTAINER}")
+    return 0
 
 
 def _lane(lab: object, args: argparse.Namespace) -> int:

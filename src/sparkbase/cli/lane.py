@@ -111,11 +111,19 @@ def run(args: argparse.Namespace) -> int:
 
 def _preflight_lines(args: argparse.Namespace, site: Site, lane: str) -> tuple[list[str], bool]:
     """The pre-flight's refusal lines and whether any cannot be overridden."""
+    lines, blocked, _runs = _preflight(args, site, lane)
+    return lines, blocked
+
+
+def _preflight(args: argparse.Namespace, site: Site, lane: str) -> tuple[list[str], bool, list[str]]:
+    """The pre-flight's refusal lines, whether any cannot be overridden, and where the lane
+    runs as a container (node, container, image digest)."""
     from sparkbase.gate.preflight import preflight
     from sparkbase.gate.view import view_of
 
     result = preflight(view_of(site), lane, _targets(args, site), args.parallel)
-    return [refusal.line() for refusal in result.refusals], bool(result.blocking_override)
+    return ([refusal.line() for refusal in result.refusals], bool(result.blocking_override),
+            result.where_it_runs())
 
 
 def _targets(args: argparse.Namespace, site: Site) -> dict[str, SshTarget]:
@@ -131,8 +139,13 @@ def _status(args: argparse.Namespace, site: Site, current: str) -> int:
     if current not in site.lanes:
         print(f"active lane: {shown(current)} (no lanes/{shown(current)}.yaml)")
         return 1
-    lines, _blocked = _preflight_lines(args, site, current)
+    lines, _blocked, runs = _preflight(args, site, current)
     print(f"active lane: {shown(current)}")
+    endpoint = endpoint_line(site, current)
+    if endpoint is not None:
+        print(f"  {shown(endpoint)}")
+    for line in runs:
+        print(f"  {shown(line)}")
     for line in lines:
         print(f"  {line}")
     for line in _metrics_lines(args, site, current):
@@ -140,6 +153,23 @@ def _status(args: argparse.Namespace, site: Site, current: str) -> int:
     verdict = "qualified" if not lines else f"NOT QUALIFIED ({len(lines)} reason(s))"
     print(f"lane {shown(current)}: {verdict}")
     return 0 if not lines else 1
+
+
+def endpoint_line(site: Site, lane: str) -> str | None:
+    """`API (openai): http://ADDRESS:PORT/v1 on NODE` from the lane's `runtime.endpoint` and
+    the node's management address (None: the lane names no endpoint)."""
+    runtime = site.lanes[lane].runtime
+    endpoint = runtime.endpoint if runtime is not None else None
+    if endpoint is None:
+        return None
+    node = site.inventory.nodes.get(endpoint.node)
+    address = node.management_address if node is not None else None
+    if address is None:
+        return (f"API ({endpoint.api}): port {endpoint.port} on {endpoint.node} (the inventory gives no "
+                "management_address)")
+    host = address.split("/", 1)[0]
+    host = f"[{host}]" if ":" in host else host
+    return f"API ({endpoint.api}): http://{host}:{endpoint.port}/v1 on {endpoint.node}"
 
 
 def _metrics_lines(args: argparse.Namespace, site: Site, lane: str) -> list[str]:

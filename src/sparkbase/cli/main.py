@@ -36,6 +36,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "lane": ("lane", "the serving lane the proxy points at: status, switch through the gate"),
     "triggers": ("triggers", "evaluate the re-open triggers with evidence"),
     "capture": ("capture", "write a baseline read from a live node, each value marked captured"),
+    "adopt": ("adopt", "write a complete site read from a running fleet; list what no node can tell"),
     "lab": ("lab", "the emulated fleet: four DGX Sparks on this machine"),
 }
 

@@ -71,6 +71,8 @@ def run(args: argparse.Namespace) -> int:
     if result.qualified:
         _print_json(args, result, overridden=False)
         if not args.json:
+            for line in result.where_it_runs():
+                print(f"  {shown(line)}")
             print(
                 f"preflight {shown(args.lane)}: qualified ({len(result.report.nodes)} nodes, "
                 f"{result.elapsed_seconds:.2f}s)"

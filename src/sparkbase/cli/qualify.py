@@ -219,7 +219,9 @@ class _Refusing:
 
     def describe(self, lane: Lane) -> str:
         """How the lane runs (as far as this restarter can tell)."""
-        return "a container" if getattr(lane.runtime, "container", None) else "no unit"
+        from sparkbase.qualify.restart import container_of
+
+        return "a container" if container_of(lane) is not None else "no unit"
 
     def restart(self, running: Lane, wanted: Lane, note: Any) -> None:
         """Refuse, saying why."""

@@ -2,6 +2,8 @@
 
 Files keep the mode they are rendered with; lines sparkbase owns inside a shared file
 (the swap entry of /etc/fstab) are written as a fragment, e.g. OUT/<node>/etc/fstab.sparkbase-managed.
+Sections a node's baseline leaves as found (`managed:`) have no file sparkbase writes: they
+are not rendered, and the line per node says so.
 Rendering is deterministic (byte-identical on re-run) and all or nothing: every node is
 rendered in memory first, and nothing is written when the site is invalid, a node cannot
 be rendered or an output directory is not a previous render (exit 2).
@@ -44,9 +46,14 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         print(f"sparkbase: {exc}; nothing was written", file=sys.stderr)
         return 2
+    from sparkbase.model.sections import as_found_text
+
     for node in chosen:
+        baseline = site.baseline_of(node)
+        unmanaged = baseline.unmanaged()
         print(
             f"{node}: {len(written[node])} file(s) under {args.out / node} "
-            f"({site.baseline_of(node).version} of {site.inventory.nodes[node].baseline})"
+            f"({baseline.version} of {site.inventory.nodes[node].baseline})"
+            + (f"; not rendered ({as_found_text(unmanaged)})" if unmanaged else "")
         )
     return 0

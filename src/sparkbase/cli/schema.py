@@ -1,4 +1,4 @@
-"""JSON Schema of baseline files (baselines/NAME.yaml), for editors.
+"""JSON Schema of baseline files (baselines/NAME.yaml) or lane files, for editors.
 
 Fields a file inherits through `extends:` need not appear in it, so the schema requires
 no field; unknown keys are still refused. To use it in VS Code (Red Hat YAML extension),
@@ -8,6 +8,12 @@ write it once and map it in .vscode/settings.json:
   "yaml.schemas": {"./baselines/baseline.schema.json": ["baselines/*.yaml", "!baselines/site.yaml"]}
 
 or put `# yaml-language-server: $schema=./baseline.schema.json` at the top of a baseline.
+`--lane` gives the schema of lane files (lanes/NAME.yaml: the runtime block with its
+container, image pinned by digest, endpoint and metrics); a lane inherits nothing, so its
+required fields stay required:
+
+  sparkbase schema --lane --output lanes/lane.schema.json
+  "yaml.schemas": {"./lanes/lane.schema.json": ["lanes/*.yaml"]}
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--output", "-o", type=Path, default=None, metavar="F", help="write here (default: stdout)"
     )
+    parser.add_argument("--lane", action="store_true",
+                        help="the schema of lane files (lanes/NAME.yaml) instead of baseline files")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -29,12 +37,18 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from sparkbase.atomicfile import write_output
-    from sparkbase.model.baseline import Baseline
 
-    schema = _without_required(Baseline.model_json_schema())
+    if args.lane:
+        from sparkbase.model.lanes import Lane
+
+        schema, kind = Lane.model_json_schema(), "lane"
+    else:
+        from sparkbase.model.baseline import Baseline
+
+        schema, kind = _without_required(Baseline.model_json_schema()), "baseline"
     schema = {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": "https://sparkbase.invalid/schema/baseline.json",
+        "$id": f"https://sparkbase.invalid/schema/{kind}.json",
         **schema,
     }
     text = json.dumps(schema, indent=2, sort_keys=True) + "\n"

@@ -25,10 +25,12 @@ from sparkbase.deploy.reboot import STAGED_PATH
 from sparkbase.facts import parsers as p
 from sparkbase.facts.model import DkmsStatus, GrubBoot, Interface, ModuleInfo, MokCertificate, SecureBoot
 from sparkbase.facts.model import UnitState as UnitStateValue
+from sparkbase.facts.parsers.netplan import NetplanListing, parse_netplan_listing
 from sparkbase.facts.script import (
     GRUB_CFG,
     GRUBENV,
     MODULES_SYS_COMMAND,
+    NETPLAN_FILES_COMMAND,
     THP_PATH,
     Section,
     Sections,
@@ -270,6 +272,21 @@ class FileText(FactBase[str | None]):
         except binascii.Error as exc:
             raise FactProcessError(f"FileText: the file's base64 does not decode: {exc}") from exc
         return file_text(data)
+
+
+class NetplanFiles(FactBase[NetplanListing]):
+    """Every file netplan reads (/lib, /etc and /run/netplan/*.yaml) with its exact text, sha256
+    and mode, by the audit's command and parser (`facts.parsers.netplan`); empty when none."""
+
+    def command(self) -> str:
+        return NETPLAN_FILES_COMMAND
+
+    @staticmethod
+    def default() -> NetplanListing:
+        return NetplanListing()
+
+    def process(self, output: list[str]) -> NetplanListing:
+        return parse_netplan_listing("\n".join(output))
 
 
 # --- boot state -------------------------------------------------------------------------

@@ -25,13 +25,14 @@ from sparkbase.deploy.operations import (
     host,
     memory,
     modeset,
+    netplan,
     packages,
     secure_boot,
     tuning,
 )
 from sparkbase.deploy.operations import files as file_ops
 from sparkbase.deploy.operations import fstab as fstab_ops
-from sparkbase.deploy.steps import Step
+from sparkbase.deploy.steps import WRITING_KINDS, Step
 
 
 @dataclass
@@ -123,6 +124,8 @@ ADDERS: dict[str, Callable[[Step, dict[str, Any]], Any]] = {
     "modeset-purge": _simple(modeset.modeset_purge),
     "modeset-restore": _simple(modeset.modeset_restore),
     "file": _file,
+    "netplan-files": _simple(netplan.netplan_files),
+    "netplan-takeover": _simple(netplan.netplan_takeover),
     "grub-update": _grub,
     "sysctl-apply": _simple(ops.sysctl_apply),
     "daemon-reload": _follow_up(activation.daemon_reload),
@@ -168,6 +171,8 @@ ASKS: dict[str, Callable[..., list[Ask]]] = {
     "modeset-purge": modeset.modeset_purge_asks,
     "modeset-restore": modeset.modeset_restore_asks,
     "file": file_ops.file_asks,
+    "netplan-files": netplan.netplan_files_asks,
+    "netplan-takeover": netplan.netplan_takeover_asks,
     "grub-update": boot.grub_update_asks,
     "sysctl-apply": memory.sysctl_apply_asks,
     "daemon-reload": activation.daemon_reload_asks,
@@ -205,7 +210,7 @@ def add_steps(steps: list[Step]) -> list[AddedOp]:
     for step in steps:
         with ops.noop_reasons() as reasons:
             meta = ADDERS[step.kind](step, by_path)
-        if step.kind == "file":
+        if step.kind in WRITING_KINDS:
             by_path[str(step.args["path"])] = meta
         added.append(AddedOp(step, meta, reasons[-1] if reasons else ""))
     return added

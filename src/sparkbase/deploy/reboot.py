@@ -29,8 +29,11 @@ def _flag(value: bool) -> str:
 def boot_mismatches(baseline: Baseline, boot: dict[str, Any]) -> list[str]:
     """How the running system differs from what the baseline boots (empty when it matches).
 
-    This is the post-reboot verification: kernel release, page size, command line.
+    This is the post-reboot verification: kernel release, page size, command line (none
+    when the baseline leaves the kernel as found: no apply changes what it boots).
     """
+    if not baseline.manages("kernel"):
+        return []
     problems = []
     kernel = baseline.kernel
     if boot["kernel"] != kernel.release:
@@ -49,22 +52,26 @@ def boot_mismatches(baseline: Baseline, boot: dict[str, Any]) -> list[str]:
 
 
 def module_mismatches(baseline: Baseline, boot: dict[str, Any], mok: dict[str, Any]) -> list[str]:
-    """Module state that only a reboot fixes: nvidia-drm parameters, the memory-saver module."""
+    """Module state that only a reboot fixes: nvidia-drm parameters, the memory-saver and
+    fan-control modules, a pending MOK enrolment; each only where the baseline manages its
+    section (a reboot changes nothing sparkbase left as found)."""
     problems = []
     drm = baseline.host.nvidia_drm
-    if "nvidia_drm" in boot["modules"]:
+    host = baseline.manages("host")
+    if host and "nvidia_drm" in boot["modules"]:
         for key, wanted in (("modeset", drm.modeset), ("fbdev", drm.fbdev)):
             live = boot[f"drm_{key}"]
             if live and live != _flag(wanted):
                 problems.append(f"nvidia_drm {key}={live} loaded, baseline wants {_flag(wanted)}")
     saver = baseline.memory.memory_saver
-    if saver is not None and saver.required and saver.module not in boot["modules"]:
+    memory = baseline.manages("memory")
+    if memory and saver is not None and saver.required and saver.module not in boot["modules"]:
         problems.append(f"{saver.module} is not loaded")
     fan = baseline.host.fan_control
-    if fan is not None and fan.module not in boot["modules"]:
+    if host and fan is not None and fan.module not in boot["modules"]:
         problems.append(f"{fan.module} is not loaded")
     fingerprint = baseline.secure_boot.mok_fingerprint
-    if fingerprint and fingerprint in mok["pending"]:
+    if baseline.manages("secure_boot") and fingerprint and fingerprint in mok["pending"]:
         problems.append("MOK enrolment pending")
     return problems
 

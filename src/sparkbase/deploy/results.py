@@ -1,7 +1,9 @@
 """Typed results of plan and apply, their exit status and their JSON contract.
 
-The JSON printed by `--json` is a contract (pinned by `tests/unit/test_deploy_results.py`):
-`{"format": 1, "command": "plan"|"apply", "exit_code": N, "nodes": [NodeResult...]}`.
+The JSON printed by `--json` is a contract (pinned by `tests/unit/test_deploy_units.py`):
+`{"format": 2, "command": "plan"|"apply", "exit_code": N, "notes": [...], "nodes": [NodeResult...]}`;
+each node says which sections its baseline leaves as found (`unmanaged`), each operation
+its section (additions to format 2: no key changed meaning).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from sparkbase.model.sections import Section, as_found_text
 from sparkbase.transport.failure import FailureKind
 
 RESULT_FORMAT = 2  # 2: nodes[].failure (the typed failure kind)
@@ -41,6 +44,8 @@ class OpResult:
     status: str  # "changed", "would change", "unchanged", "failed"
     reason: str = ""  # why nothing changed (pyinfra no-op reason)
     diff: list[str] = field(default_factory=list)
+    #: the baseline section the step belongs to (None: the stamp, sparkbase's own record)
+    section: Section | None = None
 
     @property
     def note(self) -> bool:
@@ -62,6 +67,8 @@ class NodeResult:
     message: str = ""
     #: why the node failed or was not reached (`transport.failure`); None when it did not
     failure: FailureKind | None = None
+    #: the baseline's sections left as found (`managed:`): nothing was planned or done there
+    unmanaged: list[Section] = field(default_factory=list)
 
     @property
     def changes(self) -> list[OpResult]:
@@ -77,6 +84,8 @@ class NodeResult:
             detail += f"; rebooted, running {self.running_kernel}"
         if self.message:
             detail += f"; {self.message}"
+        if self.unmanaged:
+            detail += "; " + as_found_text(self.unmanaged)
         return detail
 
     def to_json(self) -> dict[str, Any]:

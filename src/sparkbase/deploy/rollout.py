@@ -10,17 +10,20 @@ touched. Lanes a rebooting node serves are refused, or drained first with `drain
 from __future__ import annotations
 
 import shlex
+import time
 import uuid
 
-from sparkbase.deploy.drain import Drain, RebootGate, is_active_command, parse_is_active, stop_command
+from sparkbase.deploy.drain import Drain, RebootGate, describe_leftovers, stop_commands
 from sparkbase.deploy.locks import LockHeld, Owner, local_lock_dir, local_locks
 from sparkbase.deploy.reboot import boot_mismatches, module_mismatches
 from sparkbase.deploy.results import NodeResult, NodeStatus, Report
-from sparkbase.deploy.session import Options, Session, patch_gevent, reboot_gates, runtimes
+from sparkbase.deploy.session import Options, Session, patch_gevent, read_serving, reboot_gates, runtimes
 from sparkbase.model.site import Site
 from sparkbase.transport import FailureKind, SshTarget, TransportError, ssh_targets
 
 REBOOT_MARKER = "/run/sparkbase/reboot-pending-marker"
+#: seconds between two looks at a drained lane's processes
+DRAIN_POLL_SECONDS = 1.0
 
 
 def apply(site: Site, nodes: list[str], options: Options) -> Report:
@@ -36,6 +39,8 @@ def apply(site: Site, nodes: list[str], options: Options) -> Report:
         for node in nodes:
             report.nodes.append(NodeResult(node, site.inventory.nodes[node].baseline,
                                            NodeStatus.LOCKED, message=str(exc)))
+    for result in report.nodes:  # whatever became of it, what it leaves as found
+        result.unmanaged = site.baselines[result.baseline].unmanaged()
     return report
 
 
@@ -102,26 +107,49 @@ def _apply_locked(site: Site, nodes: list[str], options: Options, owner: Owner, 
 
 
 def _drain(site: Site, drains: list[Drain], options: Options, owner: Owner) -> str | None:
-    """Stop each lane's units on every node it spans, then check they stopped; what went
-    wrong, or None. Touches only the lanes' units."""
+    """Stop each lane the way it runs on every node it spans (`drain.stop_commands`), then
+    wait (at most `options.drain_timeout`) until no process of it is left there; what went
+    wrong, or None. Touches only the lanes' units and containers."""
     nodes = list(dict.fromkeys(node for d in drains for node in d.nodes))
     session = Session(site, nodes, options, owner)
     try:
         down = session.connect()
         if down:
-            return f"cannot reach {', '.join(down)} to stop its lane units"
+            return f"cannot reach {', '.join(down)} to stop its lanes"
         for lane in drains:
-            units, where = ", ".join(lane.units), ", ".join(lane.nodes)
-            options.progress(f"draining lane {lane.lane}: stopping {units} on {where}")
+            where = ", ".join(lane.nodes)
+            options.progress(f"draining lane {lane.lane}: stopping {lane.run.how()} on {where}")
             for node in lane.nodes:
-                stopped, _ = session.run(node, stop_command(lane.units))
-                _, lines = session.run(node, is_active_command(lane.units))
-                still = parse_is_active(lane.units, lines)
-                if not stopped or still:
-                    return f"{node}: {', '.join(sorted(still)) or 'systemctl stop'} did not stop"
-        return None
+                for command in stop_commands(lane.run):
+                    stopped, _ = session.run(node, command)
+                    if not stopped:  # the processes decide: a container already gone is stopped
+                        options.progress(f"{node}: {command} failed; checking the lane's processes")
+        return _wait_drained(session, drains, options)
     finally:
         session.disconnect()
+
+
+def _wait_drained(session: Session, drains: list[Drain], options: Options) -> str | None:
+    """Ask every drained node for the lanes' processes until none is left (None), or say
+    which are left when `options.drain_timeout` has passed."""
+    runs = [d.run for d in drains]
+    nodes = list(dict.fromkeys(node for d in drains for node in d.nodes))
+    deadline = time.monotonic() + options.drain_timeout
+    while True:
+        left: list[str] = []
+        for node in nodes:
+            found = read_serving(session, node, runs)
+            if isinstance(found, str):
+                left.append(f"{node}: {found}")
+                continue
+            still = {lane: s for lane, s in found.items() if s.serving}
+            if still:
+                left.append(describe_leftovers(node, still))
+        if not left:
+            return None
+        if time.monotonic() >= deadline:
+            return f"{'; '.join(left)} {options.drain_timeout:.0f} s after it was stopped"
+        time.sleep(DRAIN_POLL_SECONDS)
 
 
 def rollout_one(site: Site, node: str, options: Options, owner: Owner) -> NodeResult:

@@ -24,19 +24,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkbase.deploy.drain import (
-    LaneUnits,
+    LaneRun,
     RebootGate,
+    Serving,
+    container_names,
     decide_reboot,
-    is_active_command,
-    lane_runtimes,
-    parse_is_active,
-    running_lanes,
-    units_on,
+    lane_runs,
+    probe_for,
+    runs_on,
+    serving_on,
 )
 from sparkbase.deploy.locks import Owner, acquire_node_lock, remote_release_command
 from sparkbase.deploy.reboot import reboot_reasons, stage_command, staged
 from sparkbase.deploy.results import NodeResult, NodeStatus, OpResult, Report
-from sparkbase.deploy.steps import MokFiles, Step, build_steps
+from sparkbase.deploy.steps import WRITING_KINDS, MokFiles, Step, build_steps
 from sparkbase.model.site import Site
 from sparkbase.transport import FailureKind, NodeFailure, SshTarget, TransportError, ssh_targets
 from sparkbase.transport.feeds import pyinfra_host_data
@@ -71,8 +72,10 @@ class Options:
     progress: Progress = _stderr
     #: stop the lanes a rebooting node serves (on all their nodes) instead of refusing it
     drain: bool = False
-    #: how lanes are found on nodes; None: from the site's lanes (`drain.lane_runtimes`)
-    lanes: list[LaneUnits] | None = None
+    #: how lanes are found on nodes and stopped; None: from the site's lanes (`drain.lane_runs`)
+    lanes: list[LaneRun] | None = None
+    #: seconds a drain waits for the lanes' processes to end after stopping them
+    drain_timeout: float = 120.0
 
 
 def host_data(target: SshTarget) -> dict[str, Any]:
@@ -191,6 +194,7 @@ class Session:
         executes on the node while the scope is open, so no answer can go stale in it."""
         from sparkbase.deploy.fact_memo import fact, fact_scope
         from sparkbase.deploy.facts import BootState, FileText, MokState
+        from sparkbase.deploy.operations.netplan import takeover_diff
         from sparkbase.deploy.pyinfra_deploy import add_steps, asks_for
 
         steps = build_steps(self.site, node, self.options.mok)
@@ -201,10 +205,14 @@ class Session:
             prepared = Prepared(added, boot, mok)
             if self.options.diffs:
                 for op in added:
-                    if op.step.kind == "file" and op.meta.will_change:
-                        path = str(op.step.args["path"])
+                    if not op.meta.will_change:
+                        continue
+                    path = str(op.step.args.get("path", ""))
+                    if op.step.kind == "file":
                         old = fact(FileText, path=path)
                         prepared.diffs[path] = _unified(path, old, str(op.step.args["content"]))
+                    elif op.step.kind == "netplan-takeover":
+                        prepared.diffs[path] = takeover_diff(path, op.step.args["fabric"])
         logging.getLogger(__name__).debug(
             "%s: facts read in %d batch round trip(s) (%d answers) and %d single one(s) %s; %d served "
             "from the memo; not answered in the batch: %s; read, never asked: %s", node, stats.batches,
@@ -250,7 +258,8 @@ class Session:
     def result(self, node: str, executed: bool) -> NodeResult:
         """The node's result from this session."""
         name = self.site.inventory.nodes[node].baseline
-        out = NodeResult(node=node, baseline=name)
+        baseline = self.site.baselines[name]
+        out = NodeResult(node=node, baseline=name, unmanaged=baseline.unmanaged())
         prepared = self.prepared.get(node)
         if prepared is None:
             failure = self.errors.get(node)
@@ -271,10 +280,10 @@ class Session:
             if meta.will_change:
                 will.append(op.step)
             diff = [] if op.step.secret else prepared.diffs.get(str(op.step.args.get("path", "")), [])
-            if op.step.kind != "file":
+            if op.step.kind not in WRITING_KINDS:
                 diff = []
-            out.operations.append(OpResult(op.step.name, op.step.kind, status, op.reason, diff))
-        baseline = self.site.baselines[name]
+            out.operations.append(OpResult(op.step.name, op.step.kind, status, op.reason, diff,
+                                           op.step.section))
         out.reboot_reasons = reboot_reasons(baseline, prepared.boot, prepared.mok, will)
         out.running_kernel = prepared.boot["kernel"]
         if self.failed(node):
@@ -367,37 +376,59 @@ def plan(site: Site, nodes: list[str], options: Options) -> Report:
     return report
 
 
-def runtimes(site: Site, options: Options) -> list[LaneUnits]:
+def runtimes(site: Site, options: Options) -> list[LaneRun]:
     """How lanes are found on nodes: the options' own, else from the site's lanes."""
-    return options.lanes if options.lanes is not None else lane_runtimes(site)
+    return options.lanes if options.lanes is not None else lane_runs(site)
+
+
+def read_serving(session: Session, node: str, runs: list[LaneRun]) -> dict[str, Serving] | str:
+    """Whether each lane of `runs` that spans `node` runs there, from the node's processes
+    and containers (one probe over the session), or why the node could not say."""
+    from sparkbase.facts.runtime import read_runtime
+
+    mine = runs_on(node, runs)
+    if not mine:
+        return {}
+    ok, lines = session.run(node, probe_for(mine))
+    if not ok:
+        return "the process probe failed"
+    try:
+        runtime = read_runtime("\n".join(lines), container_names(mine))
+    except ValueError as exc:
+        return f"the process probe's answer is unreadable: {exc}"
+    return serving_on(node, runtime, mine)
 
 
 def reboot_gates(
-    session: Session, nodes: list[str], runtimes: list[LaneUnits], drain: bool
+    session: Session, nodes: list[str], runtimes: list[LaneRun], drain: bool
 ) -> dict[str, RebootGate]:
-    """For each node that needs a reboot: the lanes it serves now (asked over the session)
-    and whether it may reboot."""
+    """For each node that needs a reboot: the lanes it serves now (its processes, asked over
+    the session) and whether it may reboot. A node whose processes cannot be read is not
+    rebooted."""
     by_lane = {rt.lane: rt for rt in runtimes}
     gates: dict[str, RebootGate] = {}
     for node in nodes:
-        units = units_on(node, runtimes)
-        active: set[str] = set()
-        if units:
-            _, lines = session.run(node, is_active_command(units))
-            active = parse_is_active(units, lines)
-        gates[node] = decide_reboot(node, running_lanes(node, active, runtimes), by_lane, drain)
+        found = read_serving(session, node, runtimes)
+        if isinstance(found, str):
+            gates[node] = RebootGate(node, (), False, (), f"reboot refused: cannot tell which lanes {node} "
+                                     f"serves: {found}")
+            continue
+        gates[node] = decide_reboot(node, list(found.values()), by_lane, drain)
     return gates
 
 
-def plan_notes(gates: dict[str, RebootGate], runtimes: list[LaneUnits]) -> list[str]:
+def plan_notes(gates: dict[str, RebootGate], runtimes: list[LaneRun]) -> list[str]:
     """What `apply --allow-reboot` would do about lanes, for the plan."""
     notes: list[str] = []
     if gates and not runtimes:
         notes.append(
-            "note: no lane declares the units that run it; a reboot cannot tell whether a lane serves there"
+            "note: no lane has a runtime block (its match strings, unit or container); a reboot cannot tell "
+            "whether a lane serves there"
         )
     for node, gate in gates.items():
         if not gate.running:
+            if not gate.allowed:
+                notes.append(f"note: {node}: apply --allow-reboot would refuse: {gate.message}")
             continue
         if gate.allowed:
             notes.append(f"note: {node}: apply --allow-reboot --drain stops first: "

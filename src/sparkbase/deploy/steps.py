@@ -1,9 +1,16 @@
 """From a node's baseline to the ordered list of things the deploy must ensure.
 
 A `Step` is plain data: a kind (which operation ensures it), a name a person reads in a
-plan, and the operation's arguments. Building steps needs no host and no pyinfra, so the
-whole deploy order is tested as data (`tests/unit/deploy_cases/`). Every setting comes from
-the typed baseline and the renderer: nothing here repeats a value.
+plan, the operation's arguments and the baseline section it belongs to. Building steps
+needs no host and no pyinfra, so the whole deploy order is tested as data
+(`tests/unit/deploy_cases/`). Every setting comes from the typed baseline and the renderer:
+nothing here repeats a value.
+
+Every step belongs to exactly one section of the baseline (`Step.section`, see
+`sparkbase.model.sections`), the stamp alone to none (sparkbase's own record, written when
+the baseline manages anything). The steps of a section the baseline leaves as found are
+not built, its retire steps included: sparkbase never writes, installs, removes or
+restarts anything there.
 """
 
 from __future__ import annotations
@@ -16,22 +23,26 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkbase.model.dgxos import GOVERNOR_UNIT, NVME_COALESCING_UNIT
+from sparkbase.model.sections import SECTIONS
 from sparkbase.policy.foreign import Foreign, foreign_for, foreign_fstab_edits, foreign_swap_files
 from sparkbase.render import (
     GRUB_DROPIN_PATH,
     MODPROBE_PATH,
-    NETPLAN_PATH,
     STAMP_PATH,
     SYSCTL_PATH,
     RenderedFile,
+    fabric_ethernets,
+    fabric_netplan_path,
     kernel_cmdline,
     managed_lines,
+    node_paths,
     render_node,
     sysctls,
 )
 
 if TYPE_CHECKING:
-    from sparkbase.model.baseline import Baseline
+    from sparkbase.model.baseline import Baseline, PackagePin
+    from sparkbase.model.sections import Section
     from sparkbase.model.site import Site
 
 #: the display manager alias every desktop image enables (gdm3, lightdm, ...)
@@ -40,7 +51,10 @@ DISPLAY_MANAGER_UNIT = "display-manager.service"
 #: (`sparkbase.policy.ownership`): only recorded things are ever retired
 RECORDING_KINDS = frozenset({"packages", "directory", "upload", "dkms-install", "file", "swap-file",
                              "factory-swap", "modeset-purge",
-                             "unit-enabled", "nvme-coalescing"})
+                             "unit-enabled", "nvme-coalescing", "netplan-takeover"})
+#: step kinds that write a whole file, or their part of one, at `args["path"]` (a later
+#: follow-up step may name the path in `after_change_of`)
+WRITING_KINDS = frozenset({"file", "netplan-takeover"})
 
 
 class DeployConfigError(ValueError):
@@ -78,6 +92,8 @@ class Step:
     secret: bool = False
     #: path of the file step whose change triggers this step
     after_change_of: str | None = None
+    #: the baseline section the step belongs to (None: the stamp, sparkbase's own record)
+    section: Section | None = field(kw_only=True)
 
     def summary(self) -> dict[str, Any]:
         """The step as JSON-able data with file contents replaced by their sha256."""
@@ -87,7 +103,7 @@ class Step:
                 args["sha256"] = hashlib.sha256(str(value).encode()).hexdigest()
             else:
                 args[key] = value
-        out: dict[str, Any] = {"kind": self.kind, "name": self.name, "args": args}
+        out: dict[str, Any] = {"kind": self.kind, "name": self.name, "section": self.section, "args": args}
         if self.reboot:
             out["reboot"] = True
         if self.secret:
@@ -98,25 +114,29 @@ class Step:
 
 
 def build_steps(site: Site, node: str, mok: MokFiles | None = None) -> list[Step]:
-    """Every step that converges `node` to its baseline, in the order they must run."""
+    """Every step that converges `node` to its baseline, in the order they must run: only
+    those of the sections the baseline manages (the stamp when it manages any)."""
     name = site.inventory.nodes[node].baseline
     baseline = site.baselines[name]
-    files = render_node(site, node)
-    stamp = next(f for f in files if f.path == STAMP_PATH)
+    files = render_node(site, node)  # only the managed sections' files, the stamp last
+    foreign = foreign_for(site, name)  # only in sections this baseline manages
+    fabric = fabric_ethernets(baseline, node_paths(site, node))
     steps = [
         *_package_steps(baseline),
-        *retire_steps(foreign_for(site, name), baseline),
+        *retire_steps(foreign, baseline),
         *_secure_boot_steps(baseline, mok),
-        *(_file_step(f) for f in files if f.path != STAMP_PATH),
-        *_modeset_steps(foreign_for(site, name), baseline),
+        netplan_files_step(baseline),
+        *(_file_step(f, fabric) for f in files if f.path != STAMP_PATH),
+        *_modeset_steps(foreign, baseline),
         *_activation_steps(baseline, files, site.inventory.nodes[node].addresses()),
         *_swap_steps(site, baseline),
         Step("thp", f"transparent hugepages {baseline.memory.transparent_hugepages} (live)",
-             {"value": baseline.memory.transparent_hugepages}),
+             {"value": baseline.memory.transparent_hugepages}, section="memory"),
         *_service_steps(baseline),
-        _file_step(stamp),
+        *(_file_step(f) for f in files if f.path == STAMP_PATH),
     ]
-    return [_recorded_as(step, name) if step.kind in RECORDING_KINDS else step for step in steps]
+    built = [step for step in steps if step.section is None or baseline.manages(step.section)]
+    return [_recorded_as(step, name) if step.kind in RECORDING_KINDS else step for step in built]
 
 
 def _recorded_as(step: Step, baseline: str) -> Step:
@@ -125,13 +145,29 @@ def _recorded_as(step: Step, baseline: str) -> Step:
 
 
 def _package_steps(baseline: Baseline) -> list[Step]:
-    pins = [f"{pin.name}={pin.version}" for pin in baseline.packages()]
-    names = [pin.name for pin in baseline.packages()]
-    return [
-        Step("apt-update", "apt-get update (only when a pin is missing)", {"pins": pins}),
-        Step("packages", f"{len(pins)} pinned packages at exact versions", {"pins": pins}),
-        Step("hold", "hold pinned packages", {"names": names}),
-    ]
+    """One `apt-get update` (only when a pin is missing), then per managed section its
+    pinned packages and their holds. The update belongs to the first section with pins."""
+    by_section = {section: pins for section, pins in baseline.pins_by_section().items()
+                  if baseline.manages(section)}
+    if not by_section:
+        return []
+    every = [_pin_text(pin) for pins in by_section.values() for pin in pins]
+    first = next(iter(by_section))
+    steps = [Step("apt-update", "apt-get update (only when a pin is missing)", {"pins": every},
+                  section=first)]
+    for section, pins in by_section.items():
+        count = f"{len(pins)} pinned packages at exact versions" if len(pins) > 1 else \
+            "1 pinned package at its exact version"
+        steps += [
+            Step("packages", f"{section}: {count}", {"pins": [_pin_text(p) for p in pins]}, section=section),
+            Step("hold", f"{section}: hold its pinned packages", {"names": [pin.name for pin in pins]},
+                 section=section),
+        ]
+    return steps
+
+
+def _pin_text(pin: PackagePin) -> str:
+    return f"{pin.name}={pin.version}"
 
 
 def _owners(baselines: tuple[str, ...]) -> str:
@@ -141,7 +177,9 @@ def _owners(baselines: tuple[str, ...]) -> str:
 def retire_steps(foreign: Foreign, baseline: Baseline) -> list[Step]:
     """Retire what the site's other baselines put on a node and this baseline does not, and
     sparkbase recorded creating (each operation checks the node's ownership record; what it
-    did not create, or what changed since, is kept and reported).
+    did not create, or what changed since, is kept and reported). `foreign` holds only what
+    lies in sections this baseline manages (`policy.foreign`): nothing is retired from a
+    section left as found.
 
     Services first (disabled while their unit file still exists), then DKMS builds (before
     their source package goes), then packages of no particular kernel; packages built for
@@ -150,35 +188,42 @@ def retire_steps(foreign: Foreign, baseline: Baseline) -> list[Step]:
     """
     steps = [
         Step("unit-retire", f"retire: {unit} disabled and stopped (run only by {_owners(owners)})",
-             {"unit": unit})
+             {"unit": unit}, section="host")
         for unit, owners in foreign.services
     ]
     steps += [
         Step("dkms-retire", f"retire: dkms remove {d.name}/{d.version} --all ({_owners(d.baselines)}'s "
-             "module)", {"dkms_name": d.name, "version": d.version})
+             "module)", {"dkms_name": d.name, "version": d.version}, section=d.section)
         for d in foreign.dkms
     ]
     steps += [
-        Step("file-retire", f"retire: {path} (rendered only by {_owners(owners)})", {"path": path})
+        Step("file-retire", f"retire: {path} (rendered only by {_owners(owners)})", {"path": path},
+             section="host")
         for path, owners in foreign.files
     ]
     return [*steps, *_retire_packages(foreign, baseline.kernel.release), *_retire_mok(foreign)]
 
 
 def _retire_packages(foreign: Foreign, target: str) -> list[Step]:
-    """One purge of the plain foreign pins, then one per foreign kernel, gated on `target`."""
+    """Per section, one purge of its plain foreign pins; then one per foreign kernel, gated
+    on `target`; then, per section, the report of those sparkbase did not install."""
     steps = []
-    plain = [pin.name for pin in foreign.pins if pin.kernel is None]
-    if plain:
-        steps.append(Step("packages-retire", f"retire: unhold and purge {', '.join(plain)} (pinned only by "
-                          "other baselines)", {"names": plain, "target_kernel": None}))
+    sections = [section for section in SECTIONS if any(pin.section == section for pin in foreign.pins)]
+    for section in sections:
+        plain = [pin.name for pin in foreign.pins if pin.kernel is None and pin.section == section]
+        if plain:
+            steps.append(Step("packages-retire", f"retire: unhold and purge {', '.join(plain)} (pinned only "
+                              "by other baselines)", {"names": plain, "target_kernel": None},
+                              section=section))
     for kernel in sorted({pin.kernel for pin in foreign.pins if pin.kernel is not None}):
         names = [pin.name for pin in foreign.pins if pin.kernel == kernel]
         steps.append(Step("packages-retire", f"retire: unhold and purge the {kernel} kernel packages "
-                          f"({len(names)}; once {target} runs)", {"names": names, "target_kernel": target}))
-    if foreign.pins:
-        steps.append(Step("packages-kept", "keep: other baselines' packages sparkbase did not install "
-                          "(reported)", {"names": foreign.package_names()}))
+                          f"({len(names)}; once {target} runs)", {"names": names, "target_kernel": target},
+                          section="kernel"))
+    for section in sections:
+        names = [pin.name for pin in foreign.pins if pin.section == section]
+        steps.append(Step("packages-kept", f"keep: other baselines' {section} packages sparkbase did not "
+                          "install (reported)", {"names": names}, section=section))
     return steps
 
 
@@ -188,21 +233,25 @@ def _retire_mok(foreign: Foreign) -> list[Step]:
     fingerprints: list[str] = []
     for mok in foreign.mok_dirs:
         steps.append(Step("mok-dir-retire", f"retire: MOK key directory {mok.path} ({_owners(mok.baselines)} "
-                          "signs with it)", {"path": mok.path}))
+                          "signs with it)", {"path": mok.path}, section="secure_boot"))
         fingerprints += [key for key in mok.fingerprints if key not in fingerprints]
     if fingerprints:
         steps.append(Step("mok-kept", "keep: MOK keys other baselines enrolled stay in firmware (reported)",
-                          {"fingerprints": fingerprints}))
+                          {"fingerprints": fingerprints}, section="secure_boot"))
     return steps
 
 
 def _secure_boot_steps(baseline: Baseline, mok: MokFiles | None) -> list[Step]:
+    """The MOK key pair uploaded and enrolled (secure_boot), when the baseline signs DKMS
+    modules, then each DKMS build of a managed section (memory saver, fan control), signed
+    with it. With secure_boot left as found, the builds sign with the key the site keeps at
+    the baseline's key paths."""
     builds = baseline.dkms_builds()
     if not builds:
         return []
     secure = baseline.secure_boot
     steps: list[Step] = []
-    if secure.enabled:
+    if secure.enabled and baseline.manages("secure_boot"):
         if mok is None:
             what = " and ".join(f"the {build.purpose} module" for build in builds)
             raise DeployConfigError(
@@ -219,23 +268,27 @@ def _secure_boot_steps(baseline: Baseline, mok: MokFiles | None) -> list[Step]:
             )
         key_dir = str(Path(secure.mok_private_key).parent)
         steps += [
-            Step("directory", f"MOK directory {key_dir} (0700)", {"path": key_dir, "mode": 0o700}),
+            Step("directory", f"MOK directory {key_dir} (0700)", {"path": key_dir, "mode": 0o700},
+                 section="secure_boot"),
             Step(
                 "upload",
                 f"MOK certificate {secure.mok_certificate}",
                 {"path": secure.mok_certificate, "local": str(mok.certificate), "mode": 0o644},
+                section="secure_boot",
             ),
             Step(
                 "upload",
                 f"MOK private key {secure.mok_private_key} (secret)",
                 {"path": secure.mok_private_key, "local": str(mok.private_key), "mode": 0o600},
                 secret=True,
+                section="secure_boot",
             ),
             Step(
                 "mok-import",
                 "enrol the MOK certificate (completes at reboot)",
                 {"certificate": secure.mok_certificate, "fingerprint": mok.fingerprint()},
                 reboot=True,
+                section="secure_boot",
             ),
         ]
     # the pinned MOK, else the key this deploy signs with (a site still to confirm its key,
@@ -254,8 +307,10 @@ def _secure_boot_steps(baseline: Baseline, mok: MokFiles | None) -> list[Step]:
                 "fingerprint": fingerprint,
             },
             reboot=True,
+            section=build.section,
         )
         for build in builds
+        if baseline.manages(build.section)
     ]
     return steps
 
@@ -265,28 +320,44 @@ def _modeset_steps(foreign: Foreign, baseline: Baseline) -> list[Step]:
     back the one other baselines had sparkbase purge; either rebuilds every initramfs."""
     purge = baseline.host.nvidia_drm.purge
     steps = [Step("modeset-purge", f"purge {purge} and rebuild the initramfs (nvidia-drm modeset on)",
-                  {"package": purge}, reboot=True)] if purge is not None else []
+                  {"package": purge}, reboot=True, section="host")] if purge is not None else []
     steps += [
         Step("modeset-restore", f"put back {package} at the version sparkbase purged, rebuild the initramfs "
-             f"({_owners(owners)} purged it)", {"package": package}, reboot=True)
+             f"({_owners(owners)} purged it)", {"package": package}, reboot=True, section="host")
         for package, owners in foreign.restore
     ]
     return steps
 
 
-def _file_step(file: RenderedFile) -> Step:
+def netplan_files_step(baseline: Baseline) -> Step:
+    """Only the fabric's netplan file configures the fabric ports: what sparkbase changed in
+    other netplan files is put back first, and another file that configures one is refused."""
+    path = fabric_netplan_path(baseline)
+    return Step("netplan-files", f"netplan: only {path} configures the fabric ports (sparkbase's edits "
+                "elsewhere put back)", {"path": path, "interfaces": baseline.fabric.netdevs()},
+                section="fabric")
+
+
+def _file_step(file: RenderedFile, fabric: dict[str, dict[str, object]] | None = None) -> Step:
+    if file.merged:
+        return Step("netplan-takeover", f"{file.path} ({file.purpose}: the fabric ports' keys merged in, "
+                    "the site's other keys kept; recorded)",
+                    {"path": file.path, "fabric": fabric or {}, "mode": file.mode}, reboot=file.needs_reboot,
+                    section=file.section)
     return Step(
         "file",
         f"{file.path} ({file.purpose})" if file.purpose else file.path,
         {"path": file.path, "content": file.content, "mode": file.mode},
         reboot=file.needs_reboot,
+        section=file.section,
     )
 
 
 def _activation_steps(baseline: Baseline, files: list[RenderedFile], addresses: dict[str, str]) -> list[Step]:
     """What makes the files take effect without a reboot (or stages it for one), each
     decided from the node's state as well as from its file changing in this run, so a run
-    cut short after a file was written is finished by the next one."""
+    cut short after a file was written is finished by the next one. Each belongs to the
+    section of the file it activates."""
     kernel = baseline.kernel
     fabric = baseline.fabric
     links = {port.netdev: {"mtu": fabric.mtu, "addresses": _addresses_of(port.netdev, addresses)}
@@ -306,26 +377,29 @@ def _activation_steps(baseline: Baseline, files: list[RenderedFile], addresses: 
             },
             reboot=True,
             after_change_of=GRUB_DROPIN_PATH,
+            section="kernel",
         ),
         Step(
             "sysctl-apply",
             f"sysctl -p {SYSCTL_PATH} (live values differ)",
             {"file": SYSCTL_PATH, "values": sysctls(baseline)},
+            section="memory",
         ),
-        Step(
+        *([Step(
             "daemon-reload",
             f"systemctl daemon-reload (systemd has not loaded {baseline.cpuset.slice} as on disk)",
             {"unit": baseline.cpuset.slice},
             after_change_of=f"/etc/systemd/system/{baseline.cpuset.slice}",
-        ),
+            section="cpuset",
+        )] if baseline.cpuset.pinned_by == "slice" else []),
         Step("netplan-apply", "netplan apply (the live fabric addresses or MTU are not the netplan's)",
-             {"links": links}, after_change_of=NETPLAN_PATH),
+             {"links": links}, after_change_of=fabric_netplan_path(baseline), section="fabric"),
         # nvidia-drm is loaded from the initramfs: its options act once the image is rebuilt
         Step("initramfs-update", f"update-initramfs -u -k all (the {kernel.release} initramfs lacks the "
              "nvidia-drm options)",
              {"release": kernel.release, "path": MODPROBE_PATH,
               "sha256": modprobe.sha256 if modprobe is not None else None},
-             after_change_of=MODPROBE_PATH, reboot=True),
+             after_change_of=MODPROBE_PATH, reboot=True, section="host"),
     ]
 
 
@@ -336,16 +410,17 @@ def _addresses_of(netdev: str, addresses: dict[str, str]) -> list[str]:
 
 def _swap_steps(site: Site, baseline: Baseline) -> list[Step]:
     """The installer's swap line first (its edits rewrite /etc/fstab whole, guarded), then
-    other baselines' swap files retired, then this baseline's swap file."""
+    other baselines' swap files retired, then this baseline's swap file (all memory)."""
     swap = baseline.memory.swap
     steps = [
         Step("factory-swap-restore", f"retire: the {path} line of /etc/fstab as sparkbase found it "
-             "(another baseline had it marked noauto)", {"path": path})
+             "(another baseline had it marked noauto)", {"path": path}, section="memory")
         for path in foreign_fstab_edits(site, baseline)
     ]
     steps += _factory_swap_steps(baseline)
     steps += [
-        Step("swap-retire", f"retire: swap file {path} (another baseline's)", {"path": path})
+        Step("swap-retire", f"retire: swap file {path} (another baseline's)", {"path": path},
+             section="memory")
         for path in foreign_swap_files(site, baseline)
     ]
     if swap is None:
@@ -356,13 +431,15 @@ def _swap_steps(site: Site, baseline: Baseline) -> list[Step]:
             "swap-file",
             f"swap file {swap.path} ({swap.size_gib} GiB, {swap.header_page_size}-byte header)",
             {"path": swap.path, "size_gib": swap.size_gib, "header_page_size": swap.header_page_size},
+            section="memory",
         ),
         Step("fstab-line", f"{line.path}: {line.line}", {"path": line.path, "line": line.line,
-                                                          "match": line.match}),
+                                                          "match": line.match}, section=line.section),
         Step(
             "swapon",
             f"swapon {swap.path} (when running {swap.header_page_size}-byte pages)",
             {"path": swap.path, "header_page_size": swap.header_page_size},
+            section="memory",
         ),
     ]
     return steps
@@ -378,23 +455,24 @@ def _factory_swap_steps(baseline: Baseline) -> list[Step]:
         off = ", switched off when active" if factory.swapoff else ""
         args = {"path": factory.path, "fstab": factory.fstab, "swapoff": factory.swapoff}
         name = f"{factory.path} kept, its /etc/fstab line marked noauto{off} (recorded)"
-        return [Step("factory-swap", name, args)]
+        return [Step("factory-swap", name, args, section="memory")]
     return [Step("factory-swapon", f"swapon {factory.path} (the installer's swap, when the running page "
-                 "size is its header's)", {"path": factory.path})]
+                 "size is its header's)", {"path": factory.path}, section="memory")]
 
 
 def _service_steps(baseline: Baseline) -> list[Step]:
     host = baseline.host
     steps = [
-        Step("default-target", f"boot into {host.boot_target}", {"target": host.boot_target}),
+        Step("default-target", f"boot into {host.boot_target}", {"target": host.boot_target}, section="host"),
     ]
     disable = list(host.disable_services)
     if not host.display_manager and DISPLAY_MANAGER_UNIT not in disable:
         disable.insert(0, DISPLAY_MANAGER_UNIT)
-    steps += [Step("unit-disabled", f"{unit} disabled and stopped", {"unit": unit}) for unit in disable]
+    steps += [Step("unit-disabled", f"{unit} disabled and stopped", {"unit": unit}, section="host")
+              for unit in disable]
     if host.fan_control is not None:
         unit = host.fan_control.service
-        steps.append(Step("unit-enabled", f"{unit} enabled and running", {"unit": unit}))
+        steps.append(Step("unit-enabled", f"{unit} enabled and running", {"unit": unit}, section="host"))
     return [*steps, *tuning_steps(baseline)]
 
 
@@ -405,14 +483,15 @@ def tuning_steps(baseline: Baseline) -> list[Step]:
     steps: list[Step] = []
     if host.cpu_governor is not None:
         steps.append(Step("cpu-governor", f"every CPU runs {host.cpu_governor} ({GOVERNOR_UNIT})",
-                          {"governor": host.cpu_governor, "release": baseline.kernel.release}))
+                          {"governor": host.cpu_governor, "release": baseline.kernel.release},
+                          section="host"))
     on = host.nvme.interrupt_coalescing
     steps.append(Step("nvme-coalescing",
                       f"NVMe interrupt coalescing {'on (0x107)' if on else 'off (0, unit masked)'} "
-                      f"({NVME_COALESCING_UNIT})", {"on": on}))
+                      f"({NVME_COALESCING_UNIT})", {"on": on}, section="host"))
     return steps
 
 
 def step_paths(steps: list[Step]) -> dict[str, Step]:
-    """File steps by path."""
-    return {str(s.args["path"]): s for s in steps if s.kind == "file"}
+    """File steps (and the step merging the fabric into a site file) by path."""
+    return {str(s.args["path"]): s for s in steps if s.kind in WRITING_KINDS}

@@ -8,9 +8,12 @@ from typing import TypeVar
 from sparkbase.facts import parsers as p
 from sparkbase.facts.model import DkmsStatus, Gid, GpuFacts, GrubBoot, ModuleInfo, NodeFacts, SecureBoot
 from sparkbase.facts.parsers.lines import node_lines
-from sparkbase.facts.runtime import RUNTIME_SECTION, ServingProcess, serving_processes
+from sparkbase.facts.parsers.netplan import parse_netplan_listing
+from sparkbase.facts.runtime import RUNTIME_SECTION, RuntimeFacts, read_runtime
 from sparkbase.facts.script import (
+    GID_TABLE_SECTION,
     LINKS_SECTION,
+    NETPLAN_SECTION,
     FactPlan,
     Sections,
     expand_files,
@@ -58,6 +61,7 @@ def assemble(node: str, plan: FactPlan, sections: Sections, elapsed: float = 0.0
     """Typed facts of `node` from the sections its fact script printed."""
     sections = expand_files(sections, file_reads(plan))
     r = _Reader(sections)
+    runtime = _runtime(r, plan)
     uname = r.parse("uname", p.parse_uname_rm)
     gpu_section = sections.get("nvidia-smi")
     gpu = (
@@ -122,6 +126,7 @@ def assemble(node: str, plan: FactPlan, sections: Sections, elapsed: float = 0.0
         interfaces=r.parse("ip-addr", p.parse_ip_addr_json) or {},
         rdma_devices=r.parse("rdma", p.parse_ls, quiet=True) or (),
         gids=gids,
+        gid_table=(r.parse(GID_TABLE_SECTION, p.parse_gid_table) or ()) if plan.gid_tables else (),
         governors=r.parse("governors", p.parse_governors, quiet=True) or {},
         nvme_coalescing=r.parse("nvme-coalescing", _coalescing) if plan.nvme_coalescing else None,
         packages=p.parse_dpkg_query(dpkg.output) if dpkg is not None else {},
@@ -131,7 +136,10 @@ def assemble(node: str, plan: FactPlan, sections: Sections, elapsed: float = 0.0
         nvidia_modules=r.parse("nvidia-modules", p.parse_module_attrs, quiet=True) or {},
         errors=r.errors,
         elapsed_seconds=elapsed,
-        serving=_serving(r, plan),
+        serving=runtime.processes,
+        containers=runtime.containers,
+        container_errors=runtime.container_errors,
+        netplan_files=r.parse(NETPLAN_SECTION, parse_netplan_listing) if plan.netplan_files else None,
     )
 
 
@@ -148,11 +156,12 @@ def _modinfo(sections: Sections, name: str) -> ModuleInfo | None:
     return p.parse_modinfo(section.output + (section.stderr if section.status else ""), section.status)
 
 
-def _serving(r: _Reader, plan: FactPlan) -> tuple[ServingProcess, ...]:
-    """The serving processes of the runtime section (none asked: none)."""
-    if not plan.serving_matches or plan.core_only:
-        return ()
-    return tuple(r.parse(RUNTIME_SECTION, serving_processes) or ())
+def _runtime(r: _Reader, plan: FactPlan) -> RuntimeFacts:
+    """The serving processes and containers of the runtime section (none asked: none)."""
+    nothing = RuntimeFacts((), {}, {})
+    if not (plan.serving_matches or plan.serving_containers) or plan.core_only:
+        return nothing
+    return r.parse(RUNTIME_SECTION, lambda text: read_runtime(text, plan.serving_containers)) or nothing
 
 
 def _hashes(sections: Sections, plan: FactPlan) -> dict[str, str | None]:

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 from sparkbase.transport.failure import FailureKind
 
 if TYPE_CHECKING:
+    from sparkbase.facts.parsers.docker import Container
+    from sparkbase.facts.parsers.netplan import NetplanListing
     from sparkbase.facts.runtime import ServingProcess
 
 
@@ -181,6 +183,23 @@ class Gid:
 
 
 @dataclass(frozen=True)
+class GidEntry:
+    """One filled entry of an RDMA port's GID table, read from sysfs: where it is (device,
+    port, index), the GID and its type, and the netdev it belongs to (`gid_attrs/ndevs`)."""
+
+    hca: str
+    port: int
+    index: int
+    gid: Gid
+    ndev: str | None
+
+    @property
+    def roce_v2_ipv4(self) -> str | None:
+        """The IPv4 address this entry carries when it is a RoCE v2 entry, else None."""
+        return self.gid.ipv4 if self.gid.type == "RoCE v2" else None
+
+
+@dataclass(frozen=True)
 class GrubEntry:
     """One bootable GRUB menu entry: its menu path and the kernel it boots."""
 
@@ -254,6 +273,9 @@ class NodeFacts:
     interfaces: dict[str, Interface] = field(default_factory=dict)
     rdma_devices: tuple[str, ...] = ()
     gids: dict[str, Gid] = field(default_factory=dict)  # hca -> entry at the baseline's index
+    #: every filled GID entry of every RDMA port (`FactPlan.gid_tables`; adopt reads the
+    #: fabric from it: netdev, HCA, address and GID index of each path)
+    gid_table: tuple[GidEntry, ...] = ()
     governors: dict[int, str] = field(default_factory=dict)
     #: NVMe feature 0x08 (interrupt coalescing) of /dev/nvme0; None when not read
     nvme_coalescing: int | None = None
@@ -269,7 +291,16 @@ class NodeFacts:
     #: line holds a lane's first match string, their cgroups' and their descendants
     #: (`facts.runtime.probe_command`); one lane's are picked by `facts.runtime.lane_group`
     serving: tuple[ServingProcess, ...] = ()
+    #: Docker's view of the containers the serving processes run in and of the containers
+    #: the lanes name (`FactPlan.serving_containers`), by container id
+    containers: dict[str, Container] = field(default_factory=dict)
+    #: a container asked about (by id or name; an image by its id) -> why docker could not
+    #: show it ("docker not found", "no such container", ...)
+    container_errors: dict[str, str] = field(default_factory=dict)
     round_trips: int = 1
+    #: every netplan file with its exact text (`FactPlan.netplan_files`); None when not asked or
+    #: not read (`errors` says why)
+    netplan_files: NetplanListing | None = None
 
     @property
     def mok_fingerprints(self) -> tuple[str, ...]:

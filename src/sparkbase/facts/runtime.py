@@ -11,8 +11,13 @@ PPid; never by text, which any process could put in its own arguments. Per selec
 process it hex-dumps its cmdline, environ, status, cgroup, the NCCL lines of its maps,
 the nccl.conf files NCCL would read inside the process's own mount namespace
 (`/proc/PID/root/...`), and the sha256 of every libnccl it maps, read through that root.
-`serving_processes` turns the section into typed values and `lane_group` picks one
-lane's processes from them (both pure).
+Then, in the same round trip, Docker's view of the containers those processes run in (the
+ids their cgroups name, at most `MAX_CONTAINERS`) and of the containers the lanes name:
+`docker inspect ID... NAME...`, then `docker image inspect` of their images (for the
+digests they were pulled by); each answer is capped at `MAX_TOOL_BYTES`. No docker is
+asked when there is nothing to ask about. `read_runtime` turns the section into typed
+values (`serving_processes` the processes alone) and `lane_group` picks one lane's
+processes from them (all pure).
 """
 
 from __future__ import annotations
@@ -21,15 +26,27 @@ import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from sparkbase.facts.parsers.docker import (
+    Container,
+    Image,
+    cgroup_container_id,
+    parse_container_inspect,
+    parse_image_inspect,
+    split_answer,
+    with_images,
+)
 from sparkbase.facts.parsers.nccl_conf import NcclConf, parse_nccl_conf
 from sparkbase.facts.parsers.runtime import (
     MappedFile,
+    ProbeRecords,
     ProcCgroup,
+    RuntimeRecords,
+    ToolAnswer,
     parse_cgroup,
     parse_cmdline_args,
     parse_environ,
     parse_maps_files,
-    parse_probe,
+    parse_runtime_section,
     parse_status_cpus,
     parse_status_ppid,
 )
@@ -40,6 +57,16 @@ RUNTIME_SECTION = "runtime"
 SYSTEM_NCCL_CONF = "/etc/nccl.conf"
 #: the longest parent chain walked (ancestors of the probe, descendants of a lane)
 MAX_DEPTH = 1024
+#: the most containers (found from the processes' cgroups) asked about, and the most
+#: images; a node running more lanes than that in containers is beyond a lane probe
+MAX_CONTAINERS = 16
+#: the most bytes of each docker answer kept (a container's inspect is ~10 KB)
+MAX_TOOL_BYTES = 512 * 1024
+#: the docker answers of the runtime section (`@tool docker KIND`)
+DOCKER_CONTAINERS = ("docker", "containers")
+DOCKER_IMAGES = ("docker", "images")
+#: exit status of a command the shell did not find (POSIX)
+NOT_FOUND = 127
 
 
 def _q(word: str) -> str:
@@ -136,38 +163,86 @@ def select_command(first_matches: Sequence[str]) -> str:
     )
 
 
-def probe_command(first_matches: Sequence[str]) -> str:
+def _tool(tool: str, kind: str, command: str) -> str:
+    """Shell text: run `command` (its stdout and stderr together) into `$o`, then print it
+    as one `@tool TOOL KIND` record (hex, capped at `MAX_TOOL_BYTES`) ending `@rc STATUS`."""
+    return (f"o=$({command} 2>&1); r=$?; echo \"@tool {tool} {kind}\"; "
+            f"printf '%s\\n' \"$o\" | head -c {MAX_TOOL_BYTES} | {DUMP}; echo \"@rc $r\"; ")
+
+
+#: what names a Docker container in a cgroup path (`facts.parsers.docker.container_id`)
+CONTAINER_ID_PATTERN = "docker-[0-9a-f]{64}[.]scope|/docker/[0-9a-f]{64}"
+#: the container ids the selected processes' cgroups name (Docker's systemd driver:
+#: docker-<id>.scope; cgroupfs: /docker/<id>), one grep over all their cgroup files
+CONTAINER_IDS = (
+    f"I=$([ -z \"$P\" ] || grep -ohsE {_q(CONTAINER_ID_PATTERN)} "
+    "$(for p in $P; do printf '/proc/%s/cgroup ' \"$p\"; done) /dev/null "
+    f"| grep -oE '[0-9a-f]{{64}}' | sort -u | head -n {MAX_CONTAINERS}); "
+)
+
+
+def docker_command(containers: Sequence[str]) -> str:
+    """Shell text: Docker's view of the containers the selected processes (`$P`) run in and
+    of the named `containers` (`docker inspect`), then of their images (`docker image
+    inspect`, the images' ids read from the first answer's `"Image": "sha256:…"` lines).
+    Nothing runs when there is nothing to ask."""
+    names = " ".join(_q(name) for name in sorted(set(containers)))
+    images = (f"G=$(printf '%s\\n' \"$o\" | grep -oE '\"Image\": *\"sha256:[0-9a-f]{{64}}\"' "
+              f"| grep -oE 'sha256:[0-9a-f]{{64}}' | sort -u | head -n {MAX_CONTAINERS}); ")
+    return "".join([
+        CONTAINER_IDS,
+        f"N={_q(names)}; " if names else "N=; ",
+        'if [ -n "$I$N" ]; then ',
+        _tool(*DOCKER_CONTAINERS, "docker inspect $I $N"),
+        images,
+        'if [ -n "$G" ]; then ', _tool(*DOCKER_IMAGES, "docker image inspect $G"), "fi; ",
+        "fi; ",
+    ])
+
+
+def probe_command(first_matches: Sequence[str], containers: Sequence[str] = (), detail: bool = True) -> str:
     """The runtime section's shell command for the lanes whose first match strings are
-    `first_matches`: their processes, cgroups and workers (`select_command`).
+    `first_matches` and whose containers are named `containers`: their processes, cgroups
+    and workers (`select_command`), then Docker's view of their containers
+    (`docker_command`).
 
     Every error is silenced (a process may end mid-read; its records then say so), so the
     section holds records only. The NCCL lines of a process's maps are read once (`m`),
     for their record and the hashes; a library file several processes map is hashed once.
+    Without `detail` (the drain's question: which processes are still there) only each
+    process's cmdline, status and cgroup are read.
     """
+    files = ("cmdline", "environ", "status", "cgroup") if detail else ("cmdline", "status", "cgroup")
+    nccl = [
+        'm=$(grep -F libnccl "/proc/$p/maps"); ',
+        f'echo "@file $p maps"; [ -z "$m" ] || printf \'%s\\n\' "$m" | {DUMP}; echo "@rc 0"; ',
+        _environ_values(),
+        # NCCL fopen()s $NCCL_CONF_FILE as given: a relative name from the process's cwd
+        'case $c in "") ;; /*) c=/proc/$p/root$c;; *) c=/proc/$p/cwd/$c;; esac; ',
+        'if [ -n "$c" ]; then ', _record("user-conf", "$c"),
+        'elif [ -n "$h" ]; then ', _record("user-conf", "/proc/$p/root$h/.nccl.conf"), "fi; ",
+        _record("system-conf", f"/proc/$p/root{SYSTEM_NCCL_CONF}"),
+        # each mapped library once per file (device:inode): a server and its workers map
+        # the same libnccl, hashed once (`H` holds `dev:ino=sha256` of those done)
+        "set -f; IFS='\n'; ",
+        "for l in $([ -z \"$m\" ] || printf '%s\\n' \"$m\" | awk '{print $6}' | sort -u); ",
+        "do unset IFS; set +f; ",
+        f'echo "@hash $p $(printf %s "$l" | {DUMP} | tr -d " \\n")"; ',
+        'i=$(stat -L -c %d:%i "/proc/$p/root$l"); d=; ',
+        'case " $H " in *" $i="*) d=${H##*" $i="}; d=${d%% *};; esac; ',
+        '[ -n "$d" ] || { d=$(sha256sum <"/proc/$p/root$l" | cut -d" " -f1); ',
+        '[ -z "$i" ] || H="$H $i=$d"; }; ',
+        'echo "$d"; echo "@rc 0"; done; unset IFS; set +f; ',
+    ] if detail else []
     return "".join(
         [
-            f"{{ H=; for p in $({select_command(first_matches)}); do ",
-            *(_record(name, f"/proc/$p/{name}") for name in ("cmdline", "environ", "status", "cgroup")),
-            'm=$(grep -F libnccl "/proc/$p/maps"); ',
-            f'echo "@file $p maps"; [ -z "$m" ] || printf \'%s\\n\' "$m" | {DUMP}; echo "@rc 0"; ',
-            _environ_values(),
-            # NCCL fopen()s $NCCL_CONF_FILE as given: a relative name from the process's cwd
-            'case $c in "") ;; /*) c=/proc/$p/root$c;; *) c=/proc/$p/cwd/$c;; esac; ',
-            'if [ -n "$c" ]; then ', _record("user-conf", "$c"),
-            'elif [ -n "$h" ]; then ', _record("user-conf", "/proc/$p/root$h/.nccl.conf"), "fi; ",
-            _record("system-conf", f"/proc/$p/root{SYSTEM_NCCL_CONF}"),
-            # each mapped library once per file (device:inode): a server and its workers map
-            # the same libnccl, hashed once (`H` holds `dev:ino=sha256` of those done)
-            "set -f; IFS='\n'; ",
-            "for l in $([ -z \"$m\" ] || printf '%s\\n' \"$m\" | awk '{print $6}' | sort -u); ",
-            "do unset IFS; set +f; ",
-            f'echo "@hash $p $(printf %s "$l" | {DUMP} | tr -d " \\n")"; ',
-            'i=$(stat -L -c %d:%i "/proc/$p/root$l"); d=; ',
-            'case " $H " in *" $i="*) d=${H##*" $i="}; d=${d%% *};; esac; ',
-            '[ -n "$d" ] || { d=$(sha256sum <"/proc/$p/root$l" | cut -d" " -f1); ',
-            '[ -z "$i" ] || H="$H $i=$d"; }; ',
-            'echo "$d"; echo "@rc 0"; done; unset IFS; set +f; ',
-            "done; } 2>/dev/null; true",
+            f"{{ H=; P=$({select_command(first_matches)}); " if first_matches else "{ H=; P=; ",
+            "for p in $P; do ",
+            *(_record(name, f"/proc/$p/{name}") for name in files),
+            *nccl,
+            "done; ",
+            docker_command(containers),
+            "} 2>/dev/null; true",
         ]
     )
 
@@ -200,6 +275,11 @@ class ServingProcess:
     errors: dict[str, str] = field(default_factory=dict)
     #: the parent's PID (`PPid` of /proc/PID/status; None: unreadable)
     ppid: int | None = None
+
+    @property
+    def container_id(self) -> str | None:
+        """The Docker container the process runs in, from its cgroup (None: none, or unread)."""
+        return cgroup_container_id(self.cgroup) if self.cgroup is not None else None
 
     @property
     def command_line(self) -> str:
@@ -320,24 +400,25 @@ def _ppid(text: str | None) -> int | None:
         return None
 
 
-def serving_processes(section_text: str) -> list[ServingProcess]:
-    """Every process in the runtime section, PID order (pure)."""
+def _processes(records: dict[int, ProbeRecords]) -> list[ServingProcess]:
     out: list[ServingProcess] = []
-    for pid, records in sorted(parse_probe(section_text).items()):
-        files = records.files
+    for pid, record in sorted(records.items()):
+        files = record.files
         if files.get("cmdline") is None:
             continue  # ended between the search and the read
         errors: dict[str, str] = {}
-        maps = _parse_or_error(errors, "maps", files.get("maps"), parse_maps_files)
+        maps = (_parse_or_error(errors, "maps", files.get("maps"), parse_maps_files)
+                if "maps" in files else None)
         out.append(
             ServingProcess(
                 pid=pid,
                 args=parse_cmdline_args(files["cmdline"] or ""),
-                environ=_parse_or_error(errors, "environ", files.get("environ"), parse_environ),
+                environ=_parse_or_error(errors, "environ", files.get("environ"), parse_environ)
+                if "environ" in files else None,
                 cpus=_parse_or_error(errors, "status", files.get("status"), parse_status_cpus),
                 cgroup=_parse_or_error(errors, "cgroup", files.get("cgroup"), parse_cgroup),
                 libraries=maps or (),
-                library_sha256=dict(records.hashes),
+                library_sha256=dict(record.hashes),
                 user_conf=files.get("user-conf"),
                 system_conf=files.get("system-conf"),
                 errors=errors,
@@ -345,3 +426,93 @@ def serving_processes(section_text: str) -> list[ServingProcess]:
             )
         )
     return out
+
+
+def serving_processes(section_text: str) -> list[ServingProcess]:
+    """Every process in the runtime section, PID order (pure)."""
+    return _processes(parse_runtime_section(section_text).processes)
+
+
+@dataclass(frozen=True)
+class RuntimeFacts:
+    """The runtime section read: the processes, and Docker's view of their containers."""
+
+    processes: tuple[ServingProcess, ...]
+    #: container id -> the container (with its image's RepoDigests when docker told them)
+    containers: dict[str, Container]
+    #: a container asked about (by id or by name) -> why docker could not show it
+    #: ("docker not found", "no such container", ...)
+    container_errors: dict[str, str]
+
+
+def asked_containers(processes: Iterable[ServingProcess], names: Iterable[str] = ()) -> list[str]:
+    """What the probe asks docker about: the container ids of the processes (sorted, at most
+    `MAX_CONTAINERS`, as the node's `sort -u | head` keeps them), then the `names`."""
+    ids = sorted({p.container_id for p in processes if p.container_id is not None})[:MAX_CONTAINERS]
+    return [*ids, *sorted(set(names))]
+
+
+def _why(answer: ToolAnswer, notes: tuple[str, ...], command: str) -> str:
+    """Why a docker command gave no answer: not installed, or its exit status and last words."""
+    if answer.status == NOT_FOUND:
+        return "docker not found"
+    if answer.status == 0:
+        return f"{command} printed no whole JSON array (cut short at {MAX_TOOL_BYTES} bytes, or not JSON)"
+    said = f": {notes[-1][:200]}" if notes else ""
+    return f"{command} exit {answer.status}{said}"
+
+
+def _missing(key: str, notes: tuple[str, ...]) -> str:
+    """Why docker's answer holds no `key` (it says so, `No such object: KEY`, or it does not)."""
+    said = next((note for note in notes if key in note), None)
+    return "no such container" if said is not None and "No such" in said else "not in docker's answer"
+
+
+def _images(answer: ToolAnswer | None) -> tuple[list[Image], str | None]:
+    """The images of the second docker answer (none asked: none), and why it could not be
+    read (None: it could)."""
+    if answer is None:
+        return [], None
+    text, notes = split_answer(answer.text)
+    if text is None:
+        return [], _why(answer, notes, "docker image inspect")
+    try:
+        return parse_image_inspect(text), None
+    except ValueError as exc:
+        return [], f"docker image inspect answer unreadable: {exc}"
+
+
+def _containers(tools: dict[tuple[str, str], ToolAnswer],
+                asked: list[str]) -> tuple[dict[str, Container], dict[str, str]]:
+    """Docker's answers → the containers by id, and why each asked one (or its image, by
+    image id) is missing."""
+    answer = tools.get(DOCKER_CONTAINERS)
+    if answer is None:
+        return {}, {key: "docker was not asked (the runtime section ended before it)" for key in asked}
+    text, notes = split_answer(answer.text)
+    if text is None:
+        return {}, {key: _why(answer, notes, "docker inspect") for key in asked}
+    try:
+        found = parse_container_inspect(text)
+    except ValueError as exc:
+        return {}, {key: f"docker inspect answer unreadable: {exc}" for key in asked}
+    images, image_problem = _images(tools.get(DOCKER_IMAGES))
+    found = with_images(found, images)
+    shown = {image.id for image in images}
+    names = {c.name for c in found}
+    ids = {c.id for c in found}
+    errors = {key: _missing(key, notes) for key in asked if key not in names and key not in ids}
+    for container in found:
+        if container.image_id not in shown:
+            errors[container.image_id] = image_problem or "docker image inspect did not show it (removed?)"
+    return {c.id: c for c in found}, errors
+
+
+def read_runtime(section_text: str, names: Sequence[str] = ()) -> RuntimeFacts:
+    """The runtime section of a probe asked about the containers `names` → its processes
+    and Docker's view of the containers (pure)."""
+    records: RuntimeRecords = parse_runtime_section(section_text)
+    processes = _processes(records.processes)
+    asked = asked_containers(processes, names)
+    containers, errors = _containers(records.tools, asked) if asked else ({}, {})
+    return RuntimeFacts(tuple(processes), containers, errors)

@@ -27,7 +27,9 @@ from typing import TYPE_CHECKING
 
 from sparkbase.facts.parsers.gpu import GPU_QUERY
 from sparkbase.facts.parsers.lines import node_lines
+from sparkbase.facts.parsers.netplan import MAX_NETPLAN_BYTES, MAX_NETPLAN_FILES
 from sparkbase.model.dgxos import GOVERNOR_UNIT, NVME_COALESCING_FEATURE, NVME_COALESCING_UNIT, NVME_DEVICE
+from sparkbase.model.netplan import NETPLAN_DIRS
 
 if TYPE_CHECKING:
     from sparkbase.model.baseline import Baseline
@@ -71,6 +73,8 @@ class FactPlan:
     core_only: bool = False  # only kernel release, machine and page size (triggers' evidence)
     #: first match strings of the lanes whose serving processes to read (facts/runtime.py)
     serving_matches: tuple[str, ...] = ()
+    #: names of the containers the lanes run as (asked of docker with the processes' own)
+    serving_containers: tuple[str, ...] = ()
     #: a short GPU load the GPU reading is taken under (argv; empty: read the GPU as it is).
     #: At launch nothing serves yet and an idle GB10 is never judged latched; a lane may name
     #: a probe so the launch gate sees the clock under load (policy/gpu_clock.py)
@@ -79,6 +83,12 @@ class FactPlan:
     gpu_probe_seconds: float = 2.0
     #: read NVMe feature 0x08 (interrupt coalescing) of the node's first controller
     nvme_coalescing: bool = False
+    #: read every filled GID entry of every RDMA port, with its type and netdev (adopt finds
+    #: the fabric from it: `GID_TABLE_COMMAND`)
+    gid_tables: bool = False
+    #: list every netplan file with its exact text (`NETPLAN_FILES_COMMAND`): the fabric is
+    #: managed in a site's own netplan file (`fabric.netplan_file`), or `adopt` asks
+    netplan_files: bool = False
 
 
 def plan_for(baseline: Baseline, file_paths: Sequence[str], stamp_path: str,
@@ -283,16 +293,59 @@ def sections(plan: FactPlan) -> list[tuple[str, str]]:
         out.append((f"swaphdr64k:{path}", header_bytes(path, 65536)))
     if plan.packages:
         out.append(("dpkg", _cmd("dpkg-query", "-W", f"-f={DPKG_FORMAT}", *plan.packages)))
-    if plan.serving_matches:
+    if plan.gid_tables:
+        out.append((GID_TABLE_SECTION, GID_TABLE_COMMAND))
+    if plan.netplan_files:
+        out.append((NETPLAN_SECTION, NETPLAN_FILES_COMMAND))
+    if plan.serving_matches or plan.serving_containers:
         from sparkbase.facts.runtime import RUNTIME_SECTION, probe_command
 
-        out.append((RUNTIME_SECTION, probe_command(plan.serving_matches)))
+        out.append((RUNTIME_SECTION, probe_command(plan.serving_matches, plan.serving_containers)))
     return out
 
 
 #: the interrupt-coalescing feature, read as the recipe reads it (spark-ds41f
 #: experiments/2026-10-02-nvme-coalescing/run.sh, 3df77d2e)
 NVME_COALESCING_COMMAND = _cmd("nvme", "get-feature", NVME_DEVICE, "-f", f"{NVME_COALESCING_FEATURE:#04x}")
+
+#: the section holding the GID tables (`parse_gid_table`)
+GID_TABLE_SECTION = "gid-table"
+#: every filled GID entry of every port of every RDMA device, as `FILE<TAB>GID<TAB>TYPE<TAB>NDEV`
+#: lines: shell builtins only (`read` of each sysfs file, no process per entry), empty slots
+#: (the all-zero GID) skipped; the type and netdev files of a slot the kernel will not describe
+#: fail to read (EINVAL) and leave those fields empty
+GID_TABLE_COMMAND = (
+    f"for f in {RDMA_CLASS}/*/ports/*/gids/*; do "
+    'read -r g <"$f" || continue; '
+    "case $g in 0000:0000:0000:0000:0000:0000:0000:0000) continue;; esac; "
+    'd=${f%/gids/*}; i=${f##*/}; t=; n=; '
+    'read -r t <"$d/gid_attrs/types/$i"; read -r n <"$d/gid_attrs/ndevs/$i"; '
+    "printf '%s\\t%s\\t%s\\t%s\\n' \"$f\" \"$g\" \"$t\" \"$n\"; "
+    "done 2>/dev/null; true"
+)
+#: the section listing every netplan file (`facts.parsers.netplan.parse_netplan_listing`)
+NETPLAN_SECTION = "netplan"
+
+
+def netplan_files_command() -> str:
+    """Shell text printing one line per `*.yaml` entry of netplan's three directories:
+    `F NAME64 L|- MODE b64:DATA64` for a regular file (its target's, for a link: netplan
+    reads through links; at most MAX_NETPLAN_BYTES + 1 bytes, so a larger one shows as
+    larger), `O NAME64 L|-` for anything else, `MORE` after MAX_NETPLAN_FILES entries.
+    Names and bytes go base64-encoded, so no name or content can forge a line. Exits 0."""
+    globs = " ".join(f"{shlex.quote(directory)}/*.yaml" for directory in NETPLAN_DIRS)
+    b64 = "base64 | tr -d '\\n'"
+    return (
+        f'n=0; for f in {globs}; do {{ [ -e "$f" ] || [ -L "$f" ]; }} || continue; '
+        f'n=$((n+1)); if [ "$n" -gt {MAX_NETPLAN_FILES} ]; then echo MORE; break; fi; '
+        f'm=$(printf %s "$f" | {b64}); if [ -L "$f" ]; then l=L; else l=-; fi; '
+        f'if [ -f "$f" ]; then printf \'F %s %s %s b64:%s\\n\' "$m" "$l" "$(stat -L -c %a -- "$f")" '
+        f'"$(head -c {MAX_NETPLAN_BYTES + 1} -- "$f" | {b64})"; '
+        f'else printf \'O %s %s\\n\' "$m" "$l"; fi; done; true'
+    )
+
+
+NETPLAN_FILES_COMMAND = netplan_files_command()
 
 #: kernels (and lab nodes) without /proc/modules: the same first column from /sys/module
 #: (`[` is built into sh, so this costs no process when /proc/modules exists)

@@ -40,6 +40,13 @@ class PreflightResult:
         """Refusals that `--override` cannot waive (a disabled lane)."""
         return [refusal for refusal in self.refusals if not refusal.overridable]
 
+    def where_it_runs(self) -> list[str]:
+        """Per node where the lane runs as a container: `NODE: PIDS in container NAME (ID),
+        image REF (DIGEST)`, what `runtime.container` found (passed or not)."""
+        check = f"runtime.container.{self.lane}"
+        return [f"{node.node}: {result.observed}" for node in self.report.nodes for result in node.results
+                if result.id == check and result.observed]
+
 
 def preflight(view: SiteView, name: str, targets: Mapping[str, SshTarget], parallel: int = 16,
               before_launch: bool = False, releases: bool = True) -> PreflightResult:

@@ -12,11 +12,26 @@ import re
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BeforeValidator, Field, StringConstraints
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    Field,
+    StringConstraints,
+    ValidationInfo,
+    field_validator,
+)
 
 from sparkbase.model.dgxos import TOOLS_PACKAGE_STEM
-from sparkbase.model.paths import DisableableUnit, LibraryPath, MokKeyPath, SliceUnit, SwapFilePath
+from sparkbase.model.paths import (
+    DisableableUnit,
+    LibraryPath,
+    MokKeyPath,
+    SiteNetplanFile,
+    SliceUnit,
+    SwapFilePath,
+)
 from sparkbase.model.provenance import Source, SourceKey
+from sparkbase.model.sections import SECTIONS, Section, in_order, section_name
 from sparkbase.model.types import (
     MAX_CPU_ID,
     CpuId,
@@ -44,6 +59,9 @@ Transport = Literal["nccl-ring", "oneshot-ring4", "oneshot-direct"]
 SHAPE_NODES: dict[str, int] = {"ring4": 4, "triangle3": 3}
 #: the one-shot transports and the only shape each runs on
 ONESHOT_SHAPES: dict[str, str] = {"oneshot-ring4": "ring4", "oneshot-direct": "triangle3"}
+
+#: a `managed:` entry: a section name (an unknown one says which was meant)
+ManagedSection = Annotated[Section, BeforeValidator(section_name)]
 
 NcclKey = Annotated[str, StringConstraints(pattern=r"^NCCL_[A-Z0-9_]{1,60}$")]
 #: NCCL keys a typed field renders, and that field: `extra` may not set them
@@ -220,23 +238,70 @@ class DriverSpec(StrictModel):
 
     def packages(self, kernel: KernelSpec) -> list[PackagePin]:
         """User-space utilities and the kernel module package built for `kernel`."""
-        major = self.branch.split("-")[0]
-        return [
-            PackagePin(name=f"nvidia-utils-{major}", version=self.package_version),
-            PackagePin(
-                name=f"linux-modules-nvidia-{self.branch}-{kernel.release}",
-                version=f"{kernel.package_version}+1",
-            ),
-        ]
+        return [self.utilities(), self.kernel_module(kernel)]
+
+    def utilities(self) -> PackagePin:
+        """The driver's user space: nvidia-utils-<major> (nvidia-smi)."""
+        return PackagePin(name=f"nvidia-utils-{self.branch.split('-')[0]}", version=self.package_version)
+
+    def kernel_module(self, kernel: KernelSpec) -> PackagePin:
+        """The NVIDIA kernel module package built for `kernel` (its package version plus `+1`)."""
+        return PackagePin(
+            name=f"linux-modules-nvidia-{self.branch}-{kernel.release}",
+            version=f"{kernel.package_version}+1",
+        )
 
 
 class NcclLibrary(StrictModel):
-    """The one NCCL library every lane on the node loads, identified by path and hash."""
+    """The one NCCL library every lane loads, identified by path and hash, and where it comes
+    from (`provided_by`).
 
-    package: PackageName = Field(description="Debian package that ships the library")
-    version: PackageVersion = Field(description="exact package version")
+    `package` (the default): a Debian package sparkbase installs and holds at `version`; it
+    ships the file at `path`. `site`: a plain file the site puts there itself (the site's
+    patched build, bind-mounted into its containers); sparkbase never installs, holds or
+    removes anything for it, and the audit and the launch gate still judge that the file at
+    `path` has `sha256` and that serving processes map it.
+
+    A `site` library refuses `package` and `version` rather than keeping them as
+    information: every value in a baseline is one sparkbase enforces or judges, and a
+    package name and version beside a file nobody installs would read as a pin that
+    `plan`, `audit` and `compare` never act on. Where the file comes from belongs in the
+    baseline's `sources:` (`nccl.library: {kind: site, note: ...}`).
+    """
+
+    provided_by: Literal["package", "site"] = Field(
+        default="package",
+        description="package: a Debian package sparkbase installs and holds (needs package and version); "
+        "site: a file the site puts at path itself (checked, never installed)",
+    )
+    package: PackageName | None = Field(
+        default=None, description="Debian package that ships the library (provided_by: package only)"
+    )
+    version: PackageVersion | None = Field(
+        default=None, description="exact package version (provided_by: package only)"
+    )
     path: LibraryPath = Field(description="path of the shared object on the node")
     sha256: Sha256 = Field(description="sha256 of the shared object file")
+
+    @field_validator("package", "version")
+    @classmethod
+    def _only_for_a_package(cls, value: str | None, info: ValidationInfo) -> str | None:
+        """`package` and `version` are required for a package and refused for a site file."""
+        provided_by = info.data.get("provided_by")  # absent when provided_by itself is wrong
+        if provided_by == "package" and value is None:
+            raise ValueError("required: the library is provided_by: package, so sparkbase installs "
+                             "that package at an exact version (or say provided_by: site)")
+        if provided_by == "site" and value is not None:
+            raise ValueError(f"a library provided_by: site is a file the site puts there: sparkbase installs "
+                             f"no package for it, so it takes no {info.field_name} (remove it, or say "
+                             "provided_by: package)")
+        return value
+
+    def pin(self) -> PackagePin | None:
+        """The package sparkbase installs for the library (None for a site file)."""
+        if self.package is None or self.version is None:
+            return None
+        return PackagePin(name=self.package, version=self.version)
 
 
 class NcclSettings(StrictModel):
@@ -300,6 +365,18 @@ class FabricSpec(StrictModel):
         min_length=1, description="every PCIe view of the ConnectX-7 ports (four on a Spark)"
     )
     gid_index: int = Field(ge=0, le=255, description="GID index that must hold the IPv4 RoCE v2 address")
+    netplan_file: SiteNetplanFile | None = Field(
+        default=None,
+        description="the site's own netplan file that configures the fabric ports: sparkbase manages the "
+        "fabric's interfaces in it (the first apply records its content, which moving the node to a "
+        "baseline without it puts back) and writes no file of its own; unset: sparkbase writes "
+        "/etc/netplan/60-sparkbase-fabric.yaml and refuses while another netplan file configures a "
+        "fabric port",
+    )
+
+    def netdevs(self) -> list[str]:
+        """Netdev names of every port view."""
+        return [port.netdev for port in self.ports]
 
     def hca_names(self) -> list[str]:
         """RDMA device names of every port view."""
@@ -494,9 +571,17 @@ class HostSpec(StrictModel):
 
 
 class CpusetSpec(StrictModel):
-    """The systemd slice that serving runs in and the CPUs it may use."""
+    """The CPUs serving may use, and what holds the lanes to them: the systemd slice
+    sparkbase writes (`pinned_by: slice`), or each lane container's own `--cpuset-cpus`
+    (`pinned_by: container`: the site's containers sit in Docker's scopes, no slice is
+    written or required, and each lane process's CPUs are judged at run time)."""
 
     slice: SliceUnit = Field(default="sparkbase-serving.slice", description="slice unit name")
+    pinned_by: Literal["slice", "container"] = Field(
+        default="slice",
+        description="what holds serving to the CPUs: the slice sparkbase writes, or each lane "
+        "container's --cpuset-cpus (no slice written or checked)",
+    )
     cpus: Annotated[list[CpuId], BeforeValidator(_cpu_list)] = Field(
         min_length=1,
         max_length=MAX_CPU_ID + 1,
@@ -519,7 +604,12 @@ class CpusetSpec(StrictModel):
 
 
 class Baseline(StrictModel):
-    """One host profile. Its name is its file name (`baselines/NAME.yaml`)."""
+    """One host profile. Its name is its file name (`baselines/NAME.yaml`).
+
+    Its host sections (kernel, driver, nccl, fabric, memory, secure_boot, host, cpuset) say
+    what a node must be; `managed` says which of them sparkbase writes (the others are as
+    found: judged, never written; `sparkbase.model.sections`).
+    """
 
     version: SemVer = Field(description="version of this baseline; bump on any change it renders")
     description: str = Field(default="", max_length=500, description="what this profile is for")
@@ -537,6 +627,13 @@ class Baseline(StrictModel):
     host: HostSpec = Field(description="host settings")
     cpuset: CpusetSpec = Field(description="serving cpuset")
     shapes: list[Shape] = Field(min_length=1, description="shapes this baseline is qualified for")
+    managed: Annotated[list[ManagedSection], AfterValidator(in_order)] = Field(
+        default_factory=lambda: list(SECTIONS),
+        description="the sections sparkbase writes on the node (default: all); a section not listed is "
+        "as found: never written, installed, removed or restarted, its effective values still "
+        "audited (see sparkbase.model.sections)",
+        json_schema_extra={"uniqueItems": True},
+    )
     sources: dict[SourceKey, Source] = Field(
         default_factory=dict,
         max_length=500,
@@ -548,24 +645,47 @@ class Baseline(StrictModel):
         """The qualified shape called `name`, if any."""
         return next((shape for shape in self.shapes if shape.name == name), None)
 
-    def packages(self) -> list[PackagePin]:
-        """Every package the baseline pins, in install order."""
-        pins = [*self.kernel.packages(), *self.driver.packages(self.kernel)]
-        if self.kernel.fallback is not None:
-            pins.extend(self.kernel.fallback.packages(self.driver.branch))
+    def manages(self, section: Section) -> bool:
+        """Whether sparkbase writes `section` on the node (else it is as found)."""
+        return section in self.managed
+
+    def unmanaged(self) -> list[Section]:
+        """The sections left as found, in the baseline's order."""
+        return [section for section in SECTIONS if section not in self.managed]
+
+    def pins_by_section(self) -> dict[Section, list[PackagePin]]:
+        """Every package the baseline pins, by the section it belongs to, in install order.
+
+        A package built for one kernel (its image, headers, modules, tools and the NVIDIA
+        module package built for it) is the kernel section's: it is installed and retired
+        with that kernel, never apart from it (a kernel without its NVIDIA module boots with
+        no GPU). The driver section is the driver's user space.
+        """
+        fallback = self.kernel.fallback
+        kernel = [*self.kernel.packages(), self.driver.kernel_module(self.kernel)]
+        if fallback is not None:
+            kernel.extend(fallback.packages(self.driver.branch))
             if self.kernel.tools:  # the governor unit runs cpupower on the fallback kernel too
-                fallback = self.kernel.fallback
-                pins.append(PackagePin(name=f"{TOOLS_PACKAGE_STEM}-{fallback.release}",
-                                       version=fallback.package_version))
-        pins.append(PackagePin(name=self.nccl.library.package, version=self.nccl.library.version))
-        if self.host.fan_control is not None:
-            fan = self.host.fan_control
-            pins.append(PackagePin(name=fan.package, version=fan.package_version))
+                kernel.append(PackagePin(name=f"{TOOLS_PACKAGE_STEM}-{fallback.release}",
+                                         version=fallback.package_version))
+        library = self.nccl.library.pin()
         saver = self.memory.memory_saver
-        if saver is not None and saver.required:
-            pins.append(PackagePin(name=saver.package, version=saver.package_version))
-        pins.extend(self.host.packages)
-        return pins
+        fan = self.host.fan_control
+        pins: dict[Section, list[PackagePin]] = {
+            "kernel": kernel,
+            "driver": [self.driver.utilities()],
+            "nccl": [library] if library is not None else [],
+            "memory": ([PackagePin(name=saver.package, version=saver.package_version)]
+                       if saver is not None and saver.required else []),
+            "host": [*([PackagePin(name=fan.package, version=fan.package_version)] if fan else []),
+                     *self.host.packages],
+        }
+        return {section: pins[section] for section in SECTIONS if pins.get(section)}
+
+    def packages(self) -> list[PackagePin]:
+        """Every package the baseline pins, section by section in install order
+        (`host.packages` last)."""
+        return [pin for pins in self.pins_by_section().values() for pin in pins]
 
     def dkms_builds(self) -> list[DkmsBuild]:
         """Every module DKMS must build, sign (under Secure Boot) and install for the kernel:
@@ -573,10 +693,11 @@ class Baseline(StrictModel):
         builds = []
         saver = self.memory.memory_saver
         if saver is not None and saver.required:
-            builds.append(DkmsBuild("memory saver", saver.dkms_name, saver.dkms_version, saver.module))
+            builds.append(DkmsBuild("memory saver", saver.dkms_name, saver.dkms_version, saver.module,
+                                    "memory"))
         fan = self.host.fan_control
         if fan is not None:
-            builds.append(DkmsBuild("fan control", fan.dkms_name, fan.dkms_version, fan.module))
+            builds.append(DkmsBuild("fan control", fan.dkms_name, fan.dkms_version, fan.module, "host"))
         return builds
 
 
@@ -589,3 +710,5 @@ class DkmsBuild:
     dkms_name: str
     dkms_version: str
     module: str
+    #: the section whose steps build it (`memory` for the memory saver, `host` for fan control)
+    section: Section

@@ -19,6 +19,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, StringConstraints
 
+from sparkbase.model.netplan import SITE_NETPLAN_DIR, SPARKBASE_NETPLAN_PATH
 from sparkbase.model.types import AbsPath
 
 #: trees that belong to the kernel, the package manager or early boot, or that do not
@@ -132,6 +133,17 @@ def _slice_unit(value: str) -> str:
     return value
 
 
+def _site_netplan_file(value: str) -> str:
+    if posixpath.dirname(value) != SITE_NETPLAN_DIR or not value.endswith(".yaml"):
+        raise ValueError(f"{value} is not a file netplan reads from {SITE_NETPLAN_DIR}: give "
+                         f"{SITE_NETPLAN_DIR}/NAME.yaml (netplan reads only *.yaml there, not in "
+                         "subdirectories)")
+    if value == SPARKBASE_NETPLAN_PATH:
+        raise ValueError(f"{value} is sparkbase's own fabric file: leave fabric.netplan_file unset to "
+                         "have sparkbase write it, or name the site's own netplan file")
+    return value
+
+
 def _disableable_unit(value: str) -> str:
     if value in PROTECTED_UNITS or value.startswith(PROTECTED_UNIT_PREFIXES):
         raise ValueError(f"sparkbase must not disable {value}: it needs it to reach or manage the "
@@ -149,6 +161,10 @@ MokKeyPath = Annotated[AbsPath, AfterValidator(_mok_key_file)]
 
 LibraryPath = Annotated[AbsPath, AfterValidator(_library_file)]
 """A shared library file: absolute, normalised, no `..`, not under /dev, /proc or /sys."""
+
+SiteNetplanFile = Annotated[AbsPath, AfterValidator(_site_netplan_file)]
+"""A site's own netplan file sparkbase takes the fabric over in (`fabric.netplan_file`):
+`/etc/netplan/NAME.yaml`, never sparkbase's own `60-sparkbase-fabric.yaml`."""
 
 SliceUnit = Annotated[
     str,

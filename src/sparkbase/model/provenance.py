@@ -30,7 +30,8 @@ if TYPE_CHECKING:
     from sparkbase.model.yamlio import PathKey
 
 #: top-level baseline keys that describe the file rather than the host: never need a source
-META_KEYS = frozenset({"version", "description", "extends", "abstract", "sources"})
+#: (`managed` says which sections sparkbase writes, not a value any node has)
+META_KEYS = frozenset({"version", "description", "extends", "abstract", "sources", "managed"})
 
 #: a dotted field path as a sources key (`kernel`, `memory.sysctls.vm.min_free_kbytes`)
 SourceKey = Annotated[

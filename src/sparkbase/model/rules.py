@@ -391,7 +391,8 @@ def _shared_findings(
         return
     first_name, first = assigned[0]
     for name, baseline in assigned[1:]:
-        if contract.shared_nccl_library and baseline.nccl.library != first.nccl.library:
+        library, shared = baseline.nccl.library, first.nccl.library
+        if contract.shared_nccl_library and (library.path, library.sha256) != (shared.path, shared.sha256):
             yield Finding(
                 doc,
                 ("nodes", name, "baseline"),

@@ -366,6 +366,12 @@ def _no_merge_constructor() -> type[Any]:
     return BoundedConstructor
 
 
+def flow_too_deep(text: str) -> tuple[int, int] | None:
+    """(line, column) where `text` opens flow collections deeper than `MAX_DEPTH`, else None:
+    bound any YAML text with it before ruamel scans it (see `_flow_too_deep`)."""
+    return _flow_too_deep(text)
+
+
 def _one_line(text: str) -> str:
     """ruamel's messages span lines (context, marks); a problem is printed on one."""
     return " ".join(text.split())

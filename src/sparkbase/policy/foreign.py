@@ -9,6 +9,10 @@ retires them (`deploy/steps.py`; only what sparkbase recorded creating, see
 `policy/ownership.py`) and the audit warns about foreign packages still installed
 (`packages.foreign`); both take the list from here, the one place it is computed.
 
+Only sections count that both baselines manage (`managed:`): another baseline puts nothing
+on a node in a section it leaves as found, and in a section this baseline leaves as found
+nothing is retired, whoever put it there.
+
 Site policy, below both users: pure functions of the typed site, no host, no pyinfra.
 """
 
@@ -20,6 +24,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from sparkbase.model.baseline import Baseline
+    from sparkbase.model.sections import Section
     from sparkbase.model.site import Site
 
 
@@ -33,6 +38,8 @@ class ForeignPin:
     kernel: str | None
     #: the baselines that pin it
     baselines: tuple[str, ...]
+    #: the section it belongs to (`Baseline.pins_by_section`)
+    section: Section
 
 
 @dataclass(frozen=True)
@@ -42,6 +49,8 @@ class ForeignDkms:
     name: str
     version: str
     baselines: tuple[str, ...]
+    #: the section whose steps build it (`memory` for the memory saver, `host` for fan control)
+    section: Section
 
 
 @dataclass(frozen=True)
@@ -77,14 +86,17 @@ class Foreign:
 
 
 def foreign_swap_files(site: Site, baseline: Baseline) -> tuple[str, ...]:
-    """Swap files the site's other baselines create and `baseline` does not, sorted."""
+    """Swap files the site's other baselines create and `baseline` does not, sorted (none
+    when `baseline` leaves memory as found)."""
+    if not baseline.manages("memory"):
+        return ()
     own = baseline.memory.swap.path if baseline.memory.swap is not None else None
     return tuple(
         sorted(
             {
                 other.memory.swap.path
                 for other in site.baselines.values()
-                if other.memory.swap is not None and other.memory.swap.path != own
+                if other.manages("memory") and other.memory.swap is not None and other.memory.swap.path != own
             }
         )
     )
@@ -92,7 +104,10 @@ def foreign_swap_files(site: Site, baseline: Baseline) -> tuple[str, ...]:
 
 def foreign_fstab_edits(site: Site, baseline: Baseline) -> tuple[str, ...]:
     """Installer swap files the site's other baselines mark `noauto` in /etc/fstab and
-    `baseline` does not (their line is put back, if sparkbase's edit is unchanged), sorted."""
+    `baseline` does not (their line is put back, if sparkbase's edit is unchanged), sorted
+    (none when `baseline` leaves memory as found)."""
+    if not baseline.manages("memory"):
+        return ()
     own = baseline.memory.factory_swap
     keep = own.path if own is not None and own.fstab == "noauto" else None
     return tuple(
@@ -100,7 +115,7 @@ def foreign_fstab_edits(site: Site, baseline: Baseline) -> tuple[str, ...]:
             {
                 other.memory.factory_swap.path
                 for other in site.baselines.values()
-                if other.memory.factory_swap is not None
+                if other.manages("memory") and other.memory.factory_swap is not None
                 and other.memory.factory_swap.fstab == "noauto"
                 and other.memory.factory_swap.path != keep
             }
@@ -122,19 +137,35 @@ def _kernel_of(pin_name: str, baseline: Baseline) -> str | None:
     return next((release for release in releases if pin_name.endswith(f"-{release}")), None)
 
 
+def _ships_own_library(own: Baseline, other: Baseline, package: str) -> bool:
+    """`package` is the other baseline's NCCL package and ships the very file `own` takes as
+    the site's (`provided_by: site`, same path): purging it would delete the library every
+    lane loads, so it is never foreign."""
+    library = own.nccl.library
+    theirs = other.nccl.library
+    return library.provided_by == "site" and theirs.package == package and theirs.path == library.path
+
+
 def foreign_for(site: Site, name: str) -> Foreign:
-    """What the site's other baselines manage that baseline `name` does not."""
+    """What the site's other baselines manage that baseline `name` does not, in the sections
+    both manage."""
     own = site.baselines[name]
     own_pins = {pin.name for pin in own.packages()}
     others = [(other, b) for other, b in sorted(site.baselines.items()) if other != name]
 
-    pins: dict[str, tuple[str | None, list[str]]] = {}
+    def both(baseline: Baseline, section: Section) -> bool:
+        return own.manages(section) and baseline.manages(section)
+
+    pins: dict[str, tuple[str | None, Section, list[str]]] = {}
     for other, baseline in others:
-        for pin in baseline.packages():
-            if pin.name in own_pins:
+        for section, section_pins in baseline.pins_by_section().items():
+            if not both(baseline, section):
                 continue
-            _, owners = pins.setdefault(pin.name, (_kernel_of(pin.name, baseline), []))
-            owners.append(other)
+            for pin in section_pins:
+                if pin.name in own_pins or _ships_own_library(own, baseline, pin.name):
+                    continue
+                _, _, owners = pins.setdefault(pin.name, (_kernel_of(pin.name, baseline), section, []))
+                owners.append(other)
 
     own_units = set(own.host.disable_services)
     if own.host.fan_control is not None:
@@ -142,25 +173,26 @@ def foreign_for(site: Site, name: str) -> Foreign:
     services: dict[str, list[str]] = {}
     for other, baseline in others:
         fan = baseline.host.fan_control
-        if fan is not None and fan.service not in own_units:
+        if fan is not None and fan.service not in own_units and both(baseline, "host"):
             services.setdefault(fan.service, []).append(other)
 
     own_builds = {(build.dkms_name, build.dkms_version) for build in own.dkms_builds()}
-    dkms: dict[tuple[str, str], list[str]] = {}
+    dkms: dict[tuple[str, str], tuple[Section, list[str]]] = {}
     for other, baseline in others:
         saver = baseline.memory.memory_saver
-        builds = [(saver.dkms_name, saver.dkms_version)] if saver is not None else []
+        builds: list[tuple[tuple[str, str], Section]] = (
+            [((saver.dkms_name, saver.dkms_version), "memory")] if saver is not None else [])
         fan = baseline.host.fan_control
-        builds += [(fan.dkms_name, fan.dkms_version)] if fan is not None else []
-        for key in builds:
-            if key not in own_builds:
-                dkms.setdefault(key, []).append(other)
+        builds += [((fan.dkms_name, fan.dkms_version), "host")] if fan is not None else []
+        for key, section in builds:
+            if key not in own_builds and both(baseline, section):
+                dkms.setdefault(key, (section, []))[1].append(other)
 
     mok_dirs: dict[str, tuple[str, list[str], list[str]]] = {}
-    if not _signs_modules(own):
+    if not _signs_modules(own) and own.manages("secure_boot"):
         for other, baseline in others:
             secure = baseline.secure_boot
-            if not _signs_modules(baseline):
+            if not _signs_modules(baseline) or not baseline.manages("secure_boot"):
                 continue
             path = str(PurePosixPath(secure.mok_private_key).parent)
             _, keys, owners = mok_dirs.setdefault(path, (secure.mok_certificate, [], []))
@@ -172,6 +204,8 @@ def foreign_for(site: Site, name: str) -> Foreign:
     files: dict[str, list[str]] = {}
     restore: dict[str, list[str]] = {}
     for other, baseline in others:
+        if not both(baseline, "host"):
+            continue
         fan = baseline.host.fan_control
         if fan is not None and fan.modules_load_path != own_fan:
             files.setdefault(fan.modules_load_path, []).append(other)
@@ -182,9 +216,11 @@ def foreign_for(site: Site, name: str) -> Foreign:
 
     return Foreign(
         baseline=name,
-        pins=tuple(ForeignPin(pin, kernel, tuple(owners)) for pin, (kernel, owners) in sorted(pins.items())),
+        pins=tuple(ForeignPin(pin, kernel, tuple(owners), section)
+                   for pin, (kernel, section, owners) in sorted(pins.items())),
         services=tuple((unit, tuple(owners)) for unit, owners in sorted(services.items())),
-        dkms=tuple(ForeignDkms(n, v, tuple(owners)) for (n, v), owners in sorted(dkms.items())),
+        dkms=tuple(ForeignDkms(n, v, tuple(owners), section)
+                   for (n, v), (section, owners) in sorted(dkms.items())),
         mok_dirs=tuple(
             ForeignMokDir(path, cert, tuple(keys), tuple(owners))
             for path, (cert, keys, owners) in sorted(mok_dirs.items())

@@ -19,9 +19,15 @@ create (kind `fstab-line`: the installer's /swap.img line marked `noauto`), with
 sparkbase found it (`original`) and as it wrote it (`written`), exact: the line is put back
 only while it still reads exactly as sparkbase wrote it (`sparkbase.policy.fstab`).
 
-Record file format 2 (format 1, without edited lines, is still read):
+It also holds the site files sparkbase took over and rewrote (kind `edited-file`: the site's
+netplan file that configures the fabric, `fabric.netplan_file`), with the file's whole text as
+sparkbase found it (`original`), its mode then (`mode`) and the sha256 of what sparkbase wrote
+(`sha256`): the text is put back when the node moves to a baseline that does not manage the
+fabric in that file, and only while the file is still exactly as sparkbase wrote it.
 
-    {"format": 2, "items": [{"kind": "swap", "target": "/swap-64k.img",
+Record file format 3 (formats 1 and 2, without edited lines and files, are still read):
+
+    {"format": 3, "items": [{"kind": "swap", "target": "/swap-64k.img",
       "uuid": "…", "baseline": "ds41f-7x-64k", "recorded_at": "2026-12-01T01:02:03Z"}, …]}
 """
 
@@ -38,8 +44,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 #: where each node keeps the record of what sparkbase created on it
 OWNERSHIP_DIR = "/var/lib/sparkbase"
 OWNERSHIP_PATH = f"{OWNERSHIP_DIR}/owned.json"
-#: version of the record file's format; a newer one is never overwritten (2 added `fstab-line`)
-RECORD_FORMAT = 2
+#: version of the record file's format; a newer one is never overwritten (2 added `fstab-line`,
+#: 3 `edited-file` with its `mode`)
+RECORD_FORMAT = 3
+#: the longest text an `edited-file` item keeps (a netplan file sparkbase takes over is read
+#: whole up to this size: `facts.parsers.netplan.MAX_NETPLAN_BYTES`)
+MAX_EDITED_BYTES = 64 * 1024
 #: no-op reasons that start so are shown in plan and apply (deploy/results.KEPT)
 KEPT = "kept: "
 
@@ -67,6 +77,9 @@ class Kind(StrEnum):
     #: put back on move-back while the unit is still masked)
     MASK = "mask"
     FSTAB_LINE = "fstab-line"  # a line of /etc/fstab sparkbase edited (target: its first field)
+    #: a site file sparkbase took over and rewrote (target: its path; original: its whole text
+    #: before; mode: its mode before; sha256: what sparkbase wrote)
+    EDITED_FILE = "edited-file"
 
 
 class OwnedItem(_RecordModel):
@@ -83,11 +96,14 @@ class OwnedItem(_RecordModel):
     uuid: str | None = Field(default=None, description="UUID sparkbase wrote into a swap header")
     version: str | None = Field(default=None, description="package version sparkbase installed")
     original: str | None = Field(
-        default=None, max_length=4096, description="an edited line as sparkbase found it (exact)"
+        default=None, max_length=MAX_EDITED_BYTES,
+        description="an edited line, or an edited file's whole text, as sparkbase found it (exact)",
     )
     written: str | None = Field(
         default=None, max_length=4096, description="an edited line as sparkbase wrote it (exact)"
     )
+    mode: int | None = Field(default=None, ge=0, le=0o7777,
+                             description="an edited file's mode as sparkbase found it")
 
 
 class OwnershipRecord(_RecordModel):
@@ -292,3 +308,10 @@ def edited_line(target: str, baseline: str, when: str, *, original: str, written
     """The record of an /etc/fstab line sparkbase just rewrote: as found, and as written."""
     return OwnedItem(kind=Kind.FSTAB_LINE, target=target, baseline=baseline, recorded_at=when,
                      original=original, written=written)
+
+
+def edited_file(target: str, baseline: str, when: str, *, original: str, mode: int, sha256: str) -> OwnedItem:
+    """The record of a site file sparkbase just took over: its text and mode as found, and the
+    sha256 of what sparkbase wrote."""
+    return OwnedItem(kind=Kind.EDITED_FILE, target=target, baseline=baseline, recorded_at=when,
+                     original=original, mode=mode, sha256=sha256)

@@ -11,7 +11,7 @@ is asked.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sparkbase.qualify.client import ApiEndpoint, ApiError
 
@@ -22,21 +22,15 @@ if TYPE_CHECKING:
 
 
 def lane_api_address(lane: Lane) -> tuple[str, int] | None:
-    """The node and port of the lane's API, or None when the lane names neither.
-
-    >>> WIRING POINT (for the lead): `runtime.endpoint: {node, port}` is being added to the
-    lane model by another helper. Until it merges the endpoint is read with `getattr` (so it
-    is used as soon as it exists) and, without it, taken from `runtime.metrics`: SGLang and
-    vLLM serve /metrics on their API port, and the API answers on the first node that serves
-    metrics (`runtime.metrics.nodes`, else the lane's head node). Once the field is in the
-    model, replace the `getattr` with `lane.runtime.endpoint` and keep the fallback.
-    """
+    """The node and port of the lane's API, or None when the lane names neither: its
+    `runtime.endpoint`, else its metrics port on the first node that serves metrics
+    (`runtime.metrics.nodes`, else the lane's head node): SGLang and vLLM serve /metrics on
+    their API port."""
     runtime = lane.runtime
     if runtime is None:
         return None
-    endpoint: Any = getattr(runtime, "endpoint", None)
-    if endpoint is not None:
-        return str(endpoint.node), int(endpoint.port)
+    if runtime.endpoint is not None:
+        return runtime.endpoint.node, runtime.endpoint.port
     if runtime.metrics is None:
         return None
     return (runtime.metrics.nodes or lane.nodes)[0], runtime.metrics.port

@@ -134,16 +134,11 @@ def lane_settings(lane: Lane) -> dict[str, Any]:
 
 
 def image_digest(lane: Lane) -> str | None:
-    """`sha256:<hex>` of the engine image the lane file pins, or None without a container.
-
-    The container part of the lane model (`runtime.container: {name, image}` with `digest()`)
-    is another helper's; it is read with `getattr` so this works before and after it lands
-    (a container given by name only pins no image: None). What the node really runs is the
-    gate's runtime checks' to compare with the lane file.
-    """
-    container: Any = getattr(lane.runtime, "container", None) if lane.runtime is not None else None
-    digest = getattr(container, "digest", None)
-    return str(digest()) if callable(digest) else None
+    """`sha256:<hex>` of the engine image the lane file pins (`runtime.container.image`), or
+    None when the lane runs no container. What the node really runs is the gate's runtime
+    checks' to compare with the lane file (a container running another image is refused)."""
+    container = lane.runtime.container if lane.runtime is not None else None
+    return container.digest() if container is not None else None
 
 
 def shape_of(site: Site, lane_name: str) -> Shape:

@@ -11,19 +11,22 @@ the gate first (the runner's `gate` callable).
   `systemctl stop` of the unit that runs, then `systemctl start` of the one that should. A
   unit lane's build is its unit: two releases of one unit name run the same build, and the
   runner says so (the comparison then measures the session's own noise).
-- A container lane (`runtime.container`) needs a restarter that runs the previous release's
-  image with its settings: another helper builds container lanes, and `restarter_for`
-  refuses such a lane until that restarter is wired here (marked for the lead).
+- A lane run by a unit that starts its container restarts as a unit lane; when two releases
+  run other images under one unit name, a restart cannot bring the previous image back and
+  `restarter_for` refuses.
+- A lane run as a container alone (`runtime.container`, no unit) needs a restarter that runs
+  the previous release's image with its settings (`docker stop`, `docker run`): not written
+  here; `restarter_for` refuses such a lane until it is wired (marked for the lead).
 """
 
 from __future__ import annotations
 
 import shlex
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from sparkbase.model.lanes import Lane
+    from sparkbase.model.lanes import ContainerRuntime, Lane
     from sparkbase.transport.targets import SshTarget
 
 #: how long one node may take to stop or start the lane's unit
@@ -51,9 +54,15 @@ def unit_of(lane: Lane) -> str | None:
     return lane.runtime.unit if lane.runtime is not None and lane.runtime.unit else None
 
 
-def container_of(lane: Lane) -> Any:
-    """The lane's container block (another helper's model: read with `getattr`), or None."""
-    return getattr(lane.runtime, "container", None) if lane.runtime is not None else None
+def container_of(lane: Lane) -> ContainerRuntime | None:
+    """The Docker container the lane runs as, or None."""
+    return lane.runtime.container if lane.runtime is not None else None
+
+
+def lane_image(lane: Lane) -> str | None:
+    """The image digest the lane file pins (None: no container)."""
+    container = container_of(lane)
+    return container.digest() if container is not None else None
 
 
 Runner = Callable[[str, str], tuple[int, str]]
@@ -124,9 +133,14 @@ def restarter_for(lanes: Sequence[Lane], targets: Mapping[str, SshTarget]) -> La
     containers helper's model) returned here; until then such a lane cannot run an A/B/A.
     """
     for lane in lanes:
-        if container_of(lane) is not None and not isinstance(container_of(lane), str):
+        if unit_of(lane) is None and container_of(lane) is not None:
             raise RestartError("the lane runs as a container: the container restarter is not wired yet "
                                "(sparkbase.qualify.restart.restarter_for); only the determinism gate can run")
         if unit_of(lane) is None:
             raise RestartError("the lane names no runtime.unit: nothing here can restart it between runs")
+    units = {unit_of(lane) for lane in lanes}
+    images = {lane_image(lane) for lane in lanes}
+    if len(units) == 1 and len(images) > 1:
+        raise RestartError(f"the releases run other images under one unit ({units.pop()}): restarting the "
+                           "unit cannot bring the previous image back (give each build its own unit)")
     return UnitRestarter(ssh_runner(targets))

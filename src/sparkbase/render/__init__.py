@@ -15,10 +15,14 @@ from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING
 
+from sparkbase.model.netplan import SPARKBASE_NETPLAN_PATH
+from sparkbase.model.sections import SECTIONS
+
 if TYPE_CHECKING:
     import jinja2
 
     from sparkbase.model.baseline import Baseline
+    from sparkbase.model.sections import Section
     from sparkbase.model.site import Site
 
 #: bump when templates change in a way that changes rendered output
@@ -26,7 +30,8 @@ RENDER_FORMAT = 1
 STAMP_PATH = "/etc/sparkbase/stamp.json"
 STAMP_FORMAT = 1
 
-NETPLAN_PATH = "/etc/netplan/60-sparkbase-fabric.yaml"
+NETPLAN_PATH = SPARKBASE_NETPLAN_PATH
+
 NCCL_CONF_PATH = "/etc/nccl.conf"
 GRUB_DROPIN_PATH = "/etc/default/grub.d/60-sparkbase.cfg"
 SYSCTL_PATH = "/etc/sysctl.d/90-sparkbase.conf"
@@ -43,6 +48,11 @@ class RenderedFile:
     mode: int = 0o644
     needs_reboot: bool = False
     purpose: str = ""
+    #: `content` is the part sparkbase writes into a site file at `path` (`fabric.netplan_file`),
+    #: whose other keys are the site's: it is merged in, never written whole
+    merged: bool = False
+    #: the baseline section the file belongs to (None: the stamp, sparkbase's own record)
+    section: Section | None = None
 
     @property
     def sha256(self) -> str:
@@ -58,6 +68,8 @@ class ManagedLine:
     line: str
     match: str
     purpose: str = ""
+    #: the baseline section the line belongs to
+    section: Section = "memory"
 
 
 @cache
@@ -103,11 +115,13 @@ def render_baseline(name: str, baseline: Baseline) -> list[RenderedFile]:
             _render("grub.cfg.j2", cmdline=kernel_cmdline(baseline), **context),
             needs_reboot=True,
             purpose="kernel command line and GRUB default entry",
+            section="kernel",
         ),
         RenderedFile(
             SYSCTL_PATH,
             _render("sysctl.conf.j2", sysctls=sysctls(baseline), **context),
             purpose="kernel settings (applied live too)",
+            section="memory",
         ),
         RenderedFile(
             MODPROBE_PATH,
@@ -116,12 +130,14 @@ def render_baseline(name: str, baseline: Baseline) -> list[RenderedFile]:
             _render("modprobe.conf.j2", **context),
             needs_reboot=True,
             purpose="nvidia-drm module parameters",
+            section="host",
         ),
-        RenderedFile(
+        *([RenderedFile(
             f"/etc/systemd/system/{baseline.cpuset.slice}",
             _render("slice.j2", **context),
             purpose="serving cpuset slice",
-        ),
+            section="cpuset",
+        )] if baseline.cpuset.pinned_by == "slice" else []),
         *render_modules_load(name, baseline),
     ]
     return sorted(files, key=lambda f: f.path)
@@ -135,7 +151,7 @@ def render_modules_load(name: str, baseline: Baseline) -> list[RenderedFile]:
     content = _render("modules-load.conf.j2", baseline_name=name, baseline=baseline, module=fan.module,
                       purpose=f"fan control ({fan.dkms_name})")
     return [RenderedFile(fan.modules_load_path, content, needs_reboot=True,
-                         purpose="fan-control module loaded at boot")]
+                         purpose="fan-control module loaded at boot", section="host")]
 
 
 def render_nccl_conf(name: str, baseline: Baseline, gid_index: int | None = None) -> RenderedFile:
@@ -148,14 +164,41 @@ def render_nccl_conf(name: str, baseline: Baseline, gid_index: int | None = None
     content = _render(
         "nccl.conf.j2", baseline_name=name, baseline=baseline, nccl_env=env, node_gid_index=node_override
     )
-    return RenderedFile(NCCL_CONF_PATH, content, purpose="NCCL settings every lane reads")
+    return RenderedFile(NCCL_CONF_PATH, content, purpose="NCCL settings every lane reads", section="nccl")
+
+
+def fabric_netplan_path(baseline: Baseline) -> str:
+    """The netplan file the fabric is configured in: the site's own (`fabric.netplan_file`),
+    else sparkbase's."""
+    return baseline.fabric.netplan_file or NETPLAN_PATH
+
+
+def fabric_ethernets(baseline: Baseline, paths: dict[str, NetplanPath]) -> dict[str, dict[str, object]]:
+    """Netdev -> the netplan settings the fabric netplan gives it (the keys sparkbase sets in
+    `network.ethernets.NETDEV`), in port order; the same values `netplan.yaml.j2` writes."""
+    return {
+        port.netdev: {
+            "dhcp4": False,
+            "dhcp6": False,
+            "link-local": [],
+            "mtu": baseline.fabric.mtu,
+            "addresses": [paths[port.netdev].address] if port.netdev in paths else [],
+        }
+        for port in baseline.fabric.ports
+    }
 
 
 def render_netplan(name: str, baseline: Baseline, paths: dict[str, NetplanPath]) -> RenderedFile:
     """The fabric netplan with this node's RDMA paths, one address each (mode 0600, as
-    netplan wants)."""
-    content = _render("netplan.yaml.j2", baseline_name=name, baseline=baseline, paths=paths)
-    return RenderedFile(NETPLAN_PATH, content, mode=0o600, purpose="four-PF fabric netplan")
+    netplan wants). With `fabric.netplan_file`, the fabric part sparkbase merges into the
+    site's file there (`merged`)."""
+    site_file = baseline.fabric.netplan_file
+    content = _render("netplan.yaml.j2", baseline_name=name, baseline=baseline, paths=paths,
+                      merged_into=site_file)
+    if site_file is not None:
+        return RenderedFile(site_file, content, mode=0o600, merged=True, section="fabric",
+                            purpose="four-PF fabric netplan, in the site's file")
+    return RenderedFile(NETPLAN_PATH, content, mode=0o600, purpose="four-PF fabric netplan", section="fabric")
 
 
 def managed_lines(baseline: Baseline) -> list[ManagedLine]:
@@ -197,14 +240,22 @@ def node_addresses(site: Site, node: str) -> dict[str, str]:
     return site.inventory.nodes[node].addresses()
 
 
+#: fields added since the lock's render format 1, left out of a baseline's digest while unset
+#: (None): a baseline that does not use them keeps the digest its lock records
 def baseline_digest(name: str, baseline: Baseline) -> str:
     """sha256 of everything a baseline renders and pins, independent of any node.
 
     The lock file records it: a change here without a version bump is a silent change to
-    a qualified baseline.
+    a qualified baseline. Every file the baseline renders counts, managed or not (`managed:`
+    is in the model, so changing it changes the digest). Fields added since baselines were
+    first locked count only when they differ from their default (`DIGEST_QUIET_DEFAULTS`),
+    so a baseline that does not use them keeps the digest its lock records.
     """
     digest = hashlib.sha256(f"render-format={RENDER_FORMAT}\n".encode())
-    model = json.dumps(baseline.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    data = baseline.model_dump(mode="json")
+    for path, default in DIGEST_QUIET_DEFAULTS:
+        _drop_default(data, path, default)
+    model = json.dumps(data, sort_keys=True, separators=(",", ":"))
     digest.update(model.encode())
     for file in render_baseline(name, baseline):
         digest.update(f"\0{file.path}\0{file.mode:o}\0".encode())
@@ -212,6 +263,25 @@ def baseline_digest(name: str, baseline: Baseline) -> str:
     for line in managed_lines(baseline):
         digest.update(f"\0{line.path}\0{line.line}".encode())
     return digest.hexdigest()
+
+
+#: fields added after baselines were first locked, and the default that means what a
+#: baseline without them always meant: left out of the digest while at that default
+DIGEST_QUIET_DEFAULTS: tuple[tuple[tuple[str, ...], object], ...] = (
+    (("managed",), list(SECTIONS)),
+    (("nccl", "library", "provided_by"), "package"),
+    (("fabric", "netplan_file"), None),
+    (("cpuset", "pinned_by"), "slice"),
+)
+
+
+def _drop_default(data: dict[str, object], path: tuple[str, ...], default: object) -> None:
+    """Remove `path` from the dumped model when it holds `default`."""
+    holder: object = data
+    for key in path[:-1]:
+        holder = holder.get(key) if isinstance(holder, dict) else None
+    if isinstance(holder, dict) and holder.get(path[-1], object()) == default:
+        del holder[path[-1]]
 
 
 def stamp_content(name: str, baseline: Baseline, files: list[RenderedFile]) -> str:
@@ -234,7 +304,9 @@ def node_files(site: Site, node: str, baseline_name: str | None = None) -> list[
     instead (a lane's, or `--baseline`), the stamp last.
 
     The node's own parts: the netplan of its paths and, when the inventory gives the node
-    its own `gid_index`, NCCL_IB_GID_INDEX in /etc/nccl.conf.
+    its own `gid_index`, NCCL_IB_GID_INDEX in /etc/nccl.conf. Only the files of the
+    sections the baseline manages: a section left as found has no file sparkbase writes,
+    and a baseline that manages nothing has no stamp either (sparkbase writes nothing).
     """
     from sparkbase.model.fabric import node_gid_index
 
@@ -246,9 +318,18 @@ def node_files(site: Site, node: str, baseline_name: str | None = None) -> list[
     ]
     files.append(render_nccl_conf(name, baseline, node_gid_index(entry, baseline)))
     files.append(render_netplan(name, baseline, node_paths(site, node)))
-    files.sort(key=lambda f: f.path)
+    files = sorted((f for f in files if f.section is None or baseline.manages(f.section)),
+                   key=lambda f: f.path)
+    if not baseline.managed:
+        return files
     stamp = RenderedFile(STAMP_PATH, stamp_content(name, baseline, files), purpose="sparkbase stamp")
     return [*files, stamp]
+
+
+def node_lines(baseline: Baseline) -> list[ManagedLine]:
+    """The lines sparkbase owns in shared files on a node of `baseline`: those of the
+    sections it manages."""
+    return [line for line in managed_lines(baseline) if baseline.manages(line.section)]
 
 
 def render_node(site: Site, node: str) -> list[RenderedFile]:

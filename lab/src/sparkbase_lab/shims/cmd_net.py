@@ -92,12 +92,27 @@ def _merged(old: Any, new: Any) -> Any:
     return new
 
 
+#: netplan's directories, lowest priority first: a file in a later one shadows (replaces
+#: whole) a file of the same name in an earlier one (netplan-generate(8), src/util.c)
+NETPLAN_DIRS = ("/lib/netplan", "/etc/netplan", "/run/netplan")
+
+
+def netplan_files() -> list[str]:
+    """The files netplan reads, in its order: per name the one of the highest directory,
+    sorted by name in byte order whatever the directory."""
+    chosen: dict[str, str] = {}
+    for directory in NETPLAN_DIRS:
+        for path in glob(f"{directory}/*.yaml"):
+            chosen[path.rsplit("/", 1)[-1]] = path
+    return [chosen[name] for name in sorted(chosen, key=lambda name: name.encode())]
+
+
 def netplan_config() -> dict[str, Any]:
-    """`network.ethernets` of every /etc/netplan/*.yaml, merged in name order as netplan
-    merges them: a port two files configure carries both files' addresses (netplan drops an
-    address given twice by the exact same string, src/parse.c)."""
+    """`network.ethernets` of every netplan file (/lib, /etc, /run; shadowed by name), merged
+    in name order as netplan merges them: a port two files configure carries both files'
+    addresses (netplan drops an address given twice by the exact same string, src/parse.c)."""
     merged: dict[str, Any] = {}
-    for path in sorted(glob("/etc/netplan/*.yaml")):
+    for path in netplan_files():
         try:
             data = _load_yaml(read_text(path)) or {}
         except Exception as exc:
@@ -113,11 +128,12 @@ def netplan_config() -> dict[str, Any]:
 
 
 def netplan_apply() -> None:
-    """Set every fabric netdev's addresses and MTU from netplan (as `netplan apply`)."""
+    """Set every fabric netdev's addresses and MTU from netplan (as `netplan apply`), and the
+    management NIC's when a netplan file configures it (the as-found lab's installer file)."""
     conf = netplan_config()
     net: dict[str, Any] = read_json(NET, {}) or default_net()
     for netdev, dev in net.items():
-        if netdev == MGMT_NETDEV:
+        if netdev == MGMT_NETDEV and netdev not in conf:
             continue
         c = conf.get(netdev, {})
         dev["addresses"] = [str(a) for a in c.get("addresses", [])]

@@ -202,11 +202,28 @@ def metrics_text(engine: str, sessions: bool = False, running: float = 0.0) -> s
     return "\n".join(lines) + "\n"
 
 
+def lab_setting(env_key: str, key: str) -> str:
+    """A setting the lab hands the stand-in: from its environment (a lab lane unit's
+    `Environment=`), else from the file a container's launcher wrote for this process or,
+    for a worker, for its server (a container's environment holds only what a real one
+    holds: docker_runtime.py)."""
+    if env_key in os.environ:
+        return os.environ[env_key]
+    from sparkbase_lab.shims.docker_runtime import lab_settings
+
+    for pid in (os.getpid(), os.getppid()):
+        settings = lab_settings(pid)
+        if settings:
+            value = settings.get(key)
+            return "" if value is None else str(value)
+    return ""
+
+
 def _map_library() -> list[object]:
     """Map the file SPARKBASE_LAB_NCCL names, as a process that loaded that libnccl."""
     import mmap
 
-    library = os.environ.get("SPARKBASE_LAB_NCCL", "")
+    library = lab_setting("SPARKBASE_LAB_NCCL", "nccl")
     if not library or not os.path.isfile(library):
         return []
     with open(library, "rb") as handle:
@@ -245,10 +262,28 @@ def worker(_argv: list[str]) -> int:
     return 0
 
 
+def _option(argv: list[str], flag: str, default: str) -> str:
+    """The value after `flag` on the engine's command line."""
+    return argv[argv.index(flag) + 1] if flag in argv[:-1] else default
+
+
+def models_json(argv: list[str], engine: str) -> str:
+    """`GET /v1/models` as the engine answers it (SGLang: one model, `owned_by` sglang,
+    `root` and `max_model_len`, compact JSON: tests/fixtures/real/v1_models__sglang_*)."""
+    import json
+
+    model = _option(argv, "--model-path", _option(argv, "serve", "model"))
+    served = _option(argv, "--served-model-name", model)
+    card = {"id": served, "object": "model", "created": int(time.time()), "owned_by": engine,
+            "root": model, "parent": None, "max_model_len": int(_option(argv, "--context-length", "1048576"))}
+    return json.dumps({"object": "list", "data": [card]}, separators=(",", ":"))
+
+
 def serve(argv: list[str]) -> int:
     """The stand-in serving process: map the NCCL library, start the workers, serve
-    /metrics and the OpenAI-compatible API (openai_api.py) until SIGTERM (which ends the
-    workers too)."""
+    /metrics, `/v1/models`, `/health` and the rest of the OpenAI-compatible API (openai_api.py:
+    `/v1/completions`) until SIGTERM (which ends the workers too). With no port from the lab it
+    serves nothing, as an engine's non-head rank does."""
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     from sparkbase_lab.shims import openai_api
@@ -256,27 +291,32 @@ def serve(argv: list[str]) -> int:
     mapped = _map_library()
     engine = "sglang" if any("sglang" in arg for arg in argv) else "vllm"
 
-    class Metrics(BaseHTTPRequestHandler):
+    class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # http.server's name for a GET handler
-            if openai_api.serves(self.path):
-                openai_api.get(self, engine, argv)
-                return
-            self.send_response(200 if self.path == "/metrics" else 404)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            body, kind, status = b"", "text/plain; version=0.0.4", 200
+            if self.path == "/metrics":  # the load as the node's faults say now, its own requests too
+                sessions = bool(faults().get("lane-sessions"))
+                body = metrics_text(engine, sessions, openai_api.running()).encode()
+            elif self.path == "/v1/models":
+                body, kind = models_json(argv, engine).encode(), "application/json"
+            elif self.path != "/health":
+                status = 404
+            self.send_response(status)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            if self.path == "/metrics":  # the load as the node's faults say now
-                load = metrics_text(engine, bool(faults().get("lane-sessions")), openai_api.running())
-                self.wfile.write(load.encode())
+            self.wfile.write(body)
 
-        def do_POST(self) -> None:  # http.server's name for a POST handler
+        def do_POST(self) -> None:  # http.server's name for a POST handler (/v1/completions)
             openai_api.post(self, engine, argv)
 
         def log_message(self, *_args: object) -> None:
             return
 
-    port = int(os.environ.get("SPARKBASE_LAB_METRICS_PORT", "0"))
-    server = ThreadingHTTPServer(("127.0.0.1", port), Metrics)
-    server.daemon_threads = True  # a request still streaming never holds the stand-in's end
+    port = lab_setting("SPARKBASE_LAB_METRICS_PORT", "port")
+    server = ThreadingHTTPServer(("127.0.0.1", int(port)), Handler) if port else None
+    if server is not None:
+        server.daemon_threads = True  # a request still streaming never holds the stand-in's end
     workers = _start_workers()
 
     def end(*_: object) -> None:
@@ -287,10 +327,13 @@ def serve(argv: list[str]) -> int:
         sys.exit(0)
 
     signal.signal(signal.SIGTERM, end)
-    ready = os.environ.get("SPARKBASE_LAB_READY")
+    ready = lab_setting("SPARKBASE_LAB_READY", "ready")
     if ready:
         write_text(ready, f"{os.getpid()} {' '.join(str(w.pid) for w in workers)}\n")
-    server.serve_forever()
+    if server is not None:
+        server.serve_forever()
+    while True:
+        signal.pause()
     del mapped
     return 0
 

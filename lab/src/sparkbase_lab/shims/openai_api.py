@@ -1,18 +1,19 @@
 """A lane stand-in's OpenAI-compatible API, as SGLang and vLLM answer it (runs inside the node).
 
-`cmd_serving.serve` routes `/v1/...` here: `GET /v1/models` and `POST /v1/completions`, not
-streamed or streamed (server-sent events, one `data: {chunk}` line and a blank line per event,
-`data: [DONE]` last). The bodies follow each engine's own code, field for field:
+`cmd_serving.serve` answers `GET /v1/models` itself (`models_json`) and routes POSTs here:
+`/v1/completions`, not streamed or streamed (server-sent events, one `data: {chunk}` line and a
+blank line per event, `data: [DONE]` last). The bodies follow each engine's own code, field
+for field:
 
 - SGLang (`python/sglang/srt/entrypoints/openai/protocol.py` and `serving_completions.py`,
   004c82e): a 32-hex id; choices with `matched_stop`; `token_ids` (and `prompt_token_ids` on
   the first chunk) only when `"return_token_ids": true`; `usage: null` on every chunk, then a
   chunk with no choices and the usage when `stream_options.include_usage`; a non-streamed
-  answer with `metadata.weight_version`; models `owned_by: sglang`.
+  answer with `metadata.weight_version`.
 - vLLM (`vllm/entrypoints/openai/completion/protocol.py`, 002032e; the real answers in
   tests/fixtures/real/ for the non-streamed forms): a `cmpl-` id of 16 hex; choices with
   `stop_reason`, `token_ids` and `prompt_token_ids` (null unless asked); the non-streamed
-  answer's vLLM-only keys; models with `max_model_len` and a `modelperm-` permission.
+  answer's vLLM-only keys; a completion for another model than the served one refused (404).
 
 What it generates is deterministic per (prompt, engine build): a prompt's tokens come from a
 hash of the prompt, and the same build answers the same prompt the same way every time. A
@@ -128,40 +129,12 @@ def speed_factor(active: dict[str, Any]) -> float:
 
 
 def served_model(argv: list[str]) -> str:
-    """The model the stand-in serves: `--model-path M` (SGLang) or `vllm serve M`."""
-    for flag in ("--model-path", "--model", "serve"):
+    """The model the stand-in serves, as `/v1/models` names it (cmd_serving.models_json):
+    `--served-model-name`, else `--model-path M` (SGLang) or `vllm serve M`."""
+    for flag in ("--served-model-name", "--model-path", "serve"):
         if flag in argv[:-1]:
             return argv[argv.index(flag) + 1]
-    return "default"
-
-
-def serves(path: str) -> bool:
-    """Whether `path` is this API's."""
-    return path.split("?")[0].startswith("/v1/")
-
-
-def get(handler: BaseHTTPRequestHandler, engine: str, argv: list[str]) -> None:
-    """Answer a GET (/v1/models, else 404 as the engine does)."""
-    if handler.path.split("?")[0] != "/v1/models":
-        _json(handler, 404, _error(engine, "Not Found", "NotFoundError", 404))
-        return
-    _json(handler, 200, models(engine, served_model(argv)))
-
-
-def models(engine: str, model: str) -> dict[str, Any]:
-    """The /v1/models answer of `engine`."""
-    created = int(time.time())
-    if engine == "sglang":
-        card: dict[str, Any] = {"id": model, "object": "model", "created": created, "owned_by": "sglang",
-                                "root": model, "parent": None, "max_model_len": 1048576}
-    else:
-        permission = {"id": f"modelperm-{_hex(16)}", "object": "model_permission", "created": created,
-                      "allow_create_engine": False, "allow_sampling": True, "allow_logprobs": True,
-                      "allow_search_indices": False, "allow_view": True, "allow_fine_tuning": False,
-                      "organization": "*", "group": None, "is_blocking": False}
-        card = {"id": model, "object": "model", "created": created, "owned_by": "vllm", "root": model,
-                "parent": None, "max_model_len": 1048576, "permission": [permission]}
-    return {"object": "list", "data": [card]}
+    return "model"
 
 
 def post(handler: BaseHTTPRequestHandler, engine: str, argv: list[str]) -> None:

@@ -34,10 +34,11 @@ MODULES: dict[str, str] = {
     "efibootmgr": "cmd_hw", "nvme": "cmd_hw", "cpupower": "cmd_hw",
     "__boot__": "boot_step", "__refresh__": "boot_step", "__serve__": "cmd_serving",
     "__worker__": "cmd_serving", "__shimd__": "shimd",
+    "docker": "cmd_docker", "__container__": "cmd_docker", "__dockerd__": "cmd_docker",
 }
 
 #: internal entry points (run by node init), not commands in /usr/local/bin
-INTERNAL = ("__boot__", "__refresh__", "__serve__", "__worker__", "__shimd__")
+INTERNAL = ("__boot__", "__refresh__", "__serve__", "__worker__", "__shimd__", "__container__", "__dockerd__")
 
 #: what the node's command server (shimd.py) never runs: the power commands end the node
 #: (every process, the server's included) and the internal entries must be processes of

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import ipaddress
+import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sparkbase.audit.checks.common import apply_fix, linked, unknown
 from sparkbase.audit.registry import Outcome, Subject, fail, node_check, ok, skip
 from sparkbase.facts.model import NodeFacts
-from sparkbase.render import NETPLAN_PATH
+from sparkbase.facts.parsers.netplan import fabric_differences, found_settings
+from sparkbase.facts.script import NETPLAN_SECTION
+from sparkbase.render import NetplanPath, fabric_ethernets, fabric_netplan_path
 
 if TYPE_CHECKING:
     from sparkbase.audit.expected import Expected
@@ -33,9 +36,28 @@ class GidWant:
     subnet: str | None
 
 
-def _netplan(expected: Expected, _item: str | None) -> str | None:
-    rendered = expected.file(NETPLAN_PATH)
-    return None if rendered is None else rendered.sha256
+@dataclass(frozen=True)
+class NetplanWant:
+    """The fabric's netplan file: sparkbase's own, byte for byte (`sha256`), or the site's
+    (`merged`), whose fabric interfaces must say what `fabric_json` says (netdev -> settings)."""
+
+    path: str
+    sha256: str
+    merged: bool = False
+    fabric_json: str = ""
+
+
+def _netplan(expected: Expected, _item: str | None) -> NetplanWant | None:
+    path = fabric_netplan_path(expected.baseline)
+    rendered = expected.file(path)
+    if rendered is None:
+        return None
+    if not rendered.merged:
+        return NetplanWant(path, rendered.sha256)
+    paths = {cable.netdev: NetplanPath(cable.address, cable.subnet, cable.peer, cable.peer_netdev)
+             for cable in expected.cables.values()}
+    fabric = fabric_ethernets(expected.baseline, paths)
+    return NetplanWant(path, rendered.sha256, merged=True, fabric_json=json.dumps(fabric, sort_keys=True))
 
 
 def _link(expected: Expected, item: str | None) -> LinkWant:
@@ -51,21 +73,49 @@ def _gid(expected: Expected, item: str | None) -> GidWant:
     return GidWant(expected.gid_index, netdev, cable.address, cable.subnet)
 
 
-@node_check("fabric.netplan", "fabric", "the four-PF fabric netplan is the rendered one", expect=_netplan)
-def fabric_netplan(sha256: str | None, facts: NodeFacts, at: Subject) -> Outcome:
-    if sha256 is None:
+@node_check("fabric.netplan", "fabric", "the four-PF fabric netplan is the rendered one (in the site's file: "
+            "its fabric interfaces)", section="fabric",
+            written=True, expect=_netplan)
+def fabric_netplan(want: NetplanWant | None, facts: NodeFacts, at: Subject) -> Outcome:
+    if want is None:
         return skip("no fabric netplan rendered")
-    link = linked(facts, NETPLAN_PATH, f"{NETPLAN_PATH} sha256 {sha256}")
+    if want.merged:
+        return _merged_netplan(want, facts, at)
+    path, sha256 = want.path, want.sha256
+    link = linked(facts, path, f"{path} sha256 {sha256}")
     if link is not None:
         return link
-    seen = facts.file_sha256.get(NETPLAN_PATH)
+    seen = facts.file_sha256.get(path)
     if seen != sha256:
         return fail(
-            f"{NETPLAN_PATH} sha256 {sha256}",
+            f"{path} sha256 {sha256}",
             f"sha256 {seen}" if seen else "missing",
             f"rewrite and netplan apply: {apply_fix(at)}",
         )
     return ok(sha256, seen)
+
+
+def _merged_netplan(want: NetplanWant, facts: NodeFacts, at: Subject) -> Outcome:
+    """The site's netplan file (`fabric.netplan_file`): its fabric interfaces mean what the
+    baseline sets (`dhcp4: no` is false), whatever else the site keeps in it."""
+    fabric = json.loads(want.fabric_json)
+    expected = f"{want.path}: the fabric part of {len(fabric)} ports as rendered"
+    link = linked(facts, want.path, expected)
+    if link is not None:
+        return link
+    if facts.netplan_files is None:
+        return unknown(facts, NETPLAN_SECTION, expected)
+    source = facts.netplan_files.get(want.path)
+    if source is None or source.text is None:
+        return fail(expected, "missing" if source is None else source.problem, f"{apply_fix(at)}")
+    try:
+        differences = fabric_differences(found_settings(source.text, fabric), fabric)
+    except ValueError as exc:
+        return fail(expected, f"does not parse: {exc}", f"fix the file by hand, then {apply_fix(at)}")
+    if differences:
+        return fail(expected, "; ".join(differences),
+                    f"merge the fabric back in and netplan apply: {apply_fix(at)}")
+    return ok(expected, f"{len(fabric)} fabric ports as rendered")
 
 
 def _netdevs(expected: Expected) -> list[str]:
@@ -77,7 +127,7 @@ def _hcas(expected: Expected) -> list[str]:
 
 
 @node_check("fabric.link", "fabric", "each fabric netdev is up, at the MTU, with its address", items=_netdevs,
-            expect=_link)
+            section="fabric", expect=_link)
 def fabric_link(link: LinkWant, facts: NodeFacts, at: Subject) -> Outcome:
     netdev = str(at.item)
     mtu = link.mtu
@@ -115,7 +165,7 @@ def fabric_link(link: LinkWant, facts: NodeFacts, at: Subject) -> Outcome:
 
 
 @node_check("fabric.rdma", "fabric", "every RDMA device exists", items=_hcas,
-            expect=lambda _expected, _item: None)
+            section="fabric", expect=lambda _expected, _item: None)
 def fabric_rdma(_want: None, facts: NodeFacts, at: Subject) -> Outcome:
     if at.item in facts.rdma_devices:
         return ok("present", "present")
@@ -128,7 +178,7 @@ def fabric_rdma(_want: None, facts: NodeFacts, at: Subject) -> Outcome:
 
 @node_check(
     "fabric.gid", "fabric", "the node's GID index holds the IPv4 RoCE v2 address in the path's own subnet",
-    items=_hcas, expect=_gid,
+    items=_hcas, section="fabric", expect=_gid,
 )
 def fabric_gid(gid_want: GidWant, facts: NodeFacts, at: Subject) -> Outcome:
     hca = str(at.item)

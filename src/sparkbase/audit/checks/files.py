@@ -47,7 +47,10 @@ class AssignmentWant:
 
 
 def _other_files(expected: Expected) -> list[str]:
-    return [f.path for f in expected.files if f.path not in _OWN_CHECKS and f.path != expected.stamp_path]
+    """Rendered files other than those with checks of their own (the fabric netplan, whole or
+    merged into the site's file, and nccl.conf) and the stamp."""
+    return [f.path for f in expected.files
+            if f.path not in _OWN_CHECKS and f.path != expected.stamp_path and not f.merged]
 
 
 def _file(expected: Expected, item: str | None) -> FileWant:
@@ -71,7 +74,7 @@ def _assignment(expected: Expected, _item: str | None) -> AssignmentWant:
 
 @node_check(
     "file", "files", "every other rendered file is byte for byte the rendered one", items=_other_files,
-    expect=_file,
+    section=None, written=True, expect=_file,
 )
 def rendered_file(rendered: FileWant, facts: NodeFacts, at: Subject) -> Outcome:
     link = linked(facts, rendered.path, f"sha256 {rendered.sha256}")
@@ -88,7 +91,7 @@ def rendered_file(rendered: FileWant, facts: NodeFacts, at: Subject) -> Outcome:
 
 
 @node_check("stamp", "files", "the stamp names the baseline, version and hash the node must carry",
-            expect=_stamp)
+            section=None, written=True, expect=_stamp)
 def stamp(stamp_want: StampWant, facts: NodeFacts, at: Subject) -> Outcome:
     want = f"{stamp_want.baseline} {stamp_want.version}"
     link = linked(facts, stamp_want.path, want)
@@ -111,7 +114,7 @@ def stamp(stamp_want: StampWant, facts: NodeFacts, at: Subject) -> Outcome:
 
 @node_check(
     "stamp.assignment", "files", "the node was converged to the baseline the inventory assigns",
-    severity="warn", expect=_assignment,
+    severity="warn", section=None, written=True, expect=_assignment,
 )
 def stamp_assignment(baselines: AssignmentWant, facts: NodeFacts, at: Subject) -> Outcome:
     assigned, audited = baselines.assigned, baselines.audited

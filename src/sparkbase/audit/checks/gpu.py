@@ -9,7 +9,7 @@ from sparkbase.policy.gpu_clock import LATCH_CLOCK_MHZ, ClockState, in_latch_ban
 
 
 @node_check("driver.version", "driver", "nvidia-smi reports the baseline's driver",
-            expect=lambda expected, _item: expected.baseline.driver.version)
+            section="driver", expect=lambda expected, _item: expected.baseline.driver.version)
 def driver_version(want: str, facts: NodeFacts, at: Subject) -> Outcome:
     if facts.gpu.error is not None:
         return fail(
@@ -21,7 +21,7 @@ def driver_version(want: str, facts: NodeFacts, at: Subject) -> Outcome:
 
 
 @node_check("gpu.clock", "gpu", "the GPU is not clock-latched (under load: SM clock at least 1000 MHz)",
-            expect=lambda _expected, _item: None)
+            section=None, expect=lambda _expected, _item: None)
 def gpu_clock(_want: None, facts: NodeFacts, _at: Subject) -> Outcome:
     want = f">= {LATCH_CLOCK_MHZ} MHz"
     judgement = judge_clock(facts.gpu)

@@ -57,12 +57,15 @@ def _fan(expected: Expected, _item: str | None) -> FanWant | None:
                    fan.package, expected.baseline.secure_boot.mok_fingerprint)
 
 
-def _slice(expected: Expected, _item: str | None) -> SliceWant:
+def _slice(expected: Expected, _item: str | None) -> SliceWant | None:
     cpuset = expected.baseline.cpuset
+    if cpuset.pinned_by != "slice":
+        return None
     return SliceWant(cpuset.slice, frozenset(cpuset.cpus), cpuset.cpulist())
 
 
-@node_check("host.nvidia_drm", "host", "nvidia-drm modeset and fbdev as the baseline says", expect=_drm)
+@node_check("host.nvidia_drm", "host", "nvidia-drm modeset and fbdev as the baseline says", section="host",
+            expect=_drm)
 def host_nvidia_drm(drm: DrmWant, facts: NodeFacts, at: Subject) -> Outcome:
     want = f"modeset={'Y' if drm.modeset else 'N'} fbdev={'Y' if drm.fbdev else 'N'}"
     modeset, fbdev = (
@@ -76,7 +79,7 @@ def host_nvidia_drm(drm: DrmWant, facts: NodeFacts, at: Subject) -> Outcome:
 
 
 @node_check("host.boot_target", "host", "the default systemd target is the baseline's",
-            expect=lambda expected, _item: expected.baseline.host.boot_target)
+            section="host", expect=lambda expected, _item: expected.baseline.host.boot_target)
 def host_boot_target(want: str, facts: NodeFacts, at: Subject) -> Outcome:
     if facts.default_target is None:
         return unknown(facts, "default-target", want)
@@ -86,7 +89,7 @@ def host_boot_target(want: str, facts: NodeFacts, at: Subject) -> Outcome:
 
 
 @node_check("host.display_manager", "host", "no display manager runs on a headless node",
-            expect=lambda expected, _item: expected.baseline.host.display_manager)
+            section="host", expect=lambda expected, _item: expected.baseline.host.display_manager)
 def host_display_manager(allowed: bool, facts: NodeFacts, at: Subject) -> Outcome:
     if allowed:
         return skip("the baseline allows a display manager")
@@ -104,7 +107,7 @@ def _disabled_units(expected: Expected) -> list[str]:
 
 @node_check(
     "service", "host", "each unit the baseline disables is disabled and stopped", items=_disabled_units,
-    expect=lambda _expected, _item: None,
+    section="host", expect=lambda _expected, _item: None,
 )
 def service_disabled(_want: None, facts: NodeFacts, at: Subject) -> Outcome:
     item = at.item
@@ -129,7 +132,7 @@ def _fan_items(expected: Expected) -> list[str]:
     "host",
     "the fan-control module is built for the running kernel, signed, loaded, and its daemon runs",
     items=_fan_items,
-    expect=_fan,
+    section="host", expect=_fan,
 )
 def host_fan_control(fan: FanWant | None, facts: NodeFacts, at: Subject) -> Outcome:
     if fan is None:
@@ -156,7 +159,7 @@ def host_fan_control(fan: FanWant | None, facts: NodeFacts, at: Subject) -> Outc
 
 @node_check("host.nvidia_drm.purge", "host",
             "DGX OS's nvidia-drm modeset options package is gone where the baseline purges it",
-            expect=lambda expected, _item: expected.baseline.host.nvidia_drm.purge)
+            section="host", expect=lambda expected, _item: expected.baseline.host.nvidia_drm.purge)
 def host_nvidia_drm_purge(purge: str | None, facts: NodeFacts, at: Subject) -> Outcome:
     if purge is None:
         return skip("the baseline purges no nvidia-drm options package")
@@ -171,8 +174,12 @@ def host_nvidia_drm_purge(purge: str | None, facts: NodeFacts, at: Subject) -> O
 
 
 
-@node_check("cpuset.slice", "cpuset", "the serving slice is pinned to the fast cores", expect=_slice)
-def cpuset_slice(cpuset: SliceWant, facts: NodeFacts, at: Subject) -> Outcome:
+@node_check("cpuset.slice", "cpuset", "the serving slice is pinned to the fast cores", section="cpuset",
+            expect=_slice)
+def cpuset_slice(cpuset: SliceWant | None, facts: NodeFacts, at: Subject) -> Outcome:
+    if cpuset is None:
+        return skip("lanes are pinned by their containers' --cpuset-cpus (cpuset.pinned_by: container): "
+                    "runtime.affinity judges each lane process's CPUs")
     want = f"{cpuset.slice} AllowedCPUs={cpuset.cpulist}"
     seen = facts.slice_allowed_cpus
     if seen is None and "units" in facts.errors:
@@ -188,7 +195,7 @@ def cpuset_slice(cpuset: SliceWant, facts: NodeFacts, at: Subject) -> Outcome:
 
 
 @node_check("os.release", "host", "the node runs the DGX OS release the baseline was qualified on",
-            severity="warn", expect=lambda expected, _item: expected.baseline.os.release)
+            severity="warn", section=None, expect=lambda expected, _item: expected.baseline.os.release)
 def os_release(want: str, facts: NodeFacts, _at: Subject) -> Outcome:
     wanted = want.split()[-1]  # "DGX OS 26.09" -> "26.09" (a release line: 26.09.x matches)
     if facts.dgx_release is None:

@@ -32,8 +32,13 @@ class FallbackWant:
 def _cmdline(expected: Expected, _item: str | None) -> CmdlineWant:
     from sparkbase.render import kernel_cmdline
 
-    kernel = expected.baseline.kernel
-    return CmdlineWant(tuple(kernel_cmdline(expected.baseline)), tuple(kernel.cmdline_forbid))
+    baseline = expected.baseline
+    kernel = baseline.kernel
+    if not baseline.manages("kernel"):
+        # as found: sparkbase renders no command line, so only what the baseline names is
+        # required; the values sparkbase would set through it (THP, APST) are judged live
+        return CmdlineWant(tuple(kernel.cmdline_add), tuple(kernel.cmdline_forbid))
+    return CmdlineWant(tuple(kernel_cmdline(baseline)), tuple(kernel.cmdline_forbid))
 
 
 def _fallback(expected: Expected, _item: str | None) -> FallbackWant | None:
@@ -42,7 +47,7 @@ def _fallback(expected: Expected, _item: str | None) -> FallbackWant | None:
 
 
 @node_check("kernel.release", "kernel", "the running kernel is the baseline's",
-            expect=lambda expected, _item: expected.baseline.kernel.release)
+            section="kernel", expect=lambda expected, _item: expected.baseline.kernel.release)
 def kernel_release(want: str, facts: NodeFacts, at: Subject) -> Outcome:
     if facts.kernel_release is None:
         return unknown(facts, "uname", want)
@@ -52,7 +57,7 @@ def kernel_release(want: str, facts: NodeFacts, at: Subject) -> Outcome:
 
 
 @node_check("kernel.page_size", "kernel", "the running page size is the baseline's",
-            expect=lambda expected, _item: expected.baseline.kernel.page_size)
+            section="kernel", expect=lambda expected, _item: expected.baseline.kernel.page_size)
 def kernel_page_size(want: int, facts: NodeFacts, at: Subject) -> Outcome:
     if facts.page_size is None:
         return unknown(facts, "pagesize", want)
@@ -62,7 +67,7 @@ def kernel_page_size(want: int, facts: NodeFacts, at: Subject) -> Outcome:
 
 
 @node_check("kernel.cmdline", "kernel", "required kernel arguments present, forbidden ones absent",
-            expect=_cmdline)
+            section="kernel", expect=_cmdline)
 def kernel_cmdline_check(want_args: CmdlineWant, facts: NodeFacts, at: Subject) -> Outcome:
     required, forbidden = want_args.required, want_args.forbidden
     if not facts.cmdline:
@@ -82,7 +87,7 @@ def kernel_cmdline_check(want_args: CmdlineWant, facts: NodeFacts, at: Subject) 
 
 @node_check(
     "kernel.fallback", "kernel", "the fallback kernel is installed at its version, with a GRUB menu entry",
-    expect=_fallback,
+    section="kernel", expect=_fallback,
 )
 def kernel_fallback(fallback: FallbackWant | None, facts: NodeFacts, at: Subject) -> Outcome:
     if fallback is None:
@@ -111,7 +116,7 @@ def _forbidden(arg: str, forbidden: tuple[str, ...]) -> bool:
 
 @node_check(
     "boot.grub_default", "kernel", "GRUB has an entry for the kernel and boots it next and by default",
-    expect=lambda expected, _item: expected.baseline.kernel.release,
+    section="kernel", expect=lambda expected, _item: expected.baseline.kernel.release,
 )
 def boot_grub_default(release: str, facts: NodeFacts, at: Subject) -> Outcome:
     want = f"an entry for {release}; the next and the normal boot take it"

@@ -74,7 +74,7 @@ def _saver(expected: Expected, _item: str | None) -> SaverWant | None:
 
 
 @node_check("memory.thp", "memory", "transparent huge pages in the baseline's mode",
-            expect=lambda expected, _item: expected.baseline.memory.transparent_hugepages)
+            section="memory", expect=lambda expected, _item: expected.baseline.memory.transparent_hugepages)
 def memory_thp(want: str, facts: NodeFacts, at: Subject) -> Outcome:
     if facts.thp is None:
         return unknown(facts, "thp", want)
@@ -92,7 +92,7 @@ def _sysctl_keys(expected: Expected) -> list[str]:
 
 
 @node_check("sysctl", "memory", "each sysctl the baseline sets has its value", items=_sysctl_keys,
-            expect=lambda expected, item: expected.baseline.memory.sysctls[str(item)])
+            section="memory", expect=lambda expected, item: expected.baseline.memory.sysctls[str(item)])
 def sysctl(want: str, facts: NodeFacts, at: Subject) -> Outcome:
     key = str(at.item)
     seen = facts.sysctls.get(key)
@@ -104,7 +104,7 @@ def sysctl(want: str, facts: NodeFacts, at: Subject) -> Outcome:
 
 
 @node_check("memory.swap", "memory", "the swap file is active at its size with the right header",
-            expect=_swap)
+            section="memory", expect=_swap)
 def memory_swap(swap: SwapWant | None, facts: NodeFacts, at: Subject) -> Outcome:
     if swap is None:
         return skip("the baseline has no swap file")
@@ -131,7 +131,7 @@ def memory_swap(swap: SwapWant | None, facts: NodeFacts, at: Subject) -> Outcome
 
 
 @node_check("memory.swap.fstab", "memory", "the swap file is in /etc/fstab, so it comes back at boot",
-            expect=_swap_path)
+            section="memory", expect=_swap_path)
 def memory_swap_fstab(path: str | None, facts: NodeFacts, at: Subject) -> Outcome:
     if path is None:
         return skip("the baseline has no swap file")
@@ -151,7 +151,7 @@ def memory_swap_fstab(path: str | None, facts: NodeFacts, at: Subject) -> Outcom
     "memory",
     "no swap file of another baseline is in /etc/fstab (it would come back at boot)",
     severity="warn",
-    expect=lambda expected, _item: tuple(expected.foreign_swaps),
+    section="memory", expect=lambda expected, _item: tuple(expected.foreign_swaps),
 )
 def memory_swap_foreign_fstab(foreign_swaps: tuple[str, ...], facts: NodeFacts, at: Subject) -> Outcome:
     if not foreign_swaps:
@@ -170,7 +170,7 @@ def memory_swap_foreign_fstab(foreign_swaps: tuple[str, ...], facts: NodeFacts, 
     "memory.swap.factory",
     "memory",
     "the installer's swap file as kept: noauto in /etc/fstab, or the node's active swap",
-    expect=_factory_swap,
+    section="memory", expect=_factory_swap,
 )
 def memory_swap_factory(factory: FactorySwapWant | None, facts: NodeFacts, at: Subject) -> Outcome:
     if factory is None:
@@ -206,7 +206,7 @@ def memory_swap_factory(factory: FactorySwapWant | None, facts: NodeFacts, at: S
     "memory",
     "the installer's swap line is not left noauto by another baseline (its swap is lost at boot)",
     severity="warn",
-    expect=_factory_foreign,
+    section="memory", expect=_factory_foreign,
 )
 def memory_swap_factory_foreign(paths: tuple[str, ...], facts: NodeFacts, at: Subject) -> Outcome:
     if not paths:
@@ -235,7 +235,7 @@ def _saver_items(expected: Expected) -> list[str]:
     "memory",
     "the memory-saver module is built, signed and loaded (if required)",
     items=_saver_items,
-    expect=_saver,
+    section="memory", expect=_saver,
 )
 def memory_saver(saver: SaverWant | None, facts: NodeFacts, at: Subject) -> Outcome:
     if saver is None:

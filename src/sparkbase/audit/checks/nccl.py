@@ -17,12 +17,13 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class LibraryWant:
-    """The pinned NCCL library: its path, sha256 and the package version that installs it."""
+    """The pinned NCCL library: its path, sha256 and the package version that installs it
+    (None for a file the site provides itself: `provided_by: site`)."""
 
     path: str
     sha256: str
-    package: str
-    version: str
+    package: str | None
+    version: str | None
 
 
 @dataclass(frozen=True)
@@ -46,20 +47,22 @@ def _conf(expected: Expected, _item: str | None) -> ConfWant | None:
 
 
 @node_check("nccl.library", "nccl", "the NCCL library every lane loads has the pinned sha256",
-            expect=_library)
+            section="nccl", expect=_library)
 def nccl_library(library: LibraryWant, facts: NodeFacts, at: Subject) -> Outcome:
     seen = facts.file_sha256.get(library.path)
     if seen != library.sha256:
         observed = f"sha256 {seen}" if seen else f"{library.path} missing"
-        return fail(
-            f"{library.path} sha256 {library.sha256}",
-            observed,
-            f"install {library.package}={library.version}: {apply_fix(at)}",
-        )
+        if library.package is None:  # the site's own file: sparkbase never installs it
+            fix = (f"the site provides this file (provided_by: site): put the library with sha256 "
+                   f"{library.sha256} back at {library.path}, or record the one it has in the baseline")
+        else:
+            fix = f"install {library.package}={library.version}: {apply_fix(at)}"
+        return fail(f"{library.path} sha256 {library.sha256}", observed, fix)
     return ok(library.sha256, seen)
 
 
-@node_check("nccl.conf", "nccl", "/etc/nccl.conf is exactly the rendered settings", expect=_conf)
+@node_check("nccl.conf", "nccl", "/etc/nccl.conf is exactly the rendered settings", section="nccl",
+            written=True, expect=_conf)
 def nccl_conf(rendered: ConfWant | None, facts: NodeFacts, at: Subject) -> Outcome:
     if rendered is None:
         return skip("the baseline renders no nccl.conf")

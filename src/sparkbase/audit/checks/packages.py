@@ -26,7 +26,7 @@ def _pinned_version(expected: Expected, item: str | None) -> str:
     "each pinned package is installed at its version",
     severity="warn",
     items=_package_names,
-    expect=_pinned_version,
+    section=None, expect=_pinned_version,
 )
 def package(version: str, facts: NodeFacts, at: Subject) -> Outcome:
     name = str(at.item)
@@ -41,7 +41,7 @@ def package(version: str, facts: NodeFacts, at: Subject) -> Outcome:
     "packages",
     "no package is installed that only the site's other baselines pin",
     severity="warn",
-    expect=lambda expected, _item: tuple(expected.foreign_packages),
+    section=None, expect=lambda expected, _item: tuple(expected.foreign_packages),
 )
 def packages_foreign(foreign: tuple[str, ...], facts: NodeFacts, at: Subject) -> Outcome:
     want = "none installed"

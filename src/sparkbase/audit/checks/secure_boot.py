@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 
 @node_check("secure_boot.state", "secure_boot", "Secure Boot is in the baseline's state",
-            expect=lambda expected, _item: expected.baseline.secure_boot.enabled)
+            section="secure_boot", expect=lambda expected, _item: expected.baseline.secure_boot.enabled)
 def secure_boot_state(enabled: bool, facts: NodeFacts, _at: Subject) -> Outcome:
     want = SecureBoot.ENABLED.value if enabled else "not enforcing"
     state = facts.secure_boot
@@ -46,6 +46,7 @@ def _mok_items(expected: Expected) -> list[str]:
 
 
 @node_check("secure_boot", "secure_boot", "the MOK key the baseline signs with is enrolled", items=_mok_items,
+            section="secure_boot",
             expect=lambda expected, _item: expected.baseline.secure_boot.mok_fingerprint)
 def secure_boot_mok(key: str | None, facts: NodeFacts, at: Subject) -> Outcome:
     enroll = "mokutil --import the MOK certificate, then reboot and accept it: " + apply_fix(at, True)

@@ -37,7 +37,7 @@ def _unit_seen(state: UnitState | None) -> str:
 
 
 @node_check("host.governor", "host", "every CPU runs the baseline's frequency governor", severity="warn",
-            expect=lambda expected, _item: expected.baseline.host.cpu_governor)
+            section="host", expect=lambda expected, _item: expected.baseline.host.cpu_governor)
 def host_governor(want: str | None, facts: NodeFacts, at: Subject) -> Outcome:
     if want is None:
         return skip("the baseline does not manage the CPU governor")
@@ -57,7 +57,8 @@ def host_governor(want: str | None, facts: NodeFacts, at: Subject) -> Outcome:
 
 
 @node_check("host.governor_unit", "host", "DGX OS's governor unit is enabled and did not fail",
-            severity="warn", expect=lambda expected, _item: expected.baseline.host.cpu_governor is not None)
+            severity="warn", section="host",
+            expect=lambda expected, _item: expected.baseline.host.cpu_governor is not None)
 def host_governor_unit(managed: bool, facts: NodeFacts, at: Subject) -> Outcome:
     if not managed:
         return skip("the baseline does not manage the CPU governor")
@@ -83,7 +84,8 @@ def coalescing_wanted(on: bool) -> str:
 
 
 @node_check("host.nvme_coalescing", "host", "NVMe interrupt coalescing is as the baseline says",
-            severity="warn", expect=lambda expected, _item: expected.baseline.host.nvme.interrupt_coalescing)
+            severity="warn", section="host",
+            expect=lambda expected, _item: expected.baseline.host.nvme.interrupt_coalescing)
 def host_nvme_coalescing(on: bool, facts: NodeFacts, at: Subject) -> Outcome:
     want = coalescing_wanted(on)
     if facts.nvme_coalescing is None:

@@ -18,7 +18,13 @@ from sparkbase.facts.parsers.cpus import (
     parse_fast_cpus,
     parse_governors,
 )
-from sparkbase.facts.parsers.fabric import parse_ip_addr_json, parse_ls
+from sparkbase.facts.parsers.docker import (
+    container_id,
+    parse_cgroup_container_id,
+    parse_container_inspect,
+    parse_image_inspect,
+)
+from sparkbase.facts.parsers.fabric import parse_gid_table, parse_ip_addr_json, parse_ls
 from sparkbase.facts.parsers.gpu import parse_event_reasons, parse_nvidia_smi_csv, parse_nvidia_smi_query
 from sparkbase.facts.parsers.kernel import (
     parse_cmdline,
@@ -43,6 +49,7 @@ from sparkbase.facts.parsers.modules import (
     parse_proc_modules,
 )
 from sparkbase.facts.parsers.nccl_conf import parse_kv_conf, parse_nccl_conf
+from sparkbase.facts.parsers.netplan import parse_netplan_listing, parse_netplan_yaml
 from sparkbase.facts.parsers.nvme import parse_nvme_feature
 from sparkbase.facts.parsers.os_release import (
     dgx_os_version,
@@ -73,13 +80,16 @@ from sparkbase.facts.parsers.units import parse_need_daemon_reload, parse_system
 __all__ = [
     "FAST_CPU_PART",
     "SWAP_MAGIC",
+    "container_id",
     "dgx_os_version",
     "format_cpu_list",
     "modinfo_fields",
     "normalise_serial",
     "parse_cgroup",
+    "parse_cgroup_container_id",
     "parse_cmdline",
     "parse_cmdline_args",
+    "parse_container_inspect",
     "parse_cpu_list",
     "parse_dkms_status",
     "parse_dpkg_query",
@@ -87,9 +97,11 @@ __all__ = [
     "parse_event_reasons",
     "parse_fast_cpus",
     "parse_fstab",
+    "parse_gid_table",
     "parse_governors",
     "parse_grub",
     "parse_grubenv",
+    "parse_image_inspect",
     "parse_ip_addr_json",
     "parse_kv_conf",
     "parse_links",
@@ -101,6 +113,8 @@ __all__ = [
     "parse_mok_enrolled",
     "parse_nccl_conf",
     "parse_need_daemon_reload",
+    "parse_netplan_listing",
+    "parse_netplan_yaml",
     "parse_nvidia_smi_csv",
     "parse_nvidia_smi_query",
     "parse_nvme_feature",

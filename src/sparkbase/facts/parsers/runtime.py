@@ -145,7 +145,24 @@ class ProbeRecords:
     hashes: dict[str, str | None] = field(default_factory=dict)
 
 
-_RECORD = re.compile(r"^@(?P<kind>file|hash) (?P<pid>\d+) (?P<name>\S+)$")
+@dataclass(frozen=True)
+class ToolAnswer:
+    """A tool's answer in the runtime section (`@tool NAME KIND`): its stdout and stderr
+    together, and its exit status (127: the tool is not on the node's PATH)."""
+
+    text: str
+    status: int
+
+
+@dataclass
+class RuntimeRecords:
+    """The runtime section: each process's records, and the tools' answers by (tool, kind)."""
+
+    processes: dict[int, ProbeRecords] = field(default_factory=dict)
+    tools: dict[tuple[str, str], ToolAnswer] = field(default_factory=dict)
+
+
+_RECORD = re.compile(r"^@(?P<kind>file|hash|tool) (?P<pid>\d+|[a-z]+) (?P<name>\S+)$")
 
 
 def _unhex(lines: list[str]) -> str:
@@ -153,39 +170,47 @@ def _unhex(lines: list[str]) -> str:
     return data.decode("utf-8", errors="replace")
 
 
-def parse_probe(text: str) -> dict[int, ProbeRecords]:
-    """The runtime section → records per PID.
+def parse_runtime_section(text: str) -> RuntimeRecords:
+    """The runtime section → records per PID, and the tools' answers.
 
-    Records: `@file PID NAME` or `@hash PID HEXPATH`, then hex lines, then `@rc N` (for a
-    hash record, the hex lines are `sha256sum`'s output on stdin). Anything else is refused.
+    Records: `@file PID NAME`, `@hash PID HEXPATH` or `@tool TOOL KIND`, then hex lines,
+    then `@rc N` (for a hash record, the hex lines are `sha256sum`'s output on stdin; for a
+    tool, its output). Anything else is refused.
     """
-    out: dict[int, ProbeRecords] = {}
-    current: tuple[str, int, str] | None = None
+    out = RuntimeRecords()
+    current: tuple[str, str, str] | None = None
     body: list[str] = []
     for line in node_lines(text):
         if not line.strip():
             continue
         header = _RECORD.match(line)
-        if header is not None:
-            current = (header["kind"], int(header["pid"]), header["name"])
+        if header is not None and (header["kind"] == "tool") != header["pid"].isdigit():
+            current = (header["kind"], header["pid"], header["name"])
             body = []
             continue
         if line.startswith("@rc "):
             if current is None:
                 raise ValueError("a record end with no record")
-            kind, pid, name = current
-            records = out.setdefault(pid, ProbeRecords())
-            ok = line[4:].strip() == "0"
-            if kind == "file":
-                records.files[name] = _unhex(body) if ok else None
+            kind, who, name = current
+            status = line[4:].strip()
+            ok = status == "0"
+            if kind == "tool":
+                out.tools[(who, name)] = ToolAnswer(_unhex(body), int(status) if status.isdigit() else -1)
+            elif kind == "file":
+                out.processes.setdefault(int(who), ProbeRecords()).files[name] = _unhex(body) if ok else None
             else:
                 path = _unhex([name])
                 digest = " ".join(body).split()
                 valid = ok and bool(digest) and re.fullmatch(r"[0-9a-f]{64}", digest[0]) is not None
-                records.hashes[path] = digest[0] if valid else None
+                out.processes.setdefault(int(who), ProbeRecords()).hashes[path] = digest[0] if valid else None
             current = None
             continue
         if current is None or not re.fullmatch(r"[0-9a-f ]+", line.strip()):
             raise ValueError(f"unexpected line in the runtime section: {line[:80]!r}")
         body.append(line)
     return out
+
+
+def parse_probe(text: str) -> dict[int, ProbeRecords]:
+    """The runtime section → records per PID (`parse_runtime_section`'s processes)."""
+    return parse_runtime_section(text).processes
