@@ -34,6 +34,7 @@ BUILD_INPUTS = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "src",
 MUST_CARRY = (
     "sparkbase/py.typed",
     "sparkbase/render/templates/grub.cfg.j2",
+    "sparkbase/qualify/prompts/v1.yaml",  # the shipped prompt set (qualify)
     "sparkbase/checks_plugin/checks.py",
     "sparkbase/starter/site/baselines/site.yaml",
     "sparkbase/starter/site/inventory/site.yaml",

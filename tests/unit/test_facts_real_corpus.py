@@ -20,6 +20,7 @@ from sparkbase.gate.metrics import parse_scrapes
 from sparkbase.gate.triggers import cache_tokens, sglang_group_values, sglang_loads, vllm_loads
 from sparkbase.model.site import load_site
 from sparkbase.model.site_rules import SessionLoadTrigger
+from sparkbase.qualify.client import StreamParser, parse_completion, parse_models
 
 REAL = Path(__file__).parents[1] / "fixtures" / "real"
 #: files of the corpus that are not samples
@@ -110,9 +111,40 @@ def _vllm_cache_tokens(text: str) -> list[float | None]:
             if sample.metric == "vllm:cache_config_info"]
 
 
-#: readers of engine metrics samples, by the name verdicts.yaml gives as `reader`
+def _pasted_json(text: str, json_span: bool) -> str:
+    """The JSON a person pasted: with `json_span`, from its first `{` to its last `}` (what the
+    shell put around it on the page, a prompt or zsh's `%`, left out)."""
+    return text[text.index("{"): text.rindex("}") + 1] if json_span else text
+
+
+def _openai_models(text: str, json_span: bool = False) -> list[str]:
+    """The model ids `qualify` reads from a `/v1/models` answer."""
+    return parse_models(_pasted_json(text, json_span))
+
+
+def _openai_completion(text: str, json_span: bool = False) -> dict[str, Any]:
+    """The text and token ids `qualify` reads from a non-streamed `/v1/completions` answer."""
+    completion, token_ids = parse_completion(_pasted_json(text, json_span))
+    return {"text": completion, "token_ids": token_ids}
+
+
+def _openai_stream(text: str) -> dict[str, Any]:
+    """A streamed `/v1/completions` answer read as `qualify` reads it, each line arriving
+    0.1 s after the one before (line N at N x 0.1 s; the request sent at 0); figures to the
+    microsecond."""
+    parser = StreamParser("sample")
+    for number, line in enumerate(text.encode().split(b"\n"), start=1):
+        parser.feed(line + b"\n", number * 0.1)
+    parser.close(0.0)
+    measured = plain(parser.measured(0.0))
+    return {key: round(value, 6) if isinstance(value, float) else value for key, value in measured.items()}
+
+
+#: readers of engine samples, by the name verdicts.yaml gives as `reader`: metrics as the
+#: re-open triggers read them, API answers as `qualify` reads them
 READERS = {"session_loads": _session_loads, "sglang_groups": _sglang_groups,
-           "vllm_cache_tokens": _vllm_cache_tokens}
+           "vllm_cache_tokens": _vllm_cache_tokens, "openai_models": _openai_models,
+           "openai_completion": _openai_completion, "openai_stream": _openai_stream}
 
 
 def test_every_sample_has_a_verdict_and_a_source() -> None:

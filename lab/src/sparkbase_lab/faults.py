@@ -28,9 +28,17 @@ Secure Boot faults change what `mokutil` prints at once and module loading from 
 | lane-private-nccl | - | a lane unit started from now on maps /opt/lane-image/lib/libnccl.so.2 |
 | lane-outside-slice | - | a lane unit started from now on runs outside the serving slice |
 | lane-sessions | - | the node's lane stand-in reports four 500K-class sessions (trigger 2 fires) |
+| build-changes-output | BUILD (default `*`) | the build answers about one prompt in eleven otherwise |
+| build-slower | BUILD (default `*`) | the build prefills and decodes 1.5 times slower |
+| build-noisy | BUILD (default `*`) | each start of the build at another speed (0.6-1.4x), ±25% a request |
+| other-traffic | - | the node's lane stand-in reports two more running requests (somebody else's) |
 | container-env | CONTAINER | the container (default dsv41-flash) run again with `NCCL_IB_MERGE_NICS=1` |
 | container-image | CONTAINER | the container run again from another digest of its repository |
 | stale-address | NETDEV | an old netplan file leaves the port (default enp1s0f0np0) a second address |
+
+BUILD is a lane unit's name (the stand-in's `SPARKBASE_LAB_BUILD`), `*` every build. The
+`build-*` faults and `other-traffic` are read by the lane stand-in's API at every request
+and scrape (shims/openai_api.py): they apply at once, to a stand-in already running.
 
 The last three are what a person does to a running node, done the same way over SSH
 (`operator_faults.py`); the key records what to put back, and `--clear` puts it back.
@@ -50,8 +58,16 @@ from sparkbase_lab.fleet import Lab, LabError
 KINDS = ("gpu-latch", "gpu-busy", "gid-moved", "link-down", "unreachable", "hang", "kernel-panic", "governor",
          "sb-not-enforcing", "sb-disabled", "sb-setup-mode", "no-efi", "dkms-noise",
          "lane-env", "lane-worker-env", "lane-conf-twice", "lane-private-nccl", "lane-outside-slice",
-         "lane-sessions", *operator_faults.KINDS)
-LIST_KINDS = ("link-down", "kernel-panic")
+         "lane-sessions", "build-changes-output", "build-slower", "build-noisy", "other-traffic",
+         *operator_faults.KINDS)
+#: faults holding a list of values (one inject per value)
+LIST_KINDS = ("link-down", "kernel-panic", "build-changes-output", "build-slower", "build-noisy")
+#: faults whose value is an engine build (a lane unit's name; `*` for every build)
+BUILD_KINDS = ("build-changes-output", "build-slower", "build-noisy")
+#: faults the lane stand-in reads at every request: written without asking the node to
+#: re-apply its faults (that refresh rewrites the emulated hardware, which a read of it at
+#: the same moment, the gate's, would see half done)
+READ_AT_USE = (*BUILD_KINDS, "other-traffic")
 
 
 def _path(lab: Lab, node: str) -> Path:
@@ -69,9 +85,11 @@ def read(lab: Lab, node: str) -> dict[str, Any]:
     return data
 
 
-def _write(lab: Lab, node: str, data: dict[str, Any]) -> None:
+def _write(lab: Lab, node: str, data: dict[str, Any], apply: bool = True) -> None:
     path = _path(lab, node)
     write_atomic(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
+    if not apply:
+        return
     try:
         init = lab.init_proc(node)
     except LabError:
@@ -92,6 +110,8 @@ def _check_arg(kind: str, arg: str | None) -> str | None:
         if not arg:
             raise LabError("kernel-panic needs a kernel RELEASE")
         return arg
+    if kind in BUILD_KINDS:
+        return arg or "*"
     if arg:
         raise LabError(f"fault {kind} takes no argument")
     return None
@@ -121,7 +141,7 @@ def inject(lab: Lab, node: str, kind: str, arg: str | None = None) -> None:
         data[kind] = items
     else:
         data[kind] = True
-    _write(lab, node, data)
+    _write(lab, node, data, apply=kind not in READ_AT_USE)
 
 
 def clear(lab: Lab, node: str, kind: str, arg: str | None = None) -> None:
@@ -142,7 +162,7 @@ def clear(lab: Lab, node: str, kind: str, arg: str | None = None) -> None:
             data.pop(kind)
     else:
         data.pop(kind, None)
-    _write(lab, node, data)
+    _write(lab, node, data, apply=kind not in READ_AT_USE)
 
 
 def clear_all(lab: Lab, node: str) -> None:

@@ -32,7 +32,8 @@ if TYPE_CHECKING:
 FAULT_KINDS = ("gpu-latch", "gpu-busy", "gid-moved", "link-down", "unreachable", "hang", "kernel-panic",
                "governor", "sb-not-enforcing", "sb-disabled", "sb-setup-mode", "no-efi", "dkms-noise",
                "lane-env", "lane-worker-env", "lane-conf-twice", "lane-private-nccl", "lane-outside-slice",
-               "lane-sessions", "container-env", "container-image", "stale-address")
+               "lane-sessions", "build-changes-output", "build-slower", "build-noisy", "other-traffic",
+               "container-env", "container-image", "stale-address")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -69,7 +70,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     fault.add_argument("node")
     fault.add_argument("kind", choices=FAULT_KINDS)
     fault.add_argument("arg", nargs="?", help="HCA/netdev for link-down, RELEASE for kernel-panic, "
-                       "CONTAINER for container-env/-image, netdev for stale-address")
+                       "CONTAINER for container-env/-image, netdev for stale-address, the build (a lane "
+                       "unit) for build-* (default: every build)")
     fault.add_argument("--clear", action="store_true")
     lane = sub.add_parser("lane", help="start/stop a lane's serving stand-in on its nodes (its unit)")
     lane.add_argument("verb", choices=("start", "stop", "restart"))

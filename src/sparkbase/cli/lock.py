@@ -7,6 +7,12 @@ every stale entry; it also exits 1 while a concrete baseline has placeholder val
 values with no source (`sources:`), unless --allow-placeholders (a lab or demo site).
 Without --check, the lock is rewritten, except that a changed baseline
 whose version was not bumped is refused (exit 1) unless --force is given.
+
+Once the site keeps qualified releases (a `releases/` directory, `sparkbase qualify`),
+--check also reports every enabled lane without a release (the launch gate does not hold it
+to one yet) and every lane whose declared baseline, image and settings match none of its
+releases (preflight refuses it until it is qualified); these lines do not change the exit
+status: a candidate is declared in the site before it can be qualified on the nodes.
 """
 
 from __future__ import annotations
@@ -68,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"sparkbase: no lock at {path}; run `sparkbase lock`", file=sys.stderr)
         for issue in issues:
             print(f"sparkbase: {shown(issue.message)}", file=sys.stderr)
+        _report_releases(site)
         if issues:
             print(f"sparkbase: the lock does not hold ({len(issues)} baseline(s))", file=sys.stderr)
             return 1
@@ -104,3 +111,31 @@ def _check_sources(site: Site, allow: bool, count: int) -> int:
     note = f" ({len(pending)} placeholder value(s) allowed)" if pending else ""
     print(f"sparkbase: the lock holds for {count} baseline(s){note}")
     return 0
+
+
+def _report_releases(site: Site) -> None:
+    """The lanes the release gate does not hold yet, and those no release qualified as
+    declared (stderr; nothing without a `releases/` directory)."""
+    from sparkbase.qualify.records import RELEASES_DIR, RecordError, list_releases, shape_of
+    from sparkbase.text import shown
+
+    if not (site.root / RELEASES_DIR).is_dir():
+        return
+    for name, lane in sorted(site.lanes.items()):
+        if not lane.enabled:
+            continue
+        try:
+            found = list_releases(site.root, name)
+        except RecordError as exc:
+            print(f"sparkbase: lane {shown(name)}: {shown(exc)}", file=sys.stderr)
+            continue
+        if not found:
+            print(f"sparkbase: lane {shown(name)} has no qualified release: the launch gate does not hold it "
+                  f"to one yet (`sparkbase qualify {shown(name)}` records the first)", file=sys.stderr)
+        elif lane.baseline in site.baselines:
+            shape = shape_of(site, name)
+            if not any(shape.matches(release.shape) for release in found):
+                differs = "; ".join(shape.differences(found[-1].shape, found[-1].name))
+                print(f"sparkbase: lane {shown(name)}: as declared it matches none of its {len(found)} "
+                      f"qualified release(s) ({shown(differs)}); preflight refuses it until it is qualified",
+                      file=sys.stderr)

@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "apply": ("apply", "converge nodes to their baselines"),
     "audit": ("audit", "drift audit: every check on every node and across the fleet"),
     "preflight": ("preflight", "the lane launch gate: refuse unless every node matches"),
+    "qualify": ("qualify", "the release gate: determinism and A/B/A speed of a lane, recorded"),
     "lane": ("lane", "the serving lane the proxy points at: status, switch through the gate"),
     "triggers": ("triggers", "evaluate the re-open triggers with evidence"),
     "capture": ("capture", "write a baseline read from a live node, each value marked captured"),

@@ -49,14 +49,16 @@ class PreflightResult:
 
 
 def preflight(view: SiteView, name: str, targets: Mapping[str, SshTarget], parallel: int = 16,
-              before_launch: bool = False) -> PreflightResult:
+              before_launch: bool = False, releases: bool = True) -> PreflightResult:
     """Audit the lane's nodes against the lane's baseline and decide.
 
     The lane's processes are judged on every node (what they load, where they run); a node
     where it has none is refused as "not serving" (`lane switch`, `lane status`, a gate in
     front of traffic). `before_launch` is the gate before the lane's units start: a node
     where it runs nowhere is not refused, and any process of it already running is still
-    judged.
+    judged. Once the lane has a qualified release, what runs must match one of them
+    (`gate.releases`); `releases=False` leaves that out for `qualify`, which is what a
+    candidate waits for.
     """
     from sparkbase.audit.run import run_audit
 
@@ -64,4 +66,15 @@ def preflight(view: SiteView, name: str, targets: Mapping[str, SshTarget], paral
     lane: LaneView = view.lanes[name]
     report = run_audit(view.site, view.expectations(lane.nodes, lane.baseline), targets, parallel,
                        probes=view.probes([name], required=() if before_launch else [name]))
-    return PreflightResult(name, tuple(judge(lane.refusals, report)), report, time.monotonic() - start)
+    return PreflightResult(name, tuple(judge(lane_level(view, name, releases), report)), report,
+                           time.monotonic() - start)
+
+
+def lane_level(view: SiteView, name: str, releases: bool = True) -> list[Refusal]:
+    """The lane's reasons to refuse that need no node: those kept in the view (disabled,
+    version, shape, contract) and, with `releases`, its qualification (`gate.releases`, read
+    from the site's releases/ at every run, never cached)."""
+    from sparkbase.gate.releases import release_refusals
+
+    lane = view.lanes[name]
+    return [*lane.refusals, *(release_refusals(view.root, lane) if releases else [])]

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from sparkbase.audit.compiled import CompiledNode
 from sparkbase.audit.runtime import LaneProbe
 from sparkbase.gate.refusals import Refusal
+from sparkbase.qualify.records import Shape
 from sparkbase.transport.targets import SshReach
 
 if TYPE_CHECKING:
@@ -42,6 +43,8 @@ class LaneView:
     refusals: tuple[Refusal, ...]
     #: how to find its serving processes and what they must load (None: no runtime block)
     probe: LaneProbe | None
+    #: what runs for it, as its qualified releases record it (None: its baseline is missing)
+    shape: Shape | None = None
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,7 @@ def view_of(site: Site) -> SiteView:
     from sparkbase.audit.compiled import compile_many
     from sparkbase.audit.runtime import lane_probe
     from sparkbase.gate.refusals import lane_refusals
+    from sparkbase.qualify.records import shape_of
     from sparkbase.transport.targets import reach_of
 
     inventory = site.inventory.nodes
@@ -108,8 +112,9 @@ def view_of(site: Site) -> SiteView:
     for name, lane in sorted(site.lanes.items()):
         if lane.baseline in site.baselines and all(node in inventory for node in lane.nodes):
             wanted += [(node, lane.baseline) for node in lane.nodes]
+        shape = shape_of(site, name) if lane.baseline in site.baselines else None
         lanes[name] = LaneView(name, lane.enabled, lane.baseline, tuple(lane.nodes),
-                               tuple(lane_refusals(site, name, lane)), lane_probe(site, name))
+                               tuple(lane_refusals(site, name, lane)), lane_probe(site, name), shape)
     proxy = site.rules.proxy
     where = (site.path(proxy.env_file), proxy.key) if proxy is not None else None
     return SiteView(site.root, site.rules.site, ranked, reach_of(site), lanes, compile_many(site, wanted),

@@ -476,3 +476,15 @@ def _unwrap(annotation: Any) -> Any:
             annotation = options[0]
         else:
             return annotation
+
+
+def validated(doc: YamlDocument, model: type[M]) -> M:
+    """`doc`'s data validated as `model` (a file outside the site, such as a prompt set), or
+    `ConfigError` with every problem located in `doc`'s file, as the site's own are."""
+    if not isinstance(doc.data, dict):
+        kind = "empty" if doc.data is None else type(doc.data).__name__
+        raise ConfigError([Problem(doc.file, 1, 1, "", f"expected a mapping, the file is {kind}")])
+    try:
+        return model.model_validate(doc.data)
+    except ValidationError as exc:
+        raise ConfigError([_problem_from_error(doc, model, error) for error in exc.errors()]) from None

@@ -114,6 +114,7 @@ def start_unit(unit: str, path: str, slice_cpus: Callable[[str], str]) -> None:
     if os.path.exists(ready):
         os.unlink(ready)
     env["SPARKBASE_LAB_READY"] = ready
+    env.setdefault("SPARKBASE_LAB_BUILD", unit)  # the engine build its API answers as (openai_api.py)
     argv = _service_values(path, "ExecStart")[0].split()
     log = open(f"{SERVING}/{unit}.log", "ab")  # noqa: SIM115  # handed to the child
     child = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
@@ -188,10 +189,12 @@ SESSIONS = {
 VLLM_CACHE_INFO = 'vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="187500"} 1.0'
 
 
-def metrics_text(engine: str, sessions: bool = False) -> str:
-    """Prometheus text of the engine: idle (every gauge zero), or with four long sessions."""
+def metrics_text(engine: str, sessions: bool = False, running: float = 0.0) -> str:
+    """Prometheus text of the engine: idle (every gauge zero), or with four long sessions;
+    `running` requests of its API (openai_api.py) are added to the running gauge."""
     lines = []
     values = SESSIONS.get(engine, (0.0, 0.0)) if sessions else (0.0, 0.0)
+    values = (values[0] + running, values[1])
     for name, value in zip(GAUGES.get(engine, ()), values, strict=False):
         lines += [f"# TYPE {name} gauge", f"{name} {value}"]
     if engine == "vllm":
@@ -278,9 +281,12 @@ def models_json(argv: list[str], engine: str) -> str:
 
 def serve(argv: list[str]) -> int:
     """The stand-in serving process: map the NCCL library, start the workers, serve
-    /metrics (and `/v1/models`, `/health`) until SIGTERM (which ends the workers too). With
-    no port from the lab it serves nothing, as an engine's non-head rank does."""
-    from http.server import BaseHTTPRequestHandler, HTTPServer
+    /metrics, `/v1/models`, `/health` and the rest of the OpenAI-compatible API (openai_api.py:
+    `/v1/completions`) until SIGTERM (which ends the workers too). With no port from the lab it
+    serves nothing, as an engine's non-head rank does."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from sparkbase_lab.shims import openai_api
 
     mapped = _map_library()
     engine = "sglang" if any("sglang" in arg for arg in argv) else "vllm"
@@ -288,8 +294,9 @@ def serve(argv: list[str]) -> int:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # http.server's name for a GET handler
             body, kind, status = b"", "text/plain; version=0.0.4", 200
-            if self.path == "/metrics":  # the load as the node's faults say now
-                body = metrics_text(engine, bool(faults().get("lane-sessions"))).encode()
+            if self.path == "/metrics":  # the load as the node's faults say now, its own requests too
+                sessions = bool(faults().get("lane-sessions"))
+                body = metrics_text(engine, sessions, openai_api.running()).encode()
             elif self.path == "/v1/models":
                 body, kind = models_json(argv, engine).encode(), "application/json"
             elif self.path != "/health":
@@ -300,11 +307,16 @@ def serve(argv: list[str]) -> int:
             self.end_headers()
             self.wfile.write(body)
 
+        def do_POST(self) -> None:  # http.server's name for a POST handler (/v1/completions)
+            openai_api.post(self, engine, argv)
+
         def log_message(self, *_args: object) -> None:
             return
 
     port = lab_setting("SPARKBASE_LAB_METRICS_PORT", "port")
-    server = HTTPServer(("127.0.0.1", int(port)), Handler) if port else None
+    server = ThreadingHTTPServer(("127.0.0.1", int(port)), Handler) if port else None
+    if server is not None:
+        server.daemon_threads = True  # a request still streaming never holds the stand-in's end
     workers = _start_workers()
 
     def end(*_: object) -> None:
