@@ -63,6 +63,16 @@ def test_a_candidate_that_disagrees_with_itself_is_unstable() -> None:
     assert result.verdict is Verdict.UNSTABLE
 
 
+def test_a_real_but_small_drift_is_the_bar_not_a_void_run() -> None:
+    """A 100 ± 0.1 and A' 99 ± 0.1: the drift's interval excludes zero, but 1 is 1% of the
+    mean (under UNSTABLE_FRACTION): the run stands, with the drift as its bar; B at 90 is
+    10 below, far beyond the bar."""
+    result = compare("decode tok/s", [100, 100.1, 99.9], [90, 90.1, 89.9], [99, 99.1, 98.9])
+    assert not result.drift.holds_zero()
+    assert result.bar == pytest.approx(1.0)
+    assert result.verdict is Verdict.BETTER
+
+
 def test_a_difference_inside_the_drift_is_no_difference() -> None:
     """A 100,102,98,100 (mean 100) and A' 101,103,99,101 (mean 101): drift -1, its interval
     (s²/n 2/3 each, df 6, t 2.447) is -1 ± 2.83, holds zero; bar 1. Pooled A: mean 100.5,
