@@ -26,6 +26,7 @@ from sparkbase.facts.parsers.nccl_conf import parse_nccl_conf
 from sparkbase.facts.parsers.netplan import effective_sources
 from sparkbase.facts.script import FactPlan, plan_for
 from sparkbase.model.baseline import TYPED_NCCL_KEYS, Baseline
+from sparkbase.model.netplan import SPARKBASE_NETPLAN_PATH
 from sparkbase.policy.netplan import clashes_of
 
 if TYPE_CHECKING:
@@ -55,7 +56,8 @@ def adopt_plan(template: Baseline) -> FactPlan:
 def site_netplan_file(facts: NodeFacts, netdevs: Sequence[str], notes: list[str]) -> str | None:
     """The site's own netplan file that configures every fabric port, when exactly one file
     in /etc/netplan does (it becomes `fabric.netplan_file`: managing the fabric later edits
-    that file instead of adding a second one); None, with a note, otherwise."""
+    that file instead of adding a second one); None when that file is sparkbase's own, and
+    None with a note when several files configure the ports."""
     listing = facts.netplan_files
     if listing is None or not netdevs:
         return None
@@ -64,7 +66,7 @@ def site_netplan_file(facts: NodeFacts, netdevs: Sequence[str], notes: list[str]
     whole = [c.path for c in clashes if not c.unknown and set(c.interfaces) == set(netdevs)
              and c.path.startswith("/etc/netplan/")]
     if len(clashes) == 1 and len(whole) == 1:
-        return whole[0]
+        return None if whole[0] == SPARKBASE_NETPLAN_PATH else whole[0]
     if clashes:
         notes.append(f"{facts.node}: the fabric ports are configured by "
                      f"{', '.join(sorted(c.path for c in clashes))}: fabric.netplan_file left unset")
