@@ -47,6 +47,8 @@ CLONED_NODE_PARTS = ("upper", "firmware", "ssh_host_ed25519_key", "ssh_host_ed25
 #: present in a lab directory while its node disks are as the site's fleet was found
 #: (`sparkbase_lab.as_found`); wiping the disks removes it
 AS_FOUND_RECORD = "as-found.json"
+#: the model-name proxy's `.env` stand-in (sparkbase_lab.lanes.proxy_env)
+PROXY_ENV = "proxy.env"
 
 #: supervisors this process started, by lab dir: waited for on `down` (no zombies)
 _SUPERVISORS: dict[str, subprocess.Popen[bytes]] = {}
@@ -379,7 +381,10 @@ class Lab:
             return was_up
 
     def _purge(self, names: list[str]) -> None:
+        """Wipe the nodes' disks and the lab's own state of them: the as-found record and the
+        proxy's `.env` stand-in (a factory-fresh fleet serves nothing through a proxy yet)."""
         (self.dir / AS_FOUND_RECORD).unlink(missing_ok=True)
+        (self.dir / PROXY_ENV).unlink(missing_ok=True)
         for name in names:
             nd = self.node_dir(name)
             for sub in ("upper", "work", "merged", "firmware"):

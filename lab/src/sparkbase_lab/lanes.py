@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sparkbase.transport.targets import LAB_METRICS_PORT_OFFSET
-from sparkbase_lab.fleet import Lab, LabError
+from sparkbase_lab.fleet import PROXY_ENV, Lab, LabError
 
 if TYPE_CHECKING:
     from sparkbase.model.site import Site
@@ -26,7 +26,6 @@ if TYPE_CHECKING:
 METRICS_PORT_OFFSET = LAB_METRICS_PORT_OFFSET
 SHIM = "/usr/local/lib/sparkbase-lab/shim.py"
 UNIT_DIR = "/etc/systemd/system"
-PROXY_ENV = "proxy.env"
 
 
 def engine_args(engine: str, model: str) -> list[str]:
