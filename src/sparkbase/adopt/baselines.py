@@ -158,7 +158,11 @@ def node_reading(facts: NodeFacts, template: Baseline, fabric: NodeFabric | None
         missing = [m for m in missing if not m.startswith("cpuset")]
         values += [Captured(("cpuset", "pinned_by"), "container"),
                    Captured(("cpuset", "cpus"), format_cpu_list(lane.cpus))]
-    values += _library(facts, template, lane, notes)
+    library = _library(facts, template, lane, notes)
+    values += library
+    if any(v.key == "nccl.library.provided_by" for v in library):
+        # a file the site provides has no package version to read
+        missing = [m for m in missing if not m.startswith("nccl.library")]
     return NodeReading(node, Capture(tuple(values), tuple(missing), capture.dropped),
                        fabric.gid_index if fabric is not None else None)
 
