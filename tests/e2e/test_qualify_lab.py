@@ -9,14 +9,17 @@ changes a completion fails naming that prompt; a slower build is "worse"; other 
 the lane gives no verdict; preflight refuses the unqualified build until it is overridden
 (recorded in the decision log) or qualified.
 
-A 95% interval calls two runs of one build "unstable" about one time in twenty by
-construction (qualify/stats.py): a test expecting a verdict runs qualify again once when the
-first attempt came out unstable, and says so; a second unstable result fails it.
+A run whose timings drift beyond the interval and 5% of the mean is "unstable"
+(qualify/stats.py); the lab's timings share two loaded cores with the rest of the suite, so
+time to first token (milliseconds here) can drift that much: a test expecting a verdict runs
+qualify up to twice more while the result is unstable, and says so on stderr; a third
+unstable result fails it.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -67,10 +70,14 @@ def qualify(site: Path, lab: Lab, capsys: pytest.CaptureFixture[str], *extra: st
 
 
 def qualify_to_a_verdict(site: Path, lab: Lab, capsys: pytest.CaptureFixture[str]) -> Result:
-    """qualify, once more if the interval called the candidate unstable (see the module text)."""
+    """qualify, up to twice more while the interval calls the candidate unstable (see the
+    module text: the lab's timings share two loaded cores with the rest of the suite). The
+    note goes to stderr: stdout is the JSON report the next attempt is read from."""
     code, result = qualify(site, lab, capsys)
-    if result["verdict"] == "unstable":
-        print(f"first attempt unstable ({result['reasons']}); qualifying again")
+    for attempt in (2, 3):
+        if result["verdict"] != "unstable":
+            break
+        print(f"attempt {attempt - 1} unstable ({result['reasons']}); qualifying again", file=sys.stderr)
         code, result = qualify(site, lab, capsys)
     return code, result
 
