@@ -106,6 +106,12 @@ def test_an_unmanaged_kernel_requires_only_the_arguments_the_baseline_names(tmp_
     as_found = _site(tmp_path, "managed: [memory]\n")
     results = {r.id: r for r in judge_node(expected_for(as_found, "spark1"), facts)}
     assert results["kernel.cmdline"].status == "pass"
+    _site(tmp_path / "apst", "managed: [memory]\n")
+    file = tmp_path / "apst" / "baselines" / "site-stock-6.17-4k.yaml"
+    file.write_text(file.read_text().replace("\nhost:\n", "\nhost:\n  nvme: {apst: disabled}\n", 1))
+    apst = load_site(tmp_path / "apst")  # APST is judged only on the command line: still required
+    apst_results = {r.id: r for r in judge_node(expected_for(apst, "spark1"), facts)}
+    assert apst_results["kernel.cmdline"].status == "fail"
     forbidden = replace(facts, cmdline=("ro", "quiet", "splash"))
     assert {r.id: r for r in judge_node(expected_for(as_found, "spark1"), forbidden)}[
         "kernel.cmdline"].status == "fail"

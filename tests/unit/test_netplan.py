@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import inspect
 import json
 import subprocess
 from pathlib import Path
@@ -25,6 +26,7 @@ from sparkbase.audit.expected import expected_for
 from sparkbase.audit.registry import Subject
 from sparkbase.deploy.assign import with_assignment
 from sparkbase.deploy.facts import FileState, NetplanFiles
+from sparkbase.deploy.operations import netplan as netplan_operations
 from sparkbase.deploy.ownership_fact import OwnedRecord
 from sparkbase.deploy.pyinfra_deploy import asks_for
 from sparkbase.deploy.steps import build_steps
@@ -264,6 +266,24 @@ def test_a_rewrite_updates_the_record_only_while_the_file_is_as_sparkbase_wrote_
     edited = first.text + "# by hand\n"
     changed = decide_takeover(SITE_FILE, moved, _source(SITE_FILE, edited), record, "b", WHEN)
     assert changed.text is not None and changed.record is None  # never put back whole any more
+
+
+def test_a_takeover_cut_short_after_its_record_is_finished_by_the_next_run() -> None:
+    """The edit is recorded before the file is written: killed between the two, the node still
+    holds the site's text, the record holds it as the original, and the next run writes the
+    merged text keeping that record (the site's text is never lost)."""
+    first = decide_takeover(SITE_FILE, _fabric(), _source(SITE_FILE, NVIDIA_40_CX7), OwnershipRecord(), "a",
+                            WHEN)
+    assert first.record is not None
+    recorded = OwnershipRecord(items=(first.record,))
+    again = decide_takeover(SITE_FILE, _fabric(), _source(SITE_FILE, NVIDIA_40_CX7), recorded, "a", WHEN)
+    assert again.text == first.text and again.record is None
+    assert recorded.items[0].original == NVIDIA_40_CX7
+
+
+def test_the_takeover_records_before_it_writes() -> None:
+    source = inspect.getsource(netplan_operations.netplan_takeover)
+    assert source.index("remember(decision.record)") < source.index("_put(path, decision.text, mode)")
 
 
 @pytest.mark.parametrize(("source", "refusal"), [

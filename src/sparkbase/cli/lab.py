@@ -27,6 +27,7 @@ from sparkbase.cli.common import add_global_options
 
 if TYPE_CHECKING:
     from sparkbase.console import Table
+    from sparkbase.model.site import Site
     from sparkbase_lab.fleet import NodeStatus
 
 FAULT_KINDS = ("gpu-latch", "gpu-busy", "gid-moved", "link-down", "unreachable", "hang", "kernel-panic",
@@ -191,23 +192,32 @@ def status_table(nodes: Sequence[NodeStatus]) -> Table:
     )
 
 
-def _up_as_found(lab: object, args: argparse.Namespace) -> int:
-    """`lab up --as-found`: the site's fleet as it runs today (sparkbase_lab.as_found)."""
-    import time
+def _site_of(args: argparse.Namespace) -> Site | None:
+    """The site `--site` names, or None after saying on stderr that it is invalid."""
     from pathlib import Path
 
     from sparkbase.errors import ConfigError
     from sparkbase.model.site import load_site
     from sparkbase.model.site_files import find_site_root
+
+    try:
+        return load_site(find_site_root(Path(args.site)))
+    except ConfigError as exc:
+        print(f"sparkbase lab: the site is invalid ({len(exc.problems)} problem(s)); run sparkbase validate",
+              file=sys.stderr)
+        return None
+
+
+def _up_as_found(lab: object, args: argparse.Namespace) -> int:
+    """`lab up --as-found`: the site's fleet as it runs today (sparkbase_lab.as_found)."""
+    import time
+
     from sparkbase_lab import as_found
     from sparkbase_lab.fleet import Lab
 
     assert isinstance(lab, Lab)
-    try:
-        site = load_site(find_site_root(Path(args.site)))
-    except ConfigError as exc:
-        print(f"sparkbase lab: the site is invalid ({len(exc.problems)} problem(s)); run sparkbase validate",
-              file=sys.stderr)
+    site = _site_of(args)
+    if site is None:
         return 2
     started = time.monotonic()
     if as_found.up(lab, site, fresh=args.fresh, timeout=args.timeout):
@@ -222,20 +232,13 @@ def _up_as_found(lab: object, args: argparse.Namespace) -> int:
 
 def _lane(lab: object, args: argparse.Namespace) -> int:
     """`lab lane start|stop|restart LANE`: the lane's unit on each of its nodes."""
-    from pathlib import Path
 
-    from sparkbase.errors import ConfigError
-    from sparkbase.model.site import load_site
-    from sparkbase.model.site_files import find_site_root
     from sparkbase_lab import lanes
     from sparkbase_lab.fleet import Lab
 
     assert isinstance(lab, Lab)
-    try:
-        site = load_site(find_site_root(Path(args.site)))
-    except ConfigError as exc:
-        print(f"sparkbase lab: the site is invalid ({len(exc.problems)} problem(s)); run sparkbase validate",
-              file=sys.stderr)
+    site = _site_of(args)
+    if site is None:
         return 2
     if args.lane not in site.lanes:
         print(f"sparkbase lab: no lane {args.lane!r}", file=sys.stderr)

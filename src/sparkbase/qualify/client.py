@@ -237,8 +237,8 @@ def _raise_engine_error(document: dict[str, Any], source: str) -> None:
     raise ApiError(f"{source}: the engine answered an error: {shown[:300]}")
 
 
-def parse_models(text: str, source: str = "/v1/models") -> list[str]:
-    """The model ids of a `/v1/models` answer (`{"object": "list", "data": [{"id": ...}]}`)."""
+def _answer(text: str, source: str) -> dict[str, Any]:
+    """An engine's JSON answer as an object; `ApiError` for anything else or an engine error."""
     try:
         document = json.loads(text)
     except ValueError:
@@ -246,6 +246,12 @@ def parse_models(text: str, source: str = "/v1/models") -> list[str]:
     if not isinstance(document, dict):
         raise ApiError(f"{source}: not a JSON object")
     _raise_engine_error(document, source)
+    return document
+
+
+def parse_models(text: str, source: str = "/v1/models") -> list[str]:
+    """The model ids of a `/v1/models` answer (`{"object": "list", "data": [{"id": ...}]}`)."""
+    document = _answer(text, source)
     data = document.get("data")
     if not isinstance(data, list):
         raise ApiError(f"{source}: no model list (`data`)")
@@ -258,13 +264,7 @@ def parse_models(text: str, source: str = "/v1/models") -> list[str]:
 
 def parse_completion(text: str, source: str = "/v1/completions") -> tuple[str, tuple[int, ...] | None]:
     """The text and token ids (None when not returned) of a non-streamed completion answer."""
-    try:
-        document = json.loads(text)
-    except ValueError:
-        raise ApiError(f"{source}: not JSON") from None
-    if not isinstance(document, dict):
-        raise ApiError(f"{source}: not a JSON object")
-    _raise_engine_error(document, source)
+    document = _answer(text, source)
     choices = document.get("choices")
     if not isinstance(choices, list) or not choices:
         raise ApiError(f"{source}: no choices in the answer")

@@ -36,8 +36,10 @@ def _cmdline(expected: Expected, _item: str | None) -> CmdlineWant:
     kernel = baseline.kernel
     if not baseline.manages("kernel"):
         # as found: sparkbase renders no command line, so only what the baseline names is
-        # required; the values sparkbase would set through it (THP, APST) are judged live
-        return CmdlineWant(tuple(kernel.cmdline_add), tuple(kernel.cmdline_forbid))
+        # required, and the typed arguments no other check judges: THP is judged live
+        # (memory.thp), NVMe APST only here
+        apst = (APST_ARG,) if baseline.host.nvme.apst == "disabled" else ()
+        return CmdlineWant((*kernel.cmdline_add, *apst), tuple(kernel.cmdline_forbid))
     return CmdlineWant(tuple(kernel_cmdline(baseline)), tuple(kernel.cmdline_forbid))
 
 

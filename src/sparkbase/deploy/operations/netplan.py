@@ -91,7 +91,10 @@ def takeover_diff(path: str, fabric: Fabric) -> list[str]:
 def netplan_takeover(path: str, fabric: Fabric, mode: int, baseline: str = "") -> Any:
     """The site's netplan file `path` configures the fabric's interfaces as `fabric` says; every
     other key of it stays as the site wrote it. The first rewrite records the file's text and
-    mode as found (`edited-file`), which moving the node to a baseline without it puts back."""
+    mode as found (`edited-file`), which moving the node to a baseline without it puts back.
+    The record is written before the file: a run cut short between the two leaves the site's
+    text on the node and in the record, and the next run writes the file (the other order
+    would lose the site's text for good)."""
     refuse_unless_writable(path, fact(FileState, path=path))
     decision = takeover_decision(path, fabric, baseline)
     if decision.refusal is not None:
@@ -99,9 +102,9 @@ def netplan_takeover(path: str, fabric: Fabric, mode: int, baseline: str = "") -
     if decision.text is None:
         noop(decision.reason)
         return
-    yield from _put(path, decision.text, mode)
     if decision.record is not None:
         yield from remember(decision.record)
+    yield from _put(path, decision.text, mode)
 
 
 def netplan_takeover_asks(path: str, **_: Any) -> list[Ask]:
