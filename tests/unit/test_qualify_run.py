@@ -238,14 +238,14 @@ def test_a_build_that_answers_a_prompt_two_ways_fails(first: bool) -> None:
 
 
 def test_the_unit_restarter_stops_everywhere_then_starts_in_rank_order() -> None:
-    from sparkbase.qualify.restart import RestartError, UnitRestarter
+    from sparkbase.qualify.restart import Ran, RestartError, UnitRestarter
 
     commands: list[tuple[str, str]] = []
 
-    def run(node: str, script: str) -> tuple[int, str]:
+    def run(node: str, script: str, _timeout: float) -> Ran:
         commands.append((node, script))
-        failed = (5, "Failed to start old.service: Unit old.service not found.")
-        return failed if "start old" in script else (0, "")
+        failed = Ran(5, "", "Failed to start old.service: Unit old.service not found.")
+        return failed if "start old" in script else Ran(0, "", "")
 
     UnitRestarter(run).restart(PREVIOUS, CANDIDATE, lambda _line: None)
     assert commands == [(f"spark{n}", "systemctl stop old.service") for n in (4, 3, 2, 1)] + \
@@ -257,7 +257,7 @@ def test_the_unit_restarter_stops_everywhere_then_starts_in_rank_order() -> None
 
 
 def test_a_lane_no_restarter_here_can_restart_is_refused() -> None:
-    from sparkbase.qualify.restart import RestartError, UnitRestarter, restarter_for
+    from sparkbase.qualify.restart import ContainerRestarter, RestartError, UnitRestarter, restarter_for
 
     def boxed(unit: str | None, digest: str) -> Lane:
         runtime: dict[str, object] = {"match": ["x"], "container": {
@@ -268,8 +268,9 @@ def test_a_lane_no_restarter_here_can_restart_is_refused() -> None:
                                     "baseline_version": "1.0.0", "shape": "ring4",
                                     "nodes": ["spark1", "spark2", "spark3", "spark4"], "runtime": runtime})
 
-    with pytest.raises(RestartError, match="runs as a container: the container restarter is not wired yet"):
-        restarter_for([boxed(None, "a"), boxed(None, "b")], {})
+    assert isinstance(restarter_for([boxed(None, "a"), boxed(None, "b")], {}), ContainerRestarter)
+    with pytest.raises(RestartError, match="one release runs as a container alone and another by a unit"):
+        restarter_for([boxed(None, "a"), boxed("lane-x.service", "b")], {})
     with pytest.raises(RestartError, match=r"other images under one unit \(lane-x.service\)"):
         restarter_for([boxed("lane-x.service", "a"), boxed("lane-x.service", "b")], {})
     assert isinstance(restarter_for([boxed("lane-x.service", "a"), boxed("lane-y.service", "b")], {}),
