@@ -161,3 +161,16 @@ def test_a_node_without_the_sites_container_is_said() -> None:
     fleet = {node: FakeDocker() for node in NODES}
     with pytest.raises(RestartError, match="spark1: no container dsv41-flash of the site's"):
         restarter(fleet).restart(lane(NEW), lane(OLD), lambda _line: None)
+
+
+def test_the_gate_judges_with_the_lane_stopped_and_can_keep_it_stopped(nodes: dict[str, FakeDocker]) -> None:
+    seen: list[bool] = []
+
+    def gate() -> None:
+        seen.extend(d.containers["dsv41-flash"]["Running"] for d in nodes.values())
+        raise RuntimeError("refused")
+
+    with pytest.raises(RuntimeError, match="refused"):
+        restarter(nodes).restart(lane(NEW), lane(NEW), lambda _line: None, gate)
+    assert seen == [False, False]
+    assert not [s for d in nodes.values() for s in d.log if s.startswith(("docker start", "docker run"))]

@@ -81,9 +81,11 @@ class Restarter:
         assert lane.runtime is not None
         return f"unit {lane.runtime.unit}"
 
-    def restart(self, running: Lane, wanted: Lane, note: Any) -> None:
+    def restart(self, running: Lane, wanted: Lane, note: Any, before_start: Any = lambda: None) -> None:
         assert wanted.runtime is not None and running.runtime is not None
         assert self.engine.running in (running.runtime.unit, "")  # told what runs (nothing after a failure)
+        self.engine.running = ""  # stopped: the gate judges the hosts with the lane down
+        before_start()
         if wanted.runtime.unit == self.fail_on:
             self.engine.running = ""  # stopped, and the other did not start
             raise RuntimeError(f"spark2: systemctl start {self.fail_on}: exit status 5")
@@ -197,7 +199,8 @@ def test_a_refused_start_gives_no_verdict() -> None:
     refusal = ["spark3: kernel.release: expected x"]
     outcome, restarter = session(Engine(), gate=lambda before: refusal if before else [])
     assert outcome.status is Status.NO_VERDICT and restarter.restarts == []
-    assert outcome.reasons == ["the gate refused starting run A: spark3: kernel.release: expected x"]
+    assert outcome.reasons == ["the gate refused starting run A: spark3: kernel.release: expected x "
+                               "(the lane is left stopped: the gate refuses to start it there)"]
 
 
 def test_a_failed_restart_is_named_and_the_candidate_restored() -> None:

@@ -231,7 +231,7 @@ class _Refusing:
 
         return "a container" if container_of(lane) is not None else "no unit"
 
-    def restart(self, running: Lane, wanted: Lane, note: Any) -> None:
+    def restart(self, running: Lane, wanted: Lane, note: Any, before_start: Any = None) -> None:
         """Refuse, saying why."""
         from sparkbase.qualify.restart import RestartError
 

@@ -63,8 +63,11 @@ class LaneRestarter(Protocol):
         """How `lane` runs, for progress lines and records (`unit lane-x.service`)."""
         ...
 
-    def restart(self, running: Lane, wanted: Lane, note: Callable[[str], None]) -> None:
-        """Stop what runs as `running` says on every node, start `wanted`; `RestartError`."""
+    def restart(self, running: Lane, wanted: Lane, note: Callable[[str], None],
+                before_start: Callable[[], None] = lambda: None) -> None:
+        """Stop what runs as `running` says on every node, call `before_start` (the gate,
+        judging the hosts with the lane stopped: it raises to refuse), start `wanted`;
+        `RestartError`."""
         ...
 
 
@@ -111,14 +114,17 @@ class UnitRestarter:
         """`unit lane-x.service`."""
         return f"unit {unit_of(lane)}"
 
-    def restart(self, running: Lane, wanted: Lane, note: Callable[[str], None]) -> None:
-        """Stop `running`'s unit on every node (last rank first), then start `wanted`'s (rank order)."""
+    def restart(self, running: Lane, wanted: Lane, note: Callable[[str], None],
+                before_start: Callable[[], None] = lambda: None) -> None:
+        """Stop `running`'s unit on every node (last rank first), `before_start`, then start
+        `wanted`'s (rank order)."""
         old, new = unit_of(running), unit_of(wanted)
         if old is None or new is None:
             raise RestartError("a unit restart needs runtime.unit in both lane files")
         for node in reversed(running.nodes):
             self._systemctl(node, "stop", old)
         note(f"stopped {old} on {', '.join(running.nodes)}")
+        before_start()
         for node in wanted.nodes:
             self._systemctl(node, "start", new)
         note(f"started {new} on {', '.join(wanted.nodes)}")
@@ -169,9 +175,11 @@ class ContainerRestarter:
         assert container is not None
         return f"container {container.name} from {container.digest()[:19]}"
 
-    def restart(self, running: Lane, wanted: Lane, note: Callable[[str], None]) -> None:
+    def restart(self, running: Lane, wanted: Lane, note: Callable[[str], None],
+                before_start: Callable[[], None] = lambda: None) -> None:
         """Check every node and pull `wanted`'s image first (the lane still serving), then stop
-        what runs on every node (last rank first) and start `wanted` (rank order)."""
+        what runs on every node (last rank first), `before_start`, and start `wanted` (rank
+        order)."""
         name = self._name(wanted)
         found = {node: self._read(node, name) for node in wanted.nodes}
         specs = {node: self._spec(state) for node, state in found.items()
@@ -184,6 +192,7 @@ class ContainerRestarter:
         for node in reversed(wanted.nodes):
             self._stop(found[node], name)
         note(f"stopped {name} on {', '.join(reversed(wanted.nodes))}")
+        before_start()
         for node in wanted.nodes:
             self._start(found[node], name, container, specs.get(node))
         note(f"started {self.describe(wanted)} on {', '.join(wanted.nodes)}")
