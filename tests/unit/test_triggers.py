@@ -186,7 +186,25 @@ def test_a_short_series_is_not_a_window(site: Site) -> None:
     samples = parse_scrapes("\n".join(lines), 0.0)
     verdict = next(v for v in evaluate(site, samples) if v.kind == "session-load")
     assert verdict.status == UNKNOWN
-    assert "no reading at 57 of 61 sample times of the window; could tip the verdict" in verdict.evidence[-1]
+    assert "no reading at 57 of 61 sample times of the window; could tip the verdict" in verdict.evidence[1]
+
+
+@pytest.mark.parametrize(("scrapes", "count", "status", "why"), [
+    (40, 2, QUIET, "no reading at 21 of 61 sample times of the window; too few to fire even if all were "
+                   "over"),
+    (31, 4, FIRED, "no reading at 30 of 61 sample times of the window; the load read already fires"),
+])
+def test_a_short_series_is_judged_where_its_missing_times_cannot_tip_it(
+    site: Site, scrapes: int, count: int, status: str, why: str
+) -> None:
+    """Scrapes a minute apart over part of the hour: 40 calm ones leave 21 unread minutes, too
+    few to reach half of 61; 31 over the line are half of the window whatever the rest held."""
+    lines: list[str] = []
+    for index in range(scrapes):
+        lines += _sglang_scrape(1000 + 60 * index, count, count * 600_000)
+    samples = parse_scrapes("\n".join(lines), 0.0)
+    verdict = next(v for v in evaluate(site, samples) if v.kind == "session-load")
+    assert verdict.status == status and verdict.evidence[1] == why, verdict.evidence
 
 
 def test_one_scrape_is_a_snapshot_not_a_sustained_load(site: Site) -> None:

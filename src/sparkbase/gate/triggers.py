@@ -305,7 +305,7 @@ def evaluate_session_load(
     if unread:
         judged_as = {FIRED: "the load read already fires", QUIET: "too few to fire even if all were over",
                      UNKNOWN: "could tip the verdict: not judged"}[status]
-        evidence.append(f"no reading at {unread} of {expected} sample times of the window; {judged_as}")
+        evidence.insert(1, f"no reading at {unread} of {expected} sample times of the window; {judged_as}")
     return TriggerVerdict(status=status, evidence=evidence, **_base(trigger))
 
 
