@@ -507,3 +507,26 @@ def test_the_lab_stand_in_is_read_idle_and_with_sessions(site: Site, engine: str
     snapshot = next(v for v in evaluate(site, busy) if v.kind == "session-load")
     assert snapshot.status == UNKNOWN and "(one with more than 3" in snapshot.evidence[0]
     assert "peak concurrency 4" in snapshot.evidence[1]
+
+
+def test_cli_fires_trigger_1_when_the_site_moves_its_driver_pin(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The site confirms another driver in its baseline (kernel line and page size unchanged):
+    `triggers` fires trigger 1 (the notes' "kernel/driver pin move") and exits 1."""
+    import shutil
+
+    for part in ("baselines", "inventory", "lanes"):
+        shutil.copytree(REPO / part, tmp_path / part)
+    stock = tmp_path / "baselines" / "site-stock-6.17-4k.yaml"
+    text = stock.read_text()
+    assert "  version: 580.126.09\n" in text
+    stock.write_text(text.replace("580.126.09\n", "580.142.01\n").replace(
+        "580.126.09-0ubuntu0.24.04.1\n", "580.142.01-0ubuntu0.24.04.1\n"))
+    assert main(["triggers", "--site", str(tmp_path), "--metrics", str(TWO)]) == 1
+    out = capsys.readouterr().out
+    assert "FIRED   kernel-pin-7x-64k (kernel-pin)" in out
+    assert ("site driver pin: 580.142.01 (spark1, spark2, spark3, spark4) "
+            "(trigger: a move from 580.126.09; moved)") in out
+    assert main(["triggers", "--site", str(REPO), "--metrics", str(TWO)]) == 0  # the shipped pin: quiet
+    assert "QUIET   kernel-pin-7x-64k" in capsys.readouterr().out
