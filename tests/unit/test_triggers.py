@@ -530,3 +530,18 @@ def test_cli_fires_trigger_1_when_the_site_moves_its_driver_pin(
             "(trigger: a move from 580.126.09; moved)") in out
     assert main(["triggers", "--site", str(REPO), "--metrics", str(TWO)]) == 0  # the shipped pin: quiet
     assert "QUIET   kernel-pin-7x-64k" in capsys.readouterr().out
+
+
+def test_vllm_cache_size_is_each_nodes_own(site: Site) -> None:
+    """Two nodes' vLLM engines, both engine index 0, with caches of different sizes (as
+    Prometheus labels each target's series with its instance): each node's usage is read
+    against its own cache, not the last one read."""
+    lines: list[str] = []
+    for node, blocks in (("spark1", 250_000), ("spark2", 50_000)):
+        where = f'engine="0",instance="{node}:8000"'
+        lines += [f'vllm:cache_config_info{{block_size="16",{where},num_gpu_blocks="{blocks}"}} 1',
+                  f"vllm:num_requests_running{{{where}}} 4",
+                  f"vllm:kv_cache_usage_perc{{{where}}} 0.6"]
+    verdict = next(v for v in evaluate(site, parse_scrapes("\n".join(lines), 0.0)) if v.kind == "session-load")
+    # spark1: 0.6 x 4,000,000 = 2,400,000 tokens (4 sessions); spark2: 0.6 x 800,000 (none)
+    assert "peak concurrency 4," in verdict.evidence[1], verdict.evidence

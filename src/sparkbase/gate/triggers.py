@@ -145,21 +145,22 @@ def sglang_loads(trigger: SessionLoadTrigger, samples: list[Sample]) -> list[tup
 def vllm_loads(trigger: SessionLoadTrigger, samples: list[Sample]) -> list[tuple[float, InstanceLoad]]:
     """(time, load) of every vLLM engine at every sample time it reported running requests; its
     KV tokens are the used fraction times the cache's size (`cache_tokens`, from the labels of
-    the info gauge of the same engine index; that gauge carries no model name)."""
+    the info gauge of the same engine index on the same node: each node's scrape is labelled
+    with its `instance`; that gauge carries no model name)."""
     names = trigger.vllm
     running = _by_instance(samples, names.running)
     usage = _by_instance(samples, names.kv_usage_fraction)
-    capacity: dict[str, float] = {}
+    capacity: dict[tuple[str, str], float] = {}  # (node, engine index) -> tokens
     for s in samples:
         if s.metric != names.cache_info:
             continue
         size = cache_tokens(s.labels)
         if size is not None:
-            capacity[s.labels.get("engine", "")] = size
+            capacity[(s.labels.get(_INSTANCE, ""), s.labels.get("engine", ""))] = size
     loads: list[tuple[float, InstanceLoad]] = []
     for (when, key), value in sorted(running.items()):
         fraction = usage.get((when, key))
-        size = capacity.get(_label(key, "engine"))
+        size = capacity.get((_label(key, _INSTANCE), _label(key, "engine")))
         if size is None and len(capacity) == 1:  # one engine (older vLLM labels neither series)
             size = next(iter(capacity.values()))
         kv = fraction * size if fraction is not None and size is not None else None
