@@ -542,6 +542,7 @@ def test_vllm_cache_size_is_each_nodes_own(site: Site) -> None:
         lines += [f'vllm:cache_config_info{{block_size="16",{where},num_gpu_blocks="{blocks}"}} 1',
                   f"vllm:num_requests_running{{{where}}} 4",
                   f"vllm:kv_cache_usage_perc{{{where}}} 0.6"]
-    verdict = next(v for v in evaluate(site, parse_scrapes("\n".join(lines), 0.0)) if v.kind == "session-load")
+    samples = parse_scrapes("\n".join(lines), 0.0)
+    verdict = next(v for v in evaluate(site, samples) if v.kind == "session-load")
     # spark1: 0.6 x 4,000,000 = 2,400,000 tokens (4 sessions); spark2: 0.6 x 800,000 (none)
     assert "peak concurrency 4," in verdict.evidence[1], verdict.evidence
