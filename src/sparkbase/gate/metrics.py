@@ -44,6 +44,8 @@ from urllib.parse import urlsplit, urlunsplit
 from sparkbase.boundedfile import FileRefused, Refusal, read_regular_file
 
 if TYPE_CHECKING:
+    import urllib.error
+
     from prometheus_client.samples import Sample as LibrarySample
 
 #: the largest scrape read, file or HTTP body (a real scrape is kilobytes)
@@ -61,6 +63,20 @@ _MAX_TIME = 1e11
 
 class MetricsError(Exception):
     """Metrics that cannot be used; the message is one line, located, without file content."""
+
+
+#: the most of an error answer's body kept (a Prometheus API error is a short JSON object)
+MAX_ERROR_BODY = 64 * 1024
+
+
+class HttpStatusError(MetricsError):
+    """An answer with an HTTP error status; the message names the status only, `body` keeps
+    the first `MAX_ERROR_BODY` bytes of the answer for a caller that knows its format."""
+
+    def __init__(self, message: str, status: int, body: bytes) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = body
 
 
 @dataclass(frozen=True)
@@ -172,11 +188,21 @@ def _fetch(url: str, shown: str, deadline: float) -> bytes | MetricsError:
                     return MetricsError(f"{shown}: answer larger than {MAX_BYTES // (1024 * 1024)} MiB")
             return MetricsError(f"{shown}: answer not complete within the deadline")
     except urllib.error.HTTPError as exc:
-        return MetricsError(f"{shown}: HTTP status {exc.code}")
+        return HttpStatusError(f"{shown}: HTTP status {exc.code}", exc.code, _error_body(exc))
     except urllib.error.URLError as exc:
         return MetricsError(f"{shown}: cannot fetch: {exc.reason}")
     except (OSError, http.client.HTTPException, ValueError) as exc:
         return MetricsError(f"{shown}: cannot fetch: {type(exc).__name__}")
+
+
+def _error_body(answer: urllib.error.HTTPError) -> bytes:
+    """At most `MAX_ERROR_BODY` bytes of an error answer; nothing if it cannot be read."""
+    import http.client
+
+    try:
+        return answer.read(MAX_ERROR_BODY)
+    except (OSError, http.client.HTTPException, ValueError):
+        return b""
 
 
 def decode(data: bytes, source: str) -> str:
