@@ -546,3 +546,35 @@ def test_vllm_cache_size_is_each_nodes_own(site: Site) -> None:
     verdict = next(v for v in evaluate(site, samples) if v.kind == "session-load")
     # spark1: 0.6 x 4,000,000 = 2,400,000 tokens (4 sessions); spark2: 0.6 x 800,000 (none)
     assert "peak concurrency 4," in verdict.evidence[1], verdict.evidence
+
+
+def test_url_credentials_are_sent_as_basic_authentication_not_as_the_host() -> None:
+    """A Prometheus or exporter behind basic auth: `http://USER:PASSWORD@HOST/…` (each part
+    percent-encoded as in any URL) reaches HOST with an Authorization header."""
+    import base64
+
+    seen: list[str | None] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append(self.headers.get("Authorization"))
+            ok = seen[-1] == "Basic " + base64.b64encode(b"me:p@ss:word").decode()
+            self.send_response(200 if ok else 401)
+            self.end_headers()
+            self.wfile.write(FOUR.read_bytes() if ok else b"")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port = server.server_address[1]
+        assert load_metrics(f"http://me:p%40ss%3Aword@127.0.0.1:{port}/metrics") == FOUR.read_text()
+        with pytest.raises(MetricsError, match=r"^http://\*\*\*@127\.0\.0\.1:\d+/metrics: HTTP status 401$"):
+            load_metrics(f"http://me:wrong@127.0.0.1:{port}/metrics")
+        assert seen == ["Basic " + base64.b64encode(b"me:p@ss:word").decode(),
+                        "Basic " + base64.b64encode(b"me:wrong").decode()]
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -45,6 +45,7 @@ from sparkbase.boundedfile import FileRefused, Refusal, read_regular_file
 
 if TYPE_CHECKING:
     import urllib.error
+    import urllib.request
 
     from prometheus_client.samples import Sample as LibrarySample
 
@@ -167,15 +168,33 @@ def fetch_url(url: str, deadline_seconds: float) -> bytes:
     return result
 
 
+def authorized_request(url: str) -> urllib.request.Request:
+    """A GET of `url`; a `user:password@` in it becomes HTTP basic authentication (sent as a
+    header, each part percent-decoded), never part of the host name."""
+    import base64
+    import urllib.request
+    from urllib.parse import unquote
+
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return urllib.request.Request(url)
+    host = parts.hostname or ""
+    host = f"[{host}]" if ":" in host else host
+    bare = urlunsplit(parts._replace(netloc=host + (f":{parts.port}" if parts.port else "")))
+    pair = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}".encode()
+    return urllib.request.Request(bare, headers={"Authorization": "Basic " + base64.b64encode(pair).decode()})
+
+
 def _fetch(url: str, shown: str, deadline: float) -> bytes | MetricsError:
     """One bounded GET (runs in the worker thread; errors are returned, not raised)."""
     import http.client
     import urllib.error
     import urllib.request
+    import urllib.request
 
     try:
         remaining = max(deadline - time.monotonic(), 0.01)
-        with urllib.request.urlopen(url, timeout=remaining) as response:  # noqa: S310 - http(s) only
+        with urllib.request.urlopen(authorized_request(url), timeout=remaining) as response:  # noqa: S310
             chunks: list[bytes] = []
             size = 0
             while time.monotonic() < deadline:
