@@ -202,6 +202,8 @@ def test_validate_json_lists_placeholders(shipped_site: Path, capsys: pytest.Cap
     assert driver["line"] == 48 and driver["note"].startswith("site to confirm")
     assert ("spark-common.yaml", "os.release") in by_key
     assert all(set(p) == {"file", "line", "key", "note"} for p in report["placeholders"])
+    window = by_key[("site.yaml", "triggers[1].sources.window_minutes")]  # a trigger's, the site's to decide
+    assert window["note"].startswith("site to decide") and window["line"] == 69
 
 
 def test_uncovered_block_warns(site_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
