@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Iterator
+from typing import Any
 
 import fleets
 import pytest
@@ -41,8 +42,10 @@ for entry in /sys/class/drm/card[0-9]*; do
   [ "$(basename "$(readlink "$entry/device/driver")")" = nvidia ] && card=${entry##*/card}
 done
 printf 'drm_card=%s\n' "$card"
-printf 'fan_cooling_device=%s\n' "$(grep -lx dgx_ec_fan_floor /sys/class/thermal/cooling_device*/type 2>/dev/null | wc -l)"
-printf 'thermal_zones=%s\n' "$(cat /sys/class/thermal/thermal_zone*/type 2>/dev/null | sort | uniq -c | tr -s ' ' | sed 's/^ //')"
+cooling=$(grep -lx dgx_ec_fan_floor /sys/class/thermal/cooling_device*/type 2>/dev/null | wc -l)
+printf 'fan_cooling_device=%s\n' "$cooling"
+zones=$(cat /sys/class/thermal/thermal_zone*/type 2>/dev/null | sort | uniq -c | tr -s ' ' | sed 's/^ //')
+printf 'thermal_zones=%s\n' "$zones"
 printf 'console=%s\n' "$(cat /sys/class/tty/tty0/active 2>/dev/null)"
 printf 'grubenv_rc=%s\n' "$(grub-editenv list >/dev/null 2>&1; echo $?)"
 """
@@ -53,10 +56,11 @@ import json, os, subprocess
 from pathlib import Path
 
 def run(*args):
-    return subprocess.run(args, capture_output=True, text=True, env=dict(os.environ, LC_ALL="C")).stdout.strip()
+    env = dict(os.environ, LC_ALL="C")
+    return subprocess.run(args, capture_output=True, text=True, env=env).stdout.strip()
 
 out = {"release": os.uname().release, "page_size": os.sysconf("SC_PAGE_SIZE"),
-       "proc_modules": sorted(line.split()[0] for line in Path("/proc/modules").read_text().splitlines()),
+       "proc_modules": sorted(ln.split()[0] for ln in Path("/proc/modules").read_text().splitlines()),
        "lsmod": sorted(line.split()[0] for line in run("lsmod").splitlines()[1:]),
        "uvm_version": run("modinfo", "-k", KERNEL_64K, "-F", "version", "nvidia_uvm"),
        "uvm_sys_version": Path("/sys/module/nvidia_uvm/version").read_text().strip(),
@@ -80,10 +84,10 @@ class Fleet(fleets.Fleet):
         """HOST_QUERY's answer as a mapping."""
         return dict(line.split("=", 1) for line in self.on(HOST_QUERY).splitlines() if "=" in line)
 
-    def probe(self) -> dict[str, object]:
+    def probe(self) -> dict[str, Any]:
         """PY_QUERY's answer."""
         script = f"KERNEL_64K = {KERNEL_64K!r}\nKERNEL_4K = {KERNEL_4K!r}\n{PY_QUERY}"
-        answer: dict[str, object] = json.loads(self.on(f"python3 -c {shlex.quote(script)}"))
+        answer: dict[str, Any] = json.loads(self.on(f"python3 -c {shlex.quote(script)}"))
         return answer
 
 
@@ -125,13 +129,13 @@ def test_the_readiness_probe_reads_modules_configs_and_the_drivers_uvm_version(v
     found = variant.probe()
     assert (found["release"], found["page_size"]) == (KERNEL_64K, 65536)
     assert found["proc_modules"] == found["lsmod"]
-    assert "dgx_ec_fan_control" in found["proc_modules"]  # type: ignore[operator]
+    assert "dgx_ec_fan_control" in found["proc_modules"]
     # the patched nvidia_uvm reports the driver it was built from, not DKMS's 0.2.0
     assert found["uvm_version"] == found["uvm_sys_version"] == packages.VARIANT_DRIVER
     configs = found["configs"]
-    assert configs == {KERNEL_64K: {"size": configs[KERNEL_64K]["size"], "64k": True, "4k": False},  # type: ignore[index]
-                       KERNEL_4K: {"size": configs[KERNEL_4K]["size"], "64k": False, "4k": True}}  # type: ignore[index]
-    assert min(c["size"] for c in configs.values()) > 1000  # type: ignore[union-attr]
+    assert configs == {KERNEL_64K: {"size": configs[KERNEL_64K]["size"], "64k": True, "4k": False},
+                       KERNEL_4K: {"size": configs[KERNEL_4K]["size"], "64k": False, "4k": True}}
+    assert min(c["size"] for c in configs.values()) > 1000
 
 
 def test_the_grub_default_is_the_64k_kernels_entry_id(variant: Fleet) -> None:
@@ -143,7 +147,7 @@ def test_the_grub_default_is_the_64k_kernels_entry_id(variant: Fleet) -> None:
     # the recipe's trial boot names the 4 KiB kernel by id too, and it boots it once
     variant.on(f"grub-reboot {shlex.quote(boot.entry_id_path(KERNEL_4K, uuid))}")
     assert f"next_entry={boot.entry_id_path(KERNEL_4K, uuid)}" in variant.on("grub-editenv list")
-    variant.on(f"grub-editenv - unset next_entry")
+    variant.on("grub-editenv - unset next_entry")
     assert "next_entry" not in variant.on("grub-editenv list")
 
 

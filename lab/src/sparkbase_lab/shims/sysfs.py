@@ -169,7 +169,8 @@ def write_thermal(loaded: list[str], sys_root: Path = SYS) -> None:
         zone = virtual / f"thermal_zone{index}"
         for name, value in (("type", "acpitz"), ("temp", str(milli)), ("mode", "enabled"),
                             ("policy", "step_wise"),
-                            ("available_policies", "bang_bang fair_share step_wise user_space power_allocator")):
+                            ("available_policies",
+                             "bang_bang fair_share step_wise user_space power_allocator")):
             write_text(zone / name, value + "\n")
         _relink(thermal / zone.name, f"../../devices/virtual/thermal/{zone.name}")
     if FAN_MODULE in loaded:
