@@ -125,6 +125,10 @@ def test_the_drm_card_links_to_the_nvidia_driver_as_the_recipes_doctor_reads_it(
     assert os.path.basename(os.readlink(driver)) == "nvidia"
     assert Path(os.path.realpath(driver)) == tmp_path / "bus/pci/drivers/nvidia"
     assert os.readlink(tmp_path / "class/drm/card0/device") == "../../../000f:01:00.0"
+    connector = tmp_path / "class/drm/card0-HDMI-A-1"
+    card = Path(os.path.realpath(tmp_path / "class/drm/card0"))
+    assert Path(os.path.realpath(connector / "device")) == card
+    assert not (connector / "device/driver").exists()
     assert (tmp_path / "class/drm/card0/device/vendor").read_text() == "0x10de\n"
     bound = tmp_path / "bus/pci/drivers/nvidia/000f:01:00.0"
     assert Path(os.path.realpath(bound)) == Path(os.path.realpath(tmp_path / "class/drm/card0/device"))

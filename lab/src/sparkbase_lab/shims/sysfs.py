@@ -144,6 +144,7 @@ def write_drm(sys_root: Path = SYS) -> None:
     connector = device / "drm" / "card0" / "card0-HDMI-A-1"
     write_text(connector / "status", "disconnected\n")
     write_text(connector / "enabled", "disabled\n")
+    _relink(connector / "device", "../../card0")  # a connector's parent is its card
     _relink(drm / "card0-HDMI-A-1", f"{devices}/card0/card0-HDMI-A-1")
 
 
