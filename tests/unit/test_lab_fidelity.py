@@ -250,4 +250,6 @@ def test_a_nodes_disk_hides_the_machines_own_directories(tmp_path: Path) -> None
     for rel in image.MACHINE_DIRS:
         assert os.getxattr(upper / rel, "trusted.overlay.opaque") == b"y"
     assert "usr/local" in image.MACHINE_DIRS
+    assert sorted(p.name for p in (upper / "usr/local").iterdir()) == [
+        "bin", "etc", "games", "include", "lib", "man", "sbin", "share", "src"]
     assert image.hide_machine(upper, machine) == []  # idempotent

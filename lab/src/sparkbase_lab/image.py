@@ -35,6 +35,9 @@ OPAQUE_DIRS = (
 #: lab's own files in them (shims, the preload library, a node's packages) are the node's
 MACHINE_DIRS = ("usr/local", "opt", "home", "mnt", "srv")
 
+#: the empty /usr/local tree Ubuntu's base-files installs (`man` is a link to `share/man`)
+USR_LOCAL = ("bin", "etc", "games", "include", "lib", "sbin", "share/man", "src")
+
 #: what the root directory of a DGX OS (Ubuntu 24.04) install holds; any other entry of
 #: the machine's root (a checkout, a build tree, a mount) is hidden in the node by a
 #: whiteout. The `lib*` directories stay: a node's programs are the machine's binaries.
@@ -209,6 +212,10 @@ def hide_machine(upper: Path, machine_root: Path = Path("/")) -> list[str]:
     Spark does not have. Entries the node itself made are kept. Returns what it hid."""
     for rel in MACHINE_DIRS:
         _opaque(upper / rel)
+    for rel in USR_LOCAL:  # Ubuntu's empty /usr/local tree (base-files) stays
+        (upper / "usr/local" / rel).mkdir(parents=True, exist_ok=True)
+    if not (upper / "usr/local/man").is_symlink():
+        _symlink(upper, "usr/local/man", "share/man")
     hidden = []
     for name in sorted(os.listdir(machine_root)):
         target = upper / name
