@@ -211,8 +211,15 @@ class KernelSpec(StrictModel):
 
     @property
     def grub_entry(self) -> str:
-        """GRUB's menu path of this release, as `GRUB_DEFAULT` names it."""
-        return f"Advanced options for Ubuntu>Ubuntu, with Linux {self.release}"
+        """This release's entry as `GRUB_DEFAULT` names it: by menu-entry id, as the recipe
+        pins it (spark-ds41f docs/setup.md 0925e797: `gnulinux-advanced-$uuid>gnulinux-
+        <release>-advanced-$uuid`) and as Ubuntu writes `saved_entry`. The root file
+        system's UUID differs per node, so the drop-in names it `${GRUB_DEVICE_UUID}`:
+        grub-mkconfig sets that variable before it sources `/etc/default/grub.d/*.cfg`
+        (jc-lab/ubuntu-grub2 util/grub-mkconfig.in 85c36775) and 10_linux builds the ids
+        from the same UUID, so one file serves every node."""
+        uuid = "${GRUB_DEVICE_UUID}"
+        return f"gnulinux-advanced-{uuid}>gnulinux-{self.release}-advanced-{uuid}"
 
     def packages(self) -> list[PackagePin]:
         """The kernel packages this release needs, at the pinned version (with `tools`,
