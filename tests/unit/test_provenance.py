@@ -1,5 +1,5 @@
 """Provenance: every shipped value carries its source, and the recipe values are pinned
-with theirs (docs/sources/ds41f-recipe.md is the research record each row comes from)."""
+with theirs (docs/sources/ds41f-research.md is the research record each row comes from)."""
 
 from __future__ import annotations
 

@@ -86,6 +86,11 @@ class LaneProbe:
     image: str | None = None
     #: the NCCL version an image's library must report in its file name (None: not pinned)
     library_version: str | None = None
+    #: NCCL keys the baseline's other shapes set and the lane's shape leaves at NCCL's
+    #: default: a process must not set them (the triangle's "no switchless setting")
+    nccl_unset: tuple[str, ...] = ()
+    #: the lane's shape (what `nccl_env` is the settings of)
+    shape: str | None = None
 
 
 def lane_probe(site: Site, name: str) -> LaneProbe | None:
@@ -96,10 +101,14 @@ def lane_probe(site: Site, name: str) -> LaneProbe | None:
     if lane.runtime is None or baseline is None:
         return None
     container = lane.runtime.container
+    env = baseline.nccl.env_for(lane.shape)
+    others = {key for shape in baseline.nccl.shaped() for key in baseline.nccl.env_for(shape)}
     return LaneProbe(
         lane=name,
         match=tuple(lane.runtime.match),
-        nccl_env=tuple(baseline.nccl.env_for(lane.shape).items()),
+        nccl_env=tuple(env.items()),
+        nccl_unset=tuple(sorted(others - set(env))),
+        shape=lane.shape,
         library_path=baseline.nccl.library.path,
         library_sha256=baseline.nccl.library.sha256,
         library_version=baseline.nccl.library.version if not baseline.nccl.library.on_host() else None,
@@ -157,6 +166,10 @@ def nccl_env_problems(process: ServingProcess, probe: LaneProbe) -> list[str]:
                                 f"expected {key}={want}")
             else:
                 problems.append(f"{key}={got} ({where}), expected {key}={want}")
+    for key in probe.nccl_unset:
+        got, where = process.nccl_setting(key, None)
+        if got is not None:
+            problems.append(f"{key}={got} ({where}), expected unset (shape {probe.shape} sets none)")
     return problems + conf_problems(process)
 
 
