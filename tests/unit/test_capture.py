@@ -56,6 +56,12 @@ VARIANT_KEYS = (
 )
 
 
+def _library_hash(baseline: Baseline) -> dict[str, str | None]:
+    """The host NCCL library's hash (none when NCCL is built into the image)."""
+    library = baseline.nccl.library
+    return {library.path: library.sha256} if library.path is not None else {}
+
+
 def converged_facts(baseline: Baseline, node: str = "spark1") -> NodeFacts:
     """What a node converged to `baseline` reports (every pinned value as pinned)."""
     release = baseline.kernel.release
@@ -109,7 +115,7 @@ def converged_facts(baseline: Baseline, node: str = "spark1") -> NodeFacts:
         default_target=baseline.host.boot_target,
         units=units,
         slice_allowed_cpus=frozenset(baseline.cpuset.cpus),
-        file_sha256={baseline.nccl.library.path: baseline.nccl.library.sha256},
+        file_sha256=_library_hash(baseline),
         packages={pin.name: pin.version for pin in baseline.packages()},
         grub=GrubBoot(entries=tuple(entries), default=entry.path, default_entry=entry),
         dgx_release={"DGX_OTA_VERSION": "7.2.3"},
@@ -192,7 +198,7 @@ def test_node_values_replace_the_files(site_copy: Path, shipped: Baseline) -> No
         packages={**converged_facts(shipped).packages, "nvidia-utils-580": "580.130.01-0ubuntu0.24.04.2"},
         sysctls={"vm.max_map_count": "65530", "vm.min_free_kbytes": "45166"},
         slice_allowed_cpus=frozenset({5, 6, 7}),
-        file_sha256={shipped.nccl.library.path: "ab" * 32},
+        file_sha256={str(shipped.nccl.library.path): "ab" * 32},
     )
     captured_site(site_copy, facts, shipped)
     baseline = load_site(site_copy).baselines[SITE_BASELINE]

@@ -251,6 +251,7 @@ def test_a_site_provided_library_is_checked_never_pinned(site_with: SiteWith, si
     assert retired == [["libnccl2"]]
     variant = site.baselines[STOCK_PAGES].nccl.library
     assert (variant.package, variant.path) == ("libnccl2", "/usr/lib/aarch64-linux-gnu/libnccl.so.2.28.9")
+    assert variant.path is not None and library.path is not None
     file = site_copy / "baselines" / f"{SITE_BASELINE}.yaml"
     file.write_text(file.read_text().replace("/opt/nccl-site/lib/libnccl.so.2.27.7", variant.path))
     same_path = build_steps(load_site(site_copy), "spark1")

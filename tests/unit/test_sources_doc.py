@@ -22,7 +22,8 @@ def test_every_value_of_the_variant_is_on_the_page_with_its_file_and_commit() ->
     text = render_sources_doc(load_site(REPO))
     assert [line for line in text.splitlines() if line.startswith("## ")] == [
         f"## {name} {load_site(REPO).baselines[name].version}" for name in BASELINES]
-    row = next(line for line in text.splitlines() if line.startswith("| `nccl.shapes.triangle3.max_nchannels` |"))
+    row = next(line for line in text.splitlines()
+               if line.startswith("| `nccl.shapes.triangle3.max_nchannels` |"))
     assert "`8`" in row and "config/cluster-4k.json`@`6a70c129`" in row
     assert "blob/6a70c129/config/cluster-4k.json" in row  # a link to the file at that commit
     os_row = next(line for line in text.splitlines() if line.startswith("| `os.release` |"))
@@ -36,7 +37,8 @@ def test_a_changed_source_changes_the_page(site_copy: Path) -> None:
                                  "  os.release: {kind: recipe, file: README.md, commit: e82e8668,"))
     changed = render_sources_doc(load_site(site_copy))
     assert changed != PAGE.read_text()
-    assert "README.md`@`e82e8668`" in next(line for line in changed.splitlines() if "| `os.release` |" in line)
+    os_row = next(line for line in changed.splitlines() if "| `os.release` |" in line)
+    assert "README.md`@`e82e8668`" in os_row
 
 
 def test_the_stock_pages_profile_lists_only_what_it_changes() -> None:
