@@ -1,5 +1,5 @@
 """The variant keeps the installer's /swap.img (`noauto` in /etc/fstab) and the 4 KiB
-fallback kernel, as the spark-ds41f recipe does (docs/sources/ds41f-recipe.md, "Memory
+fallback kernel, as the spark-ds41f recipe does (docs/sources/ds41f-research.md, "Memory
 policy and swap" and "Kernel"): the model and its rules, the fstab edit and its undo (on the
 real curtin fstab), what other baselines' nodes retire, the ownership record."""
 

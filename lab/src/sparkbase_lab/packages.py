@@ -72,7 +72,7 @@ FAN_DKMS_NAME = "dgx-spark-fan-control"
 FAN_DKMS_VERSION = "0.1.3"
 #: DGX OS's nvidia-drm modeset override: version 25.07-1 owns
 #: /etc/modprobe.d/zz-nvidia-drm-override.conf holding `options nvidia-drm modeset=0` (a
-#: public inspection of a DGX Spark, docs/sources/ds41f-recipe.md); DGX OS ships it installed
+#: public inspection of a DGX Spark, docs/sources/ds41f-research.md); DGX OS ships it installed
 MODESET0_PACKAGE = "nvidia-drm-options-modeset0"
 MODESET0_VERSION = "25.07-1"
 MODESET0_FILE = "/etc/modprobe.d/zz-nvidia-drm-override.conf"
