@@ -402,6 +402,10 @@ class SwapSpec(StrictModel):
 FACTORY_SWAP_PATH = "/swap.img"
 #: the page size the installer writes the swap header for (DGX OS installs a 4 KiB kernel)
 FACTORY_SWAP_HEADER = 4096
+#: the boot unit and script sparkbase renders for `memory.swap_by_page_size` (the recipe's
+#: spark3-kernel-memory service and script, host/kernel-memory/ at spark-ds41f db98392f)
+BOOT_SWAP_UNIT = "sparkbase-swap.service"
+BOOT_SWAP_SCRIPT = "/usr/local/sbin/sparkbase-swap"
 
 
 class FactorySwapSpec(StrictModel):
@@ -469,6 +473,24 @@ class MemorySpec(StrictModel):
     display_carveout: bool = Field(
         default=False, description="GB10 display carve-out returned to serving (needs nvidia-drm modeset)"
     )
+    swap_by_page_size: bool = Field(
+        default=False,
+        description="a boot unit sparkbase renders (sparkbase-swap.service) swaps on the file whose "
+        "header is the running kernel's page size: the swap file on its page size, the installer's "
+        "(noauto) on 4 KiB; the swap file then has no /etc/fstab line, so every kernel boots with swap",
+    )
+
+    def swap_files(self) -> dict[int, str]:
+        """Page size -> the swap file a kernel of that page size swaps on at boot under
+        `swap_by_page_size`: the baseline's swap file on its header's page size, the
+        installer's on 4 KiB (its header's) when the baseline keeps it noauto."""
+        files: dict[int, str] = {}
+        factory = self.factory_swap
+        if factory is not None and factory.fstab == "noauto":
+            files[FACTORY_SWAP_HEADER] = factory.path
+        if self.swap is not None:
+            files[self.swap.header_page_size] = self.swap.path
+        return dict(sorted(files.items()))
 
 
 class SecureBootSpec(StrictModel):

@@ -314,8 +314,10 @@ def compute_active(target: str) -> list[str]:
 
     active = set(ALWAYS_ACTIVE)
     # a Spark has Bluetooth hardware, so bluetooth.target is reached at every boot (as
-    # timers.target is: an enabled timer is active)
-    for wants in ("multi-user.target.wants", "bluetooth.target.wants", "timers.target.wants"):
+    # timers.target is: an enabled timer is active; and swap.target and sockets.target,
+    # which every boot reaches before multi-user.target)
+    for wants in ("multi-user.target.wants", "bluetooth.target.wants", "timers.target.wants",
+                  "swap.target.wants", "sockets.target.wants"):
         for link in glob(f"{SYSTEMD_ETC}/{wants}/*"):
             active.add(os.path.basename(link))
     if target == "graphical.target":
