@@ -21,7 +21,8 @@ from sparkbase.facts.model import (
     UnitState,
 )
 from sparkbase.facts.parsers import parse_grub
-from sparkbase.model.baseline import BOOT_SWAP_UNIT, Baseline
+from sparkbase.model.baseline import Baseline
+from sparkbase.model.boot_swap import BOOT_SWAP_UNIT
 from sparkbase.model.dgxos import GOVERNOR_UNIT, NVME_COALESCING_UNIT, coalescing_value
 from sparkbase.model.site import Site, load_site
 from sparkbase.model.types import GB10_FAST_CPUS

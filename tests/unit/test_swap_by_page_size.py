@@ -19,7 +19,8 @@ from sparkbase.audit.run import judge_node
 from sparkbase.deploy.assign import with_assignment
 from sparkbase.deploy.steps import MokFiles, build_steps
 from sparkbase.facts.model import SwapEntry, UnitState
-from sparkbase.model.baseline import BOOT_SWAP_SCRIPT, BOOT_SWAP_UNIT, Baseline
+from sparkbase.model.baseline import Baseline
+from sparkbase.model.boot_swap import BOOT_SWAP_SCRIPT, BOOT_SWAP_UNIT
 from sparkbase.model.provenance import RecipeSource
 from sparkbase.model.rules import baseline_findings
 from sparkbase.model.site import Site

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sparkbase.model.baseline import BOOT_SWAP_SCRIPT, BOOT_SWAP_UNIT
+from sparkbase.model.boot_swap import BOOT_SWAP_SCRIPT, BOOT_SWAP_UNIT, BOOT_SWAP_UNIT_FILE
 from sparkbase.model.dgxos import GOVERNOR_UNIT, NVME_COALESCING_UNIT
 from sparkbase.model.sections import SECTIONS
 from sparkbase.policy.foreign import Foreign, foreign_for, foreign_fstab_edits, foreign_swap_files
@@ -214,12 +214,11 @@ def _retire_boot_swap(owners: tuple[str, ...]) -> list[Step]:
     then it and its script removed, each only if sparkbase recorded making it unchanged."""
     if not owners:
         return []
-    unit_file = f"/etc/systemd/system/{BOOT_SWAP_UNIT}"
     return [
         Step("unit-retire", f"retire: {BOOT_SWAP_UNIT} disabled (run only by {_owners(owners)})",
              {"unit": BOOT_SWAP_UNIT}, section="memory"),
         *(Step("file-retire", f"retire: {path} (rendered only by {_owners(owners)})", {"path": path},
-               section="memory") for path in (unit_file, BOOT_SWAP_SCRIPT)),
+               section="memory") for path in (BOOT_SWAP_UNIT_FILE, BOOT_SWAP_SCRIPT)),
     ]
 
 
@@ -486,7 +485,7 @@ def _boot_swap_unit_steps(baseline: Baseline) -> list[Step]:
     choices = ", ".join(f"{path} on {size}-byte pages" for size, path in baseline.memory.swap_files().items())
     return [
         Step("daemon-reload", f"systemctl daemon-reload (systemd has not loaded {BOOT_SWAP_UNIT} as on disk)",
-             {"unit": BOOT_SWAP_UNIT}, after_change_of=f"/etc/systemd/system/{BOOT_SWAP_UNIT}",
+             {"unit": BOOT_SWAP_UNIT}, after_change_of=BOOT_SWAP_UNIT_FILE,
              section="memory"),
         Step("unit-enabled", f"{BOOT_SWAP_UNIT} enabled and run (swap at boot: {choices})",
              {"unit": BOOT_SWAP_UNIT}, section="memory"),

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from sparkbase.facts.parsers.gpu import GPU_QUERY
 from sparkbase.facts.parsers.lines import node_lines
 from sparkbase.facts.parsers.netplan import MAX_NETPLAN_BYTES, MAX_NETPLAN_FILES
-from sparkbase.model.baseline import BOOT_SWAP_UNIT
+from sparkbase.model.boot_swap import BOOT_SWAP_UNIT
 from sparkbase.model.dgxos import GOVERNOR_UNIT, NVME_COALESCING_FEATURE, NVME_COALESCING_UNIT, NVME_DEVICE
 from sparkbase.model.netplan import NETPLAN_DIRS
 

@@ -402,10 +402,6 @@ class SwapSpec(StrictModel):
 FACTORY_SWAP_PATH = "/swap.img"
 #: the page size the installer writes the swap header for (DGX OS installs a 4 KiB kernel)
 FACTORY_SWAP_HEADER = 4096
-#: the boot unit and script sparkbase renders for `memory.swap_by_page_size` (the recipe's
-#: spark3-kernel-memory service and script, host/kernel-memory/ at spark-ds41f db98392f)
-BOOT_SWAP_UNIT = "sparkbase-swap.service"
-BOOT_SWAP_SCRIPT = "/usr/local/sbin/sparkbase-swap"
 
 
 class FactorySwapSpec(StrictModel):

@@ -11,10 +11,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shlex
 from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING
 
+from sparkbase.model.boot_swap import BOOT_SWAP_SCRIPT, BOOT_SWAP_UNIT, BOOT_SWAP_UNIT_FILE
 from sparkbase.model.netplan import SPARKBASE_NETPLAN_PATH
 from sparkbase.model.sections import SECTIONS
 
@@ -147,10 +149,6 @@ def render_baseline(name: str, baseline: Baseline) -> list[RenderedFile]:
 def render_boot_swap(name: str, baseline: Baseline) -> list[RenderedFile]:
     """The boot unit and its script that swap on the file made for the running kernel's
     page size (`memory.swap_by_page_size`; none otherwise)."""
-    import shlex
-
-    from sparkbase.model.baseline import BOOT_SWAP_SCRIPT, BOOT_SWAP_UNIT
-
     memory = baseline.memory
     if not memory.swap_by_page_size:
         return []
@@ -159,9 +157,10 @@ def render_boot_swap(name: str, baseline: Baseline) -> list[RenderedFile]:
     files = [(size, shlex.quote(path)) for size, path in memory.swap_files().items()]
     return [
         RenderedFile(BOOT_SWAP_SCRIPT, _render("boot-swap.sh.j2", files=files, **context), mode=0o755,
-                     purpose="swaps on the file for the running page size (run at boot)", section="memory"),
-        RenderedFile(f"/etc/systemd/system/{BOOT_SWAP_UNIT}", _render("boot-swap.service.j2", **context),
-                     purpose="runs the swap choice at every boot, before swap.target", section="memory"),
+                     purpose="swap on the file made for the running page size, run at boot",
+                     section="memory"),
+        RenderedFile(BOOT_SWAP_UNIT_FILE, _render("boot-swap.service.j2", **context),
+                     purpose="the boot unit that runs it, before swap.target", section="memory"),
     ]
 
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from sparkbase.audit.checks.common import apply_fix, dkms_installed, module_flag, module_signed, unknown
 from sparkbase.audit.registry import Outcome, Subject, fail, node_check, ok, skip
 from sparkbase.facts.model import NodeFacts
-from sparkbase.model.baseline import BOOT_SWAP_UNIT
+from sparkbase.model.boot_swap import BOOT_SWAP_UNIT
 
 if TYPE_CHECKING:
     from sparkbase.audit.expected import Expected
