@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 from sparkbase.facts.parsers.gpu import GPU_QUERY
 from sparkbase.facts.parsers.lines import node_lines
 from sparkbase.facts.parsers.netplan import MAX_NETPLAN_BYTES, MAX_NETPLAN_FILES
+from sparkbase.model.boot_swap import BOOT_SWAP_UNIT
 from sparkbase.model.dgxos import GOVERNOR_UNIT, NVME_COALESCING_FEATURE, NVME_COALESCING_UNIT, NVME_DEVICE
 from sparkbase.model.netplan import NETPLAN_DIRS
 
@@ -102,6 +103,8 @@ def plan_for(baseline: Baseline, file_paths: Sequence[str], stamp_path: str,
     if host.cpu_governor is not None:
         units.append(GOVERNOR_UNIT)
     units.append(NVME_COALESCING_UNIT)
+    if baseline.memory.swap_by_page_size:
+        units.append(BOOT_SWAP_UNIT)
     params = [("nvidia_drm", "modeset"), ("nvidia_drm", "fbdev")]
     saver = baseline.memory.memory_saver
     if saver is not None:
@@ -111,7 +114,8 @@ def plan_for(baseline: Baseline, file_paths: Sequence[str], stamp_path: str,
     purge = [host.nvidia_drm.purge] if host.nvidia_drm.purge is not None else []
     factory = baseline.memory.factory_swap
     # the installer's swap file is read in swapon when the audit judges whether it is active
-    judged = factory is not None and (factory.fstab == "as-installed" or factory.swapoff)
+    judged = factory is not None and (factory.fstab == "as-installed" or factory.swapoff
+                                      or baseline.memory.swap_by_page_size)
     library = baseline.nccl.library.path  # None: built into the lane's image, nothing on the host
     hashed = [*([library] if library is not None else []),
               *(path for path in file_paths if path != stamp_path)]

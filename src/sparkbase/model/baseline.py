@@ -542,6 +542,24 @@ class MemorySpec(StrictModel):
     display_carveout: bool = Field(
         default=False, description="GB10 display carve-out returned to serving (needs nvidia-drm modeset)"
     )
+    swap_by_page_size: bool = Field(
+        default=False,
+        description="a boot unit sparkbase renders (sparkbase-swap.service) swaps on the file whose "
+        "header is the running kernel's page size: the swap file on its page size, the installer's "
+        "(noauto) on 4 KiB; the swap file then has no /etc/fstab line, so every kernel boots with swap",
+    )
+
+    def swap_files(self) -> dict[int, str]:
+        """Page size -> the swap file a kernel of that page size swaps on at boot under
+        `swap_by_page_size`: the baseline's swap file on its header's page size, the
+        installer's on 4 KiB (its header's) when the baseline keeps it noauto."""
+        files: dict[int, str] = {}
+        factory = self.factory_swap
+        if factory is not None and factory.fstab == "noauto":
+            files[FACTORY_SWAP_HEADER] = factory.path
+        if self.swap is not None:
+            files[self.swap.header_page_size] = self.swap.path
+        return dict(sorted(files.items()))
 
 
 class SecureBootSpec(StrictModel):

@@ -198,9 +198,15 @@ def default_target() -> str:
     return "graphical.target"
 
 
+#: systemd's unit types: a name ending in none of them is a service (`unit_name_mangle`)
+UNIT_TYPES = ("service", "socket", "device", "mount", "automount", "swap", "target", "path", "timer",
+              "slice", "scope")
+
+
 def unit_name(unit: str) -> str:
-    """A unit name with its type (`foo` -> `foo.service`)."""
-    return unit if "." in unit else unit + ".service"
+    """A unit name with its type, as systemctl completes it (`foo` and `snapd.seeded` ->
+    `foo.service`, `snapd.seeded.service`)."""
+    return unit if unit.rpartition(".")[2] in UNIT_TYPES and "." in unit else unit + ".service"
 
 
 def _is_enabled(unit: str) -> str:
@@ -314,8 +320,10 @@ def compute_active(target: str) -> list[str]:
 
     active = set(ALWAYS_ACTIVE)
     # a Spark has Bluetooth hardware, so bluetooth.target is reached at every boot (as
-    # timers.target is: an enabled timer is active)
-    for wants in ("multi-user.target.wants", "bluetooth.target.wants", "timers.target.wants"):
+    # timers.target is: an enabled timer is active; and swap.target and sockets.target,
+    # which every boot reaches before multi-user.target)
+    for wants in ("multi-user.target.wants", "bluetooth.target.wants", "timers.target.wants",
+                  "swap.target.wants", "sockets.target.wants"):
         for link in glob(f"{SYSTEMD_ETC}/{wants}/*"):
             active.add(os.path.basename(link))
     if target == "graphical.target":
