@@ -272,6 +272,10 @@ DIGEST_QUIET_DEFAULTS: tuple[tuple[tuple[str, ...], object], ...] = (
     (("nccl", "library", "provided_by"), "package"),
     (("fabric", "netplan_file"), None),
     (("cpuset", "pinned_by"), "slice"),
+    (("host", "uefi_first"), None),
+    (("host", "drm_driver"), None),
+    (("host", "console_text"), False),
+    (("host", "watchdog"), None),
 )
 
 
