@@ -180,7 +180,8 @@ def converged(expected: Expected) -> NodeFacts:
                                                       EfiEntry("0001", b.host.uefi_first or "ubuntu", True))),
         drm_drivers={"card0": b.host.drm_driver or "nvidia"},
         console=ConsoleMode("tty1", 0),
-        watchdog=({"RuntimeWatchdogUSec": b.host.watchdog.runtime, "RebootWatchdogUSec": b.host.watchdog.reboot}
+        watchdog=({"RuntimeWatchdogUSec": b.host.watchdog.runtime,
+                   "RebootWatchdogUSec": b.host.watchdog.reboot}
                   if b.host.watchdog else {"RuntimeWatchdogUSec": "0", "RebootWatchdogUSec": "10min"}),
         units=units,
         slice_allowed_cpus=frozenset(b.cpuset.cpus),

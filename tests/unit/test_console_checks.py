@@ -36,14 +36,17 @@ PXE_FIRST = EfiBoot("0001", ("0002", "0001", "0000"), (
 ))
 
 
-def _judge(drift: Callable[[NodeFacts], NodeFacts], baseline: str = VARIANT) -> dict[str, tuple[str, str, str]]:
+Results = dict[str, tuple[str, str, str]]
+
+
+def _judge(drift: Callable[[NodeFacts], NodeFacts], baseline: str = VARIANT) -> Results:
     """check id -> (status, severity, fix) of the four checks on a drifted converged node."""
     expected, facts = converged_node(SITE, "spark1", baseline)
     return {r.id: (r.status, r.severity, r.fix or "") for r in judge_node(expected, drift(facts))
             if r.id in CHECKS}
 
 
-def _failed(results: dict[str, tuple[str, str, str]]) -> set[str]:
+def _failed(results: Results) -> set[str]:
     return {check for check, (status, _, _) in results.items() if status == "fail"}
 
 
@@ -139,8 +142,11 @@ def test_drm_driver_and_manager_parsers_refuse_what_they_cannot_read() -> None:
 
 
 def test_the_variant_asks_the_four_sections_and_the_site_baseline_none() -> None:
-    variant = {name for name, _ in sections(plan_for(expected_for(SITE, "spark1", VARIANT).baseline, [], "/s"))}
-    site = {name for name, _ in sections(plan_for(expected_for(SITE, "spark1", SITE_BASELINE).baseline, [], "/s"))}
+    def asked_of(baseline: str) -> set[str]:
+        plan = plan_for(expected_for(SITE, "spark1", baseline).baseline, [], "/s")
+        return {name for name, _ in sections(plan)}
+
+    variant, site = asked_of(VARIANT), asked_of(SITE_BASELINE)
     asked = {"efibootmgr", "drm-drivers", "console", "watchdog"}
     assert asked <= variant
     assert not asked & site
