@@ -37,6 +37,7 @@ GRUB_DROPIN_PATH = "/etc/default/grub.d/60-sparkbase.cfg"
 SYSCTL_PATH = "/etc/sysctl.d/90-sparkbase.conf"
 MODPROBE_PATH = "/etc/modprobe.d/sparkbase.conf"
 FSTAB_PATH = "/etc/fstab"
+WATCHDOG_PATH = "/etc/systemd/system.conf.d/60-sparkbase-watchdog.conf"
 
 
 @dataclass(frozen=True)
@@ -139,8 +140,19 @@ def render_baseline(name: str, baseline: Baseline) -> list[RenderedFile]:
             section="cpuset",
         )] if baseline.cpuset.pinned_by == "slice" else []),
         *render_modules_load(name, baseline),
+        *render_watchdog(name, baseline),
     ]
     return sorted(files, key=lambda f: f.path)
+
+
+def render_watchdog(name: str, baseline: Baseline) -> list[RenderedFile]:
+    """The system.conf.d drop-in arming systemd's watchdog (none when the baseline sets none)."""
+    watchdog = baseline.host.watchdog
+    if watchdog is None:
+        return []
+    content = _render("watchdog.conf.j2", baseline_name=name, baseline=baseline, watchdog=watchdog)
+    return [RenderedFile(WATCHDOG_PATH, content, needs_reboot=True,
+                         purpose="systemd runtime and reboot watchdog", section="host")]
 
 
 def render_modules_load(name: str, baseline: Baseline) -> list[RenderedFile]:
