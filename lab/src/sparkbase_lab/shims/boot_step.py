@@ -17,6 +17,7 @@ from sparkbase_lab.shims.cmd_systemd import (
     boot_units,
     compute_active,
     default_target,
+    load_manager,
     record_loaded,
     set_active,
 )
@@ -68,6 +69,19 @@ def choose_kernel() -> B.BootChoice:
     return choice
 
 
+#: the node's active virtual console (`/sys/class/tty/tty0/active` names it): the preload
+#: library opens this file for `/dev/tty1` and answers KDGETMODE/KDSETMODE from its content
+CONSOLE = f"{RUN}/dev/tty1"
+
+
+def write_console(cmdline: str) -> None:
+    """The console's KD mode after boot: graphics (1) when Plymouth's splash ran (`splash` on
+    the command line: it leaves the console in graphics mode, spark-ds41f docs/doctor.md
+    0161d716) or with the `console-graphics` fault, else text (0)."""
+    graphics = "splash" in cmdline.split() or bool(faults().get("console-graphics"))
+    write_text(CONSOLE, "1\n" if graphics else "0\n")
+
+
 def do_boot(argv: list[str]) -> int:
     """Compute this boot and write every runtime file (run by node init as PID 1's child)."""
     import time
@@ -105,6 +119,8 @@ def do_boot(argv: list[str]) -> int:
     write_text(f"{RUN}/kernel_version", kernel_version(choice.release) + "\n")
     write_text(f"{RUN}/page_size", f"{B.page_size(choice.release)}\n")
     write_text(f"{RUN}/proc/cmdline", cmdline + "\n")
+    write_console(cmdline)
+    load_manager()
     write_text(f"{RUN}/proc/cpuinfo", B.cpuinfo_text())
     write_modules(loaded, params, choice.release)
     write_sysfs_static(node)
@@ -149,9 +165,11 @@ def do_boot(argv: list[str]) -> int:
 
 
 def do_refresh(argv: list[str]) -> int:
-    """Re-apply fault-driven hardware state (governor, links, GIDs) without a reboot."""
+    """Re-apply fault-driven hardware state (governor, links, GIDs, console mode) without a
+    reboot."""
     write_governor()
     write_fabric_sysfs()
+    write_console(read_text(f"{RUN}/proc/cmdline"))
     return 0
 
 
