@@ -179,6 +179,7 @@ def converged(expected: Expected) -> NodeFacts:
         efi_boot=EfiBoot("0001", ("0001", "0000"), (EfiEntry("0000", "UEFI Misc Device", True),
                                                       EfiEntry("0001", b.host.uefi_first or "ubuntu", True))),
         drm_drivers={"card0": b.host.drm_driver or "nvidia"},
+        drm_clients={"card0": ()},
         console=ConsoleMode("tty1", 0),
         watchdog=({"RuntimeWatchdogUSec": b.host.watchdog.runtime,
                    "RebootWatchdogUSec": b.host.watchdog.reboot}

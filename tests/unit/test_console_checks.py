@@ -14,9 +14,11 @@ from sparkbase.audit.run import judge_node
 from sparkbase.facts.model import NodeFacts
 from sparkbase.facts.parsers import (
     ConsoleMode,
+    DrmClient,
     EfiBoot,
     EfiEntry,
     parse_console_mode,
+    parse_drm_clients,
     parse_drm_drivers,
     parse_efibootmgr,
     parse_manager_properties,
@@ -26,7 +28,8 @@ from sparkbase.facts.script import plan_for, sections
 SITE = shipped()
 VARIANT = "ds41f-7x-64k"
 SITE_BASELINE = "site-stock-6.17-4k"
-CHECKS = {"host.uefi_first", "host.drm_card", "host.console_text", "host.watchdog"}
+CHECKS = {"host.uefi_first", "host.drm_card", "host.drm_master", "host.drm_master.readable",
+          "host.console_text", "host.console_text.readable", "host.watchdog"}
 
 #: the lab's (and a DGX OS install's) entries with a network entry put first
 PXE_FIRST = EfiBoot("0001", ("0002", "0001", "0000"), (
@@ -57,8 +60,8 @@ def test_converged_variant_node_passes_the_four_checks() -> None:
 
 
 def test_the_site_baseline_judges_none_of_them() -> None:
-    results = _judge(lambda f: replace(f, efi_boot=None, drm_drivers={}, console=None, watchdog={}),
-                     SITE_BASELINE)
+    results = _judge(lambda f: replace(f, efi_boot=None, drm_drivers={}, drm_clients={}, console=None,
+                                       watchdog={}), SITE_BASELINE)
     assert {status for status, _, _ in results.values()} == {"skip"}
 
 
@@ -94,8 +97,34 @@ def test_no_card_of_the_driver_is_an_error_with_the_recipes_fix() -> None:
     assert severity == "error" and "modeset=Y" in fix and "/dev/dri/by-path" in fix
 
 
-def test_no_drm_card_at_all_fails() -> None:
-    assert _failed(_judge(lambda f: replace(f, drm_drivers={}))) == {"host.drm_card"}
+def test_no_drm_card_at_all_fails_and_master_is_not_judged() -> None:
+    results = _judge(lambda f: replace(f, drm_drivers={}))
+    assert _failed(results) == {"host.drm_card"}
+    assert results["host.drm_master"][0] == results["host.drm_master.readable"][0] == "skip"
+
+
+def test_a_process_holding_drm_master_is_an_error_naming_it() -> None:
+    clients = (DrmClient("systemd-logind", 1056, False), DrmClient("Xorg", 830, True))
+    expected, facts = converged_node(SITE, "spark1", VARIANT)
+    result = next(r for r in judge_node(expected, replace(facts, drm_clients={"card0": clients}))
+                  if r.id == "host.drm_master")
+    assert (result.status, result.severity) == ("fail", "error")
+    assert "Xorg/830 (card0) holds DRM master" in (result.observed or "")
+    assert "stop or restart that process" in (result.fix or "")
+
+
+def test_master_of_another_drivers_card_is_not_judged() -> None:
+    drift = {"drm_drivers": {"card0": "simpledrm", "card1": "nvidia"},
+             "drm_clients": {"card0": (DrmClient("plymouthd", 400, True),), "card1": ()}}
+    results = _judge(lambda f: replace(f, **drift))  # type: ignore[arg-type]
+    assert _failed(results) == set()
+
+
+def test_unreadable_drm_clients_warn_and_the_error_check_skips() -> None:
+    results = _judge(lambda f: replace(f, drm_clients={"card0": None}))
+    assert _failed(results) == {"host.drm_master.readable"}
+    assert results["host.drm_master.readable"][1] == "warn"
+    assert results["host.drm_master"][0] == "skip"
 
 
 def test_console_in_graphics_mode_is_an_error_naming_host_recovery() -> None:
@@ -105,11 +134,14 @@ def test_console_in_graphics_mode_is_an_error_naming_host_recovery() -> None:
     assert severity == "error" and "KD_TEXT" in fix and "host-recovery apply" in fix
 
 
-def test_unreadable_console_is_a_state_not_a_crash() -> None:
+def test_unreadable_console_is_a_warning_as_the_recipe_has_it() -> None:
     expected, facts = converged_node(SITE, "spark1", VARIANT)
     drifted = replace(facts, console=None, errors={**facts.errors, "console": "exit 1: PermissionError"})
-    result = next(r for r in judge_node(expected, drifted) if r.id == "host.console_text")
-    assert result.status == "fail" and "PermissionError" in (result.observed or "")
+    results = {r.id: r for r in judge_node(expected, drifted) if r.id in CHECKS}
+    assert {i for i, r in results.items() if r.status == "fail"} == {"host.console_text.readable"}
+    readable = results["host.console_text.readable"]
+    assert readable.severity == "warn" and "PermissionError" in (readable.observed or "")
+    assert results["host.console_text"].status == "skip"
 
 
 @pytest.mark.parametrize("watchdog", [
@@ -133,6 +165,18 @@ def test_console_mode_parser() -> None:
             parse_console_mode(bad)
 
 
+def test_drm_clients_parser_groups_by_card_and_keeps_unreadable() -> None:
+    text = ("card0\t             command  tgid dev master a   uid      magic\n"
+            "card0\t       my compositor  1733   0   y    y   120          0\n"
+            "card1\t(unreadable)\n")
+    assert parse_drm_clients(text) == {"card0": (DrmClient("my compositor", 1733, True),), "card1": None}
+    header_only = "card0\t             command  tgid dev master a   uid      magic\n"
+    assert parse_drm_clients(header_only) == {"card0": ()}
+    for bad in ("card0 Xorg 830 0 y y 0 0\n", "card0\tXorg eight\n", "cardX\t(unreadable)\n"):
+        with pytest.raises(ValueError):
+            parse_drm_clients(bad)
+
+
 def test_drm_driver_and_manager_parsers_refuse_what_they_cannot_read() -> None:
     with pytest.raises(ValueError):
         parse_drm_drivers("card0 ../../bus/platform/drivers/nvidia\n")
@@ -147,6 +191,6 @@ def test_the_variant_asks_the_four_sections_and_the_site_baseline_none() -> None
         return {name for name, _ in sections(plan)}
 
     variant, site = asked_of(VARIANT), asked_of(SITE_BASELINE)
-    asked = {"efibootmgr", "drm-drivers", "console", "watchdog"}
+    asked = {"efibootmgr", "drm-drivers", "drm-clients", "console", "watchdog"}
     assert asked <= variant
     assert not asked & site

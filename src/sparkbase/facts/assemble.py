@@ -118,6 +118,7 @@ def assemble(node: str, plan: FactPlan, sections: Sections, elapsed: float = 0.0
         default_target=r.parse("default-target", p.parse_single_line),
         efi_boot=r.parse("efibootmgr", p.parse_efibootmgr) if plan.efi_boot else None,
         drm_drivers=(r.parse("drm-drivers", p.parse_drm_drivers) or {}) if plan.drm_drivers else {},
+        drm_clients=(r.parse("drm-clients", p.parse_drm_clients) or {}) if plan.drm_drivers else {},
         console=r.parse("console", p.parse_console_mode) if plan.console_mode else None,
         watchdog=(r.parse("watchdog", p.parse_manager_properties) or {}) if plan.watchdog else {},
         units=units,

@@ -309,6 +309,7 @@ def sections(plan: FactPlan) -> list[tuple[str, str]]:
         out.append(("efibootmgr", _cmd("efibootmgr")))
     if plan.drm_drivers:
         out.append(("drm-drivers", DRM_DRIVERS_COMMAND))
+        out.append(("drm-clients", DRM_CLIENTS_COMMAND))
     if plan.console_mode:
         out.append(("console", CONSOLE_COMMAND))
     if plan.watchdog:
@@ -334,6 +335,15 @@ DRM_DRIVERS_COMMAND = (
     "for c in /sys/class/drm/card*; do n=${c##*/}; case $n in *-*) continue;; esac; "
     '[ -e "$c/device/driver" ] && printf \'%s\\t%s\\n\' "$n" "$(readlink -- "$c/device/driver")"; '
     "done; true"
+)
+#: `CARD<TAB>LINE` for each line of each DRM card's clients file in debugfs (who holds DRM
+#: master: the recipe's bin/spark, 0161d716, reads /sys/kernel/debug/dri/N/clients), or
+#: `CARD<TAB>(unreadable)` when the file cannot be read (debugfs not mounted, not root)
+DRM_CLIENTS_COMMAND = (
+    "for c in /sys/class/drm/card*; do [ -e \"$c\" ] || continue; n=${c##*/card}; "
+    "case $n in *-*) continue;; esac; "
+    'awk -v c="card$n" \'{print c "\\t" $0}\' "/sys/kernel/debug/dri/$n/clients" 2>/dev/null '
+    "|| printf 'card%s\\t(unreadable)\\n' \"$n\"; done; true"
 )
 #: the active virtual console (`/sys/class/tty/tty0/active`) and its KDGETMODE answer
 #: (0x4B3B; 0 text, 1 graphics), as `VT MODE`: the ioctl the recipe's scripts/host-recovery

@@ -1,7 +1,9 @@
-"""The recipe's doctor checks of boot and console (spark-ds41f docs/doctor.md, 0161d716, "Live
-checks → Host"; scripts/host-recovery, 052248c1): the installed OS first in the UEFI boot
-order, a DRM card of the baseline's driver, the active console in text mode, and systemd's
-watchdog. Severities and fixes are the recipe's."""
+"""The recipe's doctor checks of boot and console (spark-ds41f docs/doctor.md and bin/spark,
+0161d716, "Live checks → Host"; scripts/host-recovery, 052248c1): the installed OS first in the
+UEFI boot order, a DRM card of the baseline's driver, no process holding that card's DRM
+master, the active console in text mode, and systemd's watchdog. Severities and fixes are the
+recipe's: where the recipe only warns that it could not read a fact (DRM clients, console
+mode), a `.readable` check warns and the error check skips."""
 
 from __future__ import annotations
 
@@ -42,8 +44,7 @@ def host_uefi_first(label: str | None, facts: NodeFacts, _at: Subject) -> Outcom
     if entry is None:
         labels = ", ".join(f"'{e.label}'" for e in boot.entries) or "none"
         return fail(want, f"{seen}; no entry labelled '{label}' (entries: {labels})",
-                    "reinstall the boot loader's UEFI entry (grub-install), then "
-                    "sudo efibootmgr --bootorder <that entry>,<others>")
+                    "no installed-OS boot entry exists; reinstall the boot loader with grub-install")
     if first is None or first.number != entry.number:
         return fail(want, seen + " (a network entry first costs about a minute of DHCP timeouts "
                     "at every boot)", bootorder_fix(boot, entry.number))
@@ -65,21 +66,79 @@ def host_drm_card(driver: str | None, facts: NodeFacts, _at: Subject) -> Outcome
     return ok(want, seen)
 
 
+def _console_wanted(expected: Expected, _item: str | None) -> bool:
+    return expected.baseline.host.console_text
+
+
 @node_check("host.console_text", "host", "the active virtual console is in text mode", section="host",
-            expect=lambda expected, _item: expected.baseline.host.console_text)
+            expect=_console_wanted)
 def host_console_text(wanted: bool, facts: NodeFacts, _at: Subject) -> Outcome:
     if not wanted:
         return skip("the baseline does not judge the console mode")
     want = "active console in text mode (KDGETMODE 0)"
     console = facts.console
     if console is None:
-        return unknown(facts, "console", want)
+        return skip(f"the console mode could not be read ({facts.errors.get('console', 'not reported')}): "
+                    "host.console_text.readable warns")
     seen = f"{console.vt} in {console.name} mode (KDGETMODE {console.mode})"
     if console.mode != 0:
         return fail(want, seen, f"switch {console.vt} to text mode (KDSETMODE KD_TEXT on /dev/{console.vt}; "
                     "the recipe's scripts/host-recovery apply does it) and boot without splash: an "
                     "attached display shows nothing")
     return ok(want, seen)
+
+
+@node_check("host.console_text.readable", "host", "the active console's mode can be read",
+            severity="warn", section="host", expect=_console_wanted)
+def host_console_readable(wanted: bool, facts: NodeFacts, _at: Subject) -> Outcome:
+    if not wanted:
+        return skip("the baseline does not judge the console mode")
+    if facts.console is None:
+        return unknown(facts, "console", "KDGETMODE of /dev/$(cat /sys/class/tty/tty0/active)")
+    return ok("readable", f"{facts.console.vt}: KDGETMODE {facts.console.mode}")
+
+
+def _driver_cards(facts: NodeFacts, driver: str) -> list[str]:
+    return sorted(card for card, name in facts.drm_drivers.items() if name == driver)
+
+
+@node_check("host.drm_master", "host", "no process holds DRM master of the baseline driver's card",
+            section="host", expect=lambda expected, _item: expected.baseline.host.drm_driver)
+def host_drm_master(driver: str | None, facts: NodeFacts, _at: Subject) -> Outcome:
+    if driver is None:
+        return skip("the baseline names no DRM driver")
+    cards = _driver_cards(facts, driver)
+    if not cards:
+        return skip(f"no DRM card of the {driver} driver (host.drm_card says so)")
+    clients = {card: facts.drm_clients.get(card) for card in cards}
+    if any(found is None for found in clients.values()):
+        return skip("the DRM clients could not be read: host.drm_master.readable warns")
+    masters = [f"{c.command}/{c.pid} ({card})"
+               for card, found in clients.items() for c in found or () if c.master]
+    want = "no DRM master"
+    if masters:
+        return fail(want, f"{', '.join(masters)} holds DRM master, so the text console cannot draw",
+                    "stop or restart that process (the serving worker releases the device right "
+                    "after startup)")
+    return ok(want, f"{sum(len(found or ()) for found in clients.values())} client(s), none master")
+
+
+@node_check("host.drm_master.readable", "host", "the DRM clients of the baseline driver's card can be read",
+            severity="warn", section="host", expect=lambda expected, _item: expected.baseline.host.drm_driver)
+def host_drm_master_readable(driver: str | None, facts: NodeFacts, _at: Subject) -> Outcome:
+    if driver is None:
+        return skip("the baseline names no DRM driver")
+    cards = _driver_cards(facts, driver)
+    if not cards:
+        return skip(f"no DRM card of the {driver} driver (host.drm_card says so)")
+    want = " ".join(f"/sys/kernel/debug/dri/{card.removeprefix('card')}/clients" for card in cards)
+    if "drm-clients" in facts.errors:
+        return unknown(facts, "drm-clients", want)
+    unread = [card for card in cards if facts.drm_clients.get(card) is None]
+    if unread:
+        return fail(want + " readable", f"cannot read the DRM clients of {', '.join(unread)}",
+                    "read as root with debugfs mounted (mount -t debugfs none /sys/kernel/debug)")
+    return ok(want + " readable", "readable")
 
 
 def _watchdog(expected: Expected, _item: str | None) -> tuple[str, str] | None:

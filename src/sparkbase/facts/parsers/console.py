@@ -1,7 +1,7 @@
-"""The host as the recipe's doctor reads it (spark-ds41f docs/doctor.md, 0161d716; scripts/host-recovery,
-052248c1): the UEFI boot order (`efibootmgr`), the driver each DRM card belongs to, the active
-virtual console's mode (KDGETMODE) and systemd's watchdogs (`systemctl show`, the manager's own
-properties)."""
+"""The host as the recipe's doctor reads it (spark-ds41f docs/doctor.md and bin/spark, 0161d716;
+scripts/host-recovery, 052248c1): the UEFI boot order (`efibootmgr`), the driver each DRM card
+belongs to and the clients of each card (who holds DRM master), the active virtual console's
+mode (KDGETMODE) and systemd's watchdogs (`systemctl show`, the manager's own properties)."""
 
 from __future__ import annotations
 
@@ -87,6 +87,56 @@ def parse_drm_drivers(text: str) -> dict[str, str]:
             raise ValueError(f"not CARD<TAB>LINK: {line!r}")
         out[card] = link.rstrip("/").rsplit("/", 1)[-1]
     return out
+
+
+#: a row of /sys/kernel/debug/dri/N/clients (linux drivers/gpu/drm/drm_debugfs.c
+#: `drm_clients_info`): command (%20s, may hold spaces), tgid, dev, master, authenticated, uid,
+#: magic, then (newer kernels) the client's name and id
+_CLIENT = re.compile(r"^\s*(.+?)\s+([0-9]+)\s+([0-9]+)\s+([yn])\s+([yn])\s+([0-9]+)\s+([0-9]+)(\s.*)?$")
+#: what the DRM clients probe prints for a card whose clients file cannot be read
+UNREADABLE = "(unreadable)"
+
+
+@dataclass(frozen=True)
+class DrmClient:
+    """One open DRM file: the process (command, tgid) and whether it is the card's master."""
+
+    command: str
+    pid: int
+    master: bool
+
+
+def parse_drm_clients_file(text: str) -> tuple[DrmClient, ...]:
+    """/sys/kernel/debug/dri/N/clients → its clients (the header line skipped)."""
+    out: list[DrmClient] = []
+    for line in node_lines(text):
+        if not line.strip() or node_words(line)[:2] in (["command", "tgid"], ["command", "pid"]):
+            continue
+        match = _CLIENT.match(line)
+        if match is None:
+            raise ValueError(f"not a DRM clients row: {line.strip()[:80]!r}")
+        out.append(DrmClient(match.group(1).strip(), int(match.group(2)), match.group(4) == "y"))
+    return tuple(out)
+
+
+def parse_drm_clients(text: str) -> dict[str, tuple[DrmClient, ...] | None]:
+    """`CARD<TAB>LINE` lines (each card's clients file, line by line, or `CARD<TAB>(unreadable)`)
+    → card → its clients, None when the file could not be read."""
+    lines: dict[str, list[str] | None] = {}
+    for line in node_lines(text):
+        if not line.strip():
+            continue
+        card, sep, rest = line.partition("\t")
+        if not sep or not re.fullmatch(r"card[0-9]{1,3}", card):
+            raise ValueError(f"not CARD<TAB>LINE: {line[:80]!r}")
+        if rest == UNREADABLE:
+            lines[card] = None
+        else:
+            held = lines.setdefault(card, [])
+            if held is not None:
+                held.append(rest)
+    return {card: None if held is None else parse_drm_clients_file("\n".join(held))
+            for card, held in lines.items()}
 
 
 @dataclass(frozen=True)
