@@ -7,8 +7,9 @@
   at boot: the four checks (UEFI boot order, DRM card, console mode, watchdog) pass, read
   as a real Spark shows them (efibootmgr, /sys/class/drm, KDGETMODE on the active console,
   systemctl show);
-- a network entry first (`pxe-first`) and a console left in graphics mode
-  (`console-graphics`) each fail their check, with the recipe's severity and fix.
+- a network entry first (`pxe-first`), a display server holding DRM master (`drm-master`) and
+  a console left in graphics mode (`console-graphics`) each fail their check, with the
+  recipe's severity and fix.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ pytestmark = pytest.mark.end_to_end
 PORT_BASE = port_base("SPARKBASE_TEST_DOCTOR_PORT_BASE", 3451)
 NODE = "spark2"
 VARIANT = "ds41f-7x-64k"
-CHECKS = ("host.uefi_first", "host.drm_card", "host.console_text", "host.watchdog")
+CHECKS = ("host.uefi_first", "host.drm_card", "host.drm_master", "host.drm_master.readable",
+          "host.console_text", "host.console_text.readable", "host.watchdog")
 
 
 class Fleet(fleets.Fleet):
@@ -83,7 +85,7 @@ def _status(judged: dict[str, CheckResult]) -> dict[str, str]:
 
 def test_the_factory_node_boots_to_a_graphics_console_with_no_watchdog(
         factory: dict[str, CheckResult]) -> None:
-    assert _status(factory) == {"host.uefi_first": "pass", "host.drm_card": "pass",
+    assert _status(factory) == {**dict.fromkeys(CHECKS, "pass"),
                                 "host.console_text": "fail", "host.watchdog": "fail"}
     assert "tty1 in graphics mode" in (factory["host.console_text"].observed or "")
     assert "RuntimeWatchdogUSec=0 " in (factory["host.watchdog"].observed or "")
@@ -125,3 +127,19 @@ def test_a_console_left_in_graphics_mode_fails_naming_the_recipes_fix(fleet: Fle
     finally:
         faults.clear(fleet.lab, NODE, "console-graphics")
     assert _status(fleet.judged())["host.console_text"] == "pass"
+
+
+def test_a_display_server_holding_drm_master_is_an_error_naming_it(fleet: Fleet,
+                                                                   variant: dict[str, Any]) -> None:
+    faults.inject(fleet.lab, NODE, "drm-master")
+    try:
+        assert " y " in fleet.on("cat /sys/kernel/debug/dri/0/clients").splitlines()[1]
+        judged = fleet.judged()
+        assert _status(judged) == {**dict.fromkeys(CHECKS, "pass"), "host.drm_master": "fail"}
+        result = judged["host.drm_master"]
+        assert result.severity == "error"
+        assert (result.observed or "").startswith("Xorg/2210 (card0) holds DRM master")
+        assert (result.fix or "").startswith("stop or restart that process")
+    finally:
+        faults.clear(fleet.lab, NODE, "drm-master")
+    assert _status(fleet.judged())["host.drm_master"] == "pass"

@@ -219,3 +219,17 @@ def test_efibootmgr_reads_with_the_parser_of_real_samples(monkeypatch: pytest.Mo
         assert ubuntu is not None and ubuntu.number == "0001"
         first = boot.entry(boot.order[0])
         assert first is not None and (first.label.startswith("UEFI PXEv4") if fault else first == ubuntu)
+
+
+def test_drm_clients_print_as_a_7_0_kernel_does() -> None:
+    """The header is the real one (the sample's mail quote is one column wider); the fault's row
+    has the real row's columns and reads as master."""
+    from sparkbase.facts.parsers import DrmClient, parse_drm_clients_file
+    from sparkbase_lab.shims.sysfs import DRM_CLIENTS_HEADER, DRM_MASTER_ROW
+
+    name = "sys_kernel_debug_dri_0_clients__name_client-id_columns_logind_master__amd-gfx-2025.txt"
+    real = (REAL / name).read_text().splitlines()
+    assert real[0][1:] + "\n" == DRM_CLIENTS_HEADER
+    assert len(DRM_MASTER_ROW) == len(real[1])
+    assert parse_drm_clients_file(DRM_CLIENTS_HEADER) == ()
+    assert parse_drm_clients_file(DRM_CLIENTS_HEADER + DRM_MASTER_ROW) == (DrmClient("Xorg", 2210, True),)

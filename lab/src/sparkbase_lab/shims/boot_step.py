@@ -41,7 +41,12 @@ from sparkbase_lab.shims.common import (
 )
 from sparkbase_lab.shims.modfile import parse_ko
 from sparkbase_lab.shims.netdevs import default_net
-from sparkbase_lab.shims.sysfs import write_fabric_sysfs, write_governor, write_sysfs_static
+from sparkbase_lab.shims.sysfs import (
+    write_drm_clients,
+    write_fabric_sysfs,
+    write_governor,
+    write_sysfs_static,
+)
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
@@ -165,10 +170,11 @@ def do_boot(argv: list[str]) -> int:
 
 
 def do_refresh(argv: list[str]) -> int:
-    """Re-apply fault-driven hardware state (governor, links, GIDs, console mode) without a
-    reboot."""
+    """Re-apply fault-driven hardware state (governor, links, GIDs, DRM clients, console mode)
+    without a reboot."""
     write_governor()
     write_fabric_sysfs()
+    write_drm_clients()
     write_console(read_text(f"{RUN}/proc/cmdline"))
     return 0
 
