@@ -194,3 +194,13 @@ def test_the_variant_asks_the_four_sections_and_the_site_baseline_none() -> None
     asked = {"efibootmgr", "drm-drivers", "drm-clients", "console", "watchdog"}
     assert asked <= variant
     assert not asked & site
+
+
+def test_the_installed_os_is_found_by_its_esp_folder_too() -> None:
+    """As the recipe's doctor: an entry loading from \\EFI\\ubuntu\\ is the installed OS,
+    whatever its label (firmware may relabel it)."""
+    boot = parse_efibootmgr("BootOrder: 0003,0001\n"
+                            "Boot0001* UEFI OS\tHD(1,GPT,x,0x800,0x100000)/\\EFI\\ubuntu\\shimaa64.efi\n"
+                            "Boot0003* UEFI PXEv4 (MAC:4CBB470A0B1C)\tMAC(4cbb470a0b1c,0)\n")
+    found = boot.find("ubuntu")
+    assert found is not None and found.number == "0001"

@@ -24,11 +24,13 @@ CONSOLE_MODES = {0: "text", 1: "graphics"}
 
 @dataclass(frozen=True)
 class EfiEntry:
-    """One `BootXXXX` variable: its number (4 upper-case hex digits), label and active flag."""
+    """One `BootXXXX` variable: its number (4 upper-case hex digits), label, active flag and
+    device path (as efibootmgr 18 prints it after the label, or with `-v`; "" when not shown)."""
 
     number: str
     label: str
     active: bool
+    path: str = ""
 
 
 @dataclass(frozen=True)
@@ -44,16 +46,23 @@ class EfiBoot:
         return next((e for e in self.entries if e.number == number.upper()), None)
 
     def find(self, label: str) -> EfiEntry | None:
-        """The first entry in boot order (then any) whose label is `label`, case-insensitively."""
-        wanted = label.casefold()
+        """The first entry in boot order (then any) that is `label`'s: labelled so, or loading
+        from `\\EFI\\<label>\\` on the ESP, case-insensitively (as the recipe's doctor finds
+        the installed OS: spark-ds41f bin/spark 0161d716)."""
+        wanted, folder = label.casefold(), f"\\efi\\{label.casefold()}\\"
         ordered = [*(self.entry(n) for n in self.order), *self.entries]
-        return next((e for e in ordered if e is not None and e.label.casefold() == wanted), None)
+        return next((e for e in ordered if e is not None
+                     and (e.label.casefold() == wanted or folder in e.path.casefold())), None)
 
 
-def _label(rest: str) -> str:
+def _label_and_path(rest: str) -> tuple[str, str]:
     if "\t" in rest:
-        rest = rest.split("\t", 1)[0]
-    return _DEVICE_PATH.sub("", rest).strip()
+        label, path = rest.split("\t", 1)
+        return label.strip(), path.strip()
+    match = _DEVICE_PATH.search(rest)
+    if match is None:
+        return rest.strip(), ""
+    return rest[:match.start()].strip(), rest[match.start():].strip()
 
 
 def parse_efibootmgr(text: str) -> EfiBoot:
@@ -69,7 +78,8 @@ def parse_efibootmgr(text: str) -> EfiBoot:
         elif sep and key == "BootOrder":
             order = tuple(n.strip().upper() for n in value.split(",") if n.strip())
         elif (match := _ENTRY.match(line)) is not None:
-            entries.append(EfiEntry(match.group(1).upper(), _label(match.group(3)), match.group(2) == "*"))
+            label, path = _label_and_path(match.group(3))
+            entries.append(EfiEntry(match.group(1).upper(), label, match.group(2) == "*", path))
     if order is None and not entries:
         raise ValueError("no BootOrder line and no Boot entry: not efibootmgr output")
     return EfiBoot(current, order or (), tuple(entries))
