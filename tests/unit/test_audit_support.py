@@ -20,7 +20,7 @@ from sparkbase.facts.model import (
     SwapEntry,
     UnitState,
 )
-from sparkbase.facts.parsers import parse_grub
+from sparkbase.facts.parsers import ConsoleMode, EfiBoot, EfiEntry, parse_grub
 from sparkbase.model.baseline import Baseline
 from sparkbase.model.boot_swap import BOOT_SWAP_UNIT
 from sparkbase.model.dgxos import GOVERNOR_UNIT, NVME_COALESCING_UNIT, coalescing_value
@@ -198,6 +198,14 @@ def converged(expected: Expected) -> NodeFacts:
         swaps=((SwapEntry(swap.path, swap.size_gib * 1024**3),) if swap else ()) + factory_swaps,
         swap_header_page_size=_swap_headers(b),
         default_target=b.host.boot_target,
+        efi_boot=EfiBoot("0001", ("0001", "0000"), (EfiEntry("0000", "UEFI Misc Device", True),
+                                                      EfiEntry("0001", b.host.uefi_first or "ubuntu", True))),
+        drm_drivers={"card0": b.host.drm_driver or "nvidia"},
+        drm_clients={"card0": ()},
+        console=ConsoleMode("tty1", 0),
+        watchdog=({"RuntimeWatchdogUSec": b.host.watchdog.runtime,
+                   "RebootWatchdogUSec": b.host.watchdog.reboot}
+                  if b.host.watchdog else {"RuntimeWatchdogUSec": "0", "RebootWatchdogUSec": "10min"}),
         units=units,
         slice_allowed_cpus=frozenset(b.cpuset.cpus),
         file_sha256=hashes,

@@ -638,6 +638,23 @@ class FanControlSpec(StrictModel):
         return f"/etc/modules-load.d/{self.module}.conf"
 
 
+#: a UEFI boot entry's label, as `efibootmgr` prints it (matched case-insensitively)
+BootLabel = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9 ._()-]{0,63}$")]
+#: a kernel driver name (the basename of `/sys/class/drm/cardN/device/driver`)
+DriverName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_-]{0,31}$")]
+#: a systemd time span as `systemctl show` prints it (`30s`, `10min`, `0`, `infinity`)
+TimeSpan = Annotated[str, StringConstraints(
+    pattern=r"^(0|infinity|([0-9]+(us|ms|s|min|h|d)( [0-9]+(us|ms|s|min|h|d))*))$")]
+
+
+class WatchdogSpec(StrictModel):
+    """systemd's hardware watchdog (system.conf `RuntimeWatchdogSec`, `RebootWatchdogSec`), as
+    `systemctl show` reads them back (`RuntimeWatchdogUSec`, `RebootWatchdogUSec`)."""
+
+    runtime: TimeSpan = Field(description="RuntimeWatchdogUSec: PID 1 pings the watchdog within this")
+    reboot: TimeSpan = Field(description="RebootWatchdogUSec: a reboot that hangs longer is forced")
+
+
 class HostSpec(StrictModel):
     """Host-level settings: boot target, display, NVMe, fans, services, extra packages."""
 
@@ -658,6 +675,22 @@ class HostSpec(StrictModel):
     )
     packages: list[PackagePin] = Field(
         default_factory=list, description="further packages held at exact versions"
+    )
+    uefi_first: BootLabel | None = Field(
+        default=None,
+        description="label of the UEFI boot entry that must come first in BootOrder (the installed "
+        "OS, e.g. 'ubuntu'); null: not judged",
+    )
+    drm_driver: DriverName | None = Field(
+        default=None, description="driver a DRM card must belong to (e.g. 'nvidia'); null: not judged"
+    )
+    console_text: bool = Field(
+        default=False,
+        description="the active virtual console must be in text mode (KDGETMODE = KD_TEXT); "
+        "false: not judged",
+    )
+    watchdog: WatchdogSpec | None = Field(
+        default=None, description="systemd's watchdog settings as PID 1 runs them; null: not judged"
     )
 
 

@@ -39,6 +39,7 @@ GRUB_DROPIN_PATH = "/etc/default/grub.d/60-sparkbase.cfg"
 SYSCTL_PATH = "/etc/sysctl.d/90-sparkbase.conf"
 MODPROBE_PATH = "/etc/modprobe.d/sparkbase.conf"
 FSTAB_PATH = "/etc/fstab"
+WATCHDOG_PATH = "/etc/systemd/system.conf.d/60-sparkbase-watchdog.conf"
 
 
 @dataclass(frozen=True)
@@ -142,6 +143,7 @@ def render_baseline(name: str, baseline: Baseline) -> list[RenderedFile]:
         )] if baseline.cpuset.pinned_by == "slice" else []),
         *render_modules_load(name, baseline),
         *render_boot_swap(name, baseline),
+        *render_watchdog(name, baseline),
     ]
     return sorted(files, key=lambda f: f.path)
 
@@ -162,6 +164,16 @@ def render_boot_swap(name: str, baseline: Baseline) -> list[RenderedFile]:
         RenderedFile(BOOT_SWAP_UNIT_FILE, _render("boot-swap.service.j2", **context),
                      purpose="the boot unit that runs it, before swap.target", section="memory"),
     ]
+
+
+def render_watchdog(name: str, baseline: Baseline) -> list[RenderedFile]:
+    """The system.conf.d drop-in arming systemd's watchdog (none when the baseline sets none)."""
+    watchdog = baseline.host.watchdog
+    if watchdog is None:
+        return []
+    content = _render("watchdog.conf.j2", baseline_name=name, baseline=baseline, watchdog=watchdog)
+    return [RenderedFile(WATCHDOG_PATH, content, needs_reboot=True,
+                         purpose="systemd runtime and reboot watchdog", section="host")]
 
 
 def render_modules_load(name: str, baseline: Baseline) -> list[RenderedFile]:
@@ -306,6 +318,10 @@ DIGEST_QUIET_DEFAULTS: tuple[tuple[tuple[str, ...], object], ...] = (
     (("fabric", "netplan_file"), None),
     (("cpuset", "pinned_by"), "slice"),
     (("memory", "swap_by_page_size"), False),
+    (("host", "uefi_first"), None),
+    (("host", "drm_driver"), None),
+    (("host", "console_text"), False),
+    (("host", "watchdog"), None),
 )
 
 
