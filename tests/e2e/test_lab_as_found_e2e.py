@@ -90,7 +90,8 @@ def test_the_serving_process_is_the_containers_as_the_host_sees_it(found: Fleet)
             assert found.sh(node, f"cat /proc/{each}/cgroup").strip() == scope
             assert "Cpus_allowed_list:\t5-9,15-19" in found.sh(node, f"cat /proc/{each}/status")
         environ = found.sh(node, f"tr '\\0' '\\n' < /proc/{pid}/environ").splitlines()
-        assert environ == [f"HOSTNAME={node}", *document["Config"]["Env"], "HOME=/root"]
+        build = "SPARKBASE_LAB_BUILD=" + docker_images.build_of(document["Image"])  # the lab's marker
+        assert environ == [f"HOSTNAME={node}", *document["Config"]["Env"], "HOME=/root", build]
         cmdline = found.sh(node, f"tr '\\0' ' ' < /proc/{pid}/cmdline")
         assert all(word in cmdline for word in site.lanes[as_found.LANE].runtime.match)  # type: ignore[union-attr]
         maps = found.sh(node, f"grep -F libnccl /proc/{pid}/maps")

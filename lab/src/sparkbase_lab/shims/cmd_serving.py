@@ -41,6 +41,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 SERVING = f"{RUN}/serving"
+#: seconds a lane stand-in may take to be ready (its workers started)
+READY_TIMEOUT = 60
 MARK = "X-SparkbaseLab=serving"
 IMAGE_LIB = "/opt/lane-image/lib/"
 PRIVATE_NCCL = IMAGE_LIB + "libnccl.so.2"
@@ -126,7 +128,9 @@ def start_unit(unit: str, path: str, slice_cpus: Callable[[str], str]) -> None:
     child = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                              start_new_session=True, close_fds=True)
     log.close()
-    deadline = time.monotonic() + 10
+    # a loaded machine (the suite on two cores) can take seconds to start it; its workers are
+    # known, and bound into the slice, only once it is ready
+    deadline = time.monotonic() + READY_TIMEOUT
     while not os.path.exists(ready) and child.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
     start = _start_time(child.pid)

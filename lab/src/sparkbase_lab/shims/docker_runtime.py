@@ -113,7 +113,7 @@ def start(record: dict[str, Any], image: dict[str, Any] | None) -> None:
     child = subprocess.Popen(argv, env=process_env(record), stdin=subprocess.DEVNULL, stdout=log,
                              stderr=log, start_new_session=True, close_fds=True, cwd="/")
     log.close()
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + 60  # a loaded machine can take seconds to start it
     while not os.path.exists(ready) and child.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
     state = record["state"]
