@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
-from test_audit_support import converged_node, grub_boot, shipped
+from test_audit_support import converged, converged_node, grub_boot, shipped
 
 from sparkbase.audit.checks import node_checks, planned_checks
 from sparkbase.audit.expected import expected_for
@@ -58,6 +58,17 @@ def test_every_registered_check_applies_to_a_shipped_baseline(site: Site) -> Non
         expected = expected_for(site, "spark1", baseline)
         covered |= {planned.check for planned in planned_checks(expected)}
     assert covered == set(node_checks())
+
+
+@pytest.mark.parametrize("baseline", sorted(SITE.baselines))
+def test_no_check_crashes_on_any_node_under_any_baseline(site: Site, baseline: str) -> None:
+    """Every check plans and judges every node of the site under every baseline it has (a
+    crash would be reported as that check failing: `check crashed: ...`)."""
+    for node in sorted(site.inventory.nodes):
+        expected = expected_for(site, node, baseline)
+        results = judge_node(expected, converged(expected))
+        assert results, f"nothing judged on {node}"
+        assert [(r.id, r.observed) for r in results if "check crashed" in (r.observed or "")] == []
 
 
 def _gpu(clock: int) -> Callable[[NodeFacts], NodeFacts]:

@@ -12,7 +12,6 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from sparkbase.errors import ConfigError
-    from sparkbase.gate.view import SiteView
     from sparkbase.model.site import Site
 
 
@@ -117,7 +116,7 @@ def load_site_or_exit(args: argparse.Namespace) -> Site:
     started = time.monotonic()
     try:
         root = find_site_root(args.site)
-        site = load_site(root, args.inventory, cache=True)
+        site = load_site(root, args.inventory)
     except ConfigError as exc:
         _exit_with_problems(exc)
     logging.getLogger(__name__).debug(
@@ -125,30 +124,6 @@ def load_site_or_exit(args: argparse.Namespace) -> Site:
         time.monotonic() - started, len(site.baselines), len(site.inventory.nodes), len(site.lanes),
     )
     return site
-
-
-def load_view_or_exit(args: argparse.Namespace) -> SiteView:
-    """The gate's view of the site named by the arguments (`gate.view`): kept from the last
-    load of the unchanged site, else the site loaded and validated (on problems print them
-    all and exit 2, as `load_site_or_exit` does)."""
-    import logging
-    import time
-
-    from sparkbase.errors import ConfigError
-    from sparkbase.gate.view import load_view
-    from sparkbase.model.site_files import find_site_root
-
-    started = time.monotonic()
-    try:
-        root = find_site_root(args.site)
-        view = load_view(root, args.inventory)
-    except ConfigError as exc:
-        _exit_with_problems(exc)
-    logging.getLogger(__name__).debug(
-        "site view %s loaded in %.3fs (%d nodes, %d lanes)", root, time.monotonic() - started,
-        len(view.nodes), len(view.lanes),
-    )
-    return view
 
 
 def _exit_with_problems(exc: ConfigError) -> NoReturn:
@@ -195,7 +170,7 @@ def pick_nodes(ranked: Sequence[str], args: argparse.Namespace) -> list[str]:
     return [name for name in nodes if name in limit]
 
 
-def lane_or_exit(site: Site | SiteView, lane: str) -> str:
+def lane_or_exit(site: Site, lane: str) -> str:
     """`lane` when the site has it; otherwise say which lanes it has and exit 2."""
     if lane not in site.lanes:
         from sparkbase.text import shown

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -60,8 +61,6 @@ def _file(expected: Expected, item: str | None) -> FileWant:
 
 
 def _stamp(expected: Expected, _item: str | None) -> StampWant:
-    import json
-
     rendered = expected.file(expected.stamp_path)
     want_stamp = json.loads(rendered.content) if rendered else {}
     return StampWant(expected.baseline_name, expected.baseline.version,

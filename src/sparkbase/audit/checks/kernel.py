@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from sparkbase.audit.checks.common import APST_ARG, apply_fix, unknown
 from sparkbase.audit.registry import Outcome, Subject, fail, node_check, ok, skip
 from sparkbase.facts.model import NodeFacts
+from sparkbase.render import kernel_cmdline
 
 if TYPE_CHECKING:
     from sparkbase.audit.expected import Expected
@@ -30,8 +31,6 @@ class FallbackWant:
 
 
 def _cmdline(expected: Expected, _item: str | None) -> CmdlineWant:
-    from sparkbase.render import kernel_cmdline
-
     baseline = expected.baseline
     kernel = baseline.kernel
     if not baseline.manages("kernel"):
