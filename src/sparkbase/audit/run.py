@@ -84,7 +84,7 @@ class AuditReport:
 def judge_node(expected: Expected, facts: NodeFacts) -> tuple[CheckResult, ...]:
     """Every node check on one node's facts (pure)."""
     checks = node_checks()
-    return tuple(checks[planned.check].judge_planned(planned, facts, expected.node)
+    return tuple(checks[planned.check].run(expected, facts, planned.item, planned.id)
                  for planned in planned_checks(expected))
 
 

@@ -2,80 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
 from sparkbase.audit.checks.common import apply_fix, dkms_installed, module_flag, module_signed, unknown
+from sparkbase.audit.expected import Expected
 from sparkbase.audit.registry import Outcome, Subject, fail, node_check, ok, skip
 from sparkbase.facts.model import NodeFacts
 
-if TYPE_CHECKING:
-    from sparkbase.audit.expected import Expected
-
-
-@dataclass(frozen=True)
-class SwapWant:
-    """The baseline's swap file: its path, size and header page size."""
-
-    path: str
-    size_gib: int
-    header_page_size: int
-
-
-@dataclass(frozen=True)
-class FactorySwapWant:
-    """The installer's swap file as the baseline keeps it: its /etc/fstab line and whether it is off."""
-
-    path: str
-    fstab: str
-    swapoff: bool
-
-
-@dataclass(frozen=True)
-class SaverWant:
-    """The memory-saver module: its DKMS build, module, srcversion, packing, and the pinned MOK."""
-
-    required: bool
-    dkms_name: str
-    dkms_version: str
-    module: str
-    srcversion: str | None
-    packing_parameter: str
-    packing: bool
-    mok_fingerprint: str | None
-
-
-def _swap(expected: Expected, _item: str | None) -> SwapWant | None:
-    swap = expected.baseline.memory.swap
-    return None if swap is None else SwapWant(swap.path, swap.size_gib, swap.header_page_size)
-
-
-def _swap_path(expected: Expected, _item: str | None) -> str | None:
-    swap = expected.baseline.memory.swap
-    return None if swap is None else swap.path
-
-
-def _factory_swap(expected: Expected, _item: str | None) -> FactorySwapWant | None:
-    factory = expected.baseline.memory.factory_swap
-    return None if factory is None else FactorySwapWant(factory.path, factory.fstab, factory.swapoff)
-
-
-def _factory_foreign(expected: Expected, _item: str | None) -> tuple[str, ...]:
-    own = expected.baseline.memory.factory_swap
-    return tuple(path for path in expected.foreign_fstab_edits if own is None or own.path != path)
-
-
-def _saver(expected: Expected, _item: str | None) -> SaverWant | None:
-    saver = expected.baseline.memory.memory_saver
-    if saver is None:
-        return None
-    return SaverWant(saver.required, saver.dkms_name, saver.dkms_version, saver.module, saver.srcversion,
-                     saver.packing_parameter, saver.packing, expected.baseline.secure_boot.mok_fingerprint)
-
 
 @node_check("memory.thp", "memory", "transparent huge pages in the baseline's mode",
-            section="memory", expect=lambda expected, _item: expected.baseline.memory.transparent_hugepages)
-def memory_thp(want: str, facts: NodeFacts, at: Subject) -> Outcome:
+            section="memory")
+def memory_thp(expected: Expected, facts: NodeFacts, at: Subject) -> Outcome:
+    want = expected.baseline.memory.transparent_hugepages
     if facts.thp is None:
         return unknown(facts, "thp", want)
     if facts.thp != want:
@@ -92,9 +28,10 @@ def _sysctl_keys(expected: Expected) -> list[str]:
 
 
 @node_check("sysctl", "memory", "each sysctl the baseline sets has its value", items=_sysctl_keys,
-            section="memory", expect=lambda expected, item: expected.baseline.memory.sysctls[str(item)])
-def sysctl(want: str, facts: NodeFacts, at: Subject) -> Outcome:
+            section="memory")
+def sysctl(expected: Expected, facts: NodeFacts, at: Subject) -> Outcome:
     key = str(at.item)
+    want = expected.baseline.memory.sysctls[key]
     seen = facts.sysctls.get(key)
     if seen is None:
         return unknown(facts, f"sysctl:{key}", want)
@@ -104,8 +41,9 @@ def sysctl(want: str, facts: NodeFacts, at: Subject) -> Outcome:
 
 
 @node_check("memory.swap", "memory", "the swap file is active at its size with the right header",
-            section="memory", expect=_swap)
-def memory_swap(swap: SwapWant | None, facts: NodeFacts, at: Subject) -> Outcome:
+            section="memory")
+def memory_swap(expected: Expected, facts: NodeFacts, at: Subject) -> Outcome:
+    swap = expected.baseline.memory.swap
     if swap is None:
         return skip("the baseline has no swap file")
     size = swap.size_gib * 1024**3
@@ -131,10 +69,12 @@ def memory_swap(swap: SwapWant | None, facts: NodeFacts, at: Subject) -> Outcome
 
 
 @node_check("memory.swap.fstab", "memory", "the swap file is in /etc/fstab, so it comes back at boot",
-            section="memory", expect=_swap_path)
-def memory_swap_fstab(path: str | None, facts: NodeFacts, at: Subject) -> Outcome:
-    if path is None:
+            section="memory")
+def memory_swap_fstab(expected: Expected, facts: NodeFacts, at: Subject) -> Outcome:
+    swap = expected.baseline.memory.swap
+    if swap is None:
         return skip("the baseline has no swap file")
+    path = swap.path
     want = f"{path} none swap sw 0 0"
     if facts.fstab is None:
         return unknown(facts, "fstab", want)
@@ -151,9 +91,10 @@ def memory_swap_fstab(path: str | None, facts: NodeFacts, at: Subject) -> Outcom
     "memory",
     "no swap file of another baseline is in /etc/fstab (it would come back at boot)",
     severity="warn",
-    section="memory", expect=lambda expected, _item: tuple(expected.foreign_swaps),
+    section="memory",
 )
-def memory_swap_foreign_fstab(foreign_swaps: tuple[str, ...], facts: NodeFacts, at: Subject) -> Outcome:
+def memory_swap_foreign_fstab(expected: Expected, facts: NodeFacts, at: Subject) -> Outcome:
+    foreign_swaps = expected.foreign_swaps
     if not foreign_swaps:
         return skip("no other baseline has a swap file")
     want = "none of " + ", ".join(foreign_swaps)
@@ -170,9 +111,10 @@ def memory_swap_foreign_fstab(foreign_swaps: tuple[str, ...], facts: NodeFacts, 
     "memory.swap.factory",
     "memory",
     "the installer's swap file as kept: noauto in /etc/fstab, or the node's active swap",
-    section="memory", expect=_factory_swap,
+    section="memory",
 )
-def memory_swap_factory(factory: FactorySwapWant | None, facts: NodeFacts, at: Subject) -> Outcome:
+def memory_swap_factory(expected: Expected, facts: NodeFacts, at: Subject) -> Outcome:
+    factory = expected.baseline.memory.factory_swap
     if factory is None:
         return skip("the baseline leaves the installer's swap file as it finds it")
     path = factory.path
@@ -206,9 +148,11 @@ def memory_swap_factory(factory: FactorySwapWant | None, facts: NodeFacts, at: S
     "memory",
     "the installer's swap line is not left noauto by another baseline (its swap is lost at boot)",
     severity="warn",
-    section="memory", expect=_factory_foreign,
+    section="memory",
 )
-def memory_swap_factory_foreign(paths: tuple[str, ...], facts: NodeFacts, at: Subject) -> Outcome:
+def memory_swap_factory_foreign(expected: Expected, facts: NodeFacts, at: Subject) -> Outcome:
+    own = expected.baseline.memory.factory_swap
+    paths = tuple(path for path in expected.foreign_fstab_edits if own is None or own.path != path)
     if not paths:
         return skip("no other baseline marks an installer swap line noauto")
     want = ", ".join(paths) + " activated at boot as installed"
@@ -235,9 +179,10 @@ def _saver_items(expected: Expected) -> list[str]:
     "memory",
     "the memory-saver module is built, signed and loaded (if required)",
     items=_saver_items,
-    section="memory", expect=_saver,
+    section="memory",
 )
-def memory_saver(saver: SaverWant | None, facts: NodeFacts, at: Subject) -> Outcome:
+def memory_saver(expected: Expected, facts: NodeFacts, at: Subject) -> Outcome:
+    saver = expected.baseline.memory.memory_saver
     if saver is None:
         return skip("no memory-saver module in the baseline")
     loaded_src = facts.nvidia_modules.get(f"{saver.module}.srcversion")
@@ -250,7 +195,7 @@ def memory_saver(saver: SaverWant | None, facts: NodeFacts, at: Subject) -> Outc
     if at.item == "dkms":
         return dkms_installed(at, facts, saver.dkms_name, saver.dkms_version)
     if at.item == "signature":
-        return module_signed(at, facts, facts.memory_saver, saver.mok_fingerprint)
+        return module_signed(at, facts, facts.memory_saver, expected.baseline.secure_boot.mok_fingerprint)
     param = f"{saver.module}.{saver.packing_parameter}"
     want = f"{saver.module} loaded, {saver.packing_parameter}={'on' if saver.packing else 'off'}"
     if saver.module not in facts.modules:
