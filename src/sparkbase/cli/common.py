@@ -1,17 +1,26 @@
-"""Options and helpers shared by the sub-commands (import-light)."""
+"""Options and helpers shared by the sub-commands (import-light).
+
+`sparkbase --help` imports this module, so what only a command needs is imported where it
+is used: the typed model (`sparkbase.model.site`, pydantic: 0.24 s), the transport (30 ms),
+the override log (20 ms).
+"""
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
+import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
-if TYPE_CHECKING:
-    from collections.abc import Sequence
+from sparkbase.errors import ConfigError
+from sparkbase.model.site_files import find_site_root
+from sparkbase.text import shown
 
-    from sparkbase.errors import ConfigError
+if TYPE_CHECKING:
     from sparkbase.model.site import Site
 
 
@@ -106,12 +115,7 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
 
 def load_site_or_exit(args: argparse.Namespace) -> Site:
     """Load the site named by the arguments; on problems print them all and exit 2."""
-    import logging
-    import time
-
-    from sparkbase.errors import ConfigError
-    from sparkbase.model.site import load_site
-    from sparkbase.model.site_files import find_site_root
+    from sparkbase.model.site import load_site  # pydantic: see the module's docstring
 
     started = time.monotonic()
     try:
@@ -159,8 +163,6 @@ def pick_nodes(ranked: Sequence[str], args: argparse.Namespace) -> list[str]:
         return nodes
     unknown = [name for name in limit if name not in nodes]
     if unknown:
-        from sparkbase.text import shown
-
         print(
             f"sparkbase: no node {shown(', '.join(unknown))} in the inventory "
             f"(have: {shown(', '.join(nodes))})",
@@ -173,8 +175,6 @@ def pick_nodes(ranked: Sequence[str], args: argparse.Namespace) -> list[str]:
 def lane_or_exit(site: Site, lane: str) -> str:
     """`lane` when the site has it; otherwise say which lanes it has and exit 2."""
     if lane not in site.lanes:
-        from sparkbase.text import shown
-
         have = ", ".join(sorted(site.lanes))
         print(f"sparkbase: no lane {shown(lane)} (have: {shown(have)})", file=sys.stderr)
         raise SystemExit(2)
