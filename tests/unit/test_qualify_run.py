@@ -81,9 +81,11 @@ class Restarter:
         assert lane.runtime is not None
         return f"unit {lane.runtime.unit}"
 
-    def restart(self, running: Lane, wanted: Lane, note: Any) -> None:
+    def restart(self, running: Lane, wanted: Lane, note: Any, before_start: Any = lambda: None) -> None:
         assert wanted.runtime is not None and running.runtime is not None
         assert self.engine.running in (running.runtime.unit, "")  # told what runs (nothing after a failure)
+        self.engine.running = ""  # stopped: the gate judges the hosts with the lane down
+        before_start()
         if wanted.runtime.unit == self.fail_on:
             self.engine.running = ""  # stopped, and the other did not start
             raise RuntimeError(f"spark2: systemctl start {self.fail_on}: exit status 5")
@@ -197,7 +199,8 @@ def test_a_refused_start_gives_no_verdict() -> None:
     refusal = ["spark3: kernel.release: expected x"]
     outcome, restarter = session(Engine(), gate=lambda before: refusal if before else [])
     assert outcome.status is Status.NO_VERDICT and restarter.restarts == []
-    assert outcome.reasons == ["the gate refused starting run A: spark3: kernel.release: expected x"]
+    assert outcome.reasons == ["the gate refused starting run A: spark3: kernel.release: expected x "
+                               "(the lane is left stopped: the gate refuses to start it there)"]
 
 
 def test_a_failed_restart_is_named_and_the_candidate_restored() -> None:
@@ -238,14 +241,14 @@ def test_a_build_that_answers_a_prompt_two_ways_fails(first: bool) -> None:
 
 
 def test_the_unit_restarter_stops_everywhere_then_starts_in_rank_order() -> None:
-    from sparkbase.qualify.restart import RestartError, UnitRestarter
+    from sparkbase.qualify.restart import Ran, RestartError, UnitRestarter
 
     commands: list[tuple[str, str]] = []
 
-    def run(node: str, script: str) -> tuple[int, str]:
+    def run(node: str, script: str, _timeout: float) -> Ran:
         commands.append((node, script))
-        failed = (5, "Failed to start old.service: Unit old.service not found.")
-        return failed if "start old" in script else (0, "")
+        failed = Ran(5, "", "Failed to start old.service: Unit old.service not found.")
+        return failed if "start old" in script else Ran(0, "", "")
 
     UnitRestarter(run).restart(PREVIOUS, CANDIDATE, lambda _line: None)
     assert commands == [(f"spark{n}", "systemctl stop old.service") for n in (4, 3, 2, 1)] + \
@@ -257,7 +260,7 @@ def test_the_unit_restarter_stops_everywhere_then_starts_in_rank_order() -> None
 
 
 def test_a_lane_no_restarter_here_can_restart_is_refused() -> None:
-    from sparkbase.qualify.restart import RestartError, UnitRestarter, restarter_for
+    from sparkbase.qualify.restart import ContainerRestarter, RestartError, UnitRestarter, restarter_for
 
     def boxed(unit: str | None, digest: str) -> Lane:
         runtime: dict[str, object] = {"match": ["x"], "container": {
@@ -268,8 +271,9 @@ def test_a_lane_no_restarter_here_can_restart_is_refused() -> None:
                                     "baseline_version": "1.0.0", "shape": "ring4",
                                     "nodes": ["spark1", "spark2", "spark3", "spark4"], "runtime": runtime})
 
-    with pytest.raises(RestartError, match="runs as a container: the container restarter is not wired yet"):
-        restarter_for([boxed(None, "a"), boxed(None, "b")], {})
+    assert isinstance(restarter_for([boxed(None, "a"), boxed(None, "b")], {}), ContainerRestarter)
+    with pytest.raises(RestartError, match="one release runs as a container alone and another by a unit"):
+        restarter_for([boxed(None, "a"), boxed("lane-x.service", "b")], {})
     with pytest.raises(RestartError, match=r"other images under one unit \(lane-x.service\)"):
         restarter_for([boxed("lane-x.service", "a"), boxed("lane-x.service", "b")], {})
     assert isinstance(restarter_for([boxed("lane-x.service", "a"), boxed("lane-y.service", "b")], {}),

@@ -36,7 +36,8 @@ Secure Boot faults change what `mokutil` prints at once and module loading from 
 | container-image | CONTAINER | the container run again from another digest of its repository |
 | stale-address | NETDEV | an old netplan file leaves the port (default enp1s0f0np0) a second address |
 
-BUILD is a lane unit's name (the stand-in's `SPARKBASE_LAB_BUILD`), `*` every build. The
+BUILD is a lane unit's name or, for a container, `image-` and the first 12 hex digits of its
+image's digest (the stand-in's `SPARKBASE_LAB_BUILD`), `*` every build. The
 `build-*` faults and `other-traffic` are read by the lane stand-in's API at every request
 and scrape (shims/openai_api.py): they apply at once, to a stand-in already running.
 

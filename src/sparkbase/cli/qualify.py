@@ -7,7 +7,9 @@ a fixed prompt set (the shipped one, or --prompts FILE; greedy, seeded, fixed le
   else the exact text) must equal the release's (--against, default the lane's newest); any
   change fails, naming the prompts and where they first differ;
 - the A/B/A comparison: the candidate, the previous release, the candidate again in one
-  session, the lane restarted between the runs the way it runs (its unit), each start
+  session, the lane restarted between the runs the way it runs (its unit; or its container:
+  the site's own is stopped and kept, renamed NAME.held-by-sparkbase while the previous
+  release's image runs under the lane's name with the same `docker run` options), each start
   through the gate; per request decode throughput and time to first token; the difference
   with its 95% interval judged against the candidate's own drift: better, worse, no
   difference or unstable;
@@ -164,12 +166,18 @@ def _session(site: Site, args: argparse.Namespace, prompts: PromptSetFile, previ
     from sparkbase.qualify.client import ApiError
     from sparkbase.qualify.endpoint import api_endpoint
     from sparkbase.qualify.guard import lane_guard
-    from sparkbase.qualify.restart import LaneRestarter, RestartError, restarter_for
+    from sparkbase.qualify.restart import LaneRestarter, RestartError, put_back, restarter_for
     from sparkbase.qualify.run import Plan, World
     from sparkbase.transport import ssh_targets
 
     lane = site.lanes[args.lane]
     targets = ssh_targets(site, lab)
+    try:
+        put_back(lane, targets, lambda line: print(f"qualify {args.lane}: {line}", file=sys.stderr))
+    except RestartError as exc:
+        print(f"sparkbase: lane {args.lane}: an earlier comparison's containers could not be put back: {exc}",
+              file=sys.stderr)
+        raise SystemExit(1) from None
     try:
         endpoint = given_endpoint(args.endpoint, lab is not None) if args.endpoint else api_endpoint(
             args.lane, lane, targets, lab is not None)
@@ -220,7 +228,7 @@ class _Refusing:
 
         return "a container" if container_of(lane) is not None else "no unit"
 
-    def restart(self, running: Lane, wanted: Lane, note: Any) -> None:
+    def restart(self, running: Lane, wanted: Lane, note: Any, before_start: Any = None) -> None:
         """Refuse, saying why."""
         from sparkbase.qualify.restart import RestartError
 

@@ -191,9 +191,12 @@ class _Session:
         assert restarter is not None
         self.left(f"before run {label}")
         self.world.note(f"{label}: restarting the lane as {restarter.describe(lane)}")
-        self.gate(True, f"starting run {label}")
         try:
-            restarter.restart(self.running, lane, self.world.note)
+            restarter.restart(self.running, lane, self.world.note,
+                              lambda: self.gate(True, f"starting run {label}"))
+        except _Stop as stop:
+            stop.reason += " (the lane is left stopped: the gate refuses to start it there)"
+            raise
         except Exception as exc:  # RestartError and the transport's: the session's reason
             raise _Stop(Status.NO_VERDICT, f"run {label}: {exc}") from None
         finally:
@@ -353,7 +356,10 @@ def _back_to_candidate(session: _Session, outcome: Outcome) -> None:
         return
     try:
         session.world.note("restoring the candidate")
-        session.world.restarter.restart(session.running, session.plan.candidate, session.world.note)
+        session.world.restarter.restart(session.running, session.plan.candidate, session.world.note,
+                                        lambda: session.gate(True, "restoring the candidate"))
         session.running = session.plan.candidate
+    except _Stop as stop:
+        outcome.reasons.append(f"{stop.reason} (the lane is left stopped)")
     except Exception as exc:  # said, never raised: the outcome is already decided
         outcome.reasons.append(f"the lane could NOT be put back on the candidate: {exc}")

@@ -3,12 +3,13 @@
 Supported (anything else fails as docker does for an unknown command or flag):
 
     docker run -d --name N [--network host] [--ipc host] [-v SRC:DST[:ro]]... [-e K=V]...
-               [--cpuset-cpus LIST] [--gpus all] [--restart POLICY] IMAGE [ARGS...]
+               [--label K=V]... [--cpuset-cpus LIST] [--gpus all] [--restart POLICY] IMAGE [ARGS...]
     docker inspect [--type container|image] [-f FORMAT] NAME|ID...
     docker container inspect|ls|ps|start|stop|restart|rm ...
     docker image inspect|ls|pull ...     docker images [-q] [--digests] [--no-trunc]
     docker ps [-a] [-q] [--no-trunc] [--format json|table|'{{json .}}'] [--filter name=N]
     docker start|stop [-t SECONDS]|restart|rm [-f] NAME...
+    docker rename CONTAINER NEW_NAME
     docker pull IMAGE
 
 What they print follows real Docker 25-27 (see docker_state.py); errors are Docker's own
@@ -39,7 +40,8 @@ RESTART_POLICIES = ("no", "always", "unless-stopped", "on-failure")
 #: `docker run` flags that take a value (long form), and their short forms
 RUN_VALUE_FLAGS = {"--name": "name", "--network": "network", "--net": "network", "--ipc": "ipc",
                    "--volume": "volume", "-v": "volume", "--env": "env", "-e": "env",
-                   "--cpuset-cpus": "cpuset", "--gpus": "gpus", "--restart": "restart"}
+                   "--cpuset-cpus": "cpuset", "--gpus": "gpus", "--restart": "restart",
+                   "--label": "label", "-l": "label"}
 RUN_BOOL_FLAGS = {"-d": "detach", "--detach": "detach"}
 
 
@@ -141,6 +143,11 @@ def _environment(values: list[str], image_env: list[str]) -> list[str]:
     return list(env.values())
 
 
+def _labels(values: list[str]) -> dict[str, str]:
+    """`--label K=V` values (a bare `K` is an empty label, as docker takes it)."""
+    return {key: value for key, _, value in (item.partition("=") for item in values)}
+
+
 def _check_run_values(flags: dict[str, list[str]]) -> None:
     for bind in flags.get("volume", []):
         source, destination, _mode = state.split_bind(bind) if bind.count(":") >= 1 else (bind, "", "")
@@ -198,6 +205,7 @@ def cmd_run(argv: list[str]) -> int:
             "cmd": command or image["cmd"],
             "entrypoint": entrypoint,
             "env": _environment(flags.get("env", []), image["env"]),
+            "labels": {**image["labels"], **_labels(flags.get("label", []))},
             "binds": flags.get("volume", []),
             "network": network,
             "ipc": (flags.get("ipc") or ["private"])[-1],
@@ -320,6 +328,28 @@ def cmd_rm(argv: list[str]) -> int:
     return 1 if failed else 0
 
 
+def cmd_rename(argv: list[str]) -> int:
+    """`docker rename CONTAINER NEW_NAME`: prints nothing; docker's errors for a missing
+    container or a name in use."""
+    _flags, args = parse_options(argv, {}, {}, "rename")
+    if len(args) != 2:
+        raise Fail("\"docker rename\" requires exactly 2 arguments.\nSee 'docker rename --help'.\n\n"
+                   "Usage:  docker rename CONTAINER NEW_NAME\n\nRename a container", 1)
+    word, new = args
+    with state.locked():
+        record = state.find_container(word)
+        if record is None:
+            raise Fail(_no_such_container(word), 1)
+        holder = next((r for r in state.containers() if r["name"] == new.lstrip("/")), None)
+        if holder is not None:
+            raise Fail(f"Error response from daemon: Conflict. The container name \"/{new}\" is already "
+                       f"in use by container \"{holder['id']}\". You have to remove (or rename) that "
+                       "container to be able to reuse that name.", 1)
+        record["name"] = new.lstrip("/")
+        state.save(record)
+    return 0
+
+
 # --- the command --------------------------------------------------------------------------------
 
 def cmd_docker(argv: list[str]) -> int:
@@ -362,14 +392,14 @@ def dockerd_boot(_argv: list[str]) -> int:
 
 CONTAINER_COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "ls": cmd_ps, "ps": cmd_ps, "list": cmd_ps, "run": cmd_run, "start": cmd_start, "stop": cmd_stop,
-    "restart": cmd_restart, "rm": cmd_rm,
+    "restart": cmd_restart, "rm": cmd_rm, "rename": cmd_rename,
 }
 IMAGE_COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "ls": cmd_images, "list": cmd_images, "pull": cmd_pull,
 }
 COMMANDS_TABLE: dict[str, Callable[[list[str]], int]] = {
     "run": cmd_run, "start": cmd_start, "stop": cmd_stop, "restart": cmd_restart, "rm": cmd_rm,
-    "inspect": cmd_inspect, "ps": cmd_ps, "images": cmd_images, "pull": cmd_pull,
+    "inspect": cmd_inspect, "ps": cmd_ps, "images": cmd_images, "pull": cmd_pull, "rename": cmd_rename,
 }
 
 COMMANDS: dict[str, Callable[[list[str]], int]] = {

@@ -123,3 +123,12 @@ def find(reference: str) -> dict[str, Any] | None:
 def known_repository(repository: str) -> bool:
     """Whether the catalogue has any image of `repository` (docker's errors differ)."""
     return any(image["repository"] == repository for image in CATALOGUE)
+
+
+def build_of(image_id: str) -> str:
+    """The engine build a container of image `image_id` answers as (the stand-in's
+    `SPARKBASE_LAB_BUILD`, openai_api.py): `image-` and the first 12 hex digits of the image's
+    manifest digest, so faults name a build by the digest an operator pins."""
+    image = next((i for i in CATALOGUE if i["id"] == image_id), None)
+    digest = image["digest"] if image is not None else image_id
+    return "image-" + digest.removeprefix("sha256:")[:12]

@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 
 from sparkbase_lab.shims.common import RUN, node_info, read_json, read_text, write_json, write_text
+from sparkbase_lab.shims.docker_images import build_of
 from sparkbase_lab.shims.docker_state import ZERO_TIME, now_rfc3339, split_bind
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
@@ -60,12 +61,15 @@ def cgroup_path(container_id: str) -> str:
 
 
 def process_env(record: dict[str, Any]) -> dict[str, str]:
-    """The main process's environment: HOSTNAME, then Config.Env, then HOME when unset."""
+    """The main process's environment: HOSTNAME, then Config.Env, then HOME when unset, and the
+    lab's engine build (openai_api.py): the image's (`docker_images.build_of`), never shown in
+    `docker inspect`, unless Config.Env names one."""
     env = {"HOSTNAME": record["hostname"]}
     for item in record["env"]:
         key, _, value = item.partition("=")
         env[key] = value
     env.setdefault("HOME", "/root")
+    env.setdefault("SPARKBASE_LAB_BUILD", build_of(record["image_id"]))
     return env
 
 

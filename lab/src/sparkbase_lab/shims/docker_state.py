@@ -307,7 +307,7 @@ def _config(record: dict[str, Any], image: dict[str, Any] | None) -> dict[str, A
         "WorkingDir": (image or {}).get("working_dir", ""),
         "Entrypoint": list(record["entrypoint"]) if record["entrypoint"] is not None else None,
         "OnBuild": None,
-        "Labels": dict((image or {}).get("labels", {})),
+        "Labels": dict(record.get("labels", (image or {}).get("labels", {}))),
     }
 
 
