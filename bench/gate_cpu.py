@@ -10,11 +10,11 @@ cores. The machine's busy CPU during the run (`/proc/stat`, every process: the c
 nodes' sshd, fact scripts and command servers, and whatever else runs) is shown beside it:
 on a quiet machine, it minus the client's is what the nodes spent answering.
 
-With `--before TREE`, every command is run from TREE's code too (its own copy of the site:
-an older tree may keep a site cache in it), A then B then A…, and each ratio is taken pair
-by pair, so load that comes and goes lands on both sides alike. One warm-up run of each
-comes first (it fills an older tree's cache). Prints medians (and the spread) as a Markdown
-table; 127.0.0.1 only (the lab's nodes).
+With `--before TREE`, every command is run from TREE's code too (its own copy of the site,
+so each keeps its own cache), A then B then A…, and each ratio is taken pair by pair, so
+load that comes and goes lands on both sides alike. One warm-up run of each fills the
+site caches first. Prints medians (and the spread) as a Markdown table; 127.0.0.1 only (the
+lab's nodes).
 """
 
 from __future__ import annotations
@@ -76,6 +76,7 @@ def side_env(tree: Path) -> dict[str, str]:
     """The environment that runs sparkbase from `tree`'s code."""
     env = dict(os.environ)
     env["PYTHONPATH"] = str(tree / "src")
+    env.pop("SPARKBASE_NO_SITE_CACHE", None)
     return env
 
 
@@ -111,7 +112,7 @@ def main() -> int:
         samples: dict[tuple[str, str], list[Sample]] = {}
         for name, command in table.items():
             for side, (tree, site) in sides.items():
-                run_once(argv_for(command, site), side_env(tree))  # warm-up
+                run_once(argv_for(command, site), side_env(tree))  # warm-up: fills the caches
                 samples[(name, side)] = []
         for _ in range(args.pairs):
             for name, command in table.items():

@@ -65,6 +65,11 @@ PREFLIGHT = "sparkbase preflight (4-node lane)"
 APPLY_NOOP = "sparkbase apply (no-op)"
 PYINFRA_NOOP = "plain pyinfra deploy (no-op)"
 HELP = "sparkbase --help"
+#: the gate's commands with the validated-site cache turned off (SPARKBASE_NO_SITE_CACHE):
+#: the same run's "before" of the cache, side by side with the cached "after"
+AUDIT_NO_CACHE = "sparkbase audit (no site cache)"
+PREFLIGHT_NO_CACHE = "sparkbase preflight (no site cache)"
+NO_CACHE = {"SPARKBASE_NO_SITE_CACHE": "1"}
 VALIDATE = "sparkbase validate"
 #: the label suffix of a command run from the --before tree's code
 BEFORE = " (before)"
@@ -284,8 +289,10 @@ def bench_size(
         commands: dict[str, Callable[[], float]] = {AUDIT: command(audit, env)}
         if not args.no_testinfra:
             commands[TI_XDIST] = command([*plain, "-n", "4"], env)
+        if size == 4:
+            commands[AUDIT_NO_CACHE] = command(audit, {**env, **NO_CACHE})
         if args.before is not None:
-            # the older code on a site copy of its own (an older tree may keep a cache in it)
+            # the older code on a site copy of its own (each keeps its own site cache)
             old_site = make_site(work / "before", size, args.before)
             old_target = ["--site", str(old_site), "--lab-dir", str(lab)]
             old_env = before_env(env, args.before)
@@ -306,6 +313,7 @@ def bench_size(
         if size == 4:
             preflight = [SPARKBASE, "preflight", args.lane, *target]
             commands[PREFLIGHT] = command(preflight, env)
+            commands[PREFLIGHT_NO_CACHE] = command(preflight, {**env, **NO_CACHE})
             commands[APPLY_NOOP] = command([SPARKBASE, "apply", *target, "--yes"], env)
             commands[PYINFRA_NOOP] = command(
                 [
@@ -542,6 +550,9 @@ def generated_markdown(
     noop = _ratio(results, ("4", APPLY_NOOP), ("4", PYINFRA_NOOP))
     if noop is not None:
         lines += ["", f"No-op apply / plain pyinfra (4 nodes): {noop:.2f}×."]
+    for cached, uncached in ((AUDIT, AUDIT_NO_CACHE), (PREFLIGHT, PREFLIGHT_NO_CACHE)):
+        if (r := _ratio(results, ("4", cached), ("4", uncached))) is not None:
+            lines += ["", f"{cached} / {uncached} (4 nodes, same run): {r:.2f}×."]
     lines += before_after(results, args)
     lines += ["", END]
     return "\n".join(lines)

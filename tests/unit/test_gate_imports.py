@@ -3,13 +3,16 @@
 Each command runs in a fresh interpreter, as a launch script starts it, on a copy of the
 shipped site; the nodes' answers are the facts of converged nodes, handed over by a stand-in
 for the SSH round trip (no node, no network), so every step after gathering (judging,
-deciding, printing) runs as it does on a fleet. It must not import the apply engine, the
-pytest tier, rich, or any other command's module (only the invoked command's parser is built).
+deciding, printing) runs as it does on a fleet. The first run parses and validates the site
+and keeps it (`model.cache`); the second, on the unchanged site, does not import the YAML
+parser. Neither may import the apply engine, the pytest tier, rich, or any other command's
+module (only the invoked command's parser is built).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import subprocess
 import sys
@@ -21,6 +24,7 @@ from test_audit_support import converged
 
 from sparkbase.audit.expected import expected_for
 from sparkbase.cli.main import COMMANDS as CLI_COMMANDS
+from sparkbase.model import cache as site_cache
 from sparkbase.model.site import load_site
 
 LANE = "dsv41-flash"
@@ -68,10 +72,11 @@ def gate_site(site_copy: Path, tmp_path: Path) -> tuple[Path, Path, Path]:
     return site_copy, lab, answers
 
 
-def _run(answers: Path, argv: list[str], tmp_path: Path) -> tuple[int, set[str]]:
-    out = tmp_path / "modules.json"
+def _run(answers: Path, argv: list[str], tmp_path: Path, run: int) -> tuple[int, set[str]]:
+    out = tmp_path / f"modules-{run}.json"
     env_python = [sys.executable, "-c", RUNNER, str(answers), str(out), *argv]
-    subprocess.run(env_python, check=True, capture_output=True, timeout=120)
+    env = {name: value for name, value in os.environ.items() if name != site_cache.DISABLE_ENV}
+    subprocess.run(env_python, check=True, capture_output=True, timeout=120, env=env)
     result = json.loads(out.read_text())
     return int(result["code"]), set(result["modules"])
 
@@ -93,11 +98,14 @@ def test_the_gate_imports_only_what_it_needs(
 ) -> None:
     site, lab, answers = gate_site
     argv = [*command, "--site", str(site), "--lab-dir", str(lab)]
-    code, modules = _run(answers, argv, tmp_path)
-    assert code == 0  # converged nodes: qualified, clean
-    assert "sparkbase.audit.run" in modules and "paramiko" in modules  # the whole path ran
-    assert _loaded(modules, ("ruamel.yaml", "jinja2", "pydantic")), "it parses, validates, renders"
-    assert _loaded(modules, NEVER) == []
+    first_code, first = _run(answers, argv, tmp_path, 1)
+    assert site_cache.cache_file(site.resolve()).is_file()
+    second_code, second = _run(answers, argv, tmp_path, 2)
+    assert first_code == second_code == 0  # converged nodes: qualified, clean
+    assert "sparkbase.audit.run" in second and "paramiko" in second  # the whole path ran
+    assert _loaded(first, ("ruamel.yaml", "jinja2", "pydantic")), "the first run parses, validates, renders"
+    assert _loaded(second, ("ruamel.yaml",)) == [], "the unchanged site is read from the cache"
+    assert _loaded(first | second, NEVER) == []
     others = tuple(f"sparkbase.cli.{module}" for name, (module, _) in CLI_COMMANDS.items()
                    if name != command[0])
-    assert _loaded(modules, (*others, "sparkbase.cli.deploying")) == []
+    assert _loaded(first | second, (*others, "sparkbase.cli.deploying")) == []

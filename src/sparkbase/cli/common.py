@@ -120,7 +120,7 @@ def load_site_or_exit(args: argparse.Namespace) -> Site:
     started = time.monotonic()
     try:
         root = find_site_root(args.site)
-        site = load_site(root, args.inventory)
+        site = load_site(root, args.inventory, cache=True)
     except ConfigError as exc:
         _exit_with_problems(exc)
     logging.getLogger(__name__).debug(

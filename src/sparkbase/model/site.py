@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from sparkbase.errors import ConfigError, Problem, Severity
+from sparkbase.model import cache as site_cache
 from sparkbase.model.baseline import Baseline
 from sparkbase.model.findings import DocRef, Finding
 from sparkbase.model.inventory import Inventory
@@ -31,7 +32,8 @@ from sparkbase.model.rules import (
     inventory_findings,
     lane_findings,
 )
-from sparkbase.model.site_files import DEFAULT_INVENTORY, SITE_RULES_FILE
+from sparkbase.model.site_files import DEFAULT_INVENTORY, SITE_DIRECTORIES, SITE_RULES_FILE
+from sparkbase.model.site_files import inventory_file as site_inventory_file
 from sparkbase.model.site_rules import SessionLoadTrigger, SiteRules
 from sparkbase.model.yamlio import Location, PathKey, YamlDocument, dotted, load_yaml
 
@@ -130,10 +132,26 @@ def trigger_placeholders(rules: SiteRules | None) -> Iterator[Finding]:
                               f"placeholder: {source.note}", Severity.WARNING)
 
 
-def load_site(root: Path, inventory: Path | None = None) -> Site:
-    """Load and validate the site at `root` from its YAML files; raise ConfigError listing
-    every problem."""
+def load_site(root: Path, inventory: Path | None = None, *, cache: bool = False) -> Site:
+    """Load and validate the site at `root`; raise ConfigError listing every problem.
+
+    With `cache`, a site validated before from the very same files is taken from
+    `<site>/.sparkbase/cache/` instead of parsed again (see `sparkbase.model.cache`).
+    """
     root = root.resolve()
+    if not cache:
+        return _load_site(root, inventory)
+    key = site_cache.site_key(root, site_inventory_file(root, inventory), SITE_DIRECTORIES)
+    cached = site_cache.load_cached(root, key, Site)
+    if cached is not None:
+        return cached
+    site = _load_site(root, inventory)
+    site_cache.store(root, key, site)
+    return site
+
+
+def _load_site(root: Path, inventory: Path | None) -> Site:
+    """Load and validate the site at `root` (resolved) from its YAML files."""
     loader = _Loader(root)
     rules_doc = loader.read(("site", ""), root / "baselines" / SITE_RULES_FILE)
     rules = loader.validate(("site", ""), SiteRules, rules_doc.data) if rules_doc else None

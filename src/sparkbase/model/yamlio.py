@@ -21,12 +21,6 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap, CommentedSeq, TaggedScalar
-from ruamel.yaml.constructor import ConstructorError, RoundTripConstructor
-from ruamel.yaml.error import MarkedYAMLError, YAMLError
-from ruamel.yaml.reader import ReaderError
-
 from sparkbase.boundedfile import FileRefused, Refusal, read_regular_file
 from sparkbase.errors import ConfigError, Problem
 
@@ -96,6 +90,8 @@ class _Walker:
         self.count = 0
 
     def walk(self, node: Any, path: PathKey, depth: int) -> Any:
+        from ruamel.yaml.comments import CommentedMap, CommentedSeq, TaggedScalar
+
         self.count += 1
         if self.count > MAX_NODES:
             raise _LimitError(path, f"more than {MAX_NODES} values (alias bomb?)")
@@ -187,6 +183,12 @@ def _plain_scalar(value: Any) -> Any:
 
 def load_yaml(file: Path) -> YamlDocument:
     """Load one YAML file; raise ConfigError with a located problem on any failure."""
+    # ruamel.yaml is imported here and in the walker, not at the top: on a site read from
+    # the cache (`model.cache`) nothing is parsed, and it takes 0.06 s to import
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import MarkedYAMLError, YAMLError
+    from ruamel.yaml.reader import ReaderError
+
     def fail(line: int, column: int, message: str, path: str = "") -> ConfigError:
         return ConfigError([Problem(file, line, column, path, message)])
 
@@ -336,6 +338,8 @@ def _no_merge_constructor() -> type[Any]:
     A number of more than MAX_NUMBER_CHARS characters is no value any field takes, and
     converting thousands of digits costs time: both are refused where they are written.
     """
+    from ruamel.yaml.constructor import ConstructorError, RoundTripConstructor
+
     class BoundedConstructor(RoundTripConstructor):
         def flatten_mapping(self, node: Any) -> Any:
             for key_node, _value in node.value:
