@@ -1,9 +1,9 @@
 """One way to write a file so that a reader sees the old content or the new, never half.
 
-Every file sparkbase writes for itself or for a person (the lock, the validated-site cache,
-the proxy's `.env`, a captured baseline, an audit report, the starter site, the lab's own
-state) goes through `write_atomic`: a temporary file in the same directory (so the rename
-never crosses a file system), the data, `fsync`, the final mode, `os.replace` over the
+Every file sparkbase writes for itself or for a person (the lock, the proxy's `.env`, a
+captured baseline, an audit report, the starter site, the lab's own state) goes through
+`write_atomic`: a temporary file in the same directory (so the rename never crosses a file
+system), the data, `fsync`, the final mode, `os.replace` over the
 target, then `fsync` of the directory so the rename itself survives a power cut (pipx's
 `pipx_metadata_file.py` does the same: temp file, then replace). A file rewritten for
 someone else (the proxy's `.env`, read by the proxy's user) keeps its owner and group:

@@ -6,10 +6,10 @@ from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
-from test_audit_support import converged_node, grub_boot, shipped
+from test_audit_support import converged, converged_node, grub_boot, shipped
 
 from sparkbase.audit.checks import node_checks, planned_checks
-from sparkbase.audit.expected import expected_for
+from sparkbase.audit.expected import Expected, expected_for
 from sparkbase.audit.registry import NodeCheck, Outcome, Subject, ok
 from sparkbase.audit.run import build_report, judge_fleet, judge_node
 from sparkbase.facts.model import (
@@ -58,6 +58,17 @@ def test_every_registered_check_applies_to_a_shipped_baseline(site: Site) -> Non
         expected = expected_for(site, "spark1", baseline)
         covered |= {planned.check for planned in planned_checks(expected)}
     assert covered == set(node_checks())
+
+
+@pytest.mark.parametrize("baseline", sorted(SITE.baselines))
+def test_no_check_crashes_on_any_node_under_any_baseline(site: Site, baseline: str) -> None:
+    """Every check plans and judges every node of the site under every baseline it has (a
+    crash would be reported as that check failing: `check crashed: ...`)."""
+    for node in sorted(site.inventory.nodes):
+        expected = expected_for(site, node, baseline)
+        results = judge_node(expected, converged(expected))
+        assert results, f"nothing judged on {node}"
+        assert [(r.id, r.observed) for r in results if "check crashed" in (r.observed or "")] == []
 
 
 def _gpu(clock: int) -> Callable[[NodeFacts], NodeFacts]:
@@ -511,30 +522,27 @@ def test_os_release_in_dgx_os_7_numbering_says_the_numberings_differ(site: Site)
     assert "'DGX OS 7.5'" in str(result.fix)
 
 
-def _expect_crashes(expected: object, item: str | None) -> str:
-    raise KeyError("no port for rocep9")
+def _model_crashes(expected: Expected, facts: NodeFacts, at: Subject) -> Outcome:
+    return ok(expected.cables["rocep9"], None)
 
 
-def _judge_crashes(want: str, facts: NodeFacts, at: Subject) -> Outcome:
-    raise ZeroDivisionError("division by zero")
+def _facts_crash(expected: Expected, facts: NodeFacts, at: Subject) -> Outcome:
+    return ok(1 / len(facts.node[:0]), None)
 
 
 @pytest.mark.parametrize(
-    ("expect", "judge", "observed"),
+    ("judge", "observed"),
     [
-        (_expect_crashes, lambda want, facts, at: ok(want, want),
-         "check crashed: KeyError: 'no port for rocep9'"),
-        (lambda expected, item: "x", _judge_crashes, "check crashed: ZeroDivisionError: division by zero"),
+        (_model_crashes, "check crashed: KeyError: 'rocep9'"),
+        (_facts_crash, "check crashed: ZeroDivisionError: division by zero"),
     ],
-    ids=["expect", "judge"],
+    ids=["model", "facts"],
 )
-def test_a_crashing_check_fails_alone_and_says_why(
-    expect: Callable[..., str], judge: Callable[..., Outcome], observed: str
-) -> None:
+def test_a_crashing_check_fails_alone_and_says_why(judge: Callable[..., Outcome], observed: str) -> None:
     expected, facts = converged_node(SITE, "spark1")
-    check = NodeCheck("test.crash", "test", "error", "crashes", judge, expect)
+    check = NodeCheck("test.crash", "test", "error", "crashes", judge)
     [planned] = check.plan(expected)
-    result = check.judge_planned(planned, facts, "spark1")
+    result = check.run(expected, facts, planned.item, planned.id)
     assert (result.status, result.observed, result.fix) == ("fail", observed, "report this bug")
     assert result.blocking and result.node == "spark1"
     # and every registered check still judges the same node cleanly

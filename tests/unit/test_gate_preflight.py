@@ -16,12 +16,13 @@ from test_audit_support import converged_node, shipped
 
 from sparkbase.audit.expected import expected_for
 from sparkbase.audit.run import build_report
+from sparkbase.cli import preflight as preflight_cli
 from sparkbase.cli.main import main
 from sparkbase.facts.model import Gid, GpuFacts, Unreachable
 from sparkbase.gate import preflight as preflight_module
 from sparkbase.gate.preflight import PreflightResult
 from sparkbase.gate.refusals import decide, judge, lane_refusals
-from sparkbase.gate.view import SiteView
+from sparkbase.model.site import Site
 from sparkbase.policy.overrides import (
     LOG_FORMAT,
     MAX_REASON_CHARS,
@@ -229,13 +230,15 @@ def test_reason_corpus_is_large_enough() -> None:
 # --- the CLI gate, with the fleet's audit faked (pure decision on shipped facts) ---
 
 def _fake_gate(monkeypatch: pytest.MonkeyPatch, **drift: object) -> None:
-    def fake_preflight(view: SiteView, name: str, targets: Any, parallel: int = 16,
+    def fake_preflight(site: Site, name: str, targets: Any, parallel: int = 16,
                        before_launch: bool = False) -> PreflightResult:
         report = _report(name, **drift)
-        return PreflightResult(name, tuple(judge(view.lanes[name].refusals, report)), report, 0.01)
+        return PreflightResult(name, tuple(judge(lane_refusals(site, name, site.lanes[name]), report)),
+                               report, 0.01)
 
     monkeypatch.setattr(preflight_module, "preflight", fake_preflight)
-    monkeypatch.setattr("sparkbase.transport.targets_for", lambda reach, lab=None: {})
+    monkeypatch.setattr(preflight_cli, "preflight", fake_preflight)
+    monkeypatch.setattr(preflight_cli, "ssh_targets", lambda site, lab=None: {})
 
 
 def _latched() -> dict[str, object]:

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from sparkbase.audit.checks.fabric import NetplanWant, fabric_netplan
+from sparkbase.audit.checks.fabric import fabric_netplan
 from sparkbase.audit.expected import expected_for
 from sparkbase.audit.registry import Subject
 from sparkbase.deploy.assign import with_assignment
@@ -382,13 +382,11 @@ def test_the_netplan_files_are_read_in_the_plans_one_batch(site: Site, takeover_
 def _judge(takeover_site: Site, text: str | None) -> tuple[str, str | None]:
     expected = expected_for(takeover_site, "spark1")
     assert expected.plan().netplan_files
-    from sparkbase.audit.checks.fabric import _netplan
-
-    want = _netplan(expected, None)
-    assert isinstance(want, NetplanWant) and want.merged
+    rendered = expected.file(SITE_FILE)
+    assert rendered is not None and rendered.merged
     sources = () if text is None else (_source(SITE_FILE, text, 0o600),)
     facts = NodeFacts(node="spark1", netplan_files=NetplanListing(sources))
-    outcome = fabric_netplan(want, facts, Subject("spark1"))
+    outcome = fabric_netplan(expected, facts, Subject("spark1"))
     return outcome.status, outcome.observed
 
 

@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 from test_gate_preflight import _report
 
+from sparkbase.cli import preflight as preflight_cli
 from sparkbase.cli.main import main
 from sparkbase.gate import preflight as preflight_module
 from sparkbase.gate.preflight import PreflightResult, lane_level
-from sparkbase.gate.refusals import judge
+from sparkbase.gate.refusals import judge, lane_refusals
 from sparkbase.gate.releases import release_refusals
-from sparkbase.gate.view import SiteView, view_of
-from sparkbase.model.site import load_site
+from sparkbase.model.site import Site, load_site
 from sparkbase.policy.overrides import RecordKind, read_log
 from sparkbase.qualify.determinism import Completion
 from sparkbase.qualify.records import NewRelease, shape_of, write_release
@@ -41,8 +41,7 @@ def change_unit(site_root: Path) -> None:
 
 
 def refusals(site_root: Path) -> list[str]:
-    view = view_of(load_site(site_root))
-    return [r.line() for r in release_refusals(view.root, view.lanes[LANE])]
+    return [r.line() for r in release_refusals(load_site(site_root), LANE)]
 
 
 def test_no_release_no_qualification_refusal(site_copy: Path) -> None:
@@ -85,21 +84,22 @@ def test_a_record_that_cannot_be_read_refuses(site_copy: Path) -> None:
 def test_qualify_itself_is_gated_without_the_release_check(site_copy: Path) -> None:
     record(site_copy)
     change_unit(site_copy)
-    view = view_of(load_site(site_copy))
-    assert [r.reason for r in lane_level(view, LANE)][-1].startswith("qualification: ")
-    assert lane_level(view, LANE, releases=False) == list(view.lanes[LANE].refusals)
+    site = load_site(site_copy)
+    assert [r.reason for r in lane_level(site, LANE)][-1].startswith("qualification: ")
+    assert lane_level(site, LANE, releases=False) == lane_refusals(site, LANE, site.lanes[LANE])
 
 
 @pytest.fixture
 def faked_audit(monkeypatch: pytest.MonkeyPatch) -> None:
     """`preflight` with the fleet's audit faked (converged nodes), its lane-level reasons real."""
-    def fake_preflight(view: SiteView, name: str, targets: Any, parallel: int = 16,
+    def fake_preflight(site: Site, name: str, targets: Any, parallel: int = 16,
                        before_launch: bool = False, releases: bool = True) -> PreflightResult:
         report = _report(name)
-        return PreflightResult(name, tuple(judge(lane_level(view, name, releases), report)), report, 0.01)
+        return PreflightResult(name, tuple(judge(lane_level(site, name, releases), report)), report, 0.01)
 
     monkeypatch.setattr(preflight_module, "preflight", fake_preflight)
-    monkeypatch.setattr("sparkbase.transport.targets_for", lambda reach, lab=None: {})
+    monkeypatch.setattr(preflight_cli, "preflight", fake_preflight)
+    monkeypatch.setattr(preflight_cli, "ssh_targets", lambda site, lab=None: {})
 
 
 def test_preflight_refuses_then_an_override_is_recorded(site_copy: Path, faked_audit: None, tmp_path: Path,

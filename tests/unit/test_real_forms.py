@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_audit_support import converged_node, shipped
 
-from sparkbase.audit.checks.kernel import CmdlineWant, kernel_cmdline_check
-from sparkbase.audit.checks.secure_boot import secure_boot_state
+from sparkbase.audit.checks.kernel import cmdline_outcome
+from sparkbase.audit.checks.secure_boot import secure_boot_outcome
 from sparkbase.audit.registry import Subject
 from sparkbase.audit.run import judge_node
 from sparkbase.facts.model import DkmsEntry, NodeFacts, SecureBoot
@@ -113,7 +113,7 @@ def test_a_forbidden_parameter_in_quotes_does_not_escape_the_audit() -> None:
     """Split on spaces, the real line gives `"acpi_osi=Windows` and `2016"`: neither names
     acpi_osi, so a baseline forbidding it passed."""
     facts = NodeFacts(node="spark1", cmdline=parse_cmdline(QUOTED))
-    outcome = kernel_cmdline_check(CmdlineWant(("ro",), ("acpi_osi",)), facts, Subject("spark1"))
+    outcome = cmdline_outcome(("ro",), ("acpi_osi",), facts, Subject("spark1"))
     assert outcome.status == "fail"
     assert outcome.observed == "forbidden acpi_osi=!; forbidden acpi_osi=Windows 2016"
 
@@ -157,11 +157,11 @@ def test_no_secure_boot_in_the_firmware_is_a_state() -> None:
 
 def test_the_audit_judges_a_firmware_without_secure_boot_as_secure_boot_off() -> None:
     facts = NodeFacts(node="spark1", secure_boot=parse_sb_state(NO_SB))
-    wanted = secure_boot_state(True, facts, Subject("spark1"))
+    wanted = secure_boot_outcome(True, facts)
     assert wanted.status == "fail"
     assert "off: the firmware has no Secure Boot" in str(wanted.observed)
     assert wanted.fix is not None and "without Secure Boot" in wanted.fix
-    assert secure_boot_state(False, facts, Subject("spark1")).status == "pass"
+    assert secure_boot_outcome(False, facts).status == "pass"
 
 
 # --- engine metrics ---------------------------------------------------------------------

@@ -172,7 +172,7 @@ def test_the_key_covers_version_and_code(site_copy: Path, monkeypatch: pytest.Mo
     inventory = root / "inventory" / "site.yaml"
     key = site_cache.site_key(root, inventory, ("baselines", "lanes"))
     assert site_cache.site_key(root, inventory, ("baselines", "lanes")) == key
-    monkeypatch.setattr("sparkbase.__version__", "9.9.9")
+    monkeypatch.setattr(site_cache, "__version__", "9.9.9")
     assert site_cache.site_key(root, inventory, ("baselines", "lanes")) != key
     monkeypatch.undo()
     monkeypatch.setattr(site_cache, "_code_stamp", lambda: b"other code")

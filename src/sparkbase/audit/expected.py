@@ -2,19 +2,18 @@
 
 `expected_for` is the one place the audit, the gate and the testinfra suite get a node's
 expectations from; `preflight` passes the lane's baseline instead of the inventory's.
-`sparkbase.audit.compiled` turns them into plain data for the audit and the gate.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, replace
 
-if TYPE_CHECKING:
-    from sparkbase.facts.script import FactPlan
-    from sparkbase.model.baseline import Baseline
-    from sparkbase.model.site import Site
-    from sparkbase.render import RenderedFile
+from sparkbase.facts.script import FactPlan, plan_for
+from sparkbase.model.baseline import Baseline
+from sparkbase.model.fabric import node_gid_index
+from sparkbase.model.site import Site
+from sparkbase.policy.foreign import foreign_for, foreign_fstab_edits, foreign_swap_files
+from sparkbase.render import STAMP_PATH, RenderedFile, node_files
 
 
 @dataclass(frozen=True)
@@ -56,10 +55,6 @@ class Expected:
 
     def plan(self) -> FactPlan:
         """The facts to gather to judge this node."""
-        from dataclasses import replace
-
-        from sparkbase.facts.script import plan_for
-
         plan = plan_for(self.baseline, [f.path for f in self.files], self.stamp_path,
                         foreign_packages=self.foreign_packages)
         # the fabric part of the site's netplan file is judged on its exact text
@@ -68,10 +63,6 @@ class Expected:
 
 def expected_for(site: Site, node: str, baseline_name: str | None = None) -> Expected:
     """Expectations of `node`: its inventory baseline, or `baseline_name` (a lane's) instead."""
-    from sparkbase.model.fabric import node_gid_index
-    from sparkbase.policy.foreign import foreign_for, foreign_fstab_edits, foreign_swap_files
-    from sparkbase.render import STAMP_PATH, node_files
-
     entry = site.inventory.nodes[node]
     name = baseline_name or entry.baseline
     baseline = site.baselines[name]

@@ -1,10 +1,7 @@
-"""The check registry: every check once, by id, with its area, severity, what it expects
-and its judge.
+"""The check registry: every check once, by id, with its area, severity and its judge.
 
-Each node check is two functions: `expect` works out, from the typed model (`Expected`),
-what the check compares on a node, as plain data; `judge` is pure, on that plain value and
-the node's facts. Expectations are worked out once per site (`audit.compiled`), so judging
-(every audit, every launch gate) needs no typed model.
+Each node check is one pure function of what the node should be (`Expected`, the typed
+model) and what it is (its `NodeFacts`), for one item of the node (`Subject`).
 
 A node check may stand for several items (one per sysctl, HCA, rendered file…): its
 `items(expected)` names them and its id becomes `base.item` (`fabric.gid.rocep1s0f0`).
@@ -25,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from sparkbase.audit.expected import Expected
@@ -88,9 +85,6 @@ class CheckResult:
         return self.status == "fail" and self.severity == "error"
 
 
-W = TypeVar("W")
-
-
 @dataclass(frozen=True)
 class Subject:
     """The node (and item) a check is judging: what its fix texts name."""
@@ -99,56 +93,31 @@ class Subject:
     item: str | None = None
 
 
-@dataclass(frozen=True)
-class AsFound:
-    """What a check of what sparkbase writes expects on a node whose baseline leaves its
-    section as found (None: manages nothing): nothing, judged as a skip saying so."""
-
-    section: str | None
-
-
-@dataclass(frozen=True)
-class Crashed:
-    """What a check expects when working that out crashed (a bug in the check): judged as
-    that check failing, never as every other check's."""
-
-    error: str
-
-
-#: what a check expects of a node, worked out from the typed model when the site is compiled
-ExpectFn = Callable[["Expected", str | None], W]
-#: the verdict on one node's facts against what was expected (plain data only)
-JudgeFn = Callable[[W, "NodeFacts", Subject], Outcome]
+#: the verdict on one node: what it should be, its facts, and the node (and item) judged
+JudgeFn = Callable[["Expected", "NodeFacts", Subject], Outcome]
 ItemsFn = Callable[["Expected"], list[str]]
 
 
 @dataclass(frozen=True)
 class PlannedCheck:
-    """One check as planned on one node: its id (`base.item`), the registered check, the item
-    and what the check expects there. `want` is plain data (strings, numbers, tuples, the
-    check's own frozen dataclasses; never a model object), so planned checks are kept in the
-    site cache and judged by the gate without importing the typed model."""
+    """One check as planned on one node: its id (`base.item`), the registered check and the item."""
 
     id: str
     check: str
     item: str | None
-    want: object
-    #: the check's section is left as found on the node: apply changes nothing there
-    as_found: bool = False
 
 
 @dataclass(frozen=True)
-class NodeCheck(Generic[W]):
-    """A check of one node: `expect` (from the typed model, once per site) and `judge` (pure,
-    on plain data: what was expected and the node's facts); the section whose steps fix it,
-    and whether it judges what sparkbase writes (`written`) or an effective value."""
+class NodeCheck:
+    """A check of one node: its `judge` (pure: what the node should be and its facts), the
+    section whose steps fix it, and whether it judges what sparkbase writes (`written`) or
+    an effective value."""
 
     id: str
     area: str
     severity: Severity
     summary: str
-    judge: JudgeFn[W]
-    expect: ExpectFn[W]
+    judge: JudgeFn
     items: ItemsFn | None = None
     section: Section | None = None
     written: bool = False
@@ -161,47 +130,30 @@ class NodeCheck(Generic[W]):
 
     def plan(self, expected: Expected) -> list[PlannedCheck]:
         """This check's planned checks on the node `expected` describes."""
-        return [self.planned(expected, check_id, item) for check_id, item in self.ids(expected)]
+        return [PlannedCheck(check_id, self.id, item) for check_id, item in self.ids(expected)]
 
-    def planned(self, expected: Expected, check_id: str, item: str | None) -> PlannedCheck:
-        """One item planned: what it expects, or `AsFound` for a check of what sparkbase
-        writes in a section the node's baseline leaves as found."""
+    def run(self, expected: Expected, facts: NodeFacts, item: str | None, check_id: str) -> CheckResult:
+        """Judge one item on one node; a crash is reported as this check failing.
+
+        A check of what sparkbase writes, on a node whose baseline leaves its section as found
+        (or manages nothing), is a skip saying so; a failing check in a section left as found
+        says that apply changes nothing there."""
         managed = expected.baseline.managed
         as_found = self.section is not None and self.section not in managed
-        if self.written and (as_found or not managed):
-            return PlannedCheck(check_id, self.id, item, AsFound(self.section), as_found)
-        return PlannedCheck(check_id, self.id, item, self.want(expected, item), as_found)
-
-    def want(self, expected: Expected, item: str | None) -> object:
-        """What this check expects of `item` on the node, or `Crashed` saying why that could
-        not be worked out (a check bug must not hide every other result)."""
         try:
-            return self.expect(expected, item)
-        except Exception as exc:
-            return Crashed(f"{type(exc).__name__}: {exc}")
-
-    def judge_planned(self, planned: PlannedCheck, facts: NodeFacts, node: str) -> CheckResult:
-        """Judge one planned check on a node's facts; a crash is reported as this check failing."""
-        try:
-            if isinstance(planned.want, Crashed):
-                outcome = fail(None, f"check crashed: {planned.want.error}", "report this bug")
-            elif isinstance(planned.want, AsFound):
-                outcome = skip(_as_found_skip(planned.want.section))
+            if self.written and (as_found or not managed):
+                outcome = skip(_as_found_skip(self.section))
             else:
-                outcome = self.judge(planned.want, facts, Subject(node, planned.item))  # type: ignore[arg-type]
+                outcome = self.judge(expected, facts, Subject(expected.node, item))
         except Exception as exc:  # a check bug must not hide every other result
             outcome = fail(None, f"check crashed: {type(exc).__name__}: {exc}", "report this bug")
         fix = outcome.fix
-        if planned.as_found and outcome.status == "fail" and self.section is not None:
+        if as_found and outcome.status == "fail" and self.section is not None:
             fix = _as_found_fix(self.section, fix)
         return CheckResult(
-            planned.id, self.area, self.severity, node,
+            check_id, self.area, self.severity, expected.node,
             outcome.status, outcome.expected, outcome.observed, fix,
         )
-
-    def run(self, expected: Expected, facts: NodeFacts, item: str | None, check_id: str) -> CheckResult:
-        """Plan and judge one item on one node (the testinfra checks run them one by one)."""
-        return self.judge_planned(self.planned(expected, check_id, item), facts, expected.node)
 
 
 def _as_found_skip(section: str | None) -> str:
@@ -229,7 +181,7 @@ class FleetCheck:
     key: Callable[[NodeFacts], object]
 
 
-NODE_CHECKS: dict[str, NodeCheck[Any]] = {}
+NODE_CHECKS: dict[str, NodeCheck] = {}
 FLEET_CHECKS: dict[str, FleetCheck] = {}
 
 
@@ -238,21 +190,18 @@ def node_check(
     area: str,
     summary: str,
     *,
-    expect: ExpectFn[W],
     section: Section | None,
     written: bool = False,
     severity: Severity = "error",
     items: ItemsFn | None = None,
-) -> Callable[[JudgeFn[W]], JudgeFn[W]]:
-    """Register a node check (decorator on its judge; `expect` works out what it compares;
-    `section` is the baseline section whose steps fix it, `written` that it judges the
-    content of what sparkbase writes there)."""
+) -> Callable[[JudgeFn], JudgeFn]:
+    """Register a node check (decorator on its judge; `section` is the baseline section whose
+    steps fix it, `written` that it judges the content of what sparkbase writes there)."""
 
-    def register(judge: JudgeFn[W]) -> JudgeFn[W]:
+    def register(judge: JudgeFn) -> JudgeFn:
         if check_id in NODE_CHECKS:
             raise ValueError(f"check {check_id} registered twice")
-        NODE_CHECKS[check_id] = NodeCheck(check_id, area, severity, summary, judge, expect, items,
-                                          section, written)
+        NODE_CHECKS[check_id] = NodeCheck(check_id, area, severity, summary, judge, items, section, written)
         return judge
 
     return register

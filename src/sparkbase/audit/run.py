@@ -5,19 +5,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
 
-from sparkbase.audit.checks import fleet_checks, node_checks
-from sparkbase.audit.compiled import CompiledNode, compiled
+from sparkbase.audit.checks import fleet_checks, node_checks, planned_checks
+from sparkbase.audit.expected import Expected
 from sparkbase.audit.registry import CheckResult
+from sparkbase.audit.runtime import LaneProbe, container_names, first_matches, runtime_results
+from sparkbase.facts.collect import gather_fleet
 from sparkbase.facts.model import FactsResult, NodeFacts, Unreachable
+from sparkbase.facts.script import FactPlan
+from sparkbase.transport import SshTarget
 from sparkbase.transport.failure import FailureKind
-
-if TYPE_CHECKING:
-    from sparkbase.audit.expected import Expected
-    from sparkbase.audit.runtime import LaneProbe
-    from sparkbase.facts.script import FactPlan
-    from sparkbase.transport import SshTarget
 
 EXIT_CLEAN = 0
 EXIT_DRIFT = 1
@@ -84,11 +81,11 @@ class AuditReport:
         return EXIT_DRIFT if self.drift else EXIT_CLEAN
 
 
-def judge_node(expected: Expected | CompiledNode, facts: NodeFacts) -> tuple[CheckResult, ...]:
+def judge_node(expected: Expected, facts: NodeFacts) -> tuple[CheckResult, ...]:
     """Every node check on one node's facts (pure)."""
-    node = compiled(expected)
     checks = node_checks()
-    return tuple(checks[planned.check].judge_planned(planned, facts, node.node) for planned in node.checks)
+    return tuple(checks[planned.check].run(expected, facts, planned.item, planned.id)
+                 for planned in planned_checks(expected))
 
 
 def judge_fleet(facts: Mapping[str, NodeFacts]) -> tuple[CheckResult, ...]:
@@ -121,33 +118,30 @@ def judge_fleet(facts: Mapping[str, NodeFacts]) -> tuple[CheckResult, ...]:
     return tuple(results)
 
 
-def report_node(expected: Expected | CompiledNode, result: FactsResult, probes: Sequence[LaneProbe] = ()
-                ) -> NodeReport:
+def report_node(expected: Expected, result: FactsResult, probes: Sequence[LaneProbe] = ()) -> NodeReport:
     """A node's report from its facts (or its unreachability); `probes` are the lanes whose
     serving processes are checked there (audit/runtime.py)."""
-    from sparkbase.audit.runtime import runtime_results
-
-    node = compiled(expected)
+    version = expected.baseline.version
     if isinstance(result, Unreachable):
-        return NodeReport(node.node, node.baseline_name, node.baseline_version, False, result.reason, (),
+        return NodeReport(expected.node, expected.baseline_name, version, False, result.reason, (),
                           failure=result.kind)
     return NodeReport(
-        node.node,
-        node.baseline_name,
-        node.baseline_version,
+        expected.node,
+        expected.baseline_name,
+        version,
         True,
         None,
-        (*judge_node(node, result), *runtime_results(node.node, probes, result)),
+        (*judge_node(expected, result), *runtime_results(expected.node, probes, result)),
         result.elapsed_seconds,
     )
 
 
-Gatherer = Callable[[Mapping[str, "SshTarget"], Mapping[str, "FactPlan"], int], dict[str, FactsResult]]
+Gatherer = Callable[[Mapping[str, SshTarget], Mapping[str, FactPlan], int], dict[str, FactsResult]]
 
 
 def run_audit(
     site_name: str,
-    expectations: Mapping[str, Expected | CompiledNode],
+    expectations: Mapping[str, Expected],
     targets: Mapping[str, SshTarget],
     parallel: int = 16,
     gather: Gatherer | None = None,
@@ -155,25 +149,20 @@ def run_audit(
 ) -> AuditReport:
     """Gather facts from every expected node (one round trip each) and judge them; with
     `probes`, the same round trip reads each node's serving processes of those lanes."""
-    from sparkbase.facts.collect import gather_fleet
-
     started = time.time()
     clock = time.monotonic()
-    nodes = {name: compiled(expected) for name, expected in expectations.items()}
-    plans = {name: node.plan for name, node in nodes.items()}
+    plans = {name: expected.plan() for name, expected in expectations.items()}
     if probes:
-        from sparkbase.audit.runtime import container_names, first_matches
-
         plans = {node: replace(plan, serving_matches=first_matches(probes.get(node, ())),
                                serving_containers=container_names(probes.get(node, ())))
                  for node, plan in plans.items()}
     gathered = (gather or gather_fleet)(targets, plans, parallel)
-    return build_report(site_name, nodes, gathered, started, time.monotonic() - clock, probes)
+    return build_report(site_name, expectations, gathered, started, time.monotonic() - clock, probes)
 
 
 def build_report(
     site_name: str,
-    expectations: Mapping[str, Expected | CompiledNode],
+    expectations: Mapping[str, Expected],
     gathered: Mapping[str, FactsResult],
     started: float = 0.0,
     elapsed: float = 0.0,

@@ -64,8 +64,7 @@ CONTAINER_FIX = ("start the lane as `docker run --name {name} ... {image}` (the 
 @dataclass(frozen=True)
 class LaneProbe:
     """A lane to look for on a node: its name, how to find it (every `match` string in the
-    command line), and what its baseline needs of the process, as plain data (kept in the
-    gate's cache and judged without the typed model)."""
+    command line), and what its baseline needs of the process."""
 
     lane: str
     match: tuple[str, ...]

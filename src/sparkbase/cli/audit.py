@@ -18,21 +18,31 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from sparkbase.cli.common import add_site_arguments, add_target_arguments
-
-if TYPE_CHECKING:
-    from collections.abc import Mapping
-
-    from sparkbase.audit.compiled import CompiledNode
-    from sparkbase.audit.run import Gatherer
-    from sparkbase.console import Progress
-    from sparkbase.facts.model import FactsResult
-    from sparkbase.facts.script import FactPlan
-    from sparkbase.model.site import Site
-    from sparkbase.transport import SshTarget
+from sparkbase.atomicfile import write_output
+from sparkbase.audit.expected import Expected, expected_for
+from sparkbase.audit.reports import audit_table, render, summary_line
+from sparkbase.audit.run import Gatherer, run_audit
+from sparkbase.audit.runtime import LaneProbe, lane_probe, probes_by_node
+from sparkbase.cli.common import (
+    add_site_arguments,
+    add_target_arguments,
+    lab_path,
+    load_site_or_exit,
+    selected_nodes,
+)
+from sparkbase.console import Progress, print_table
+from sparkbase.deploy.assign import AssignmentError, with_assignment
+from sparkbase.facts.collect import gather_fleet, gather_node
+from sparkbase.facts.model import FactsResult
+from sparkbase.facts.script import FactPlan
+from sparkbase.gate.proxy_env import ProxyEnvError, active_lane, read_env
+from sparkbase.model.site import Site
+from sparkbase.text import shown
+from sparkbase.transport import SshTarget, ssh_targets
 
 FORMATS = ("table", "json", "junit", "prometheus")
 
@@ -56,34 +66,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the audit and print or write the report."""
-    from sparkbase.atomicfile import write_output
-    from sparkbase.audit.reports import render
-    from sparkbase.audit.run import run_audit
-    from sparkbase.cli.common import lab_path, load_view_or_exit, pick_nodes
-    from sparkbase.transport import targets_for
-
     if args.parallel < 1:
         print("sparkbase: --parallel must be at least 1", file=sys.stderr)
         return 2
-    view = load_view_or_exit(args)
-    nodes = pick_nodes(view.nodes, args)
-    wanted = view.expectations(nodes) if args.baseline is None else _under_baseline(args, nodes)
-    if wanted is None:
+    site = load_site_or_exit(args)
+    nodes = selected_nodes(site, args)
+    problem = _baseline_problem(site, args)
+    if problem is not None:
+        print(f"sparkbase: {problem}", file=sys.stderr)
         return 2
-    targets = targets_for(view.reach, lab_path(args))
+    wanted: dict[str, Expected] = {node: expected_for(site, node, args.baseline) for node in nodes}
+    lab = lab_path(args)
+    targets = ssh_targets(site, lab)
     # the serving processes of every enabled lane, read in the same round trip; the lane
     # the proxy sends traffic to must be serving (else "not serving"), the others may idle
-    active = view.active_lane(lab_path(args))
-    running = view.probes((name for name, lane in sorted(view.lanes.items()) if lane.enabled),
-                          required=[active] if active is not None else [])
-    from sparkbase.console import Progress
-
+    active = serving_lane(site, lab)
+    running = probes_by_node(
+        (lane.nodes, _probe(site, name, required=name == active))
+        for name, lane in sorted(site.lanes.items()) if lane.enabled
+    )
     with Progress("audit", total=len(nodes), live=len(nodes) > 1) as progress:
-        report = run_audit(view.site, wanted, targets, args.parallel,
+        report = run_audit(site.rules.site, wanted, targets, args.parallel,
                            gather=_gather_counted(progress), probes=running)
-    from sparkbase.audit.reports import summary_line
-    from sparkbase.text import shown
-
     if args.output is not None:
         try:
             write_output(args.output, render(report, args.format, args.verbose))
@@ -93,9 +97,6 @@ def run(args: argparse.Namespace) -> int:
         if args.format != "table":
             print(summary_line(report), file=sys.stderr)
     elif args.format == "table":
-        from sparkbase.audit.reports import audit_table
-        from sparkbase.console import print_table
-
         print_table(audit_table(report, args.verbose))
         print(summary_line(report))
     else:
@@ -105,11 +106,28 @@ def run(args: argparse.Namespace) -> int:
     return report.exit_code
 
 
+def _probe(site: Site, name: str, required: bool) -> LaneProbe | None:
+    """Lane `name`'s probe, required to be serving when it is the active lane."""
+    probe = lane_probe(site, name)
+    return replace(probe, required=True) if probe is not None and required else probe
+
+
+def serving_lane(site: Site, lab: Path | None = None) -> str | None:
+    """The lane the proxy's .env names (in the lab: LAB_DIR/proxy.env), or None when the
+    site has no proxy or the file cannot be read (then no lane counts as active)."""
+    proxy = site.rules.proxy
+    if proxy is None:
+        return None
+    path = lab / "proxy.env" if lab is not None else site.path(proxy.env_file)
+    try:
+        return active_lane(read_env(path), proxy.key, path)
+    except ProxyEnvError:
+        return None
+
+
 def _gather_counted(progress: Progress) -> Gatherer:
     """The fleet's facts gathered as usual, each node counted on `progress` when it answers
     (or fails to)."""
-    from sparkbase.facts.collect import gather_fleet, gather_node
-
     def gather_one(node: str, target: SshTarget, plan: FactPlan) -> FactsResult:
         try:
             return gather_node(node, target, plan)
@@ -123,25 +141,8 @@ def _gather_counted(progress: Progress) -> Gatherer:
     return gather
 
 
-def _under_baseline(args: argparse.Namespace, nodes: list[str]) -> dict[str, CompiledNode] | None:
-    """`nodes` compiled under `--baseline` (the typed site is loaded: rare, not the gate's
-    path); None, having said why, when that baseline cannot be audited there."""
-    from sparkbase.audit.compiled import expectations
-    from sparkbase.cli.common import load_site_or_exit
-
-    site = load_site_or_exit(args)
-    problem = _baseline_problem(site, args)
-    if problem is not None:
-        print(f"sparkbase: {problem}", file=sys.stderr)
-        return None
-    return expectations(site, nodes, args.baseline)
-
-
 def _baseline_problem(site: Site, args: argparse.Namespace) -> str | None:
     """Why `--baseline` cannot be audited (no --limit, abstract, unknown), or None."""
-    from sparkbase.deploy.assign import AssignmentError, with_assignment
-    from sparkbase.text import shown
-
     if args.baseline is None:
         return None
     if not args.limit:

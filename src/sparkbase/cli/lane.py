@@ -119,9 +119,8 @@ def _preflight(args: argparse.Namespace, site: Site, lane: str) -> tuple[list[st
     """The pre-flight's refusal lines, whether any cannot be overridden, and where the lane
     runs as a container (node, container, image digest)."""
     from sparkbase.gate.preflight import preflight
-    from sparkbase.gate.view import view_of
 
-    result = preflight(view_of(site), lane, _targets(args, site), args.parallel)
+    result = preflight(site, lane, _targets(args, site), args.parallel)
     return ([refusal.line() for refusal in result.refusals], bool(result.blocking_override),
             result.where_it_runs())
 

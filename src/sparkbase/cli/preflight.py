@@ -16,15 +16,23 @@ lane cannot be overridden (enable it in reviewed YAML). Exit 0 qualified (or ove
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from sparkbase.cli.common import add_lab_arguments, add_site_arguments
-
-if TYPE_CHECKING:
-    from sparkbase.gate.preflight import PreflightResult
-    from sparkbase.gate.view import SiteView
+from sparkbase.cli.common import (
+    add_lab_arguments,
+    add_site_arguments,
+    lab_path,
+    lane_or_exit,
+    load_site_or_exit,
+    reason_or_exit,
+)
+from sparkbase.gate.preflight import PreflightResult, preflight
+from sparkbase.model.site import Site
+from sparkbase.policy.overrides import OverrideLogError, RecordKind, append_record, log_path, new_record
+from sparkbase.text import shown
+from sparkbase.transport import ssh_targets
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -57,15 +65,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the gate."""
-    from sparkbase.cli.common import lab_path, lane_or_exit, load_view_or_exit, reason_or_exit
-    from sparkbase.gate.preflight import preflight
-    from sparkbase.text import shown
-    from sparkbase.transport import targets_for
-
-    view = load_view_or_exit(args)
-    lane_or_exit(view, args.lane)
+    site = load_site_or_exit(args)
+    lane_or_exit(site, args.lane)
     reason = reason_or_exit(args.override, "--override")
-    result = preflight(view, args.lane, targets_for(view.reach, lab_path(args)), args.parallel,
+    result = preflight(site, args.lane, ssh_targets(site, lab_path(args)), args.parallel,
                        before_launch=args.before_launch)
     lines = [refusal.line() for refusal in result.refusals]
     if result.qualified:
@@ -92,15 +95,13 @@ def run(args: argparse.Namespace) -> int:
             )
         print(summary, file=stream)
         return 1
-    recorded = _record_override(args, view, lines, reason)
+    recorded = _record_override(args, site, lines, reason)
     _print_json(args, result, overridden=recorded)
     return 0 if recorded else 1
 
 
 def _print_json(args: argparse.Namespace, result: PreflightResult, overridden: bool) -> None:
     """With --json, the verdict as one JSON document (format 1) on stdout."""
-    import json
-
     if not args.json:
         return
     document = {
@@ -114,14 +115,11 @@ def _print_json(args: argparse.Namespace, result: PreflightResult, overridden: b
     print(json.dumps(document, indent=2))
 
 
-def _record_override(args: argparse.Namespace, view: SiteView, lines: list[str], reason: str) -> bool:
+def _record_override(args: argparse.Namespace, site: Site, lines: list[str], reason: str) -> bool:
     """Log the override (one record) and warn; False when it could not be recorded (only a
     recorded override launches)."""
-    from sparkbase.policy.overrides import OverrideLogError, RecordKind, append_record, log_path, new_record
-    from sparkbase.text import shown
-
-    lane = view.lanes[args.lane]
-    log = args.log or log_path(view.root)
+    lane = site.lanes[args.lane]
+    log = args.log or log_path(site.root)
     record = new_record(
         RecordKind.PREFLIGHT,
         reason,

@@ -163,7 +163,6 @@ def _session(site: Site, args: argparse.Namespace, prompts: PromptSetFile, previ
     """The plan and what it reaches; a lane that names no endpoint or metrics exits 2."""
     from sparkbase.gate.lane_metrics import LaneMetricsError
     from sparkbase.gate.preflight import preflight
-    from sparkbase.gate.view import view_of
     from sparkbase.qualify.client import ApiError
     from sparkbase.qualify.endpoint import api_endpoint
     from sparkbase.qualify.guard import lane_guard
@@ -185,10 +184,8 @@ def _session(site: Site, args: argparse.Namespace, prompts: PromptSetFile, previ
         guard = lane_guard(site, args.lane, lab)
     except (ApiError, LaneMetricsError) as exc:
         fail(str(exc))
-    view = view_of(site)
-
     def gate(before_launch: bool) -> list[str]:
-        result = preflight(view, args.lane, targets, args.parallel, before_launch=before_launch,
+        result = preflight(site, args.lane, targets, args.parallel, before_launch=before_launch,
                            releases=False)
         return [refusal.line() for refusal in result.refusals]
 

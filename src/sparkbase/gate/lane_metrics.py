@@ -20,6 +20,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sparkbase.gate.metrics import MetricsError, Sample, load_metrics, parse_scrapes
+from sparkbase.gate.triggers import sglang_loads, vllm_loads
+from sparkbase.transport import ssh_targets
+from sparkbase.transport.targets import LAB_METRICS_PORT_OFFSET as METRICS_PORT_OFFSET
 
 if TYPE_CHECKING:
     from sparkbase.model.site import Site
@@ -89,14 +92,13 @@ def lane_targets(
     address and the stand-in's port (its SSH port + the lab's offset), and only loopback.
     `LaneMetricsError` when the lane names no endpoint.
     """
-    from sparkbase.transport.targets import LAB_METRICS_PORT_OFFSET as METRICS_PORT_OFFSET
-
     lane = site.lanes[lane_name]
     endpoint = lane.runtime.metrics if lane.runtime is not None else None
     if endpoint is None:
         raise LaneMetricsError(f"lane {lane_name} names no metrics endpoint (lanes/{lane_name}.yaml "
                                "runtime.metrics: {port, path})")
     if resolve is None:
+        # kept here: transport.client imports paramiko (0.3 s), which reading metrics does not need
         from sparkbase.transport.client import resolve as ssh_resolve
 
         resolve = ssh_resolve
@@ -166,8 +168,6 @@ def wanted_metrics(site: Site) -> set[str]:
 def key_figures(trigger: SessionLoadTrigger, samples: list[Sample]) -> str:
     """One node's figures as the trigger reads them, at its latest scrape: running requests,
     KV-cache tokens in use and long sessions, per engine instance."""
-    from sparkbase.gate.triggers import sglang_loads, vllm_loads
-
     loads = sglang_loads(trigger, samples) + vllm_loads(trigger, samples)
     if not loads:
         return f"no {trigger.sglang.running} or {trigger.vllm.running} in the scrape"
@@ -197,7 +197,5 @@ def source_lines(lane_name: str, env: Path, scrapes: list[NodeScrape]) -> list[s
 def scrape_lane(site: Site, lane_name: str, lab: Path | None, scraped_at: float) -> list[NodeScrape]:
     """Scrape every endpoint of the lane (the lab's loopback endpoints with `lab`);
     `LaneMetricsError` when the lane names none."""
-    from sparkbase.transport import ssh_targets
-
     targets = lane_targets(site, lane_name, ssh_targets(site, lab), lab is not None)
     return scrape_all(targets, wanted_metrics(site), scraped_at)

@@ -1,24 +1,23 @@
 """The lane launch gate: qualified only if every node is exactly the host the lane was qualified on.
 
-`judge` is pure: a lane as the gate sees it (`gate.view.LaneView`: its reasons to refuse
-that need no node, worked out once per site by `lane_refusals`) and an audit of its nodes
-against its baseline in, every refusal reason out (one line each). `preflight` gathers the
-audit from the site's view, so an unchanged site is judged without loading it.
+`preflight` audits the lane's nodes against the lane's baseline, straight from the typed
+site, and `gate.refusals.judge` (pure) turns the lane's own reasons and that audit into
+every refusal reason (one line each).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, replace
 
-from sparkbase.gate.refusals import Refusal, judge
-
-if TYPE_CHECKING:
-    from sparkbase.audit.run import AuditReport
-    from sparkbase.gate.view import LaneView, SiteView
-    from sparkbase.transport import SshTarget
+from sparkbase.audit.expected import expected_for
+from sparkbase.audit.run import AuditReport, run_audit
+from sparkbase.audit.runtime import lane_probe, probes_by_node
+from sparkbase.gate.refusals import Refusal, judge, lane_refusals
+from sparkbase.gate.releases import release_refusals
+from sparkbase.model.site import Site
+from sparkbase.transport import SshTarget
 
 
 @dataclass(frozen=True)
@@ -48,7 +47,7 @@ class PreflightResult:
                 if result.id == check and result.observed]
 
 
-def preflight(view: SiteView, name: str, targets: Mapping[str, SshTarget], parallel: int = 16,
+def preflight(site: Site, name: str, targets: Mapping[str, SshTarget], parallel: int = 16,
               before_launch: bool = False, releases: bool = True) -> PreflightResult:
     """Audit the lane's nodes against the lane's baseline and decide.
 
@@ -60,21 +59,20 @@ def preflight(view: SiteView, name: str, targets: Mapping[str, SshTarget], paral
     (`gate.releases`); `releases=False` leaves that out for `qualify`, which is what a
     candidate waits for.
     """
-    from sparkbase.audit.run import run_audit
-
     start = time.monotonic()
-    lane: LaneView = view.lanes[name]
-    report = run_audit(view.site, view.expectations(lane.nodes, lane.baseline), targets, parallel,
-                       probes=view.probes([name], required=() if before_launch else [name]))
-    return PreflightResult(name, tuple(judge(lane_level(view, name, releases), report)), report,
+    lane = site.lanes[name]
+    expectations = {node: expected_for(site, node, lane.baseline) for node in lane.nodes}
+    probe = lane_probe(site, name)
+    if probe is not None and not before_launch:
+        probe = replace(probe, required=True)
+    report = run_audit(site.rules.site, expectations, targets, parallel,
+                       probes=probes_by_node([(lane.nodes, probe)]))
+    return PreflightResult(name, tuple(judge(lane_level(site, name, releases), report)), report,
                            time.monotonic() - start)
 
 
-def lane_level(view: SiteView, name: str, releases: bool = True) -> list[Refusal]:
-    """The lane's reasons to refuse that need no node: those kept in the view (disabled,
-    version, shape, contract) and, with `releases`, its qualification (`gate.releases`, read
-    from the site's releases/ at every run, never cached)."""
-    from sparkbase.gate.releases import release_refusals
-
-    lane = view.lanes[name]
-    return [*lane.refusals, *(release_refusals(view.root, lane) if releases else [])]
+def lane_level(site: Site, name: str, releases: bool = True) -> list[Refusal]:
+    """The lane's reasons to refuse that need no node (disabled, version, shape, contract)
+    and, with `releases`, its qualification (`gate.releases`, read from the site's releases/)."""
+    lane = site.lanes[name]
+    return [*lane_refusals(site, name, lane), *(release_refusals(site, name) if releases else [])]

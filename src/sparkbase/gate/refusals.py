@@ -1,20 +1,21 @@
 """Why a lane may not launch: reasons in the lane itself, then its nodes', then the fleet's.
 
 `lane_refusals` works out, from the typed site, the reasons that need no node (a disabled
-lane, another baseline version, a shape not qualified, a contract breach): the gate's view
-keeps them (`gate.view`). `judge` adds the audit's blocking results; it is pure.
+lane, another baseline version, a shape not qualified, a contract breach); `judge` adds the
+audit's blocking results; it is pure.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from sparkbase.audit.run import AuditReport
-    from sparkbase.model.lanes import Lane
-    from sparkbase.model.site import Site
-    from sparkbase.transport import FailureKind
+from sparkbase.audit.run import AuditReport
+from sparkbase.model.baseline import SHAPE_NODES
+from sparkbase.model.lanes import Lane
+from sparkbase.model.rules import contract_breaches
+from sparkbase.model.site import Site
+from sparkbase.text import shown
+from sparkbase.transport import FailureKind
 
 
 @dataclass(frozen=True)
@@ -34,16 +35,11 @@ class Refusal:
     def line(self) -> str:
         """`spark1: kernel.release: expected …, observed …` style text (one line: the parts
         come from the site and the nodes, and are shown escaped)."""
-        from sparkbase.text import shown
-
         return f"{shown(self.where)}: {shown(self.reason)}"
 
 
 def lane_refusals(site: Site, name: str, lane: Lane) -> list[Refusal]:
     """Reasons in the lane and its baseline alone (no node asked)."""
-    from sparkbase.model.baseline import SHAPE_NODES
-    from sparkbase.model.rules import contract_breaches
-
     refusals: list[Refusal] = []
     if not lane.enabled:
         refusals.append(

@@ -20,30 +20,25 @@ rule (no release, no launch) would add a switch in site.yaml; that decision is t
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import TYPE_CHECKING
-
 from sparkbase.gate.refusals import Refusal
+from sparkbase.model.site import Site
+from sparkbase.qualify.records import RecordError, list_releases, shape_of
 
-if TYPE_CHECKING:
-    from sparkbase.gate.view import LaneView
 
-
-def release_refusals(root: Path, lane: LaneView) -> list[Refusal]:
-    """The qualification refusal of `lane` in the site at `root` (none without releases, or
-    when what runs matches one); a record that cannot be read refuses, naming it."""
-    from sparkbase.qualify.records import RecordError, list_releases
-
+def release_refusals(site: Site, name: str) -> list[Refusal]:
+    """The qualification refusal of lane `name` of `site` (none without releases, or when
+    what runs matches one); a record that cannot be read refuses, naming it."""
     try:
-        found = list_releases(root, lane.name)
+        found = list_releases(site.root, name)
     except RecordError as exc:
         return [Refusal("lane", f"qualification: {exc}")]
-    if not found or lane.shape is None:
+    if not found or site.lanes[name].baseline not in site.baselines:
         return []
-    if any(lane.shape.matches(release.shape) for release in found):
+    shape = shape_of(site, name)
+    if any(shape.matches(release.shape) for release in found):
         return []
     newest = found[-1]
-    differs = "; ".join(lane.shape.differences(newest.shape, newest.name))
+    differs = "; ".join(shape.differences(newest.shape, newest.name))
     return [Refusal("lane", f"qualification: what runs matches none of the {len(found)} qualified release(s) "
-                            f"in releases/{lane.name}/; against the newest, {newest.name}: {differs} "
-                            f"(`sparkbase qualify {lane.name}` qualifies it)")]
+                            f"in releases/{name}/; against the newest, {newest.name}: {differs} "
+                            f"(`sparkbase qualify {name}` qualifies it)")]

@@ -4,7 +4,7 @@ A swap header is written for one page size, so a kernel of another page size ref
 file. The recipe's answer (spark-ds41f host/kernel-memory/spark3-kernel-memory and its
 service, db98392f) is a oneshot unit before `swap.target` that swaps on the file made for
 `getconf PAGESIZE`; sparkbase renders its own. Names only: read by the model, the render,
-the deploy, the fact plan and the audit (which must not load the typed model).
+the deploy, the fact plan and the audit.
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
 """A cache of the validated site, so the launch gate does not parse YAML on every call.
 
 Loading a site parses every YAML file with ruamel (comments and positions kept) and
-validates it with pydantic: most of a `preflight`'s own time. The result depends only on
-the bytes of the files the loader reads, on sparkbase's version and on Python's, so it is
-kept in `<site>/.sparkbase/cache/site.pickle` under a key made of exactly those.
+validates it with pydantic: close to half of a `preflight`'s own CPU (docs/benchmarks/,
+"issue 23: simpler gate"). The result depends only on the bytes of the files the loader
+reads, on sparkbase's code and version, on Python's and on the parsing libraries', so it
+is kept in `<site>/.sparkbase/cache/site.pickle` under a key made of exactly those. Only
+the typed site is kept: what the audit and the gate work out from it is worked out anew.
 
 Never trusted blindly: the cache is used only when its key equals the key computed now
 from the files' current content (sha256 of every entry the loader lists or reads), when
@@ -13,25 +15,21 @@ loaded from its YAML as without a cache, and the cache rewritten. A site with er
 never cached. Warnings travel with the cached site (`Site.warnings`), so they are still
 printed. Writing is atomic (a temporary file, then a rename) with mode 0600; a site
 directory that cannot be written just goes without a cache.
-
-Values derived from a cached site alone (the audit's expectations: every node's rendered
-files) are kept beside it under the same key (`load_derived`, `store_derived`), so a
-launch gate on an unchanged site neither renders nor imports the template engine. They
-follow the same rules: the same key or a miss, a miss recomputes, nothing else is trusted.
-The key also covers the templates, which shape what is derived.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import pickle
 import stat
 import sys
-import weakref
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
+from sparkbase import __version__
+from sparkbase.atomicfile import write_atomic
 from sparkbase.boundedfile import FileRefused, read_regular_file
 from sparkbase.model.yamlio import MAX_FILE_BYTES
 
@@ -41,31 +39,16 @@ CACHE_FILE = "site.pickle"
 #: set to any non-empty value to load every site from its YAML
 DISABLE_ENV = "SPARKBASE_NO_SITE_CACHE"
 #: bumped when the key's recipe or the cached object's shape changes
-_CACHE_FORMAT = "2"
+_CACHE_FORMAT = "3"
 _KEY_SIZE = 32  # a sha256 digest, stored before the pickle
-#: libraries whose version can change what a site load returns (parsing, validation) or what
-#: is derived from it (rendering)
+#: libraries whose version can change what a site load returns (parsing, validation, and
+#: the rules that judge what is rendered)
 _PARSING_DEPENDENCIES = ("ruamel.yaml", "pydantic", "pydantic_core", "jinja2")
-#: files of the package whose content shapes a load or what is derived from it
+#: files of the package whose content shapes a load
 _CODE_SUFFIXES = (".py", ".j2")
 
-
-class CachedSite(Protocol):
-    """What the cache needs of a loaded site: the directory it was loaded from. The loader
-    (`sparkbase.model.site`) names its own type to `load_cached`, so this module never
-    imports the site module, which imports it."""
-
-    @property
-    def root(self) -> Path:
-        """The site directory (resolved)."""
-        ...
-
-
-SiteT = TypeVar("SiteT", bound=CachedSite)
-
-#: the key of each site this process loaded through the cache: id -> (the site, its key)
-_SITE_KEYS: dict[int, tuple[weakref.ref[CachedSite], bytes]] = {}
-
+#: the loader's `Site` (`sparkbase.model.site` names it to `load_cached`: it imports this module)
+SiteT = TypeVar("SiteT")
 
 def cache_file(root: Path) -> Path:
     """The cache file of the site at `root`."""
@@ -81,8 +64,6 @@ def site_key(root: Path, inventory_file: Path, directories: tuple[str, ...]) -> 
     modification time of every module of sparkbase (a checkout edited between releases
     keeps its version number) and where and how big ruamel.yaml, pydantic and jinja2 are.
     """
-    from sparkbase import __version__
-
     digest = hashlib.sha256()
     for part in (_CACHE_FORMAT, __version__, sys.version, str(root), str(inventory_file)):
         _feed(digest, part.encode())
@@ -107,80 +88,13 @@ def load_cached(root: Path, key: bytes, kind: type[SiteT]) -> SiteT | None:
     if os.environ.get(DISABLE_ENV):
         return None
     site = _read_pickle(cache_file(root), key)
-    if not isinstance(site, kind):
-        return None
-    _remember_key(site, key)
-    return site
+    return site if isinstance(site, kind) else None
 
 
-def store(root: Path, key: bytes, site: CachedSite) -> None:
+def store(root: Path, key: bytes, site: object) -> None:
     """Keep `site` under `key`; silently nothing when the site directory is not writable."""
-    if os.environ.get(DISABLE_ENV):
-        return
-    _remember_key(site, key)
-    _write_pickle(cache_file(root), key, site)
-
-
-def derived_file(root: Path, name: str) -> Path:
-    """The file that keeps the derived values called `name` of the site at `root`."""
-    return root / CACHE_DIR / f"{name}.pickle"
-
-
-def load_derived(site: CachedSite, name: str) -> dict[object, object]:
-    """The values called `name` kept for `site`, or {} when there are none to trust: the
-    site did not come through the cache (loaded without it, or changed since, as
-    `dataclasses.replace` does), the file holds another key, or it is unsound."""
-    key = _key_of(site)
-    if key is None:
-        return {}
-    values = _read_pickle(derived_file(site.root, name), key)
-    return values if isinstance(values, dict) else {}
-
-
-def store_derived(site: CachedSite, name: str, values: dict[object, object]) -> None:
-    """Keep `values` (a dict, picklable) for `site` under its key; nothing for a site that
-    did not come through the cache, or when the site directory is not writable."""
-    key = _key_of(site)
-    if key is not None:
-        _write_pickle(derived_file(site.root, name), key, values)
-
-
-def load_keyed(root: Path, name: str, key: bytes) -> object:
-    """The value called `name` kept for the site at `root` under `key` (what `site_key`
-    gives for its files now), or None: missing, stale, foreign or corrupt. Used by the
-    gate to read what it needs of a site without loading the site."""
-    if os.environ.get(DISABLE_ENV):
-        return None
-    return _read_pickle(derived_file(root, name), key)
-
-
-def store_keyed(root: Path, name: str, key: bytes, value: object) -> None:
-    """Keep `value` (picklable) as `name` for the site at `root` under `key`; silently
-    nothing when the site directory is not writable."""
     if not os.environ.get(DISABLE_ENV):
-        _write_pickle(derived_file(root, name), key, value)
-
-
-def key_of(site: CachedSite) -> bytes | None:
-    """The key `site` was loaded or stored under by this process, if it came through the cache."""
-    return _key_of(site)
-
-
-def _remember_key(site: CachedSite, key: bytes) -> None:
-    """Note that `site` is what the files under `key` load into (for its derived values)."""
-    ident = id(site)
-    _SITE_KEYS[ident] = (weakref.ref(site), key)
-    weakref.finalize(site, _SITE_KEYS.pop, ident, None)
-
-
-def _key_of(site: CachedSite) -> bytes | None:
-    """The key `site` was loaded or stored under by this process, if it was."""
-    if os.environ.get(DISABLE_ENV):
-        return None
-    entry = _SITE_KEYS.get(id(site))
-    if entry is None or entry[0]() is not site:
-        return None
-    return entry[1]
+        _write_pickle(cache_file(root), key, site)
 
 
 def _read_pickle(path: Path, key: bytes) -> object:
@@ -212,8 +126,6 @@ def _read_pickle(path: Path, key: bytes) -> object:
 def _write_pickle(path: Path, key: bytes, value: object) -> None:
     """Write `value` under `key` to the cache file `path` (0600, atomic; not fsynced: a cache
     lost in a crash is rebuilt); silently nothing when it cannot be written."""
-    from sparkbase.atomicfile import write_atomic
-
     try:
         data = key + pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
         write_atomic(path, data, mode=0o600, durable=False)
@@ -244,8 +156,6 @@ def _code_stamp() -> bytes:
 def _installed_stamp(module: str) -> str:
     """Where `module` is installed and its file's size and mtime: changes with an upgrade
     (found without importing it: ruamel.yaml is imported only when YAML is parsed)."""
-    import importlib.util
-
     try:
         spec = importlib.util.find_spec(module)
     except (ImportError, ValueError):

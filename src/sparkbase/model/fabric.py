@@ -15,7 +15,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from sparkbase.model.baseline import SHAPE_NODES
 from sparkbase.model.findings import DocRef, Finding
+from sparkbase.model.yamlio import dotted
 
 if TYPE_CHECKING:
     from sparkbase.model.baseline import Baseline
@@ -178,8 +180,6 @@ def _node_findings(
 
 
 def _shown_key(key: PathKey) -> str:
-    from sparkbase.model.yamlio import dotted
-
     return dotted(key)
 
 
@@ -289,8 +289,6 @@ def lane_cabling_findings(name: str, lane: Lane, inventory: Inventory) -> Iterat
     A lane whose node list is already wrong (unknown node, a node twice, the wrong count)
     is reported for that, not here.
     """
-    from sparkbase.model.baseline import SHAPE_NODES
-
     nodes = lane.nodes
     known = all(node in inventory.nodes for node in nodes)
     if not lane.enabled or not known or len(set(nodes)) != len(nodes):

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from sparkbase.errors import Severity
 from sparkbase.model.baseline import FACTORY_SWAP_HEADER, ONESHOT_SHAPES, SHAPE_NODES, Baseline
+from sparkbase.model.coverage import key_problem, placeholders, uncovered
 from sparkbase.model.fabric import fabric_findings, lane_cabling_findings
 from sparkbase.model.findings import DocRef, Finding
 from sparkbase.model.rendered_rules import rendered_findings
@@ -284,8 +285,6 @@ def _provenance_findings(doc: DocRef, baseline: Baseline) -> Iterator[Finding]:
     No message names the baseline: an entry in a shared base file is then reported once,
     however many baselines extend it.
     """
-    from sparkbase.model.coverage import key_problem, placeholders, uncovered
-
     for key in baseline.sources:
         problem = key_problem(key, baseline)
         if problem is not None:

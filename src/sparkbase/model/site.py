@@ -6,7 +6,9 @@ problem in every file is reported at once as `FILE:LINE:COL: field.path: message
 
 from __future__ import annotations
 
+import difflib
 import os
+import re
 import types
 import typing
 from collections.abc import Iterator
@@ -292,8 +294,6 @@ def _shown(value: object, limit: int = 60) -> str:
 
 
 def _valid_name(name: str) -> bool:
-    import re
-
     return re.fullmatch(NAME_PATTERN, name) is not None
 
 
@@ -403,8 +403,6 @@ def _problem_from_error(doc: YamlDocument, model: type[BaseModel], error: Any) -
         key = str(path[-1]) if path else "?"
         known = _field_names(model, path[:-1])
         message = f"unknown key '{key}'"
-        import difflib  # only on this error path: the launch gate never needs it
-
         close = difflib.get_close_matches(key, known, n=1)
         if close:
             message += f"; did you mean '{close[0]}'?"

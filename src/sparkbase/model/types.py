@@ -18,8 +18,7 @@ class StrictModel(BaseModel):
     says is what the model holds. Integers are still accepted where a float is wanted.
 
     `defer_build`: a model's validator is built when it first validates, not at import, so a
-    command that takes its site from the validated-site cache (the launch gate) does not pay
-    for building validators it never runs.
+    command pays only for the validators it runs.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, strict=True,

@@ -1,5 +1,5 @@
-"""Every check sparkbase runs: what it expects (from the typed model) and its judge (a pure
-function of that plain expectation and a node's facts).
+"""Every check sparkbase runs: a pure function of what a node should be (the typed model)
+and its facts.
 
 Ids read as the drift they name. One module per area (after the prior `doctor`);
 importing this package registers them all, in the order below (the report order). The
@@ -10,7 +10,7 @@ registers them (each check module imports it, it imports none of them).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sparkbase.audit.checks import (
     console,  # noqa: F401 - registers on import
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from sparkbase.audit.expected import Expected
 
 
-def node_checks() -> dict[str, NodeCheck[Any]]:
+def node_checks() -> dict[str, NodeCheck]:
     """Every node check, by id, in registry order (the modules above registered them)."""
     return NODE_CHECKS
 
@@ -43,6 +43,6 @@ def fleet_checks() -> dict[str, FleetCheck]:
 
 
 def planned_checks(expected: Expected) -> Iterator[PlannedCheck]:
-    """Every check that applies to a node, planned with what it expects, in registry order."""
+    """Every check that applies to a node, by id and item, in registry order."""
     for check in NODE_CHECKS.values():
         yield from check.plan(expected)

@@ -7,15 +7,11 @@ mode), a `.readable` check warns and the error check skips."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from sparkbase.audit.checks.common import unknown
+from sparkbase.audit.expected import Expected
 from sparkbase.audit.registry import Outcome, Subject, fail, node_check, ok, skip
 from sparkbase.facts.model import NodeFacts
 from sparkbase.facts.parsers import EfiBoot
-
-if TYPE_CHECKING:
-    from sparkbase.audit.expected import Expected
 
 #: the manager properties the watchdog check reads, in the order shown
 WATCHDOG_PROPERTIES = ("RuntimeWatchdogUSec", "RebootWatchdogUSec")
@@ -29,8 +25,9 @@ def bootorder_fix(boot: EfiBoot, first: str) -> str:
 
 
 @node_check("host.uefi_first", "host", "the installed OS is first in the UEFI boot order",
-            severity="warn", section="host", expect=lambda expected, _item: expected.baseline.host.uefi_first)
-def host_uefi_first(label: str | None, facts: NodeFacts, _at: Subject) -> Outcome:
+            severity="warn", section="host")
+def host_uefi_first(expected: Expected, facts: NodeFacts, _at: Subject) -> Outcome:
+    label = expected.baseline.host.uefi_first
     if label is None:
         return skip("the baseline does not judge the UEFI boot order")
     want = f"'{label}' first in BootOrder"
@@ -51,9 +48,9 @@ def host_uefi_first(label: str | None, facts: NodeFacts, _at: Subject) -> Outcom
     return ok(want, seen)
 
 
-@node_check("host.drm_card", "host", "a DRM card belongs to the baseline's driver", section="host",
-            expect=lambda expected, _item: expected.baseline.host.drm_driver)
-def host_drm_card(driver: str | None, facts: NodeFacts, _at: Subject) -> Outcome:
+@node_check("host.drm_card", "host", "a DRM card belongs to the baseline's driver", section="host")
+def host_drm_card(expected: Expected, facts: NodeFacts, _at: Subject) -> Outcome:
+    driver = expected.baseline.host.drm_driver
     if driver is None:
         return skip("the baseline names no DRM driver")
     want = f"a DRM card of the {driver} driver"
@@ -66,14 +63,9 @@ def host_drm_card(driver: str | None, facts: NodeFacts, _at: Subject) -> Outcome
     return ok(want, seen)
 
 
-def _console_wanted(expected: Expected, _item: str | None) -> bool:
-    return expected.baseline.host.console_text
-
-
-@node_check("host.console_text", "host", "the active virtual console is in text mode", section="host",
-            expect=_console_wanted)
-def host_console_text(wanted: bool, facts: NodeFacts, _at: Subject) -> Outcome:
-    if not wanted:
+@node_check("host.console_text", "host", "the active virtual console is in text mode", section="host")
+def host_console_text(expected: Expected, facts: NodeFacts, _at: Subject) -> Outcome:
+    if not expected.baseline.host.console_text:
         return skip("the baseline does not judge the console mode")
     want = "active console in text mode (KDGETMODE 0)"
     console = facts.console
@@ -89,9 +81,9 @@ def host_console_text(wanted: bool, facts: NodeFacts, _at: Subject) -> Outcome:
 
 
 @node_check("host.console_text.readable", "host", "the active console's mode can be read",
-            severity="warn", section="host", expect=_console_wanted)
-def host_console_readable(wanted: bool, facts: NodeFacts, _at: Subject) -> Outcome:
-    if not wanted:
+            severity="warn", section="host")
+def host_console_readable(expected: Expected, facts: NodeFacts, _at: Subject) -> Outcome:
+    if not expected.baseline.host.console_text:
         return skip("the baseline does not judge the console mode")
     if facts.console is None:
         return unknown(facts, "console", "KDGETMODE of /dev/$(cat /sys/class/tty/tty0/active)")
@@ -103,8 +95,9 @@ def _driver_cards(facts: NodeFacts, driver: str) -> list[str]:
 
 
 @node_check("host.drm_master", "host", "no process holds DRM master of the baseline driver's card",
-            section="host", expect=lambda expected, _item: expected.baseline.host.drm_driver)
-def host_drm_master(driver: str | None, facts: NodeFacts, _at: Subject) -> Outcome:
+            section="host")
+def host_drm_master(expected: Expected, facts: NodeFacts, _at: Subject) -> Outcome:
+    driver = expected.baseline.host.drm_driver
     if driver is None:
         return skip("the baseline names no DRM driver")
     cards = _driver_cards(facts, driver)
@@ -124,8 +117,9 @@ def host_drm_master(driver: str | None, facts: NodeFacts, _at: Subject) -> Outco
 
 
 @node_check("host.drm_master.readable", "host", "the DRM clients of the baseline driver's card can be read",
-            severity="warn", section="host", expect=lambda expected, _item: expected.baseline.host.drm_driver)
-def host_drm_master_readable(driver: str | None, facts: NodeFacts, _at: Subject) -> Outcome:
+            severity="warn", section="host")
+def host_drm_master_readable(expected: Expected, facts: NodeFacts, _at: Subject) -> Outcome:
+    driver = expected.baseline.host.drm_driver
     if driver is None:
         return skip("the baseline names no DRM driver")
     cards = _driver_cards(facts, driver)
@@ -141,18 +135,14 @@ def host_drm_master_readable(driver: str | None, facts: NodeFacts, _at: Subject)
     return ok(want + " readable", "readable")
 
 
-def _watchdog(expected: Expected, _item: str | None) -> tuple[str, str] | None:
-    watchdog = expected.baseline.host.watchdog
-    return None if watchdog is None else (watchdog.runtime, watchdog.reboot)
-
-
 @node_check("host.watchdog", "host", "systemd's runtime and reboot watchdogs are armed as the baseline says",
-            section="host", expect=_watchdog)
-def host_watchdog(watchdog: tuple[str, str] | None, facts: NodeFacts, _at: Subject) -> Outcome:
+            section="host")
+def host_watchdog(expected: Expected, facts: NodeFacts, _at: Subject) -> Outcome:
+    watchdog = expected.baseline.host.watchdog
     if watchdog is None:
         return skip("the baseline does not judge systemd's watchdog")
-    runtime, reboot = watchdog
-    wanted = dict(zip(WATCHDOG_PROPERTIES, watchdog, strict=True))
+    runtime, reboot = watchdog.runtime, watchdog.reboot
+    wanted = dict(zip(WATCHDOG_PROPERTIES, (runtime, reboot), strict=True))
     want = " ".join(f"{key}={value}" for key, value in wanted.items())
     if not facts.watchdog:
         return unknown(facts, "watchdog", want)

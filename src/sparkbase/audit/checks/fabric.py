@@ -3,85 +3,34 @@
 from __future__ import annotations
 
 import ipaddress
-import json
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from sparkbase.audit.checks.common import apply_fix, linked, unknown
+from sparkbase.audit.expected import Expected
 from sparkbase.audit.registry import Outcome, Subject, fail, node_check, ok, skip
 from sparkbase.facts.model import NodeFacts
 from sparkbase.facts.parsers.netplan import fabric_differences, found_settings
 from sparkbase.facts.script import NETPLAN_SECTION
 from sparkbase.render import NetplanPath, fabric_ethernets, fabric_netplan_path
 
-if TYPE_CHECKING:
-    from sparkbase.audit.expected import Expected
 
-
-@dataclass(frozen=True)
-class LinkWant:
-    """A fabric netdev's MTU and, when cabled, the address its path gives it."""
-
-    mtu: int
-    address: str | None
-
-
-@dataclass(frozen=True)
-class GidWant:
-    """An HCA's GID index, its netdev and, when cabled, the path's address and subnet."""
-
-    index: int
-    netdev: str
-    address: str | None
-    subnet: str | None
-
-
-@dataclass(frozen=True)
-class NetplanWant:
-    """The fabric's netplan file: sparkbase's own, byte for byte (`sha256`), or the site's
-    (`merged`), whose fabric interfaces must say what `fabric_json` says (netdev -> settings)."""
-
-    path: str
-    sha256: str
-    merged: bool = False
-    fabric_json: str = ""
-
-
-def _netplan(expected: Expected, _item: str | None) -> NetplanWant | None:
-    path = fabric_netplan_path(expected.baseline)
-    rendered = expected.file(path)
-    if rendered is None:
-        return None
-    if not rendered.merged:
-        return NetplanWant(path, rendered.sha256)
+def fabric_settings(expected: Expected) -> dict[str, dict[str, object]]:
+    """The fabric interfaces the site's own netplan file must carry (netdev -> settings)."""
     paths = {cable.netdev: NetplanPath(cable.address, cable.subnet, cable.peer, cable.peer_netdev)
              for cable in expected.cables.values()}
-    fabric = fabric_ethernets(expected.baseline, paths)
-    return NetplanWant(path, rendered.sha256, merged=True, fabric_json=json.dumps(fabric, sort_keys=True))
-
-
-def _link(expected: Expected, item: str | None) -> LinkWant:
-    cable = expected.cables.get(str(item))
-    return LinkWant(expected.baseline.fabric.mtu, cable.address if cable else None)
-
-
-def _gid(expected: Expected, item: str | None) -> GidWant:
-    netdev = next(port.netdev for port in expected.baseline.fabric.ports if port.hca == item)
-    cable = expected.cables.get(netdev)
-    if cable is None:
-        return GidWant(expected.gid_index, netdev, None, None)
-    return GidWant(expected.gid_index, netdev, cable.address, cable.subnet)
+    return fabric_ethernets(expected.baseline, paths)
 
 
 @node_check("fabric.netplan", "fabric", "the four-PF fabric netplan is the rendered one (in the site's file: "
             "its fabric interfaces)", section="fabric",
-            written=True, expect=_netplan)
-def fabric_netplan(want: NetplanWant | None, facts: NodeFacts, at: Subject) -> Outcome:
-    if want is None:
+            written=True)
+def fabric_netplan(expected: Expected, facts: NodeFacts, at: Subject) -> Outcome:
+    path = fabric_netplan_path(expected.baseline)
+    rendered = expected.file(path)
+    if rendered is None:
         return skip("no fabric netplan rendered")
-    if want.merged:
-        return _merged_netplan(want, facts, at)
-    path, sha256 = want.path, want.sha256
+    if rendered.merged:
+        return _merged_netplan(path, fabric_settings(expected), facts, at)
+    sha256 = rendered.sha256
     link = linked(facts, path, f"{path} sha256 {sha256}")
     if link is not None:
         return link
@@ -95,17 +44,17 @@ def fabric_netplan(want: NetplanWant | None, facts: NodeFacts, at: Subject) -> O
     return ok(sha256, seen)
 
 
-def _merged_netplan(want: NetplanWant, facts: NodeFacts, at: Subject) -> Outcome:
-    """The site's netplan file (`fabric.netplan_file`): its fabric interfaces mean what the
-    baseline sets (`dhcp4: no` is false), whatever else the site keeps in it."""
-    fabric = json.loads(want.fabric_json)
-    expected = f"{want.path}: the fabric part of {len(fabric)} ports as rendered"
-    link = linked(facts, want.path, expected)
+def _merged_netplan(path: str, fabric: dict[str, dict[str, object]], facts: NodeFacts,
+                    at: Subject) -> Outcome:
+    """The site's netplan file at `path` (`fabric.netplan_file`): its fabric interfaces mean
+    what the baseline sets (`dhcp4: no` is false), whatever else the site keeps in it."""
+    expected = f"{path}: the fabric part of {len(fabric)} ports as rendered"
+    link = linked(facts, path, expected)
     if link is not None:
         return link
     if facts.netplan_files is None:
         return unknown(facts, NETPLAN_SECTION, expected)
-    source = facts.netplan_files.get(want.path)
+    source = facts.netplan_files.get(path)
     if source is None or source.text is None:
         return fail(expected, "missing" if source is None else source.problem, f"{apply_fix(at)}")
     try:
@@ -127,11 +76,13 @@ def _hcas(expected: Expected) -> list[str]:
 
 
 @node_check("fabric.link", "fabric", "each fabric netdev is up, at the MTU, with its address", items=_netdevs,
-            section="fabric", expect=_link)
-def fabric_link(link: LinkWant, facts: NodeFacts, at: Subject) -> Outcome:
+            section="fabric")
+def fabric_link(expected: Expected, facts: NodeFacts, at: Subject) -> Outcome:
     netdev = str(at.item)
-    mtu = link.mtu
-    want = f"UP, mtu {mtu}" + (f", {link.address}" if link.address is not None else "")
+    mtu = expected.baseline.fabric.mtu
+    cable = expected.cables.get(netdev)
+    address = cable.address if cable is not None else None
+    want = f"UP, mtu {mtu}" + (f", {address}" if address is not None else "")
     if not facts.interfaces:
         return unknown(facts, "ip-addr", want)
     iface = facts.interfaces.get(netdev)
@@ -143,11 +94,11 @@ def fabric_link(link: LinkWant, facts: NodeFacts, at: Subject) -> Outcome:
         problems.append("link down")
     if iface.mtu != mtu:
         problems.append("MTU")
-    if link.address is not None and link.address not in iface.addresses:
+    if address is not None and address not in iface.addresses:
         problems.append("address")
     # netplan merges address lists across its files: a port can carry a second, stale address
     # another file (or a hand `ip addr add`) gives it, and two paths then share a subnet
-    extra = [a for a in iface.addresses if link.address is not None and a != link.address]
+    extra = [a for a in iface.addresses if address is not None and a != address]
     if extra:
         problems.append("extra address")
     if problems:
@@ -165,8 +116,8 @@ def fabric_link(link: LinkWant, facts: NodeFacts, at: Subject) -> Outcome:
 
 
 @node_check("fabric.rdma", "fabric", "every RDMA device exists", items=_hcas,
-            section="fabric", expect=lambda _expected, _item: None)
-def fabric_rdma(_want: None, facts: NodeFacts, at: Subject) -> Outcome:
+            section="fabric")
+def fabric_rdma(_expected: Expected, facts: NodeFacts, at: Subject) -> Outcome:
     if at.item in facts.rdma_devices:
         return ok("present", "present")
     return fail(
@@ -178,12 +129,15 @@ def fabric_rdma(_want: None, facts: NodeFacts, at: Subject) -> Outcome:
 
 @node_check(
     "fabric.gid", "fabric", "the node's GID index holds the IPv4 RoCE v2 address in the path's own subnet",
-    items=_hcas, section="fabric", expect=_gid,
+    items=_hcas, section="fabric",
 )
-def fabric_gid(gid_want: GidWant, facts: NodeFacts, at: Subject) -> Outcome:
+def fabric_gid(expected: Expected, facts: NodeFacts, at: Subject) -> Outcome:
     hca = str(at.item)
-    index, netdev, subnet = gid_want.index, gid_want.netdev, gid_want.subnet
-    want_ip = gid_want.address.split("/")[0] if gid_want.address is not None else None
+    index = expected.gid_index
+    netdev = next(port.netdev for port in expected.baseline.fabric.ports if port.hca == hca)
+    cable = expected.cables.get(netdev)
+    subnet = cable.subnet if cable is not None else None
+    want_ip = cable.address.split("/")[0] if cable is not None else None
     want = f"index {index}: RoCE v2 {want_ip or 'IPv4'}" + (f" in {subnet}" if subnet is not None else "")
     gid = facts.gids.get(hca)
     if gid is None or gid.gid is None:

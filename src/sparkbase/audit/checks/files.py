@@ -2,48 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+import json
 
 from sparkbase.audit.checks.common import apply_fix, linked
+from sparkbase.audit.expected import Expected
 from sparkbase.audit.registry import Outcome, Subject, fail, node_check, ok, skip
 from sparkbase.facts.model import NodeFacts
 from sparkbase.render import NCCL_CONF_PATH, NETPLAN_PATH
 
-if TYPE_CHECKING:
-    from sparkbase.audit.expected import Expected
-
 _OWN_CHECKS = {NCCL_CONF_PATH, NETPLAN_PATH}
 #: the stamp fields that must equal the rendered stamp's
 _STAMP_KEYS = ("baseline", "version", "baseline_sha256", "files_sha256")
-
-
-@dataclass(frozen=True)
-class FileWant:
-    """A rendered file: its path, sha256, what it is for and whether fixing it needs a reboot."""
-
-    path: str
-    sha256: str
-    purpose: str
-    needs_reboot: bool
-
-
-@dataclass(frozen=True)
-class StampWant:
-    """The baseline and version the stamp must name, and the rendered stamp's fields."""
-
-    baseline: str
-    version: str
-    fields: tuple[tuple[str, object], ...]
-    path: str = ""
-
-
-@dataclass(frozen=True)
-class AssignmentWant:
-    """The baseline the inventory assigns and the one the node is audited against."""
-
-    assigned: str
-    audited: str
 
 
 def _other_files(expected: Expected) -> list[str]:
@@ -53,30 +22,13 @@ def _other_files(expected: Expected) -> list[str]:
             if f.path not in _OWN_CHECKS and f.path != expected.stamp_path and not f.merged]
 
 
-def _file(expected: Expected, item: str | None) -> FileWant:
-    rendered = expected.file(str(item))
-    assert rendered is not None
-    return FileWant(rendered.path, rendered.sha256, rendered.purpose, rendered.needs_reboot)
-
-
-def _stamp(expected: Expected, _item: str | None) -> StampWant:
-    import json
-
-    rendered = expected.file(expected.stamp_path)
-    want_stamp = json.loads(rendered.content) if rendered else {}
-    return StampWant(expected.baseline_name, expected.baseline.version,
-                     tuple((key, want_stamp.get(key)) for key in _STAMP_KEYS), expected.stamp_path)
-
-
-def _assignment(expected: Expected, _item: str | None) -> AssignmentWant:
-    return AssignmentWant(expected.inventory_baseline or expected.baseline_name, expected.baseline_name)
-
-
 @node_check(
     "file", "files", "every other rendered file is byte for byte the rendered one", items=_other_files,
-    section=None, written=True, expect=_file,
+    section=None, written=True,
 )
-def rendered_file(rendered: FileWant, facts: NodeFacts, at: Subject) -> Outcome:
+def rendered_file(expected: Expected, facts: NodeFacts, at: Subject) -> Outcome:
+    rendered = expected.file(str(at.item))
+    assert rendered is not None
     link = linked(facts, rendered.path, f"sha256 {rendered.sha256}")
     if link is not None:
         return link
@@ -91,16 +43,18 @@ def rendered_file(rendered: FileWant, facts: NodeFacts, at: Subject) -> Outcome:
 
 
 @node_check("stamp", "files", "the stamp names the baseline, version and hash the node must carry",
-            section=None, written=True, expect=_stamp)
-def stamp(stamp_want: StampWant, facts: NodeFacts, at: Subject) -> Outcome:
-    want = f"{stamp_want.baseline} {stamp_want.version}"
-    link = linked(facts, stamp_want.path, want)
+            section=None, written=True)
+def stamp(expected: Expected, facts: NodeFacts, at: Subject) -> Outcome:
+    want = f"{expected.baseline_name} {expected.baseline.version}"
+    link = linked(facts, expected.stamp_path, want)
     if link is not None:
         return link
     if facts.stamp is None:
         return fail(want, "no stamp (never converged by sparkbase)", apply_fix(at, True))
     seen = f"{facts.stamp.get('baseline')} {facts.stamp.get('version')}"
-    mismatched = [key for key, value in stamp_want.fields if facts.stamp.get(key) != value]
+    rendered = expected.file(expected.stamp_path)
+    want_stamp = json.loads(rendered.content) if rendered else {}
+    mismatched = [key for key in _STAMP_KEYS if facts.stamp.get(key) != want_stamp.get(key)]
     if mismatched:
         detail = seen
         if not set(mismatched) & {"baseline", "version"}:
@@ -114,10 +68,10 @@ def stamp(stamp_want: StampWant, facts: NodeFacts, at: Subject) -> Outcome:
 
 @node_check(
     "stamp.assignment", "files", "the node was converged to the baseline the inventory assigns",
-    severity="warn", section=None, written=True, expect=_assignment,
+    severity="warn", section=None, written=True,
 )
-def stamp_assignment(baselines: AssignmentWant, facts: NodeFacts, at: Subject) -> Outcome:
-    assigned, audited = baselines.assigned, baselines.audited
+def stamp_assignment(expected: Expected, facts: NodeFacts, at: Subject) -> Outcome:
+    assigned, audited = expected.inventory_baseline or expected.baseline_name, expected.baseline_name
     want = f"{assigned} (the inventory's)"
     if audited != assigned:
         want += f"; audited against {audited}"

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from sparkbase.audit.checks.common import LATCH_FIX, LOW_CLOCK_FIX, THROTTLE_FIX, apply_fix
+from sparkbase.audit.expected import Expected
 from sparkbase.audit.registry import Outcome, Subject, fail, node_check, ok, skip
 from sparkbase.facts.model import NodeFacts
 from sparkbase.policy.gpu_clock import LATCH_CLOCK_MHZ, ClockState, in_latch_band, judge_clock
 
 
 @node_check("driver.version", "driver", "nvidia-smi reports the baseline's driver",
-            section="driver", expect=lambda expected, _item: expected.baseline.driver.version)
-def driver_version(want: str, facts: NodeFacts, at: Subject) -> Outcome:
+            section="driver")
+def driver_version(expected: Expected, facts: NodeFacts, at: Subject) -> Outcome:
+    want = expected.baseline.driver.version
     if facts.gpu.error is not None:
         return fail(
             want, facts.gpu.error, f"install the driver for the running kernel: {apply_fix(at, True)}"
@@ -21,8 +23,8 @@ def driver_version(want: str, facts: NodeFacts, at: Subject) -> Outcome:
 
 
 @node_check("gpu.clock", "gpu", "the GPU is not clock-latched (under load: SM clock at least 1000 MHz)",
-            section=None, expect=lambda _expected, _item: None)
-def gpu_clock(_want: None, facts: NodeFacts, _at: Subject) -> Outcome:
+            section=None)
+def gpu_clock(_expected: Expected, facts: NodeFacts, _at: Subject) -> Outcome:
     want = f">= {LATCH_CLOCK_MHZ} MHz"
     judgement = judge_clock(facts.gpu)
     state, observed = judgement.state, judgement.reading

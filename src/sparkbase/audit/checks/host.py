@@ -2,71 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
 from sparkbase.audit.checks.common import apply_fix, dkms_installed, module_flag, module_signed, unknown
+from sparkbase.audit.expected import Expected
 from sparkbase.audit.registry import Outcome, Subject, fail, node_check, ok, skip
 from sparkbase.facts.model import NodeFacts
 from sparkbase.facts.parsers import dgx_os_version, format_cpu_list
 
-if TYPE_CHECKING:
-    from sparkbase.audit.expected import Expected
 
-
-@dataclass(frozen=True)
-class DrmWant:
-    """nvidia-drm's `modeset` and `fbdev` as the baseline sets them."""
-
-    modeset: bool
-    fbdev: bool
-
-
-@dataclass(frozen=True)
-class FanWant:
-    """The fan-control module (DKMS build, module, how it loads), its daemon, and the pinned MOK."""
-
-    dkms_name: str
-    dkms_version: str
-    module: str
-    modules_load_path: str
-    service: str
-    package: str
-    mok_fingerprint: str | None
-
-
-@dataclass(frozen=True)
-class SliceWant:
-    """The serving slice: its unit, its CPUs and their list as systemd writes it."""
-
-    slice: str
-    cpus: frozenset[int]
-    cpulist: str
-
-
-def _drm(expected: Expected, _item: str | None) -> DrmWant:
+@node_check("host.nvidia_drm", "host", "nvidia-drm modeset and fbdev as the baseline says", section="host")
+def host_nvidia_drm(expected: Expected, facts: NodeFacts, at: Subject) -> Outcome:
     drm = expected.baseline.host.nvidia_drm
-    return DrmWant(drm.modeset, drm.fbdev)
-
-
-def _fan(expected: Expected, _item: str | None) -> FanWant | None:
-    fan = expected.baseline.host.fan_control
-    if fan is None:
-        return None
-    return FanWant(fan.dkms_name, fan.dkms_version, fan.module, fan.modules_load_path, fan.service,
-                   fan.package, expected.baseline.secure_boot.mok_fingerprint)
-
-
-def _slice(expected: Expected, _item: str | None) -> SliceWant | None:
-    cpuset = expected.baseline.cpuset
-    if cpuset.pinned_by != "slice":
-        return None
-    return SliceWant(cpuset.slice, frozenset(cpuset.cpus), cpuset.cpulist())
-
-
-@node_check("host.nvidia_drm", "host", "nvidia-drm modeset and fbdev as the baseline says", section="host",
-            expect=_drm)
-def host_nvidia_drm(drm: DrmWant, facts: NodeFacts, at: Subject) -> Outcome:
     want = f"modeset={'Y' if drm.modeset else 'N'} fbdev={'Y' if drm.fbdev else 'N'}"
     modeset, fbdev = (
         facts.module_params.get("nvidia_drm.modeset"),
@@ -79,8 +24,9 @@ def host_nvidia_drm(drm: DrmWant, facts: NodeFacts, at: Subject) -> Outcome:
 
 
 @node_check("host.boot_target", "host", "the default systemd target is the baseline's",
-            section="host", expect=lambda expected, _item: expected.baseline.host.boot_target)
-def host_boot_target(want: str, facts: NodeFacts, at: Subject) -> Outcome:
+            section="host")
+def host_boot_target(expected: Expected, facts: NodeFacts, at: Subject) -> Outcome:
+    want = expected.baseline.host.boot_target
     if facts.default_target is None:
         return unknown(facts, "default-target", want)
     if facts.default_target != want:
@@ -89,9 +35,9 @@ def host_boot_target(want: str, facts: NodeFacts, at: Subject) -> Outcome:
 
 
 @node_check("host.display_manager", "host", "no display manager runs on a headless node",
-            section="host", expect=lambda expected, _item: expected.baseline.host.display_manager)
-def host_display_manager(allowed: bool, facts: NodeFacts, at: Subject) -> Outcome:
-    if allowed:
+            section="host")
+def host_display_manager(expected: Expected, facts: NodeFacts, at: Subject) -> Outcome:
+    if expected.baseline.host.display_manager:
         return skip("the baseline allows a display manager")
     state = facts.units.get("display-manager.service")
     if state is None:
@@ -107,9 +53,9 @@ def _disabled_units(expected: Expected) -> list[str]:
 
 @node_check(
     "service", "host", "each unit the baseline disables is disabled and stopped", items=_disabled_units,
-    section="host", expect=lambda _expected, _item: None,
+    section="host",
 )
-def service_disabled(_want: None, facts: NodeFacts, at: Subject) -> Outcome:
+def service_disabled(_expected: Expected, facts: NodeFacts, at: Subject) -> Outcome:
     item = at.item
     state = facts.units.get(str(item))
     if state is None:
@@ -135,15 +81,16 @@ def _fan_items(expected: Expected) -> list[str]:
     "host",
     "the fan-control module is built for the running kernel, signed, loaded, and its daemon runs",
     items=_fan_items,
-    section="host", expect=_fan,
+    section="host",
 )
-def host_fan_control(fan: FanWant | None, facts: NodeFacts, at: Subject) -> Outcome:
+def host_fan_control(expected: Expected, facts: NodeFacts, at: Subject) -> Outcome:
+    fan = expected.baseline.host.fan_control
     if fan is None:
         return skip("the baseline has no fan control")
     if at.item == "dkms":
         return dkms_installed(at, facts, fan.dkms_name, fan.dkms_version)
     if at.item == "signature":
-        return module_signed(at, facts, facts.fan_control, fan.mok_fingerprint)
+        return module_signed(at, facts, facts.fan_control, expected.baseline.secure_boot.mok_fingerprint)
     if at.item == "loaded":
         if fan.module not in facts.modules:
             return fail(f"{fan.module} loaded", "not loaded",
@@ -162,8 +109,9 @@ def host_fan_control(fan: FanWant | None, facts: NodeFacts, at: Subject) -> Outc
 
 @node_check("host.nvidia_drm.purge", "host",
             "DGX OS's nvidia-drm modeset options package is gone where the baseline purges it",
-            section="host", expect=lambda expected, _item: expected.baseline.host.nvidia_drm.purge)
-def host_nvidia_drm_purge(purge: str | None, facts: NodeFacts, at: Subject) -> Outcome:
+            section="host")
+def host_nvidia_drm_purge(expected: Expected, facts: NodeFacts, at: Subject) -> Outcome:
+    purge = expected.baseline.host.nvidia_drm.purge
     if purge is None:
         return skip("the baseline purges no nvidia-drm options package")
     if "dpkg" in facts.errors and not facts.packages:
@@ -177,29 +125,31 @@ def host_nvidia_drm_purge(purge: str | None, facts: NodeFacts, at: Subject) -> O
 
 
 
-@node_check("cpuset.slice", "cpuset", "the serving slice is pinned to the fast cores", section="cpuset",
-            expect=_slice)
-def cpuset_slice(cpuset: SliceWant | None, facts: NodeFacts, at: Subject) -> Outcome:
-    if cpuset is None:
+@node_check("cpuset.slice", "cpuset", "the serving slice is pinned to the fast cores", section="cpuset")
+def cpuset_slice(expected: Expected, facts: NodeFacts, at: Subject) -> Outcome:
+    cpuset = expected.baseline.cpuset
+    if cpuset.pinned_by != "slice":
         return skip("lanes are pinned by their containers' --cpuset-cpus (cpuset.pinned_by: container): "
                     "runtime.affinity judges each lane process's CPUs")
-    want = f"{cpuset.slice} AllowedCPUs={cpuset.cpulist}"
+    cpus = frozenset(cpuset.cpus)
+    want = f"{cpuset.slice} AllowedCPUs={cpuset.cpulist()}"
     seen = facts.slice_allowed_cpus
     if seen is None and "units" in facts.errors:
         return unknown(facts, "units", want)
-    if seen != cpuset.cpus:
+    if seen != cpus:
         shown = format_cpu_list(seen) if seen else "(unset)"
         return fail(want, f"AllowedCPUs={shown}", f"write the slice: {apply_fix(at)}")
-    if facts.fast_cpus and not cpuset.cpus <= set(facts.fast_cpus):
-        slow = sorted(cpuset.cpus - set(facts.fast_cpus))
+    if facts.fast_cpus and not cpus <= set(facts.fast_cpus):
+        slow = sorted(cpus - set(facts.fast_cpus))
         return fail(want, f"CPUs {slow} are not Cortex-X925 (CPU part 0xd85) here", "fix cpuset.cpus")
     return ok(want, f"AllowedCPUs={format_cpu_list(seen)}")
 
 
 
 @node_check("os.release", "host", "the node runs the DGX OS release the baseline was qualified on",
-            severity="warn", section=None, expect=lambda expected, _item: expected.baseline.os.release)
-def os_release(want: str, facts: NodeFacts, _at: Subject) -> Outcome:
+            severity="warn", section=None)
+def os_release(expected: Expected, facts: NodeFacts, _at: Subject) -> Outcome:
+    want = expected.baseline.os.release
     wanted = want.split()[-1]  # "DGX OS 26.09" -> "26.09" (a release line: 26.09.x matches)
     if facts.dgx_release is None:
         return fail(want, f"unknown ({facts.errors.get('dgx-release', '/etc/dgx-release missing')})",

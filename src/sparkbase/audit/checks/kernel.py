@@ -2,36 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
 from sparkbase.audit.checks.common import APST_ARG, apply_fix, unknown
+from sparkbase.audit.expected import Expected
 from sparkbase.audit.registry import Outcome, Subject, fail, node_check, ok, skip
 from sparkbase.facts.model import NodeFacts
-
-if TYPE_CHECKING:
-    from sparkbase.audit.expected import Expected
+from sparkbase.render import kernel_cmdline
 
 
-@dataclass(frozen=True)
-class CmdlineWant:
-    """The kernel arguments the baseline requires and those it forbids."""
-
-    required: tuple[str, ...]
-    forbidden: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class FallbackWant:
-    """The fallback kernel: its release and the image package's version."""
-
-    release: str
-    package_version: str
-
-
-def _cmdline(expected: Expected, _item: str | None) -> CmdlineWant:
-    from sparkbase.render import kernel_cmdline
-
+def _cmdline(expected: Expected) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The kernel arguments the baseline requires, and those it forbids."""
     baseline = expected.baseline
     kernel = baseline.kernel
     if not baseline.manages("kernel"):
@@ -39,18 +18,14 @@ def _cmdline(expected: Expected, _item: str | None) -> CmdlineWant:
         # required, and the typed arguments no other check judges: THP is judged live
         # (memory.thp), NVMe APST only here
         apst = (APST_ARG,) if baseline.host.nvme.apst == "disabled" else ()
-        return CmdlineWant((*kernel.cmdline_add, *apst), tuple(kernel.cmdline_forbid))
-    return CmdlineWant(tuple(kernel_cmdline(baseline)), tuple(kernel.cmdline_forbid))
-
-
-def _fallback(expected: Expected, _item: str | None) -> FallbackWant | None:
-    fallback = expected.baseline.kernel.fallback
-    return None if fallback is None else FallbackWant(fallback.release, fallback.package_version)
+        return (*kernel.cmdline_add, *apst), tuple(kernel.cmdline_forbid)
+    return tuple(kernel_cmdline(baseline)), tuple(kernel.cmdline_forbid)
 
 
 @node_check("kernel.release", "kernel", "the running kernel is the baseline's",
-            section="kernel", expect=lambda expected, _item: expected.baseline.kernel.release)
-def kernel_release(want: str, facts: NodeFacts, at: Subject) -> Outcome:
+            section="kernel")
+def kernel_release(expected: Expected, facts: NodeFacts, at: Subject) -> Outcome:
+    want = expected.baseline.kernel.release
     if facts.kernel_release is None:
         return unknown(facts, "uname", want)
     if facts.kernel_release != want:
@@ -59,8 +34,9 @@ def kernel_release(want: str, facts: NodeFacts, at: Subject) -> Outcome:
 
 
 @node_check("kernel.page_size", "kernel", "the running page size is the baseline's",
-            section="kernel", expect=lambda expected, _item: expected.baseline.kernel.page_size)
-def kernel_page_size(want: int, facts: NodeFacts, at: Subject) -> Outcome:
+            section="kernel")
+def kernel_page_size(expected: Expected, facts: NodeFacts, at: Subject) -> Outcome:
+    want = expected.baseline.kernel.page_size
     if facts.page_size is None:
         return unknown(facts, "pagesize", want)
     if facts.page_size != want:
@@ -69,9 +45,14 @@ def kernel_page_size(want: int, facts: NodeFacts, at: Subject) -> Outcome:
 
 
 @node_check("kernel.cmdline", "kernel", "required kernel arguments present, forbidden ones absent",
-            section="kernel", expect=_cmdline)
-def kernel_cmdline_check(want_args: CmdlineWant, facts: NodeFacts, at: Subject) -> Outcome:
-    required, forbidden = want_args.required, want_args.forbidden
+            section="kernel")
+def kernel_cmdline_check(expected: Expected, facts: NodeFacts, at: Subject) -> Outcome:
+    return cmdline_outcome(*_cmdline(expected), facts, at)
+
+
+def cmdline_outcome(required: tuple[str, ...], forbidden: tuple[str, ...], facts: NodeFacts,
+                    at: Subject) -> Outcome:
+    """The `required` arguments on the node's command line, none of the `forbidden` ones."""
     if not facts.cmdline:
         return unknown(facts, "cmdline", " ".join(required))
     missing = [arg for arg in required if arg not in facts.cmdline]
@@ -89,9 +70,10 @@ def kernel_cmdline_check(want_args: CmdlineWant, facts: NodeFacts, at: Subject) 
 
 @node_check(
     "kernel.fallback", "kernel", "the fallback kernel is installed at its version, with a GRUB menu entry",
-    section="kernel", expect=_fallback,
+    section="kernel",
 )
-def kernel_fallback(fallback: FallbackWant | None, facts: NodeFacts, at: Subject) -> Outcome:
+def kernel_fallback(expected: Expected, facts: NodeFacts, at: Subject) -> Outcome:
+    fallback = expected.baseline.kernel.fallback
     if fallback is None:
         return skip("the baseline keeps no fallback kernel")
     image = f"linux-image-{fallback.release}"
@@ -118,9 +100,10 @@ def _forbidden(arg: str, forbidden: tuple[str, ...]) -> bool:
 
 @node_check(
     "boot.grub_default", "kernel", "GRUB has an entry for the kernel and boots it next and by default",
-    section="kernel", expect=lambda expected, _item: expected.baseline.kernel.release,
+    section="kernel",
 )
-def boot_grub_default(release: str, facts: NodeFacts, at: Subject) -> Outcome:
+def boot_grub_default(expected: Expected, facts: NodeFacts, at: Subject) -> Outcome:
+    release = expected.baseline.kernel.release
     want = f"an entry for {release}; the next and the normal boot take it"
     grub = facts.grub
     if grub is None:

@@ -2,102 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
 from sparkbase.audit.checks.common import apply_fix, dkms_installed, module_flag, module_signed, unknown
+from sparkbase.audit.expected import Expected
 from sparkbase.audit.registry import Outcome, Subject, fail, node_check, ok, skip
 from sparkbase.facts.model import NodeFacts
+from sparkbase.model.baseline import SwapSpec
 from sparkbase.model.boot_swap import BOOT_SWAP_UNIT
-
-if TYPE_CHECKING:
-    from sparkbase.audit.expected import Expected
-
-
-@dataclass(frozen=True)
-class SwapWant:
-    """The baseline's swap file: its path, size and header page size."""
-
-    path: str
-    size_gib: int
-    header_page_size: int
-    #: page size -> swap file, when the boot unit chooses one by page size (else empty)
-    by_page_size: tuple[tuple[int, str], ...] = ()
-
-
-@dataclass(frozen=True)
-class SwapLineWant:
-    """The swap file's path, and whether the boot unit (not /etc/fstab) activates it."""
-
-    path: str
-    boot_unit: str | None
-
-
-@dataclass(frozen=True)
-class FactorySwapWant:
-    """The installer's swap file as the baseline keeps it: its /etc/fstab line and whether it is off."""
-
-    path: str
-    fstab: str
-    swapoff: bool
-
-
-@dataclass(frozen=True)
-class SaverWant:
-    """The memory-saver module: its DKMS build, module, srcversion, packing, and the pinned MOK."""
-
-    required: bool
-    dkms_name: str
-    dkms_version: str
-    module: str
-    srcversion: str | None
-    packing_parameter: str
-    packing: bool
-    mok_fingerprint: str | None
-
-
-def _swap(expected: Expected, _item: str | None) -> SwapWant | None:
-    memory = expected.baseline.memory
-    swap = memory.swap
-    if swap is None:
-        return None
-    chosen = tuple(memory.swap_files().items()) if memory.swap_by_page_size else ()
-    return SwapWant(swap.path, swap.size_gib, swap.header_page_size, chosen)
-
-
-def _swap_line(expected: Expected, _item: str | None) -> SwapLineWant | None:
-    memory = expected.baseline.memory
-    if memory.swap is None:
-        return None
-    return SwapLineWant(memory.swap.path, BOOT_SWAP_UNIT if memory.swap_by_page_size else None)
-
-
-def _boot_swap(expected: Expected, _item: str | None) -> tuple[tuple[int, str], ...]:
-    memory = expected.baseline.memory
-    return tuple(memory.swap_files().items()) if memory.swap_by_page_size else ()
-
-
-def _factory_swap(expected: Expected, _item: str | None) -> FactorySwapWant | None:
-    factory = expected.baseline.memory.factory_swap
-    return None if factory is None else FactorySwapWant(factory.path, factory.fstab, factory.swapoff)
-
-
-def _factory_foreign(expected: Expected, _item: str | None) -> tuple[str, ...]:
-    own = expected.baseline.memory.factory_swap
-    return tuple(path for path in expected.foreign_fstab_edits if own is None or own.path != path)
-
-
-def _saver(expected: Expected, _item: str | None) -> SaverWant | None:
-    saver = expected.baseline.memory.memory_saver
-    if saver is None:
-        return None
-    return SaverWant(saver.required, saver.dkms_name, saver.dkms_version, saver.module, saver.srcversion,
-                     saver.packing_parameter, saver.packing, expected.baseline.secure_boot.mok_fingerprint)
 
 
 @node_check("memory.thp", "memory", "transparent huge pages in the baseline's mode",
-            section="memory", expect=lambda expected, _item: expected.baseline.memory.transparent_hugepages)
-def memory_thp(want: str, facts: NodeFacts, at: Subject) -> Outcome:
+            section="memory")
+def memory_thp(expected: Expected, facts: NodeFacts, at: Subject) -> Outcome:
+    want = expected.baseline.memory.transparent_hugepages
     if facts.thp is None:
         return unknown(facts, "thp", want)
     if facts.thp != want:
@@ -114,9 +30,10 @@ def _sysctl_keys(expected: Expected) -> list[str]:
 
 
 @node_check("sysctl", "memory", "each sysctl the baseline sets has its value", items=_sysctl_keys,
-            section="memory", expect=lambda expected, item: expected.baseline.memory.sysctls[str(item)])
-def sysctl(want: str, facts: NodeFacts, at: Subject) -> Outcome:
+            section="memory")
+def sysctl(expected: Expected, facts: NodeFacts, at: Subject) -> Outcome:
     key = str(at.item)
+    want = expected.baseline.memory.sysctls[key]
     seen = facts.sysctls.get(key)
     if seen is None:
         return unknown(facts, f"sysctl:{key}", want)
@@ -126,14 +43,15 @@ def sysctl(want: str, facts: NodeFacts, at: Subject) -> Outcome:
 
 
 @node_check("memory.swap", "memory", "the swap file is active at its size with the right header",
-            section="memory", expect=_swap)
-def memory_swap(swap: SwapWant | None, facts: NodeFacts, at: Subject) -> Outcome:
+            section="memory")
+def memory_swap(expected: Expected, facts: NodeFacts, at: Subject) -> Outcome:
+    swap = expected.baseline.memory.swap
     if swap is None:
         return skip("the baseline has no swap file")
-    if swap.by_page_size:
+    if expected.baseline.memory.swap_by_page_size:
         if facts.page_size is None:
             return unknown(facts, "pagesize", "the swap file for the running page size active")
-        other = _other_kernel_swap(swap, facts, at)
+        other = _other_kernel_swap(swap, expected.baseline.memory.swap_files(), facts, at)
         if other is not None:
             return other
     size = swap.size_gib * 1024**3
@@ -158,14 +76,16 @@ def memory_swap(swap: SwapWant | None, facts: NodeFacts, at: Subject) -> Outcome
     return ok(want, f"{swap.path} active, {size} bytes, header {header}")
 
 
-def _other_kernel_swap(swap: SwapWant, facts: NodeFacts, at: Subject) -> Outcome | None:
-    """Under a boot unit that chooses by page size, a kernel of another page size than the
-    swap file's (the fallback) swaps on the file made for its own: judged here (None: the
-    running page size is the swap file's, judged as usual)."""
+def _other_kernel_swap(
+    swap: SwapSpec, files: dict[int, str], facts: NodeFacts, at: Subject
+) -> Outcome | None:
+    """Under a boot unit that chooses by page size (`files`: page size -> swap file), a kernel of
+    another page size than the swap file's (the fallback) swaps on the file made for its own:
+    judged here (None: the running page size is the swap file's, judged as usual)."""
     running = facts.page_size
     if running == swap.header_page_size:
         return None
-    path = dict(swap.by_page_size).get(running or 0)
+    path = files.get(running or 0)
     if path is None:
         return fail(f"a swap file for {running}-byte pages active", "the baseline has none",
                     f"boot a kernel the baseline keeps: {apply_fix(at, True)}")
@@ -187,13 +107,14 @@ def _other_kernel_swap(swap: SwapWant, facts: NodeFacts, at: Subject) -> Outcome
 @node_check("memory.swap.fstab", "memory",
             "the swap file comes back at boot: its /etc/fstab line, or the boot unit that chooses by "
             "page size (then no line activates it: the other kernel would fail on it)",
-            section="memory", expect=_swap_line)
-def memory_swap_fstab(line: SwapLineWant | None, facts: NodeFacts, at: Subject) -> Outcome:
-    if line is None:
+            section="memory")
+def memory_swap_fstab(expected: Expected, facts: NodeFacts, at: Subject) -> Outcome:
+    memory = expected.baseline.memory
+    if memory.swap is None:
         return skip("the baseline has no swap file")
-    path = line.path
-    if line.boot_unit is not None:
-        return _no_auto_line(path, line.boot_unit, facts, at)
+    path = memory.swap.path
+    if memory.swap_by_page_size:
+        return _no_auto_line(path, BOOT_SWAP_UNIT, facts, at)
     want = f"{path} none swap sw 0 0"
     if facts.fstab is None:
         return unknown(facts, "fstab", want)
@@ -221,11 +142,13 @@ def _no_auto_line(path: str, unit: str, facts: NodeFacts, at: Subject) -> Outcom
 
 @node_check("memory.swap.boot_unit", "memory",
             "the boot unit that swaps on the file for the running page size is enabled",
-            section="memory", expect=_boot_swap)
-def memory_swap_boot_unit(files: tuple[tuple[int, str], ...], facts: NodeFacts, at: Subject) -> Outcome:
+            section="memory")
+def memory_swap_boot_unit(expected: Expected, facts: NodeFacts, at: Subject) -> Outcome:
+    memory = expected.baseline.memory
+    files = memory.swap_files() if memory.swap_by_page_size else {}
     if not files:
         return skip("swap is not chosen by page size at boot")
-    choices = ", ".join(f"{path} on {size}" for size, path in files)
+    choices = ", ".join(f"{path} on {size}" for size, path in files.items())
     want = f"{BOOT_SWAP_UNIT} enabled ({choices})"
     state = facts.units.get(BOOT_SWAP_UNIT)
     if state is None:
@@ -241,9 +164,10 @@ def memory_swap_boot_unit(files: tuple[tuple[int, str], ...], facts: NodeFacts, 
     "memory",
     "no swap file of another baseline is in /etc/fstab (it would come back at boot)",
     severity="warn",
-    section="memory", expect=lambda expected, _item: tuple(expected.foreign_swaps),
+    section="memory",
 )
-def memory_swap_foreign_fstab(foreign_swaps: tuple[str, ...], facts: NodeFacts, at: Subject) -> Outcome:
+def memory_swap_foreign_fstab(expected: Expected, facts: NodeFacts, at: Subject) -> Outcome:
+    foreign_swaps = expected.foreign_swaps
     if not foreign_swaps:
         return skip("no other baseline has a swap file")
     want = "none of " + ", ".join(foreign_swaps)
@@ -260,9 +184,10 @@ def memory_swap_foreign_fstab(foreign_swaps: tuple[str, ...], facts: NodeFacts, 
     "memory.swap.factory",
     "memory",
     "the installer's swap file as kept: noauto in /etc/fstab, or the node's active swap",
-    section="memory", expect=_factory_swap,
+    section="memory",
 )
-def memory_swap_factory(factory: FactorySwapWant | None, facts: NodeFacts, at: Subject) -> Outcome:
+def memory_swap_factory(expected: Expected, facts: NodeFacts, at: Subject) -> Outcome:
+    factory = expected.baseline.memory.factory_swap
     if factory is None:
         return skip("the baseline leaves the installer's swap file as it finds it")
     path = factory.path
@@ -296,9 +221,11 @@ def memory_swap_factory(factory: FactorySwapWant | None, facts: NodeFacts, at: S
     "memory",
     "the installer's swap line is not left noauto by another baseline (its swap is lost at boot)",
     severity="warn",
-    section="memory", expect=_factory_foreign,
+    section="memory",
 )
-def memory_swap_factory_foreign(paths: tuple[str, ...], facts: NodeFacts, at: Subject) -> Outcome:
+def memory_swap_factory_foreign(expected: Expected, facts: NodeFacts, at: Subject) -> Outcome:
+    own = expected.baseline.memory.factory_swap
+    paths = tuple(path for path in expected.foreign_fstab_edits if own is None or own.path != path)
     if not paths:
         return skip("no other baseline marks an installer swap line noauto")
     want = ", ".join(paths) + " activated at boot as installed"
@@ -325,9 +252,10 @@ def _saver_items(expected: Expected) -> list[str]:
     "memory",
     "the memory-saver module is built, signed and loaded (if required)",
     items=_saver_items,
-    section="memory", expect=_saver,
+    section="memory",
 )
-def memory_saver(saver: SaverWant | None, facts: NodeFacts, at: Subject) -> Outcome:
+def memory_saver(expected: Expected, facts: NodeFacts, at: Subject) -> Outcome:
+    saver = expected.baseline.memory.memory_saver
     if saver is None:
         return skip("no memory-saver module in the baseline")
     loaded_src = facts.nvidia_modules.get(f"{saver.module}.srcversion")
@@ -340,7 +268,7 @@ def memory_saver(saver: SaverWant | None, facts: NodeFacts, at: Subject) -> Outc
     if at.item == "dkms":
         return dkms_installed(at, facts, saver.dkms_name, saver.dkms_version)
     if at.item == "signature":
-        return module_signed(at, facts, facts.memory_saver, saver.mok_fingerprint)
+        return module_signed(at, facts, facts.memory_saver, expected.baseline.secure_boot.mok_fingerprint)
     param = f"{saver.module}.{saver.packing_parameter}"
     want = f"{saver.module} loaded, {saver.packing_parameter}={'on' if saver.packing else 'off'}"
     if saver.module not in facts.modules:

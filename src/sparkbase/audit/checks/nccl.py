@@ -2,54 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
 from sparkbase.audit.checks.common import apply_fix, linked
+from sparkbase.audit.expected import Expected
 from sparkbase.audit.registry import Outcome, Subject, fail, node_check, ok, skip
 from sparkbase.facts.model import NodeFacts
 from sparkbase.facts.parsers import parse_kv_conf, parse_nccl_conf
 from sparkbase.render import NCCL_CONF_PATH
 
-if TYPE_CHECKING:
-    from sparkbase.audit.expected import Expected
-
-
-@dataclass(frozen=True)
-class LibraryWant:
-    """The pinned NCCL library: its path, sha256 and the package version that installs it
-    (None for a file the site provides itself: `provided_by: site`); path and sha256 None
-    for a library built into the lane's image (`provided_by: image`)."""
-
-    path: str | None
-    sha256: str | None
-    package: str | None
-    version: str | None
-
-
-@dataclass(frozen=True)
-class ConfWant:
-    """The rendered nccl.conf: its sha256 and the settings it holds, in file order."""
-
-    sha256: str
-    settings: tuple[tuple[str, str], ...]
-
-
-def _library(expected: Expected, _item: str | None) -> LibraryWant:
-    library = expected.baseline.nccl.library
-    return LibraryWant(library.path, library.sha256, library.package, library.version)
-
-
-def _conf(expected: Expected, _item: str | None) -> ConfWant | None:
-    rendered = expected.file(NCCL_CONF_PATH)
-    if rendered is None:
-        return None
-    return ConfWant(rendered.sha256, tuple(parse_kv_conf(rendered.content).items()))
-
 
 @node_check("nccl.library", "nccl", "the NCCL library every lane loads has the pinned sha256",
-            section="nccl", expect=_library)
-def nccl_library(library: LibraryWant, facts: NodeFacts, at: Subject) -> Outcome:
+            section="nccl")
+def nccl_library(expected: Expected, facts: NodeFacts, at: Subject) -> Outcome:
+    library = expected.baseline.nccl.library
     if library.path is None or library.sha256 is None:
         version = f"NCCL {library.version}" if library.version else "its NCCL"
         return skip(f"no host library: {version} is built into the lane's image (provided_by: image); "
@@ -67,18 +31,18 @@ def nccl_library(library: LibraryWant, facts: NodeFacts, at: Subject) -> Outcome
 
 
 @node_check("nccl.conf", "nccl", "/etc/nccl.conf is exactly the rendered settings", section="nccl",
-            written=True, expect=_conf)
-def nccl_conf(rendered: ConfWant | None, facts: NodeFacts, at: Subject) -> Outcome:
+            written=True)
+def nccl_conf(expected: Expected, facts: NodeFacts, at: Subject) -> Outcome:
+    rendered = expected.file(NCCL_CONF_PATH)
     if rendered is None:
         return skip("the baseline renders no nccl.conf")
-    want = dict(rendered.settings)
+    want = parse_kv_conf(rendered.content)
     link = linked(facts, NCCL_CONF_PATH, _env_text(want))
     if link is not None:
         return link
     seen = facts.file_sha256.get(NCCL_CONF_PATH)
     if seen == rendered.sha256:
         return ok(rendered.sha256, seen)
-    want = dict(rendered.settings)
     if facts.nccl_conf is None:
         return fail(_env_text(want), f"{NCCL_CONF_PATH} missing", apply_fix(at))
     have = _as_nccl_reads(facts.nccl_conf)

@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from sparkbase.audit.checks.common import apply_fix
+from sparkbase.audit.expected import Expected
 from sparkbase.audit.registry import Outcome, Subject, fail, node_check, ok, skip
 from sparkbase.facts.model import NodeFacts
-
-if TYPE_CHECKING:
-    from sparkbase.audit.expected import Expected
 
 
 def _package_names(expected: Expected) -> list[str]:
     return list(dict.fromkeys(pin.name for pin in expected.baseline.packages()))
-
-
-def _pinned_version(expected: Expected, item: str | None) -> str:
-    return next(pin.version for pin in expected.baseline.packages() if pin.name == item)
 
 
 @node_check(
@@ -26,10 +18,11 @@ def _pinned_version(expected: Expected, item: str | None) -> str:
     "each pinned package is installed at its version",
     severity="warn",
     items=_package_names,
-    section=None, expect=_pinned_version,
+    section=None,
 )
-def package(version: str, facts: NodeFacts, at: Subject) -> Outcome:
+def package(expected: Expected, facts: NodeFacts, at: Subject) -> Outcome:
     name = str(at.item)
+    version = next(pin.version for pin in expected.baseline.packages() if pin.name == name)
     seen = facts.packages.get(name)
     if seen != version:
         return fail(version, seen or "not installed", f"apt-get install {name}={version}")
@@ -41,9 +34,10 @@ def package(version: str, facts: NodeFacts, at: Subject) -> Outcome:
     "packages",
     "no package is installed that only the site's other baselines pin",
     severity="warn",
-    section=None, expect=lambda expected, _item: tuple(expected.foreign_packages),
+    section=None,
 )
-def packages_foreign(foreign: tuple[str, ...], facts: NodeFacts, at: Subject) -> Outcome:
+def packages_foreign(expected: Expected, facts: NodeFacts, at: Subject) -> Outcome:
+    foreign = expected.foreign_packages
     want = "none installed"
     if not foreign:
         return skip("no other baseline pins a package this one does not")

@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from sparkbase.audit.checks.common import apply_fix, unknown
+from sparkbase.audit.expected import Expected
 from sparkbase.audit.registry import Outcome, Subject, fail, node_check, ok, skip
 from sparkbase.facts.model import NodeFacts, SecureBoot
 from sparkbase.facts.signing import judge_signature
 
-if TYPE_CHECKING:
-    from sparkbase.audit.expected import Expected
-
 
 @node_check("secure_boot.state", "secure_boot", "Secure Boot is in the baseline's state",
-            section="secure_boot", expect=lambda expected, _item: expected.baseline.secure_boot.enabled)
-def secure_boot_state(enabled: bool, facts: NodeFacts, _at: Subject) -> Outcome:
+            section="secure_boot")
+def secure_boot_state(expected: Expected, facts: NodeFacts, _at: Subject) -> Outcome:
+    return secure_boot_outcome(expected.baseline.secure_boot.enabled, facts)
+
+
+def secure_boot_outcome(enabled: bool, facts: NodeFacts) -> Outcome:
+    """Secure Boot enforcing on the node when `enabled`, else not enforcing."""
     want = SecureBoot.ENABLED.value if enabled else "not enforcing"
     state = facts.secure_boot
     if state is None:
@@ -46,9 +47,9 @@ def _mok_items(expected: Expected) -> list[str]:
 
 
 @node_check("secure_boot", "secure_boot", "the MOK key the baseline signs with is enrolled", items=_mok_items,
-            section="secure_boot",
-            expect=lambda expected, _item: expected.baseline.secure_boot.mok_fingerprint)
-def secure_boot_mok(key: str | None, facts: NodeFacts, at: Subject) -> Outcome:
+            section="secure_boot")
+def secure_boot_mok(expected: Expected, facts: NodeFacts, at: Subject) -> Outcome:
+    key = expected.baseline.secure_boot.mok_fingerprint
     enroll = "mokutil --import the MOK certificate, then reboot and accept it: " + apply_fix(at, True)
     enrolled = ", ".join(facts.mok_fingerprints) or "no key enrolled"
     if key is not None:

@@ -10,6 +10,7 @@ interrupt coalescing off" are warn); that the nodes agree on a governor stays an
 from __future__ import annotations
 
 from sparkbase.audit.checks.common import apply_fix, unknown
+from sparkbase.audit.expected import Expected
 from sparkbase.audit.registry import Outcome, Subject, fail, node_check, ok, skip
 from sparkbase.facts.model import NodeFacts, UnitState
 from sparkbase.facts.parsers import format_cpu_list
@@ -37,8 +38,9 @@ def _unit_seen(state: UnitState | None) -> str:
 
 
 @node_check("host.governor", "host", "every CPU runs the baseline's frequency governor", severity="warn",
-            section="host", expect=lambda expected, _item: expected.baseline.host.cpu_governor)
-def host_governor(want: str | None, facts: NodeFacts, at: Subject) -> Outcome:
+            section="host")
+def host_governor(expected: Expected, facts: NodeFacts, at: Subject) -> Outcome:
+    want = expected.baseline.host.cpu_governor
     if want is None:
         return skip("the baseline does not manage the CPU governor")
     wanted = f"{want} on every CPU"
@@ -57,10 +59,9 @@ def host_governor(want: str | None, facts: NodeFacts, at: Subject) -> Outcome:
 
 
 @node_check("host.governor_unit", "host", "DGX OS's governor unit is enabled and did not fail",
-            severity="warn", section="host",
-            expect=lambda expected, _item: expected.baseline.host.cpu_governor is not None)
-def host_governor_unit(managed: bool, facts: NodeFacts, at: Subject) -> Outcome:
-    if not managed:
+            severity="warn", section="host")
+def host_governor_unit(expected: Expected, facts: NodeFacts, at: Subject) -> Outcome:
+    if expected.baseline.host.cpu_governor is None:
         return skip("the baseline does not manage the CPU governor")
     want = f"{GOVERNOR_UNIT} enabled, not failed"
     state = facts.units.get(GOVERNOR_UNIT)
@@ -84,9 +85,9 @@ def coalescing_wanted(on: bool) -> str:
 
 
 @node_check("host.nvme_coalescing", "host", "NVMe interrupt coalescing is as the baseline says",
-            severity="warn", section="host",
-            expect=lambda expected, _item: expected.baseline.host.nvme.interrupt_coalescing)
-def host_nvme_coalescing(on: bool, facts: NodeFacts, at: Subject) -> Outcome:
+            severity="warn", section="host")
+def host_nvme_coalescing(expected: Expected, facts: NodeFacts, at: Subject) -> Outcome:
+    on = expected.baseline.host.nvme.interrupt_coalescing
     want = coalescing_wanted(on)
     if facts.nvme_coalescing is None:
         return unknown(facts, "nvme-coalescing", want)
