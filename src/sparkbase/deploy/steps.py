@@ -291,9 +291,7 @@ def _secure_boot_steps(baseline: Baseline, mok: MokFiles | None) -> list[Step]:
                 section="secure_boot",
             ),
         ]
-    # the pinned MOK, else the key this deploy signs with (a site still to confirm its key,
-    # the lab's own): a module signed by another key is re-signed
-    fingerprint = (secure.mok_fingerprint or (mok.fingerprint() if mok else None)) if secure.enabled else None
+    fingerprint = signing_key(baseline, mok)
     steps += [
         Step(
             "dkms-install",
@@ -313,6 +311,16 @@ def _secure_boot_steps(baseline: Baseline, mok: MokFiles | None) -> list[Step]:
         if baseline.manages(build.section)
     ]
     return steps
+
+
+def signing_key(baseline: Baseline, mok: MokFiles | None) -> str | None:
+    """The SHA-1 fingerprint of the MOK the node's DKMS modules are signed with: the pinned
+    MOK, else the key this deploy signs with (a site still to confirm its key, the lab's
+    own); None without Secure Boot or a key."""
+    secure = baseline.secure_boot
+    if not secure.enabled:
+        return None
+    return secure.mok_fingerprint or (mok.fingerprint() if mok is not None else None)
 
 
 def _modeset_steps(foreign: Foreign, baseline: Baseline) -> list[Step]:

@@ -5,7 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sparkbase.audit.checks.common import apply_fix, dkms_installed, module_flag, module_signed, unknown
+from sparkbase.audit.checks.common import (
+    apply_fix,
+    dkms_installed,
+    module_flag,
+    module_signed,
+    mok_pending,
+    unknown,
+)
 from sparkbase.audit.registry import Outcome, Subject, fail, node_check, ok, skip
 from sparkbase.facts.model import NodeFacts
 from sparkbase.facts.parsers import dgx_os_version, format_cpu_list
@@ -143,6 +150,9 @@ def host_fan_control(fan: FanWant | None, facts: NodeFacts, at: Subject) -> Outc
         return module_signed(at, facts, facts.fan_control, fan.mok_fingerprint)
     if at.item == "loaded":
         if fan.module not in facts.modules:
+            pending = mok_pending(facts, facts.fan_control, fan.mok_fingerprint)
+            if pending is not None:
+                return pending(f"{fan.module} loaded", "not loaded")
             return fail(f"{fan.module} loaded", "not loaded",
                         f"{fan.modules_load_path} loads it at boot (check dmesg for a signature refusal): "
                         + apply_fix(at, True))

@@ -5,7 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from sparkbase.audit.checks.common import apply_fix, dkms_installed, module_flag, module_signed, unknown
+from sparkbase.audit.checks.common import (
+    apply_fix,
+    dkms_installed,
+    module_flag,
+    module_signed,
+    mok_pending,
+    unknown,
+)
 from sparkbase.audit.registry import Outcome, Subject, fail, node_check, ok, skip
 from sparkbase.facts.model import NodeFacts
 
@@ -253,11 +260,17 @@ def memory_saver(saver: SaverWant | None, facts: NodeFacts, at: Subject) -> Outc
         return module_signed(at, facts, facts.memory_saver, saver.mok_fingerprint)
     param = f"{saver.module}.{saver.packing_parameter}"
     want = f"{saver.module} loaded, {saver.packing_parameter}={'on' if saver.packing else 'off'}"
+    pending = mok_pending(facts, facts.memory_saver, saver.mok_fingerprint)
     if saver.module not in facts.modules:
+        if pending is not None:
+            return pending(want, "not loaded")
         return fail(
             want, "not loaded", "check boot.log / dmesg for a signature refusal; " + apply_fix(at, True)
         )
     if saver.srcversion is not None and loaded_src != saver.srcversion:
+        if pending is not None:
+            return pending(f"{want}, srcversion {saver.srcversion}", f"srcversion {loaded_src or 'unknown'} "
+                           "(the stock module)")
         return fail(
             f"{want}, srcversion {saver.srcversion}",
             f"srcversion {loaded_src or 'unknown'} (the stock module?)",
