@@ -13,7 +13,7 @@ import pytest
 from test_audit_support import converged_node, shipped
 
 from sparkbase.audit.run import judge_node
-from sparkbase.deploy.reboot import mok_enrolment, module_mismatches, reboot_reasons
+from sparkbase.deploy.reboot import module_mismatches, mok_enrolment, reboot_reasons
 from sparkbase.deploy.results import NodeResult, NodeStatus, Report
 from sparkbase.deploy.steps import Step
 from sparkbase.facts.model import NodeFacts
@@ -112,12 +112,14 @@ def test_apply_reports_the_state_and_exits_1() -> None:
     report = Report("apply", [node])
     data = report.to_json()["nodes"][0]
     assert data["status"] == "MOK enrolment pending"
-    assert data["mok_enrolment"] == {"state": "pending", "fingerprint": KEY, "console_steps": list(CONSOLE_STEPS)}
+    assert data["mok_enrolment"] == {"state": "pending", "fingerprint": KEY,
+                                     "console_steps": list(CONSOLE_STEPS)}
     assert report.exit_code() == 1
     assert "Enroll MOK → Continue → Yes" in node.detail()
 
 
-def test_the_lab_enrols_only_with_a_person_at_the_console(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_lab_enrols_only_with_a_person_at_the_console(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """The lab's boot: pending keys stay pending with nobody at the console; `lab console
     NODE enroll-mok` puts a person there for exactly the next boot."""
     import json
