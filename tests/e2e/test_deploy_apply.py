@@ -161,6 +161,7 @@ def test_variant_round_trip_on_one_node(fleet: Fleet, converged: dict[str, Any])
     assert refused.returncode == 1
     assert "breaks the site contract" in refused.stderr
     assert fleet.sh("spark2", "uname -r").strip() == SITE_KERNEL
+    fleet.console("spark2")  # a person at the console enrols the MOK at the apply's reboot
     moved = fleet.sparkbase(*move, "--override-policy", "e2e: variant trial on spark2", "--json")
     assert moved.returncode == 0, moved.stdout + moved.stderr
     assert "PRIVATE KEY" not in moved.stdout + moved.stderr
