@@ -212,7 +212,7 @@ def _moving_back_leaves_no_trace_of_the_variant(fleet: Fleet, mok: str, leftover
     """spark2 (on the variant) moves back: as if it had always been on the site baseline."""
     shown = fleet.sparkbase("plan", "--limit", "spark2")
     assert shown.returncode == 1
-    for package in ("libnccl2", "dgx-spark-memory-saver", "dgx-spark-fan-control"):  # one per section
+    for package in ("libnccl2", "nvidia-kernel-source-580-open", "dgx-spark-fan-control"):  # one per section
         assert f"~ retire: unhold and purge {package} (pinned only by other baselines)" in shown.stdout
     assert f"~ retire: {FAN} disabled and stopped" in shown.stdout
     assert f"~ retire: MOK key directory {MOK_DIR}" in shown.stdout
@@ -237,6 +237,8 @@ def _moving_back_leaves_no_trace_of_the_variant(fleet: Fleet, mok: str, leftover
     enabled, active = _unit(fleet, "spark2", FAN)
     assert enabled != "enabled" and active != "active"
     assert "dgx-spark-memory-saver" not in fleet.sh("spark2", "dkms status")
+    # the source tree sparkbase placed from the pinned tarball goes with its DKMS build
+    assert fleet.lab.run("spark2", "test -e /usr/src/dgx-spark-memory-saver-0.2.0")[0] != 0
     assert fleet.lab.run("spark2", "ls /lib/modules/*/updates/dkms/nvidia-uvm.ko")[0] != 0
     # the stock nvidia-uvm is back: no packing parameter
     packing = "/sys/module/nvidia_uvm/parameters/uvm_pack_sysmem_leaf_tables"

@@ -60,12 +60,13 @@ def deploy_current_host() -> None:
     from sparkbase.deploy.mok_keys import mok_dir_from_env
     from sparkbase.deploy.pyinfra_deploy import add_steps, asks_for
     from sparkbase.deploy.reboot import mok_enrolment, reboot_reasons
+    from sparkbase.deploy.sources import source_mirror
     from sparkbase.deploy.steps import build_steps, signing_key
 
     site = site_from_env()
     node = str(host.data.get("sparkbase_node") or host.name)
     mok_files = mok_dir_from_env(lab_from_env())
-    steps = build_steps(site, node, mok_files)
+    steps = build_steps(site, node, mok_files, source_mirror(lab_from_env()))
     # pyinfra adds every host's operations before it executes any: one memo per host's adding
     with fact_scope(asks_for(steps)):
         boot = fact(BootState)

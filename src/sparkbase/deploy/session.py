@@ -37,6 +37,7 @@ from sparkbase.deploy.drain import (
 from sparkbase.deploy.locks import Owner, acquire_node_lock, remote_release_command
 from sparkbase.deploy.reboot import mok_enrolment, reboot_reasons, stage_command, staged
 from sparkbase.deploy.results import NodeResult, NodeStatus, OpResult, Report
+from sparkbase.deploy.sources import source_mirror
 from sparkbase.deploy.steps import WRITING_KINDS, MokFiles, Step, build_steps, signing_key
 from sparkbase.model.site import Site
 from sparkbase.transport import FailureKind, NodeFailure, SshTarget, TransportError, ssh_targets
@@ -197,7 +198,7 @@ class Session:
         from sparkbase.deploy.operations.netplan import takeover_diff
         from sparkbase.deploy.pyinfra_deploy import add_steps, asks_for
 
-        steps = build_steps(self.site, node, self.options.mok)
+        steps = build_steps(self.site, node, self.options.mok, source_mirror(self.options.lab))
         with fact_scope(asks_for(steps)) as stats:
             boot = fact(BootState)
             mok = fact(MokState)
