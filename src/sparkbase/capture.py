@@ -142,8 +142,9 @@ def captured_values(facts: NodeFacts, baseline: Baseline) -> Capture:
     if library.package is not None:  # a site-provided file has no package to read a version of
         out.put(("nccl", "library", "version"), facts.packages.get(library.package),
                 f"{library.package} is not installed")
-    out.put(("nccl", "library", "sha256"), facts.file_sha256.get(library.path),
-            f"{library.path} could not be hashed")
+    if library.path is not None:  # an image's library is not on the host
+        out.put(("nccl", "library", "sha256"), facts.file_sha256.get(library.path),
+                f"{library.path} could not be hashed")
 
     memory = baseline.memory
     out.put(("memory", "transparent_hugepages"), facts.thp, "THP mode unreadable")

@@ -206,3 +206,8 @@ def test_audit_against_another_baseline_names_the_stamp(
     bad = failing(data)
     assert ("spark1", "stamp") in bad and ("spark1", "kernel.release") in bad
     assert ("spark1", "stamp.assignment") not in bad  # the stamp names the inventory's baseline
+    # judged on the NCCL settings of the profile's one shape, the triangle's (8 channels, no
+    # switchless setting), against the site's ring4 file the node carries
+    conf = next(c for n in data["nodes"] for c in n["checks"] if c["id"] == "nccl.conf")
+    assert conf["status"] == "fail" and "NCCL_MAX_NCHANNELS=8" in conf["expected"]
+    assert "NCCL_SWITCHLESS_BIDIRECTIONAL" not in conf["expected"]

@@ -212,7 +212,8 @@ def _moving_back_leaves_no_trace_of_the_variant(fleet: Fleet, mok: str, leftover
     """spark2 (on the variant) moves back: as if it had always been on the site baseline."""
     shown = fleet.sparkbase("plan", "--limit", "spark2")
     assert shown.returncode == 1
-    for package in ("libnccl2", "nvidia-kernel-source-580-open", "dgx-spark-fan-control"):  # one per section
+    # one per section that has one (the variant's NCCL is built into its image: no package)
+    for package in ("nvidia-kernel-source-580-open", "dgx-spark-fan-control"):
         assert f"~ retire: unhold and purge {package} (pinned only by other baselines)" in shown.stdout
     assert f"~ retire: {FAN} disabled and stopped" in shown.stdout
     assert f"~ retire: MOK key directory {MOK_DIR}" in shown.stdout
@@ -261,18 +262,19 @@ def _moving_back_leaves_no_trace_of_the_variant(fleet: Fleet, mok: str, leftover
 def test_a_hand_installed_foreign_package_is_warned_and_kept(fleet: Fleet,
                                                              converged: dict[str, Any]) -> None:
     """sparkbase did not install it, so it never purges it: apply keeps it and says so."""
-    fleet.sh("spark3", "DEBIAN_FRONTEND=noninteractive apt-get install -y -q libnccl2 && "
-                       "apt-mark hold libnccl2")
+    tools = f"linux-tools-{VARIANT_KERNEL}"  # a package only the variant pins
+    fleet.sh("spark3", f"DEBIAN_FRONTEND=noninteractive apt-get install -y -q {tools} && "
+                       f"apt-mark hold {tools}")
     status, checks = _audit(fleet, "spark3")
     assert status == 0  # a warning never blocks
     foreign = checks["packages.foreign"]
     assert (foreign["status"], foreign["severity"]) == ("fail", "warn")
-    assert foreign["observed"].startswith("libnccl2 ")
+    assert foreign["observed"].startswith(f"{tools} ")
     applied = fleet.sparkbase("apply", "--limit", "spark3", "--yes", "--json")
     assert applied.returncode == 0, applied.stdout + applied.stderr
     ops = json.loads(applied.stdout)["nodes"][0]["operations"]
-    kept = next(op for op in ops if op["kind"] == "packages-kept" and op["section"] == "nccl")
-    assert kept["reason"].startswith("kept: libnccl2 ") and "not installed by sparkbase" in kept["reason"]
-    assert set(_installed(fleet, "spark3", ["libnccl2"])) == {"libnccl2"}
-    fleet.sh("spark3", "apt-mark unhold libnccl2 && "
-                       "DEBIAN_FRONTEND=noninteractive apt-get purge -y -q libnccl2")
+    kept = next(op for op in ops if op["kind"] == "packages-kept" and op["section"] == "kernel")
+    assert kept["reason"].startswith(f"kept: {tools} ") and "not installed by sparkbase" in kept["reason"]
+    assert set(_installed(fleet, "spark3", [tools])) == {tools}
+    fleet.sh("spark3", f"apt-mark unhold {tools} && "
+                       f"DEBIAN_FRONTEND=noninteractive apt-get purge -y -q {tools}")

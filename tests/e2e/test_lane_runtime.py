@@ -214,8 +214,9 @@ def test_switch_and_refused_switch(running: Lab, site_copy: Path, tmp_path: Path
 def test_status_and_triggers_read_the_lanes_own_metrics(running: Lab, site_copy: Path,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     """`lane status` shows each node's scraped figures; `triggers` without --metrics scrapes
-    the active lane's loopback endpoints: idle is quiet, fault lane-sessions fires, a node
-    whose engine is down is named and keeps the verdict from being quiet."""
+    the active lane's loopback endpoints once: a snapshot, never a sustained load (exit 4),
+    which says whether the scrape was over the line (idle: none; fault lane-sessions: four
+    sessions); a node whose engine is down is named."""
     site = load_site(site_copy)
     assert site.rules.proxy is not None
     lanes.write_proxy_env(running, site.rules.proxy.key, LANE)
@@ -227,10 +228,12 @@ def test_status_and_triggers_read_the_lanes_own_metrics(running: Lab, site_copy:
     for node, url in urls.items():
         assert f"metrics {node}: {url}: sglang: running requests 0, KV-cache tokens in use 0, " \
                "sessions of ≥500000 tokens 0" in out, out
-    assert main(["triggers", *common, "--json"]) == 0
+    assert main(["triggers", *common, "--json"]) == 4
     session = next(t for t in json.loads(capsys.readouterr().out)["triggers"] if t["kind"] == "session-load")
-    assert session["status"] == "quiet"
-    assert session["evidence"][0].startswith("1 sample time(s)")  # the judgement first, then its source
+    assert session["status"] == "unknown"
+    assert session["evidence"][0].startswith("snapshot, not sustained: 1 sample time in the 60-minute window "
+                                             "(none with")  # the judgement first, then its source
+    assert "peak concurrency 0" in session["evidence"][1]
     source = f"metrics source: the active lane {LANE} (from "
     assert any(line.startswith(source) for line in session["evidence"])
     assert [line for line in session["evidence"] if line.startswith("spark")] == [
@@ -242,8 +245,10 @@ def test_status_and_triggers_read_the_lanes_own_metrics(running: Lab, site_copy:
         assert main(["lane", "status", *common]) == 0
         assert f"metrics spark1: {urls['spark1']}: sglang: running requests 6, KV-cache tokens in use " \
                "2,150,000, sessions of ≥500000 tokens 4" in capsys.readouterr().out
-        assert main(["triggers", *common]) == 1
-        assert "FIRED   long-context-concurrency" in capsys.readouterr().out
+        assert main(["triggers", *common]) == 4
+        out = capsys.readouterr().out
+        assert "UNKNOWN long-context-concurrency" in out and "peak concurrency 4" in out
+        assert "evidence: snapshot, not sustained: 1 sample time in the 60-minute window (one with" in out
     finally:
         faults.clear(running, "spark1", "lane-sessions")
 

@@ -71,20 +71,23 @@ def engine() -> Iterator[tuple[str, dict[str, bytes]]]:
     server.server_close()
 
 
-def test_trigger_2_quiet_fired_unknown(fleet: Fleet, engine: tuple[str, dict[str, bytes]]) -> None:
+def test_trigger_2_snapshot_unknown_blind(fleet: Fleet, engine: tuple[str, dict[str, bytes]]) -> None:
     url, answer = engine
     answer["body"] = _sglang_scrape(5, 1_100_000)  # two 500K-class sessions among five requests
-    quiet = fleet.sparkbase("triggers", "--metrics", url, "--json")
-    assert quiet.returncode == 0, quiet.stdout + quiet.stderr
-    session = next(t for t in json.loads(quiet.stdout)["triggers"] if t["kind"] == "session-load")
-    assert session["status"] == "quiet" and "peak concurrency 2" in session["evidence"][1]
-    kernel = next(t for t in json.loads(quiet.stdout)["triggers"] if t["kind"] == "kernel-pin")
+    calm = fleet.sparkbase("triggers", "--metrics", url, "--json")  # one scrape: a snapshot
+    assert calm.returncode == 4, calm.stdout + calm.stderr
+    session = next(t for t in json.loads(calm.stdout)["triggers"] if t["kind"] == "session-load")
+    assert session["status"] == "unknown" and "peak concurrency 2" in session["evidence"][1]
+    assert session["evidence"][0].startswith("snapshot, not sustained: 1 sample time in the 60-minute window "
+                                             "(none with")
+    kernel = next(t for t in json.loads(calm.stdout)["triggers"] if t["kind"] == "kernel-pin")
     assert f"spark1: running {FACTORY_KERNEL}, page size 4096" in kernel["evidence"]
 
-    answer["body"] = _sglang_scrape(6, 2_150_000)  # four of them
-    fired = fleet.sparkbase("triggers", "--metrics", url)
-    assert fired.returncode == 1, fired.stdout + fired.stderr
-    assert "FIRED   long-context-concurrency" in fired.stdout and "peak concurrency 4" in fired.stdout
+    answer["body"] = _sglang_scrape(6, 2_150_000)  # four of them, in one scrape: still a snapshot
+    busy = fleet.sparkbase("triggers", "--metrics", url)
+    assert busy.returncode == 4, busy.stdout + busy.stderr
+    assert "UNKNOWN long-context-concurrency" in busy.stdout and "peak concurrency 4" in busy.stdout
+    assert "snapshot, not sustained: 1 sample time in the 60-minute window (one with" in busy.stdout
 
     unknown = fleet.sparkbase("triggers")
     assert unknown.returncode == 4, unknown.stdout + unknown.stderr
@@ -96,8 +99,8 @@ def test_trigger_2_quiet_fired_unknown(fleet: Fleet, engine: tuple[str, dict[str
 
 
 def test_trigger_2_from_the_lab_lanes_own_metrics(fleet: Fleet) -> None:
-    """The lab's serving stand-in (rank 0, spark1) exports SGLang's gauges: idle is quiet,
-    fault lane-sessions (four 500K-class sessions) fires."""
+    """The lab's serving stand-in (rank 0, spark1) exports SGLang's gauges: idle holds no long
+    session, fault lane-sessions four; one scrape of either is a snapshot (exit 4)."""
     from sparkbase.model.site import load_site
     from sparkbase_lab import lanes
 
@@ -105,11 +108,13 @@ def test_trigger_2_from_the_lab_lanes_own_metrics(fleet: Fleet) -> None:
     lanes.start(fleet.lab, site, "dsv41-flash")
     try:
         url = f"http://127.0.0.1:{lanes.metrics_port(fleet.lab, 'spark1')}/metrics"
-        quiet = fleet.sparkbase("triggers", "--metrics", url)
-        assert quiet.returncode == 0, quiet.stdout + quiet.stderr
+        idle = fleet.sparkbase("triggers", "--metrics", url)
+        assert idle.returncode == 4 and "peak concurrency 0" in idle.stdout, idle.stdout + idle.stderr
+        assert "snapshot, not sustained" in idle.stdout
         faults.inject(fleet.lab, "spark1", "lane-sessions")
-        fired = fleet.sparkbase("triggers", "--metrics", url)
-        assert fired.returncode == 1 and "peak concurrency 4" in fired.stdout, fired.stdout + fired.stderr
+        busy = fleet.sparkbase("triggers", "--metrics", url)
+        assert busy.returncode == 4 and "peak concurrency 4" in busy.stdout, busy.stdout + busy.stderr
+        assert "snapshot, not sustained: 1 sample time in the 60-minute window (one with" in busy.stdout
     finally:
         faults.clear(fleet.lab, "spark1", "lane-sessions")
         lanes.stop(fleet.lab, site, "dsv41-flash")

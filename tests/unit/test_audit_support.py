@@ -86,6 +86,14 @@ def _with_fallback(grub: GrubBoot, b: Baseline) -> GrubBoot:
     return replace(grub, entries=(*grub.entries, entry))
 
 
+def _ota_version(release: str) -> str:
+    """/etc/dgx-release's DGX_OTA_VERSION on a node of `release` (`DGX OS 7.5` -> 7.5.0, as the
+    real samples write it; `DGX OS 26.09.2` as written: how 26.09.2 names itself there has no
+    public sample, and the audit matches the baseline's release line either way)."""
+    version = release.split()[-1]
+    return version if version.count(".") >= 2 else version + ".0"
+
+
 def converged(expected: Expected) -> NodeFacts:
     """The facts of a node that carries exactly what `expected` says."""
     from sparkbase.audit.expected import Expected as _E  # noqa: F401 - type only
@@ -141,7 +149,8 @@ def converged(expected: Expected) -> NodeFacts:
         port.hca: Gid(_gid(expected.cables[port.netdev].address.split("/")[0]), "RoCE v2")
         for port in b.fabric.ports
     }
-    hashes: dict[str, str | None] = {b.nccl.library.path: b.nccl.library.sha256}
+    library = b.nccl.library  # no host file when NCCL is built into the image
+    hashes: dict[str, str | None] = {library.path: library.sha256} if library.path is not None else {}
     stamp = None
     for file in expected.files:
         if file.path == expected.stamp_path:
@@ -194,7 +203,7 @@ def converged(expected: Expected) -> NodeFacts:
             *((FstabEntry(swap.path, "none", "swap", "sw"),) if swap else ()),
             *factory_fstab,
         ),
-        dgx_release={"DGX_SWBUILD_VERSION": "7.2.3", "DGX_OTA_VERSION": "7.5.0"},
+        dgx_release={"DGX_SWBUILD_VERSION": "7.2.3", "DGX_OTA_VERSION": _ota_version(b.os.release)},
         nvidia_modules={
             f"{module}.{attr}": b.driver.version if attr == "version" else f"{module.upper()}01"
             for module in ("nvidia", "nvidia_drm", "nvidia_modeset", "nvidia_uvm")

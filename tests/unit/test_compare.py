@@ -88,8 +88,8 @@ def test_table_says_which_side_breaks_the_contract(
     out = capsys.readouterr().out
     page_line = next(line for line in out.splitlines() if line.startswith("kernel.page_size"))
     assert "4096" in page_line and "65536" in page_line and f"broken by {B}" in page_line
-    assert f"{A} 1.2.0 satisfies the site contract." in out
-    assert f"{B} 1.5.0 breaks the site contract" in out
+    assert f"{A} 1.3.0 satisfies the site contract." in out
+    assert f"{B} 1.6.0 breaks the site contract" in out
 
 
 @pytest.mark.parametrize("name", ["nope", "spark-common"])
@@ -116,3 +116,28 @@ def test_blocker_areas() -> None:
     assert blocker_area(("secure_boot", "enabled")) == "secure boot"
     assert blocker_area(("shapes", 1, "transport")) == "transport"
     assert blocker_area(("memory", "transparent_hugepages")) is None
+
+
+def test_the_os_and_the_nccl_of_each_shape_are_compared(
+    shipped_site: Path, site_copy: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The variant's DGX OS 26.09.2 against the site's release (a placeholder today), and the
+    NCCL settings of each of its shapes against the site's one block."""
+    differences = {d["path"]: d for d in compare_json(shipped_site, capsys)["differences"]}
+    os_row = differences["os.release"]
+    assert (os_row["a"], os_row["b"]) == ("DGX OS 7.5", "DGX OS 26.09.2")
+    assert os_row["b_source"] == {"kind": "recipe", "file": "docs/setup.md", "commit": "cff464c6",
+                                  "note": os_row["b_source"]["note"]}
+    assert (differences["nccl.library.provided_by"]["a"], differences["nccl.library.provided_by"]["b"]) == (
+        "package", "image")
+    assert differences["nccl.shapes.ring4.extra.NCCL_ALGO"]["b"] == "Ring"
+    assert differences["nccl.shapes.ring4.extra.NCCL_ALGO"]["a"] is None
+    assert differences["nccl.shapes.triangle3.max_nchannels"]["b"] == 8
+    assert differences["nccl.shapes.ring4.extra.NCCL_SWITCHLESS_BIDIRECTIONAL"]["b_source"]["file"] == (
+        "config/cluster-tp4.json")
+    # the site on the same release: no OS difference at all
+    common = site_copy / "baselines" / "spark-common.yaml"
+    common.write_text(common.read_text().replace("  release: DGX OS 7.5", "  release: DGX OS 26.09.2"))
+    same = {d["path"] for d in compare_json(site_copy, capsys)["differences"]}
+    assert not [path for path in same if path.startswith("os.")]
+    assert "nccl.shapes.ring4.extra.NCCL_ALGO" in same

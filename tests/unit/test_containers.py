@@ -212,6 +212,25 @@ def test_the_probe_on_a_node_without_docker(tmp_path: Path) -> None:
     assert runtime.container_errors == {"dsv41-flash": "docker not found"}
 
 
+def test_a_hung_docker_costs_the_containers_not_the_read(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """dockerd hung: the docker CLI waits for it without end; the probe gives up on it after
+    DOCKER_TIMEOUT and says so for each container asked (the section still ends)."""
+    import sparkbase.facts.runtime as runtime_module
+
+    monkeypatch.setattr(runtime_module, "DOCKER_TIMEOUT", 1)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "docker").write_text("#!/bin/sh\nexec sleep 60\n")
+    (bin_dir / "docker").chmod(0o755)
+    script = "P=; " + docker_command(["dsv41-flash"]) + "echo done >&2"
+    done = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=30,
+                          env={"PATH": f"{bin_dir}:/usr/bin:/bin"}, check=True)
+    assert done.stderr.rstrip().endswith("done")
+    assert read_runtime(done.stdout, ["dsv41-flash"]).container_errors == {
+        "dsv41-flash": "docker inspect: docker did not answer within 1 s (is dockerd hung?)"}
+
+
 def test_nothing_is_asked_of_docker_when_nothing_runs_in_a_container(tmp_path: Path) -> None:
     runtime, calls = _run_docker_part(tmp_path, [], with_docker=True)
     assert calls == [] and runtime.containers == {} and runtime.container_errors == {}

@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 VARIANT = "ds41f-7x-64k"
 NAME, VERSION = "dgx-spark-memory-saver", "0.2.0"
 TREE = f"/usr/src/{NAME}-{VERSION}"
-SHA = "10820078e21d6c9f12c3ea78750175285e7e8c9b877177b70ab1546a30f6c3fb"
+SHA = "b48fc514c423bc8c378865f9574cbb8c5cebfdb34c7e81901b6a82c45fdb4eac"
 URL = f"{LAB_MIRROR}/{NAME}-2dd6ef107616ef13f1c7f87817c07e5aabc9199e.tar.gz"
 
 

@@ -1,5 +1,5 @@
 """The variant keeps the installer's /swap.img (`noauto` in /etc/fstab) and the 4 KiB
-fallback kernel, as the spark-ds41f recipe does (docs/sources/ds41f-recipe.md, "Memory
+fallback kernel, as the spark-ds41f recipe does (docs/sources/ds41f-research.md, "Memory
 policy and swap" and "Kernel"): the model and its rules, the fstab edit and its undo (on the
 real curtin fstab), what other baselines' nodes retire, the ownership record."""
 
@@ -50,7 +50,10 @@ def test_the_variant_keeps_the_recipes_fallback_kernel(site: Site) -> None:
     assert pins["linux-modules-7.0.0-1019-nvidia"] == "7.0.0-1019.19~24.04.2"
     # the fleet's kmod for the 4 KiB kernel (runs/packages.json, 583b4eda)
     assert pins["linux-modules-nvidia-580-open-7.0.0-1019-nvidia"] == "7.0.0-1019.19~24.04.2+1"
-    assert baseline.kernel.grub_entry.endswith("7.0.0-1019-nvidia-64k")
+    # the default by menu-entry id, as the recipe pins it (docs/setup.md 0925e797)
+    uuid = "${GRUB_DEVICE_UUID}"
+    wanted = f"gnulinux-advanced-{uuid}>gnulinux-7.0.0-1019-nvidia-64k-advanced-{uuid}"
+    assert baseline.kernel.grub_entry == wanted
 
 
 def test_the_variant_marks_the_factory_swap_noauto(site: Site) -> None:

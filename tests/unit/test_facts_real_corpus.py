@@ -17,6 +17,7 @@ from ruamel.yaml import YAML
 
 from sparkbase.facts import parsers
 from sparkbase.gate.metrics import parse_scrapes
+from sparkbase.gate.prometheus import PrometheusError, parse_answer
 from sparkbase.gate.triggers import cache_tokens, sglang_group_values, sglang_loads, vllm_loads
 from sparkbase.model.site import load_site
 from sparkbase.model.site_rules import SessionLoadTrigger
@@ -140,11 +141,22 @@ def _openai_stream(text: str) -> dict[str, Any]:
     return {key: round(value, 6) if isinstance(value, float) else value for key, value in measured.items()}
 
 
+def _prometheus_answer(text: str) -> dict[str, Any]:
+    """A Prometheus API answer as `triggers --prometheus` reads it: its samples and warnings,
+    or the error it is refused with (the source prefix left out)."""
+    try:
+        samples, warnings = parse_answer(text, "sample")
+    except PrometheusError as exc:
+        return {"error": str(exc).removeprefix("sample: ")}
+    return {"samples": samples, "warnings": warnings}
+
+
 #: readers of engine samples, by the name verdicts.yaml gives as `reader`: metrics as the
-#: re-open triggers read them, API answers as `qualify` reads them
+#: re-open triggers read them, API answers as `qualify` and `triggers --prometheus` read them
 READERS = {"session_loads": _session_loads, "sglang_groups": _sglang_groups,
            "vllm_cache_tokens": _vllm_cache_tokens, "openai_models": _openai_models,
-           "openai_completion": _openai_completion, "openai_stream": _openai_stream}
+           "openai_completion": _openai_completion, "openai_stream": _openai_stream,
+           "prometheus_answer": _prometheus_answer}
 
 
 def test_every_sample_has_a_verdict_and_a_source() -> None:

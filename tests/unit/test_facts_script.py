@@ -56,7 +56,7 @@ def test_plan_asks_dpkg_about_the_other_baselines_pins_too(site: Site) -> None:
     plan = expected.plan()
     own = [pin.name for pin in expected.baseline.packages()]
     assert list(plan.packages) == [*own, *expected.foreign_packages]
-    assert "libnccl2" in plan.packages and "linux-image-7.0.0-1019-nvidia-64k" in plan.packages
+    assert "dgx-spark-fan-control" in plan.packages and "linux-image-7.0.0-1019-nvidia-64k" in plan.packages
     dpkg = dict(sections(plan))["dpkg"]
     assert "nvidia-kernel-source-580-open" in shlex.split(dpkg)
 

@@ -81,7 +81,7 @@ def test_node_on_another_baseline_version_is_refused_by_its_stamp() -> None:
     stamp = {**(spark1.stamp or {}), "version": "0.9.0"}
     report = _report("dsv41-flash", spark1=replace(spark1, stamp=stamp))
     lines = [r.line() for r in decide(SITE, "dsv41-flash", SITE.lanes["dsv41-flash"], report)]
-    assert lines == ["spark1: stamp: expected site-stock-6.17-4k 1.2.0, observed site-stock-6.17-4k 0.9.0"]
+    assert lines == ["spark1: stamp: expected site-stock-6.17-4k 1.3.0, observed site-stock-6.17-4k 0.9.0"]
 
 
 def test_lane_qualified_on_an_old_version_or_unqualified_shape() -> None:

@@ -290,8 +290,13 @@ def test_minus_e_replaces_the_image_value_in_place_and_appends_new_keys() -> Non
 
 
 def test_the_process_environment_is_dockers() -> None:
-    env = docker_runtime.process_env(_record(env=["PATH=/usr/bin", "X=1"]))
-    assert list(env.items()) == [("HOSTNAME", "spark1"), ("PATH", "/usr/bin"), ("X", "1"), ("HOME", "/root")]
+    record = _record(env=["PATH=/usr/bin", "X=1"])
+    env = docker_runtime.process_env(record)
+    build = docker_images.build_of(record["image_id"])
+    assert list(env.items()) == [("HOSTNAME", "spark1"), ("PATH", "/usr/bin"), ("X", "1"), ("HOME", "/root"),
+                                 ("SPARKBASE_LAB_BUILD", build)]  # the lab's engine build: the image's
+    assert build == "image-" + docker_images.PRODUCTION_DIGEST[7:19]
+    assert docker_runtime.process_env(_record(env=["SPARKBASE_LAB_BUILD=x"]))["SPARKBASE_LAB_BUILD"] == "x"
 
 
 def test_the_cgroup_is_dockers_systemd_driver_scope() -> None:

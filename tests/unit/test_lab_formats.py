@@ -71,7 +71,8 @@ PLACED = ("filename", "srcversion", "depends", "name", "vermagic", "sig_id", "si
 
 @pytest.mark.parametrize(
     "name",
-    ["modinfo_hailo_pci__aarch64_dkms_signed.txt", "modinfo_soundcore_signed__tab_continuation__kmod-28.txt"],
+    ["modinfo_hailo_pci__aarch64_dkms_signed.txt", "modinfo_soundcore_signed__tab_continuation__kmod-28.txt",
+     "modinfo_nvidia_uvm__dkms_build_driver_version__nvidia-vaapi-driver-260.txt"],
 )
 def test_field_order_is_kmods(name: str) -> None:
     """The placed fields of the real samples come in FIELD_ORDER's order."""

@@ -26,7 +26,7 @@ from sparkbase.gate.lane_metrics import (
     wanted_metrics,
 )
 from sparkbase.gate.metrics import MetricsError, Sample, parse_scrapes
-from sparkbase.gate.triggers import FIRED, QUIET, UNKNOWN, MetricsSource, evaluate
+from sparkbase.gate.triggers import UNKNOWN, MetricsSource, evaluate
 from sparkbase.model.site import Site, load_site
 from sparkbase.transport.client import Endpoint, resolve
 from sparkbase.transport.targets import SshTarget
@@ -216,18 +216,20 @@ def node_scrape(node: str, text: str | None) -> NodeScrape:
     return NodeScrape(node, url, tuple(labelled(parse_scrapes(text, 100.0), node)))
 
 
-SCRAPES = [  # what each node answers (None: refused) -> the session-load verdict
-    ("quiet everywhere", [sglang(1, 10_000)] * 4, QUIET),
-    ("sessions summed over nodes: two and two", [sglang(2, 1_000_000)] * 2 + [None, None], FIRED),
-    ("one node unread: quiet cannot be judged", [sglang(1, 10_000)] * 3 + [None], UNKNOWN),
-    ("one node unread, the rest already fires", [sglang(6, 2_150_000), None, None, None], FIRED),
-    ("nothing read", [None] * 4, UNKNOWN),
+SCRAPES = [  # what each node answers (None: refused) -> what the one scrape of the lane holds
+    ("quiet everywhere", [sglang(1, 10_000)] * 4, "none"),
+    ("sessions summed over nodes: two and two", [sglang(2, 1_000_000)] * 2 + [None, None], "one"),
+    ("one node unread", [sglang(1, 10_000)] * 3 + [None], "none"),
+    ("one node unread, the rest already over", [sglang(6, 2_150_000), None, None, None], "one"),
+    ("nothing read", [None] * 4, None),
 ]
 
 
-@pytest.mark.parametrize(("about", "answers", "status"), SCRAPES, ids=[case[0] for case in SCRAPES])
+@pytest.mark.parametrize(("about", "answers", "seen"), SCRAPES, ids=[case[0] for case in SCRAPES])
 def test_verdict_from_the_lanes_endpoints(site: Site, about: str, answers: list[str | None],
-                                          status: str) -> None:
+                                          seen: str | None) -> None:
+    """One scrape of the lane is a snapshot: never fired nor quiet, whatever it holds; it says
+    whether the scrape was over the line, and accounts for every node."""
     scrapes = [node_scrape(node, answer) for node, answer in zip(NODES, answers, strict=True)]
     source = MetricsSource(
         lines=tuple(lane_metrics.source_lines(LANE, Path("/p/.env"), scrapes)),
@@ -235,7 +237,10 @@ def test_verdict_from_the_lanes_endpoints(site: Site, about: str, answers: list[
     )
     samples = [sample for s in scrapes for sample in s.samples]
     verdict = next(v for v in evaluate(site, samples, None, source) if v.kind == "session-load")
-    assert verdict.status == status, verdict.evidence
+    assert verdict.status == UNKNOWN, verdict.evidence
+    if seen is not None:
+        assert verdict.evidence[0].startswith(f"snapshot, not sustained: 1 sample time in the 60-minute "
+                                              f"window ({seen} with more than 3 sessions"), verdict.evidence
     assert any(line.startswith(f"metrics source: the active lane {LANE} (from /p/.env)")
                for line in verdict.evidence)
     assert sum(line.startswith("spark") for line in verdict.evidence) == 4  # every node accounted for
@@ -261,8 +266,9 @@ def test_triggers_without_metrics_scrape_the_active_lane(tmp_path: Path, scraped
                                                          capsys: pytest.CaptureFixture[str]) -> None:
     scraped += [node_scrape(n, sglang(6, 2_150_000) if n == "spark1" else sglang(0, 0)) for n in NODES]
     env = env_file(tmp_path, LANE)
-    assert main(["triggers", "--site", str(REPO), "--env-file", str(env)]) == 1
+    assert main(["triggers", "--site", str(REPO), "--env-file", str(env)]) == 4  # a snapshot
     out = capsys.readouterr().out
+    assert "evidence: snapshot, not sustained: 1 sample time in the 60-minute window (one with" in out
     assert f"evidence: metrics source: the active lane {LANE} (from {env})" in out
     assert "evidence: spark1: scraped http://127.0.0.1:9/spark1 (2 sample(s) read)" in out
     scraped[3] = node_scrape("spark4", None)

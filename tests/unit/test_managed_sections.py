@@ -230,6 +230,13 @@ def test_a_site_provided_library_is_checked_never_pinned(site_with: SiteWith, si
     text = re.sub(r"  library:\n    package: .*\n    version: .*\n", "  library:\n    provided_by: site\n",
                   text)
     file.write_text(text)
+    # the variant as an older site had it: NCCL from a Debian package on the host (the
+    # recipe's is built into its image, which pins no host package)
+    variant_file = site_copy / "baselines" / f"{VARIANT}.yaml"
+    variant_file.write_text(variant_file.read_text().replace(
+        "    provided_by: image\n    version: 2.30.7\n",
+        "    package: libnccl2\n    version: 2.28.9-1+cuda13.0\n"
+        "    path: /usr/lib/aarch64-linux-gnu/libnccl.so.2.28.9\n    sha256: " + "b" * 64 + "\n"))
     site = load_site(site_copy)
     library = site.baselines[SITE_BASELINE].nccl.library
     assert (library.provided_by, library.package, library.pin()) == ("site", None, None)
@@ -244,6 +251,7 @@ def test_a_site_provided_library_is_checked_never_pinned(site_with: SiteWith, si
     assert retired == [["libnccl2"]]
     variant = site.baselines[STOCK_PAGES].nccl.library
     assert (variant.package, variant.path) == ("libnccl2", "/usr/lib/aarch64-linux-gnu/libnccl.so.2.28.9")
+    assert variant.path is not None and library.path is not None
     file = site_copy / "baselines" / f"{SITE_BASELINE}.yaml"
     file.write_text(file.read_text().replace("/opt/nccl-site/lib/libnccl.so.2.27.7", variant.path))
     same_path = build_steps(load_site(site_copy), "spark1")

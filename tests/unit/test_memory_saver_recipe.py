@@ -1,5 +1,5 @@
 """The variant's memory saver as the spark-ds41f recipe has it: a patched nvidia-uvm
-(values and sources in docs/sources/ds41f-recipe.md, "Memory saver")."""
+(values and sources in docs/sources/ds41f-research.md, "Memory saver")."""
 
 from __future__ import annotations
 

@@ -433,9 +433,9 @@ NUMBER_SLOTS: list[tuple[str, str, str, str, int, int]] = [
     ),
     (
         "baselines/ds41f-7x-64k.yaml",
-        "    min_nchannels: 4\n",
-        "    min_nchannels: {}\n",
-        "nccl.settings.min_nchannels",
+        "      min_nchannels: 4\n",
+        "      min_nchannels: {}\n",
+        "nccl.shapes.ring4.min_nchannels",
         1,
         64,
     ),

@@ -1,5 +1,5 @@
 """Provenance: every shipped value carries its source, and the recipe values are pinned
-with theirs (docs/sources/ds41f-recipe.md is the research record each row comes from)."""
+with theirs (docs/sources/ds41f-research.md is the research record each row comes from)."""
 
 from __future__ import annotations
 
@@ -33,6 +33,16 @@ RECIPE_VALUES: list[tuple[str, str, Any, str, str]] = [
         "583b4eda",
     ),
     (VARIANT, "nccl.settings.ib_merge_nics", 1, "config/cluster-tp4.json", "a20d52a2"),
+    (VARIANT, "os.release", "DGX OS 26.09.2", "docs/setup.md", "cff464c6"),
+    (VARIANT, "nccl.library.provided_by", "image", "upstreams.lock.json", "03249520"),
+    (VARIANT, "nccl.library.version", "2.30.7", "upstreams.lock.json", "03249520"),
+    (VARIANT, "nccl.settings.ib_hca", ["rocep1s0f0", "roceP2p1s0f0", "rocep1s0f1", "roceP2p1s0f1"],
+     "config/cluster-tp4.json", "a20d52a2"),
+    (VARIANT, "nccl.shapes.ring4.extra.NCCL_ALGO", "Ring", "config/cluster-tp4.json", "a20d52a2"),
+    (VARIANT, "nccl.shapes.ring4.extra.NCCL_IB_SUBNET_PREFIX_LEN", "24",
+     "config/cluster-tp4.json", "a20d52a2"),
+    (VARIANT, "nccl.shapes.triangle3.max_nchannels", 8, "config/cluster-4k.json", "6a70c129"),
+    (STOCK_PAGES, "nccl.shapes.ring4", None, "config/cluster-4k.json", "6a70c129"),
     (VARIANT, "memory.display_carveout", True, "config/cluster-64k.json", "6a70c129"),
     (VARIANT, "shapes.0.transport", "oneshot-ring4", "config/cluster-tp4.json", "a20d52a2"),
     (VARIANT, "shapes.1.transport", "oneshot-direct", "config/cluster-64k.json", "6a70c129"),
@@ -72,7 +82,6 @@ PLACEHOLDER_VALUES: list[tuple[str, str]] = [
     (SITE, "host.display_manager"),
     (SITE, "cpuset.cpus"),
     (SITE, "os.release"),
-    (VARIANT, "nccl.library.path"),
     (VARIANT, "cpuset.cpus"),
     (VARIANT, "secure_boot.mok_fingerprint"),
 ]
@@ -202,6 +211,8 @@ def test_validate_json_lists_placeholders(shipped_site: Path, capsys: pytest.Cap
     assert driver["line"] == 48 and driver["note"].startswith("site to confirm")
     assert ("spark-common.yaml", "os.release") in by_key
     assert all(set(p) == {"file", "line", "key", "note"} for p in report["placeholders"])
+    window = by_key[("site.yaml", "triggers[1].sources.window_minutes")]  # a trigger's, the site's to decide
+    assert window["note"].startswith("site to decide") and window["line"] == 69
 
 
 def test_uncovered_block_warns(site_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -67,12 +67,12 @@ def test_what_runs_must_match_a_release_once_there_is_one(site_copy: Path) -> No
 def test_a_baseline_change_is_named_by_its_render_hash(site_copy: Path) -> None:
     record(site_copy)
     baseline = site_copy / "baselines" / "site-stock-6.17-4k.yaml"
-    baseline.write_text(baseline.read_text().replace("version: 1.2.0", "version: 1.2.1"))
+    baseline.write_text(baseline.read_text().replace("version: 1.3.0", "version: 1.3.1"))
     for lane in (site_copy / "lanes").glob("*.yaml"):  # every lane on it moves with it
-        lane.write_text(lane.read_text().replace("baseline_version: 1.2.0", "baseline_version: 1.2.1"))
+        lane.write_text(lane.read_text().replace("baseline_version: 1.3.0", "baseline_version: 1.3.1"))
     (line,) = refusals(site_copy)
-    assert "baseline render hash" in line and "(site-stock-6.17-4k 1.2.1); r1: " in line
-    assert 'lane setting baseline_version: "1.2.1"; r1: "1.2.0"' in line
+    assert "baseline render hash" in line and "(site-stock-6.17-4k 1.3.1); r1: " in line
+    assert 'lane setting baseline_version: "1.3.1"; r1: "1.3.0"' in line
 
 
 def test_a_record_that_cannot_be_read_refuses(site_copy: Path) -> None:

@@ -20,7 +20,7 @@ from sparkbase.facts.model import DkmsEntry, NodeFacts, SecureBoot
 from sparkbase.facts.parsers import parse_cmdline, parse_dkms_status, parse_sb_state
 from sparkbase.gate.lane_metrics import key_figures
 from sparkbase.gate.metrics import parse_scrapes
-from sparkbase.gate.triggers import FIRED, QUIET, evaluate
+from sparkbase.gate.triggers import QUIET, UNKNOWN, evaluate
 from sparkbase.model.site import Site
 from sparkbase.model.site_rules import KernelPinTrigger, SessionLoadTrigger
 
@@ -172,16 +172,17 @@ IDLE = real("metrics__vllm_idle_no_kv_cache_usage_perc__production-stack-318.txt
 def test_an_idle_engine_is_zero_sessions_whatever_the_scrape_lacks() -> None:
     """The real idle vLLM exports no kv_cache_usage_perc and no cache info: it was unknown."""
     status, evidence = _session_verdict(SITE, IDLE)
-    assert status == QUIET, evidence
+    assert status == UNKNOWN and "(none with more than 3 sessions" in evidence[0], evidence  # a snapshot
     assert "peak concurrency 0" in evidence[1]
     figures = key_figures(_session_trigger(SITE), parse_scrapes(IDLE, 1000.0))
     assert "running requests 0, KV-cache tokens in use unknown, sessions of ≥500000 tokens 0" in figures
 
 
 def test_a_running_engine_without_kv_reading_stays_unjudged() -> None:
-    status, _evidence = _session_verdict(SITE, IDLE.replace("} 0.0\n# HELP vllm:num_requests_waiting",
-                                                            "} 2.0\n# HELP vllm:num_requests_waiting"))
-    assert status != QUIET
+    status, evidence = _session_verdict(SITE, IDLE.replace("} 0.0\n# HELP vllm:num_requests_waiting",
+                                                           "} 2.0\n# HELP vllm:num_requests_waiting"))
+    wanted = "no sglang:num_running_reqs or vllm:num_requests_running samples with KV-cache usage"
+    assert status == UNKNOWN and evidence[0].startswith(wanted), evidence
 
 
 HYBRID = real("metrics__vllm_cache_config_info_kv_cache_size_tokens_hybrid_DeepSeek-V4__vllm-51163.txt")
@@ -193,7 +194,7 @@ def test_vllm_kv_capacity_is_read_from_kv_cache_size_tokens() -> None:
     scrape = HYBRID + "vllm:num_requests_running 3\nvllm:kv_cache_usage_perc 0.9\n"
     status, evidence = _session_verdict(SITE, scrape)
     assert "peak concurrency 2," in evidence[1], evidence
-    assert status == QUIET  # two is not more than three
+    assert status == UNKNOWN and "(none with more than 3" in evidence[0]  # two is not more than three
     figures = key_figures(_session_trigger(SITE), parse_scrapes(scrape, 1000.0))
     assert "KV-cache tokens in use 1,061,793" in figures
 
@@ -215,7 +216,7 @@ def _dp_attention_scrape(running: int, used: int) -> str:
 def test_sglang_data_parallel_attention_ranks_are_summed() -> None:
     """One 600K session on each of seven DP ranks is seven long sessions, not tp_rank 0's one."""
     status, evidence = _session_verdict(SITE, _dp_attention_scrape(1, 600_000))
-    assert status == FIRED, evidence
+    assert status == UNKNOWN and "(one with more than 3" in evidence[0], evidence  # a snapshot
     assert "peak concurrency 7," in evidence[1]
     assert "; and 3 more" in evidence[2]  # seven instances read, four named
 

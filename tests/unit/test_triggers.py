@@ -16,9 +16,17 @@ from ruamel.yaml import YAML
 
 from sparkbase.cli.main import main
 from sparkbase.gate import metrics as metrics_module
-from sparkbase.gate.metrics import MAX_SAMPLES, MetricsError, load_metrics, parse_scrapes, shown_source
+from sparkbase.gate.metrics import (
+    MAX_SAMPLES,
+    MetricsError,
+    Sample,
+    load_metrics,
+    parse_scrapes,
+    shown_source,
+)
 from sparkbase.gate.triggers import FIRED, QUIET, UNKNOWN, evaluate
 from sparkbase.model.site import Site, load_site
+from sparkbase.model.site_rules import SessionLoadTrigger
 from sparkbase.text import is_hidden
 
 REPO = Path(__file__).parents[2]
@@ -149,14 +157,75 @@ def _sglang_scrape(when: int, running: int, used: int) -> list[str]:
     return [f"# scrape_time {when}", f"sglang:num_running_reqs {running}", f"sglang:num_used_tokens {used}"]
 
 
+def _hour_of(over: int, spikes: int = 4, calm: int = 2) -> list[Sample]:
+    """13 scrapes five minutes apart (an hour, both ends): `spikes` sessions in the first
+    `over`, `calm` in the rest."""
+    lines: list[str] = []
+    for index in range(13):
+        count = spikes if index < over else calm
+        lines += _sglang_scrape(1000 + 300 * index, count, count * 600_000)
+    return parse_scrapes("\n".join(lines), 0.0)
+
+
 def test_sustained_fraction_matters(site: Site) -> None:
-    """Four sessions in only one of four scrapes is a spike, not normal traffic."""
+    """Four sessions in 6 of 13 scrapes of the hour is under half of it; 7 of 13 is over."""
+    quiet = next(v for v in evaluate(site, _hour_of(6)) if v.kind == "session-load")
+    assert quiet.status == QUIET, quiet.evidence
+    assert "13 sample time(s) in the 60-minute window; 6 with more than 3" in quiet.evidence[0]
+    fired = next(v for v in evaluate(site, _hour_of(7)) if v.kind == "session-load")
+    assert fired.status == FIRED and "(54% of the window" in fired.evidence[0], fired.evidence
+
+
+def test_a_short_series_is_not_a_window(site: Site) -> None:
+    """Four scrapes a minute apart hold 4 of the 61 minutes a 60-minute window holds at that
+    spacing: a brief spike of four sessions cannot be judged either way (unknown, not quiet);
+    a series too short to fire even if every missing minute were over is quiet."""
     lines: list[str] = []
     for index, count in enumerate((4, 2, 2, 2)):
         lines += _sglang_scrape(1000 + 60 * index, count, count * 600_000)
     samples = parse_scrapes("\n".join(lines), 0.0)
     verdict = next(v for v in evaluate(site, samples) if v.kind == "session-load")
-    assert verdict.status == QUIET
+    assert verdict.status == UNKNOWN
+    assert "no reading at 57 of 61 sample times of the window; could tip the verdict" in verdict.evidence[1]
+
+
+@pytest.mark.parametrize(("scrapes", "count", "status", "why"), [
+    (40, 2, QUIET, "no reading at 21 of 61 sample times of the window; too few to fire even if all were "
+                   "over"),
+    (31, 4, FIRED, "no reading at 30 of 61 sample times of the window; the load read already fires"),
+])
+def test_a_short_series_is_judged_where_its_missing_times_cannot_tip_it(
+    site: Site, scrapes: int, count: int, status: str, why: str
+) -> None:
+    """Scrapes a minute apart over part of the hour: 40 calm ones leave 21 unread minutes, too
+    few to reach half of 61; 31 over the line are half of the window whatever the rest held."""
+    lines: list[str] = []
+    for index in range(scrapes):
+        lines += _sglang_scrape(1000 + 60 * index, count, count * 600_000)
+    samples = parse_scrapes("\n".join(lines), 0.0)
+    verdict = next(v for v in evaluate(site, samples) if v.kind == "session-load")
+    assert verdict.status == status and verdict.evidence[1] == why, verdict.evidence
+
+
+def test_one_scrape_is_a_snapshot_not_a_sustained_load(site: Site) -> None:
+    """Four long sessions in one scrape: 'snapshot, not sustained', unknown (exit 4), never fired."""
+    samples = parse_scrapes("\n".join(_sglang_scrape(1000, 4, 2_400_000)), 0.0)
+    verdict = next(v for v in evaluate(site, samples) if v.kind == "session-load")
+    assert verdict.status == UNKNOWN
+    assert verdict.evidence[0].startswith("snapshot, not sustained: 1 sample time in the 60-minute window "
+                                          "(one with more than 3 sessions"), verdict.evidence
+    assert "peak concurrency 4" in verdict.evidence[1]
+
+
+def test_the_window_and_fraction_say_their_source(site: Site) -> None:
+    """The shipped thresholds are placeholders, the site's to decide, and the verdict says so."""
+    trigger = next(t for t in site.rules.triggers if isinstance(t, SessionLoadTrigger))
+    assert {name: trigger.sources[name].kind for name in ("window_minutes", "sustained_fraction")} == {
+        "window_minutes": "placeholder", "sustained_fraction": "placeholder"}
+    verdict = next(v for v in evaluate(site, _hour_of(7)) if v.kind == "session-load")
+    line = next(line for line in verdict.evidence
+                if line.startswith("window_minutes 60: placeholder (site to decide"))
+    assert "sustained_fraction 0.5: placeholder (site to decide" in line
 
 
 def test_old_samples_outside_the_window_are_ignored(site: Site) -> None:
@@ -165,7 +234,8 @@ def test_old_samples_outside_the_window_are_ignored(site: Site) -> None:
     verdict = next(
         v for v in evaluate(site, parse_scrapes(old + "\n" + new, 0.0)) if v.kind == "session-load"
     )
-    assert verdict.status == QUIET and "1 sample time(s)" in verdict.evidence[0]
+    assert verdict.status == UNKNOWN and "snapshot, not sustained: 1 sample time" in verdict.evidence[0]
+    assert "peak concurrency 1" in verdict.evidence[1]  # the old scrape's five are not counted
 
 
 def test_many_instances_are_listed_briefly(site: Site) -> None:
@@ -422,15 +492,89 @@ def test_url_credentials_are_masked() -> None:
 
 
 @pytest.mark.parametrize("engine", ["sglang", "vllm"])
-def test_the_lab_stand_in_is_judged_quiet_idle_and_fired_with_sessions(site: Site, engine: str) -> None:
-    """What the lab's serving stand-in exports is what the trigger reads: idle is quiet (vLLM
-    exports its cache info, so an idle vLLM is judged, not unknown), fault lane-sessions fires."""
+def test_the_lab_stand_in_is_read_idle_and_with_sessions(site: Site, engine: str) -> None:
+    """What the lab's serving stand-in exports is what the trigger reads: idle holds no long
+    session (vLLM exports its cache info, so an idle vLLM is counted, not blind), fault
+    lane-sessions holds four; one scrape of either is a snapshot, not a sustained load."""
     from sparkbase_lab.shims.cmd_serving import metrics_text
 
     idle = next(
         v for v in evaluate(site, parse_scrapes(metrics_text(engine), 0.0)) if v.kind == "session-load"
     )
-    assert idle.status == QUIET, idle.evidence
+    assert idle.status == UNKNOWN and "(none with more than 3" in idle.evidence[0], idle.evidence
+    assert "peak concurrency 0" in idle.evidence[1]
     busy = parse_scrapes(metrics_text(engine, sessions=True), 0.0)
-    fired = next(v for v in evaluate(site, busy) if v.kind == "session-load")
-    assert fired.status == FIRED and "peak concurrency 4" in fired.evidence[1]
+    snapshot = next(v for v in evaluate(site, busy) if v.kind == "session-load")
+    assert snapshot.status == UNKNOWN and "(one with more than 3" in snapshot.evidence[0]
+    assert "peak concurrency 4" in snapshot.evidence[1]
+
+
+def test_cli_fires_trigger_1_when_the_site_moves_its_driver_pin(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The site confirms another driver in its baseline (kernel line and page size unchanged):
+    `triggers` fires trigger 1 (the notes' "kernel/driver pin move") and exits 1."""
+    import shutil
+
+    for part in ("baselines", "inventory", "lanes"):
+        shutil.copytree(REPO / part, tmp_path / part)
+    stock = tmp_path / "baselines" / "site-stock-6.17-4k.yaml"
+    text = stock.read_text()
+    assert "  version: 580.126.09\n" in text
+    stock.write_text(text.replace("580.126.09\n", "580.142.01\n").replace(
+        "580.126.09-0ubuntu0.24.04.1\n", "580.142.01-0ubuntu0.24.04.1\n"))
+    assert main(["triggers", "--site", str(tmp_path), "--metrics", str(TWO)]) == 1
+    out = capsys.readouterr().out
+    assert "FIRED   kernel-pin-7x-64k (kernel-pin)" in out
+    assert ("site driver pin: 580.142.01 (spark1, spark2, spark3, spark4) "
+            "(trigger: a move from 580.126.09; moved)") in out
+    assert main(["triggers", "--site", str(REPO), "--metrics", str(TWO)]) == 0  # the shipped pin: quiet
+    assert "QUIET   kernel-pin-7x-64k" in capsys.readouterr().out
+
+
+def test_vllm_cache_size_is_each_nodes_own(site: Site) -> None:
+    """Two nodes' vLLM engines, both engine index 0, with caches of different sizes (as
+    Prometheus labels each target's series with its instance): each node's usage is read
+    against its own cache, not the last one read."""
+    lines: list[str] = []
+    for node, blocks in (("spark1", 250_000), ("spark2", 50_000)):
+        where = f'engine="0",instance="{node}:8000"'
+        lines += [f'vllm:cache_config_info{{block_size="16",{where},num_gpu_blocks="{blocks}"}} 1',
+                  f"vllm:num_requests_running{{{where}}} 4",
+                  f"vllm:kv_cache_usage_perc{{{where}}} 0.6"]
+    samples = parse_scrapes("\n".join(lines), 0.0)
+    verdict = next(v for v in evaluate(site, samples) if v.kind == "session-load")
+    # spark1: 0.6 x 4,000,000 = 2,400,000 tokens (4 sessions); spark2: 0.6 x 800,000 (none)
+    assert "peak concurrency 4," in verdict.evidence[1], verdict.evidence
+
+
+def test_url_credentials_are_sent_as_basic_authentication_not_as_the_host() -> None:
+    """A Prometheus or exporter behind basic auth: `http://USER:PASSWORD@HOST/…` (each part
+    percent-encoded as in any URL) reaches HOST with an Authorization header."""
+    import base64
+
+    seen: list[str | None] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append(self.headers.get("Authorization"))
+            ok = seen[-1] == "Basic " + base64.b64encode(b"me:p@ss:word").decode()
+            self.send_response(200 if ok else 401)
+            self.end_headers()
+            self.wfile.write(FOUR.read_bytes() if ok else b"")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port = server.server_address[1]
+        assert load_metrics(f"http://me:p%40ss%3Aword@127.0.0.1:{port}/metrics") == FOUR.read_text()
+        with pytest.raises(MetricsError, match=r"^http://\*\*\*@127\.0\.0\.1:\d+/metrics: HTTP status 401$"):
+            load_metrics(f"http://me:wrong@127.0.0.1:{port}/metrics")
+        assert seen == ["Basic " + base64.b64encode(b"me:p@ss:word").decode(),
+                        "Basic " + base64.b64encode(b"me:wrong").decode()]
+    finally:
+        server.shutdown()
+        server.server_close()

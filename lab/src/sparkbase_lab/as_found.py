@@ -206,11 +206,20 @@ def grub_edit(baseline: Baseline) -> str:
     return shlex.join(["python3", "-c", program, " ".join(baseline.kernel.cmdline_forbid), " ".join(add)])
 
 
+def site_library(baseline: Baseline) -> str:
+    """The host file of the site's NCCL library (a baseline whose NCCL is in the image has none)."""
+    path = baseline.nccl.library.path
+    if path is None:
+        raise LabError("the site's fleet loads a host NCCL library: its baseline must pin one "
+                       "(nccl.library provided_by: site or package, with path and sha256)")
+    return path
+
+
 def _by_hand(lab: Lab, site: Site, node: str) -> None:
     """Everything an operator did on the node before its reboot into the pinned kernel."""
     baseline = site.baselines[site.inventory.nodes[node].baseline]
     pins = [*baseline.kernel.packages(), *baseline.driver.packages(baseline.kernel)]
-    library = Path(baseline.nccl.library.path)
+    library = Path(site_library(baseline))
     units = list(dict.fromkeys([*baseline.host.disable_services,
                                 *([] if baseline.host.display_manager else ["gdm3.service"])]))
     sysctls = "".join(f"{key} = {value}\n" for key, value in baseline.memory.sysctls.items())
@@ -244,7 +253,7 @@ def container_env(site: Site, node: str) -> list[str]:
     """The container's `-e` values: the baseline's NCCL settings (the node's GID index when the
     inventory gives one), and Gloo on the management NIC as NCCL's sockets are."""
     baseline = site.baselines[site.inventory.nodes[node].baseline]
-    env = baseline.nccl.settings.as_env()
+    env = baseline.nccl.env_for(site.lanes[LANE].shape)
     override = site.inventory.nodes[node].gid_index
     if override is not None:
         env["NCCL_IB_GID_INDEX"] = str(override)
@@ -268,7 +277,7 @@ def engine_command(site: Site, node: str) -> list[str]:
 def run_argv(site: Site, node: str, image: str = IMAGE, env: list[str] | None = None) -> list[str]:
     """The `docker run` an operator typed for the lane's container on `node`."""
     baseline = site.baselines[site.inventory.nodes[node].baseline]
-    nccl_bind = f"{baseline.nccl.library.path}:{docker_images.TORCH_NCCL_PATH}:ro"
+    nccl_bind = f"{site_library(baseline)}:{docker_images.TORCH_NCCL_PATH}:ro"
     argv = ["docker", "run", "-d", "--name", CONTAINER, "--restart", "unless-stopped",
             "--network", "host", "--ipc", "host", "--gpus", "all",
             "--cpuset-cpus", baseline.cpuset.cpulist(),

@@ -106,9 +106,12 @@ def parse_shell_assignments(text: str, env: dict[str, str] | None = None) -> dic
     return out
 
 
-def grub_settings(default_text: str, dropins: list[str]) -> dict[str, str]:
-    """`GRUB_*` settings from `/etc/default/grub` then `grub.d/*.cfg` (already name-sorted)."""
-    env = parse_shell_assignments(default_text)
+def grub_settings(default_text: str, dropins: list[str], uuid: str | None = None) -> dict[str, str]:
+    """`GRUB_*` settings from `/etc/default/grub` then `grub.d/*.cfg` (already name-sorted),
+    sourced after grub-mkconfig has set `GRUB_DEVICE_UUID` (the root file system's UUID), as
+    util/grub-mkconfig.in does: a drop-in may name an entry id by it."""
+    root = uuid or DEFAULT_ROOT_UUID
+    env = parse_shell_assignments(default_text, {"GRUB_DEVICE_UUID": root, "GRUB_DEVICE_BOOT_UUID": root})
     for text in dropins:
         env = parse_shell_assignments(text, env)
     return env

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 from pathlib import Path
 
 from sparkbase.atomicfile import write_atomic
@@ -28,6 +29,23 @@ OPAQUE_DIRS = (
     "var/lib/shim-signed", "var/lib/apt/lists", "var/cache/apt", "etc/ssh/sshd_config.d",
     "var/lib/sparkbase-lab", "etc/sparkbase-lab", "opt/nccl-site",
 )
+
+#: machine directories a Spark has, but with the machine's own content (programs, mirrors,
+#: users, mounts): hidden in every node at every `lab up`, disks built before too; the
+#: lab's own files in them (shims, the preload library, a node's packages) are the node's
+MACHINE_DIRS = ("usr/local", "opt", "home", "mnt", "srv")
+
+#: the empty /usr/local tree Ubuntu's base-files installs (`man` is a link to `share/man`)
+USR_LOCAL = ("bin", "etc", "games", "include", "lib", "sbin", "share/man", "src")
+
+#: what the root directory of a DGX OS (Ubuntu 24.04) install holds; any other entry of
+#: the machine's root (a checkout, a build tree, a mount) is hidden in the node by a
+#: whiteout. The `lib*` directories stay: a node's programs are the machine's binaries.
+SPARK_ROOT = frozenset({
+    "bin", "boot", "cdrom", "dev", "etc", "home", "lib", "lib32", "lib64", "libx32", "lost+found",
+    "media", "mnt", "opt", "proc", "root", "run", "sbin", "snap", "srv", "swap.img", "swap-64k.img",
+    "sys", "tmp", "usr", "var",
+})
 
 APT_CONF = """\
 // sparkbase lab: the node's only package source is the lab repository
@@ -188,6 +206,26 @@ def _opaque(path: Path) -> None:
     os.setxattr(path, "trusted.overlay.opaque", b"y")
 
 
+def hide_machine(upper: Path, machine_root: Path = Path("/")) -> list[str]:
+    """Make the machine's own content invisible in the node: `MACHINE_DIRS` opaque, and a
+    whiteout (overlayfs: a 0/0 character device) for every entry of the machine's root a
+    Spark does not have. Entries the node itself made are kept. Returns what it hid."""
+    for rel in MACHINE_DIRS:
+        _opaque(upper / rel)
+    for rel in USR_LOCAL:  # Ubuntu's empty /usr/local tree (base-files) stays
+        (upper / "usr/local" / rel).mkdir(parents=True, exist_ok=True)
+    if not (upper / "usr/local/man").is_symlink():
+        _symlink(upper, "usr/local/man", "share/man")
+    hidden = []
+    for name in sorted(os.listdir(machine_root)):
+        target = upper / name
+        if name in SPARK_ROOT or target.exists() or target.is_symlink():
+            continue
+        os.mknod(target, 0o600 | stat.S_IFCHR, os.makedev(0, 0))
+        hidden.append(name)
+    return hidden
+
+
 def _write(upper: Path, rel: str, text: str, mode: int = 0o644) -> Path:
     target = upper / rel.lstrip("/")
     # a node image is rebuilt from scratch when lost: atomic for readers, no fsync
@@ -292,6 +330,7 @@ def refresh(
     """Files written at every `lab up`: identity, sshd, keys, shims (the commands are
     copies of the C `client` when there is one), and the node's `/etc/ld.so.preload`
     naming the preload library (`preload`; none: no preload file)."""
+    hide_machine(upper)
     _write(upper, "etc/hostname", f"{name}\n")
     _write(upper, "etc/hosts", f"127.0.0.1\tlocalhost\n127.0.1.1\t{name}\n"
            "::1\tlocalhost ip6-localhost ip6-loopback\n")

@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 #: metrics port of a node's lane stand-in = the node's SSH port + this (the gate reads it there)
 METRICS_PORT_OFFSET = LAB_METRICS_PORT_OFFSET
 SHIM = "/usr/local/lib/sparkbase-lab/shim.py"
+#: the libnccl a lane whose baseline has no host library maps (`provided_by: image`): the one
+#: built into its image, named as NCCL's own `make install` names it (a lab stand-in file)
+IMAGE_NCCL = "/opt/lane-image/lib/libnccl.so.2.30.7"
 UNIT_DIR = "/etc/systemd/system"
 
 
@@ -54,7 +57,7 @@ def unit_text(site: Site, lane_name: str, metrics_port: int) -> str:
         "X-SparkbaseLab=serving",
         f"ExecStart={shlex.join(argv)}",
         f"Slice={baseline.cpuset.slice}",
-        f"Environment=SPARKBASE_LAB_NCCL={baseline.nccl.library.path} "
+        f"Environment=SPARKBASE_LAB_NCCL={baseline.nccl.library.path or IMAGE_NCCL} "
         f"SPARKBASE_LAB_METRICS_PORT={metrics_port}",
         "",
         "[Install]",

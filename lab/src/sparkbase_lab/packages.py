@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sparkbase.deploy.sources import LAB_MIRROR_DIR
+from sparkbase_lab.kconfig import kernel_config
 
 #: kernel release -> Debian package version
 KERNELS: dict[str, str] = {
@@ -72,7 +73,7 @@ FAN_DKMS_NAME = "dgx-spark-fan-control"
 FAN_DKMS_VERSION = "0.1.3"
 #: DGX OS's nvidia-drm modeset override: version 25.07-1 owns
 #: /etc/modprobe.d/zz-nvidia-drm-override.conf holding `options nvidia-drm modeset=0` (a
-#: public inspection of a DGX Spark, docs/sources/ds41f-recipe.md); DGX OS ships it installed
+#: public inspection of a DGX Spark, docs/sources/ds41f-research.md); DGX OS ships it installed
 MODESET0_PACKAGE = "nvidia-drm-options-modeset0"
 MODESET0_VERSION = "25.07-1"
 MODESET0_FILE = "/etc/modprobe.d/zz-nvidia-drm-override.conf"
@@ -183,7 +184,11 @@ def memory_saver_checkout() -> list[tuple[str, str, int]]:
          "/* sparkbase-lab stand-in source */\n"
          f"/* sparkbase-lab srcversion: {MEMORY_SAVER_SRCVERSION} */\n"
          "static bool uvm_pack_sysmem_leaf_tables = true;\n"
-         "module_param(uvm_pack_sysmem_leaf_tables, bool, 0444);\n", 0o644),
+         "module_param(uvm_pack_sysmem_leaf_tables, bool, 0444);\n"
+         # the saver patches the driver's own nvidia-uvm source, whose MODULE_VERSION is the
+         # driver's (NV_VERSION_STRING): the recipe's kernel_readiness.py (0ad64e14) wants
+         # modinfo's version = the driver
+         f'MODULE_VERSION("{VARIANT_DRIVER}");\n', 0o644),
         ("Makefile", "obj-m += nvidia-uvm.o\n", 0o644),
         ("scripts/driver-build", "#!/bin/sh\necho 'driver-build (sparkbase lab stand-in)'\n", 0o755),
     ]
@@ -261,7 +266,6 @@ def _module_file(
 def _kernel_packages(release: str, kver: str, lrms: list[tuple[str, str]] | None = None) -> list[Package]:
     """Image, headers and modules of `release` at `kver`, and the NVIDIA module packages
     `lrms` ((package version, driver); default one per driver, `<driver>-0ubuntu1+<kver>`)."""
-    abi = release.split("-")[1]
     image = Package(
         f"linux-image-{release}",
         kver,
@@ -269,7 +273,7 @@ def _kernel_packages(release: str, kver: str, lrms: list[tuple[str, str]] | None
         section="kernel",
         files=(
             _text(f"/boot/vmlinuz-{release}", f"sparkbase-lab kernel image\nrelease={release}\n"),
-            _text(f"/boot/config-{release}", f"CONFIG_LOCALVERSION=\"-{abi}\"\n"),
+            _text(f"/boot/config-{release}", kernel_config(release)),
             _text(f"/boot/System.map-{release}", f"{release}\n"),
         ),
         postinst=_kernel_postinst(release),

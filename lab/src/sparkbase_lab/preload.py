@@ -11,6 +11,13 @@ raw system calls, no allocation, and the real answer whenever a file is missing 
 unreadable, so a node whose boot has not written them behaves as before. The machine name
 stays the machine's (binaries in a node are the machine's; claiming `aarch64` to the C
 library would mislead package tools). Without a C compiler the lab runs without it.
+
+It also gives programs the node's `/proc/modules` on a machine kernel built without module
+support (procfs cannot gain a file, and overlayfs refuses procfs as a layer): opening,
+`stat`ing or testing that path (`open`, `openat`, `fopen`, the `stat` family, `statx`,
+`access`) reaches the node's copy in `/run/sparkbase-lab/proc/modules`. A listing of
+`/proc` (`ls /proc`) does not show it, and statically linked programs and raw system calls
+still see the machine's procfs.
 """
 
 from __future__ import annotations
@@ -24,10 +31,14 @@ LIBRARY = "libsparkbase-node.so"
 NODE_PATH = f"/usr/local/lib/sparkbase-lab/{LIBRARY}"
 
 SOURCE = r"""
+#undef _FORTIFY_SOURCE
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/utsname.h>
 #include <unistd.h>
@@ -83,6 +94,140 @@ int getpagesize(void) {
     if (value) return (int)value;
     if (!real) real = (int (*)(void))dlsym(RTLD_NEXT, "getpagesize");
     return real ? real() : 4096;
+}
+
+/* Files a kernel with module support has in /proc and the machine's kernel may not:
+   procfs cannot gain a file, so a path that names one is answered from the node's copy
+   (written by the boot step and modprobe) when that copy exists. */
+#define NODE_PROC_MODULES "/run/sparkbase-lab/proc/modules"
+
+static const char *node_path(const char *path) {
+    if (path && path[0] == '/' && strcmp(path, "/proc/modules") == 0
+        && syscall(SYS_faccessat, AT_FDCWD, NODE_PROC_MODULES, F_OK, 0) == 0)
+        return NODE_PROC_MODULES;
+    return path;
+}
+
+static void *next(const char *name) { return dlsym(RTLD_NEXT, name); }
+
+static mode_t open_mode(int flags, va_list ap) {
+    return (flags & O_CREAT) || (flags & __O_TMPFILE) == __O_TMPFILE ? (mode_t)va_arg(ap, int) : 0;
+}
+
+#define OPEN_LIKE(fn)                                                              \
+    int fn(const char *path, int flags, ...) {                                     \
+        static int (*real)(const char *, int, ...);                                \
+        va_list ap; va_start(ap, flags); mode_t mode = open_mode(flags, ap); va_end(ap); \
+        if (!real) real = (int (*)(const char *, int, ...))next(#fn);              \
+        return real(node_path(path), flags, mode);                                 \
+    }
+OPEN_LIKE(open)
+OPEN_LIKE(open64)
+
+#define OPENAT_LIKE(fn)                                                            \
+    int fn(int dir, const char *path, int flags, ...) {                            \
+        static int (*real)(int, const char *, int, ...);                           \
+        va_list ap; va_start(ap, flags); mode_t mode = open_mode(flags, ap); va_end(ap); \
+        if (!real) real = (int (*)(int, const char *, int, ...))next(#fn);         \
+        return real(dir, node_path(path), flags, mode);                            \
+    }
+OPENAT_LIKE(openat)
+OPENAT_LIKE(openat64)
+
+#define OPEN2_LIKE(fn)                                                             \
+    int fn(const char *path, int flags) {                                          \
+        static int (*real)(const char *, int);                                     \
+        if (!real) real = (int (*)(const char *, int))next(#fn);                   \
+        return real(node_path(path), flags);                                       \
+    }
+int __open_2(const char *, int);
+int __open64_2(const char *, int);
+OPEN2_LIKE(__open_2)
+OPEN2_LIKE(__open64_2)
+
+#define OPENAT2_LIKE(fn)                                                           \
+    int fn(int dir, const char *path, int flags) {                                 \
+        static int (*real)(int, const char *, int);                                \
+        if (!real) real = (int (*)(int, const char *, int))next(#fn);              \
+        return real(dir, node_path(path), flags);                                  \
+    }
+int __openat_2(int, const char *, int);
+int __openat64_2(int, const char *, int);
+OPENAT2_LIKE(__openat_2)
+OPENAT2_LIKE(__openat64_2)
+
+#define FOPEN_LIKE(fn)                                                             \
+    FILE *fn(const char *path, const char *mode) {                                 \
+        static FILE *(*real)(const char *, const char *);                          \
+        if (!real) real = (FILE *(*)(const char *, const char *))next(#fn);        \
+        return real(node_path(path), mode);                                        \
+    }
+FOPEN_LIKE(fopen)
+FOPEN_LIKE(fopen64)
+
+#define STAT_LIKE(fn, type)                                                        \
+    int fn(const char *path, type *buf) {                                          \
+        static int (*real)(const char *, type *);                                  \
+        if (!real) real = (int (*)(const char *, type *))next(#fn);                \
+        return real ? real(node_path(path), buf) : -1;                             \
+    }
+STAT_LIKE(stat, struct stat)
+STAT_LIKE(stat64, struct stat64)
+STAT_LIKE(lstat, struct stat)
+STAT_LIKE(lstat64, struct stat64)
+
+#define XSTAT_LIKE(fn, type)                                                       \
+    int fn(int ver, const char *path, type *buf) {                                 \
+        static int (*real)(int, const char *, type *);                             \
+        if (!real) real = (int (*)(int, const char *, type *))next(#fn);          \
+        return real ? real(ver, node_path(path), buf) : -1;                        \
+    }
+int __xstat(int, const char *, struct stat *);
+int __xstat64(int, const char *, struct stat64 *);
+int __lxstat(int, const char *, struct stat *);
+int __lxstat64(int, const char *, struct stat64 *);
+XSTAT_LIKE(__xstat, struct stat)
+XSTAT_LIKE(__xstat64, struct stat64)
+XSTAT_LIKE(__lxstat, struct stat)
+XSTAT_LIKE(__lxstat64, struct stat64)
+
+#define FSTATAT_LIKE(fn, type)                                                     \
+    int fn(int dir, const char *path, type *buf, int flags) {                      \
+        static int (*real)(int, const char *, type *, int);                        \
+        if (!real) real = (int (*)(int, const char *, type *, int))next(#fn);      \
+        return real ? real(dir, node_path(path), buf, flags) : -1;                 \
+    }
+FSTATAT_LIKE(fstatat, struct stat)
+FSTATAT_LIKE(fstatat64, struct stat64)
+
+int statx(int dir, const char *path, int flags, unsigned int mask, struct statx *buf) {
+    static int (*real)(int, const char *, int, unsigned int, struct statx *);
+    if (!real) real = (int (*)(int, const char *, int, unsigned int, struct statx *))next("statx");
+    return real ? real(dir, node_path(path), flags, mask, buf) : -1;
+}
+
+int access(const char *path, int mode) {
+    static int (*real)(const char *, int);
+    if (!real) real = (int (*)(const char *, int))next("access");
+    return real(node_path(path), mode);
+}
+
+int faccessat(int dir, const char *path, int mode, int flags) {
+    static int (*real)(int, const char *, int, int);
+    if (!real) real = (int (*)(int, const char *, int, int))next("faccessat");
+    return real(dir, node_path(path), mode, flags);
+}
+
+int euidaccess(const char *path, int mode) {
+    static int (*real)(const char *, int);
+    if (!real) real = (int (*)(const char *, int))next("euidaccess");
+    return real(node_path(path), mode);
+}
+
+int eaccess(const char *path, int mode) {
+    static int (*real)(const char *, int);
+    if (!real) real = (int (*)(const char *, int))next("eaccess");
+    return real(node_path(path), mode);
 }
 """
 

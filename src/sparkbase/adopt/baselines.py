@@ -176,7 +176,8 @@ def _library(facts: NodeFacts, template: Baseline, lane: FoundLane | None,
     if lane is not None and lane.library is not None:
         path, sha = lane.library
     else:
-        path, sha = library.path, facts.file_sha256.get(library.path) or ""
+        path = library.path or ""
+        sha = (facts.file_sha256.get(path) or "") if path else ""
     if not sha:
         notes.append(f"{facts.node}: no NCCL library found ({library.path} unread, no lane maps one)")
         return []

@@ -16,10 +16,13 @@ the PID and what differs:
   (`policy.images.pin_problem`); docker not found, or not answering, fails it;
 - `runtime.nccl_env`: the NCCL settings every process that maps libnccl would use (its
   environment as it was started, else the nccl.conf files its own mount namespace shows,
-  read by NCCL's rules, else NCCL's default) equal the baseline's; and no nccl.conf it
+  read by NCCL's rules, else NCCL's default) equal the baseline's for the lane's shape
+  (`nccl.settings` with `nccl.shapes.<shape>`); and no nccl.conf it
   reads sets a key twice with different values or under a name with spaces (NCCL's
   reading differs from a person's);
-- `runtime.nccl_library`: the libnccl each of them maps is the pinned path and sha256;
+- `runtime.nccl_library`: the libnccl each of them maps is the pinned path and sha256; for a
+  library built into the lane's image (`provided_by: image`), the NCCL version its file
+  name tells (`libnccl.so.2.30.7`) is the pinned one, and a name that tells none is said so;
 - `runtime.affinity`: every process of the lane runs on the serving slice's CPUs;
 - `runtime.cgroup`: every process of the lane is under the serving slice.
 
@@ -37,6 +40,7 @@ from typing import TYPE_CHECKING
 
 from sparkbase.audit.registry import CheckResult
 from sparkbase.facts.parsers.cpus import format_cpu_list
+from sparkbase.facts.parsers.runtime import nccl_file_version
 from sparkbase.facts.runtime import LaneGroup, lane_group
 from sparkbase.policy.images import parse_reference, pin_problem, running_digests, short_digest
 
@@ -65,10 +69,12 @@ class LaneProbe:
 
     lane: str
     match: tuple[str, ...]
-    #: the NCCL settings the baseline pins, as environment variables (`NcclSettings.as_env`)
+    #: the NCCL settings the baseline pins for the lane's shape, as environment variables
+    #: (`NcclSpec.env_for`)
     nccl_env: tuple[tuple[str, str], ...]
-    library_path: str
-    library_sha256: str
+    #: the pinned host library (None for one built into the lane's image: `provided_by: image`)
+    library_path: str | None
+    library_sha256: str | None
     slice_cpus: frozenset[int]
     slice_name: str | None  # None: the lane's container holds its CPUs (cpuset.pinned_by: container)
     #: the lane must be serving on the node (its pre-flight, or the proxy's active lane):
@@ -78,6 +84,13 @@ class LaneProbe:
     #: None: the lane is not run as a container
     container: str | None = None
     image: str | None = None
+    #: the NCCL version an image's library must report in its file name (None: not pinned)
+    library_version: str | None = None
+    #: NCCL keys the baseline's other shapes set and the lane's shape leaves at NCCL's
+    #: default: a process must not set them (the triangle's "no switchless setting")
+    nccl_unset: tuple[str, ...] = ()
+    #: the lane's shape (what `nccl_env` is the settings of)
+    shape: str | None = None
 
 
 def lane_probe(site: Site, name: str) -> LaneProbe | None:
@@ -88,12 +101,17 @@ def lane_probe(site: Site, name: str) -> LaneProbe | None:
     if lane.runtime is None or baseline is None:
         return None
     container = lane.runtime.container
+    env = baseline.nccl.env_for(lane.shape)
+    others = {key for shape in baseline.nccl.shaped() for key in baseline.nccl.env_for(shape)}
     return LaneProbe(
         lane=name,
         match=tuple(lane.runtime.match),
-        nccl_env=tuple(baseline.nccl.settings.as_env().items()),
+        nccl_env=tuple(env.items()),
+        nccl_unset=tuple(sorted(others - set(env))),
+        shape=lane.shape,
         library_path=baseline.nccl.library.path,
         library_sha256=baseline.nccl.library.sha256,
+        library_version=baseline.nccl.library.version if not baseline.nccl.library.on_host() else None,
         slice_cpus=frozenset(baseline.cpuset.cpus),
         slice_name=baseline.cpuset.slice if baseline.cpuset.pinned_by == "slice" else None,
         container=container.name if container is not None else None,
@@ -148,6 +166,10 @@ def nccl_env_problems(process: ServingProcess, probe: LaneProbe) -> list[str]:
                                 f"expected {key}={want}")
             else:
                 problems.append(f"{key}={got} ({where}), expected {key}={want}")
+    for key in probe.nccl_unset:
+        got, where = process.nccl_setting(key, None)
+        if got is not None:
+            problems.append(f"{key}={got} ({where}), expected unset (shape {probe.shape} sets none)")
     return problems + conf_problems(process)
 
 
@@ -192,6 +214,8 @@ def library_problems(process: ServingProcess, probe: LaneProbe,
     pinned_path, pinned_sha256 = probe.library_path, probe.library_sha256
     if not process.libraries:
         return ["maps no libnccl (NCCL not loaded yet, or linked statically)"]
+    if pinned_path is None or pinned_sha256 is None:
+        return image_library_problems(process, probe)
     problems: list[str] = []
     for mapped in process.libraries:
         host = container.host_path(mapped.path) if container is not None else None
@@ -209,6 +233,36 @@ def library_problems(process: ServingProcess, probe: LaneProbe,
             problems.append(f"{mapped.path} in its mount namespace has sha256 {digest}, "
                             f"pinned {pinned_sha256}")
     return problems
+
+
+def image_library_problems(process: ServingProcess, probe: LaneProbe) -> list[str]:
+    """A library built into the lane's image: the NCCL version each mapped libnccl's file
+    name tells (`libnccl.so.2.30.7`) against the pinned one; none pinned, nothing to judge."""
+    if probe.library_version is None:
+        return []
+    problems: list[str] = []
+    for mapped in process.libraries:
+        seen = nccl_file_version(mapped.path)
+        if seen is not None and not _same_version(seen, probe.library_version):
+            problems.append(f"maps {mapped.path}: NCCL {seen}, pinned {probe.library_version}")
+    return problems
+
+
+def image_library_notes(process: ServingProcess, probe: LaneProbe) -> list[str]:
+    """What a check of an image's library read: the version each mapped libnccl tells, or
+    that its file name does not tell one."""
+    notes: list[str] = []
+    for mapped in process.libraries:
+        seen = nccl_file_version(mapped.path)
+        notes.append(f"maps {mapped.path} (NCCL {seen}, from its file name)" if seen is not None else
+                     f"maps {mapped.path}: its file name tells no NCCL version, so the version is not judged"
+                     + (f" (pinned {probe.library_version})" if probe.library_version else ""))
+    return notes
+
+
+def _same_version(seen: str, pinned: str) -> bool:
+    """`2.30.7` from a file name is the pinned `2.30.7`, or `2.30.7-1+cuda13.0` (a package's)."""
+    return pinned == seen or pinned.startswith((seen + "-", seen + "+"))
 
 
 def affinity_problems(process: ServingProcess, probe: LaneProbe) -> list[str]:
@@ -392,6 +446,9 @@ def runtime_results(node: str, probes: Iterable[LaneProbe], facts: NodeFacts) ->
             else:
                 found = [f"pid {p.pid}: {problem}" for p in processes for problem in judge(p, probe)]
             observed = "; ".join(found) if found else _pids(processes)
+            if kind == "nccl_library" and not found and probe.library_path is None:
+                observed = "; ".join([f"pid {p.pid}: {note}" for p in processes
+                                      for note in image_library_notes(p, probe)] or [observed])
             if kind == "nccl_env" and not found:
                 observed = "; ".join([observed, *(f"pid {p.pid}: {note}" for p in processes
                                                   for note in conf_notes(p))])

@@ -5,15 +5,22 @@ kernel-pin triggers read the site contract and the driver the inventory's baseli
 engines' own Prometheus metrics (SGLang
 sglang:num_running_reqs and sglang:num_used_tokens, vLLM vllm:num_requests_running,
 vllm:kv_cache_usage_perc and vllm:cache_config_info; the names and what counts as a
-long session are stated in the trigger) from --metrics: a URL or saved text file, a
-regular file or an http(s) answer of at most 16 MiB, a URL answering in full within 10
-seconds; repeat --metrics for several engines. Without --metrics, the active lane's own
-endpoints are scraped (the lane the proxy's .env names; its runtime.metrics on each node;
-with --lab only the lab's loopback ones), and the verdict says which source it read; a
-node that could not be read keeps the trigger from being judged quiet.
+long session are stated in the trigger). A session-load trigger fires on a load sustained
+over its window (window_minutes, sustained_fraction: the site's decisions): with
+--prometheus URL it is judged over the site's Prometheus history (one range query per
+metric over the window, every 15 s or coarser, each answered in full within 10 seconds);
+a sample time Prometheus has no reading for counts for neither side. --metrics reads a
+URL or saved text file instead (a regular file or an http(s) answer of at most 16 MiB, a
+URL answering in full within 10 seconds; repeat --metrics for several engines): saved
+scrapes over the window are judged as history, one scrape is a snapshot, not sustained
+(unknown). Without either, the active lane's own endpoints are scraped once (the lane the
+proxy's .env names; its runtime.metrics on each node; with --lab only the lab's loopback
+ones): a snapshot too; the verdict says which source it read, and a node that could not be
+read keeps the trigger from being judged quiet.
 Exit 0 when every trigger was judged and none fired, 1 when one fired, 4 when none fired
-but one could not be judged (no --metrics, or a scrape without the metrics it reads),
-2 bad configuration or unusable metrics.
+but one could not be judged (a snapshot, no metrics, a scrape without the metrics it
+reads, a window with too few readings), 2 bad configuration, unusable metrics or a
+Prometheus that cannot be asked.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from sparkbase.cli.common import add_site_arguments, add_target_arguments
 
 if TYPE_CHECKING:
     from sparkbase.gate.metrics import Sample
-    from sparkbase.gate.triggers import MetricsSource, TriggerVerdict
+    from sparkbase.gate.triggers import History, MetricsSource, TriggerVerdict
     from sparkbase.model.site import Site
 
 
@@ -35,7 +42,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of `sparkbase triggers`."""
     add_site_arguments(parser)
     add_target_arguments(parser)
-    parser.add_argument(
+    given = parser.add_mutually_exclusive_group()
+    given.add_argument(
+        "--prometheus",
+        metavar="URL",
+        default=None,
+        help="the site's Prometheus server (http(s) URL): each session-load trigger is judged over "
+        "its window of history (range queries of the metrics it reads, the series the lane exports)",
+    )
+    given.add_argument(
         "--metrics",
         metavar="URL_OR_FILE",
         action="append",
@@ -61,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
     from sparkbase.cli.common import lab_path, load_site_or_exit, selected_nodes
     from sparkbase.gate.lane_metrics import wanted_metrics
     from sparkbase.gate.metrics import MetricsError, load_metrics, parse_scrapes, shown_source
+    from sparkbase.gate.prometheus import PrometheusError
     from sparkbase.gate.triggers import MetricsSource, evaluate, exit_status, now
     from sparkbase.text import shown
 
@@ -69,7 +85,14 @@ def run(args: argparse.Namespace) -> int:
     samples: list[Sample] | None = None
     scraped_at = now()  # one evaluation time for every untimestamped URL scrape
     source: MetricsSource | None = None
-    if args.metrics is not None:
+    history: dict[str, History] | None = None
+    if args.prometheus is not None:
+        try:
+            history = prometheus_history(site, args.prometheus, scraped_at)
+        except PrometheusError as exc:
+            print(f"sparkbase: prometheus: {shown(exc)}", file=sys.stderr)
+            return 2
+    elif args.metrics is not None:
         wanted = wanted_metrics(site)
         samples = []
         try:
@@ -86,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     live = None
     if args.live or lab is not None:
         live = _live_kernels(site, selected_nodes(site, args), lab)
-    verdicts = evaluate(site, samples, live, source)
+    verdicts = evaluate(site, samples, live, source, history)
     if args.json:
         print(
             json.dumps(
@@ -112,6 +135,35 @@ def run(args: argparse.Namespace) -> int:
         for line in verdict_lines(verdicts):
             print(line)
     return exit_status(verdicts)
+
+
+def prometheus_history(site: Site, url: str, end: float) -> dict[str, History]:
+    """Each session-load trigger's window ending at `end`, read from the Prometheus at `url`
+    (`PrometheusError` when it cannot be asked or its answer is not usable)."""
+    from datetime import UTC, datetime
+
+    from sparkbase.gate.metrics import shown_source
+    from sparkbase.gate.prometheus import query_range, window_ending
+    from sparkbase.gate.triggers import Grid, History
+    from sparkbase.model.site_rules import SessionLoadTrigger
+
+    def utc(seconds: int) -> str:
+        return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    history: dict[str, History] = {}
+    for trigger in site.rules.triggers:
+        if not isinstance(trigger, SessionLoadTrigger):
+            continue
+        window = window_ending(end, trigger.window_minutes)
+        answer = query_range(url, trigger.metric_names(), window)
+        lines = (
+            f"metrics source: --prometheus {shown_source(url)}: range queries of "
+            f"{', '.join(sorted(trigger.metric_names()))} from {utc(window.start)} to {utc(window.end)} "
+            f"every {window.step} s",
+            *(f"Prometheus warning: {warning}" for warning in answer.warnings),
+        )
+        history[trigger.id] = History(answer.samples, Grid(window.start, window.end, window.step), lines)
+    return history
 
 
 def _active_lane_metrics(

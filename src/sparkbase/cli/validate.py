@@ -64,7 +64,7 @@ def _placeholders(problems: list[Problem]) -> list[Problem]:
         p
         for p in problems
         if p.severity is Severity.WARNING
-        and p.path.startswith("sources.")
+        and (p.path.startswith("sources.") or ".sources." in p.path)  # a baseline's, a trigger's
         and p.message.startswith(PLACEHOLDER_PREFIX)
     ]
     return sorted(found, key=lambda p: (str(p.file), p.line))

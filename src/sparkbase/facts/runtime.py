@@ -67,6 +67,11 @@ DOCKER_CONTAINERS = ("docker", "containers")
 DOCKER_IMAGES = ("docker", "images")
 #: exit status of a command the shell did not find (POSIX)
 NOT_FOUND = 127
+#: seconds each docker command of the probe may take: a hung dockerd costs the node its
+#: container facts, never its whole fact read (the read's own deadline is 60 s)
+DOCKER_TIMEOUT = 15
+#: `timeout`'s exit status when the command ran out of time (and SIGKILL's, after the grace)
+TIMED_OUT = (124, 137)
 
 
 def _q(word: str) -> str:
@@ -193,9 +198,11 @@ def docker_command(containers: Sequence[str]) -> str:
         CONTAINER_IDS,
         f"N={_q(names)}; " if names else "N=; ",
         'if [ -n "$I$N" ]; then ',
-        _tool(*DOCKER_CONTAINERS, "docker inspect $I $N"),
+        _tool(*DOCKER_CONTAINERS, f"timeout -k 5 {DOCKER_TIMEOUT} docker inspect $I $N"),
         images,
-        'if [ -n "$G" ]; then ', _tool(*DOCKER_IMAGES, "docker image inspect $G"), "fi; ",
+        'if [ -n "$G" ]; then ',
+        _tool(*DOCKER_IMAGES, f"timeout -k 5 {DOCKER_TIMEOUT} docker image inspect $G"),
+        "fi; ",
         "fi; ",
     ])
 
@@ -456,6 +463,8 @@ def _why(answer: ToolAnswer, notes: tuple[str, ...], command: str) -> str:
     """Why a docker command gave no answer: not installed, or its exit status and last words."""
     if answer.status == NOT_FOUND:
         return "docker not found"
+    if answer.status in TIMED_OUT:
+        return f"{command}: docker did not answer within {DOCKER_TIMEOUT} s (is dockerd hung?)"
     if answer.status == 0:
         return f"{command} printed no whole JSON array (cut short at {MAX_TOOL_BYTES} bytes, or not JSON)"
     said = f": {notes[-1][:200]}" if notes else ""

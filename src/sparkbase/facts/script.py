@@ -112,7 +112,9 @@ def plan_for(baseline: Baseline, file_paths: Sequence[str], stamp_path: str,
     factory = baseline.memory.factory_swap
     # the installer's swap file is read in swapon when the audit judges whether it is active
     judged = factory is not None and (factory.fstab == "as-installed" or factory.swapoff)
-    hashed = [baseline.nccl.library.path, *(path for path in file_paths if path != stamp_path)]
+    library = baseline.nccl.library.path  # None: built into the lane's image, nothing on the host
+    hashed = [*([library] if library is not None else []),
+              *(path for path in file_paths if path != stamp_path)]
     return FactPlan(
         sysctls=tuple(sorted({*baseline.memory.sysctls, *FLEET_SYSCTLS})),
         units=tuple(dict.fromkeys(units)),

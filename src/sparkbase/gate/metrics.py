@@ -44,6 +44,9 @@ from urllib.parse import urlsplit, urlunsplit
 from sparkbase.boundedfile import FileRefused, Refusal, read_regular_file
 
 if TYPE_CHECKING:
+    import urllib.error
+    import urllib.request
+
     from prometheus_client.samples import Sample as LibrarySample
 
 #: the largest scrape read, file or HTTP body (a real scrape is kilobytes)
@@ -61,6 +64,20 @@ _MAX_TIME = 1e11
 
 class MetricsError(Exception):
     """Metrics that cannot be used; the message is one line, located, without file content."""
+
+
+#: the most of an error answer's body kept (a Prometheus API error is a short JSON object)
+MAX_ERROR_BODY = 64 * 1024
+
+
+class HttpStatusError(MetricsError):
+    """An answer with an HTTP error status; the message names the status only, `body` keeps
+    the first `MAX_ERROR_BODY` bytes of the answer for a caller that knows its format."""
+
+    def __init__(self, message: str, status: int, body: bytes) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = body
 
 
 @dataclass(frozen=True)
@@ -151,6 +168,26 @@ def fetch_url(url: str, deadline_seconds: float) -> bytes:
     return result
 
 
+def authorized_request(url: str) -> urllib.request.Request:
+    """A GET of `url`; a `user:password@` in it becomes HTTP basic authentication (sent as a
+    header, each part percent-decoded), never part of the host name."""
+    import base64
+    import urllib.request
+    from urllib.parse import unquote
+
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        raise ValueError(f"not an http(s) URL: {parts.scheme}")
+    if parts.username is None and parts.password is None:
+        return urllib.request.Request(url)  # noqa: S310 - http(s) only (above)
+    host = parts.hostname or ""
+    host = f"[{host}]" if ":" in host else host
+    bare = urlunsplit(parts._replace(netloc=host + (f":{parts.port}" if parts.port else "")))
+    pair = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}".encode()
+    header = {"Authorization": "Basic " + base64.b64encode(pair).decode()}
+    return urllib.request.Request(bare, headers=header)  # noqa: S310 - http(s) only (above)
+
+
 def _fetch(url: str, shown: str, deadline: float) -> bytes | MetricsError:
     """One bounded GET (runs in the worker thread; errors are returned, not raised)."""
     import http.client
@@ -159,7 +196,7 @@ def _fetch(url: str, shown: str, deadline: float) -> bytes | MetricsError:
 
     try:
         remaining = max(deadline - time.monotonic(), 0.01)
-        with urllib.request.urlopen(url, timeout=remaining) as response:  # noqa: S310 - http(s) only
+        with urllib.request.urlopen(authorized_request(url), timeout=remaining) as response:  # noqa: S310
             chunks: list[bytes] = []
             size = 0
             while time.monotonic() < deadline:
@@ -172,11 +209,21 @@ def _fetch(url: str, shown: str, deadline: float) -> bytes | MetricsError:
                     return MetricsError(f"{shown}: answer larger than {MAX_BYTES // (1024 * 1024)} MiB")
             return MetricsError(f"{shown}: answer not complete within the deadline")
     except urllib.error.HTTPError as exc:
-        return MetricsError(f"{shown}: HTTP status {exc.code}")
+        return HttpStatusError(f"{shown}: HTTP status {exc.code}", exc.code, _error_body(exc))
     except urllib.error.URLError as exc:
         return MetricsError(f"{shown}: cannot fetch: {exc.reason}")
     except (OSError, http.client.HTTPException, ValueError) as exc:
         return MetricsError(f"{shown}: cannot fetch: {type(exc).__name__}")
+
+
+def _error_body(answer: urllib.error.HTTPError) -> bytes:
+    """At most `MAX_ERROR_BODY` bytes of an error answer; nothing if it cannot be read."""
+    import http.client
+
+    try:
+        return answer.read(MAX_ERROR_BODY)
+    except (OSError, http.client.HTTPException, ValueError):
+        return b""
 
 
 def decode(data: bytes, source: str) -> str:

@@ -4,6 +4,7 @@ decision again, evaluated against the site contract, the live fleet and Promethe
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections.abc import Mapping
@@ -14,7 +15,7 @@ from sparkbase.gate.metrics import Sample
 
 if TYPE_CHECKING:
     from sparkbase.model.site import Site
-    from sparkbase.model.site_rules import KernelPinTrigger, SessionLoadTrigger
+    from sparkbase.model.site_rules import KernelPinTrigger, SessionLoadField, SessionLoadTrigger
 
 FIRED = "fired"
 QUIET = "quiet"
@@ -144,21 +145,22 @@ def sglang_loads(trigger: SessionLoadTrigger, samples: list[Sample]) -> list[tup
 def vllm_loads(trigger: SessionLoadTrigger, samples: list[Sample]) -> list[tuple[float, InstanceLoad]]:
     """(time, load) of every vLLM engine at every sample time it reported running requests; its
     KV tokens are the used fraction times the cache's size (`cache_tokens`, from the labels of
-    the info gauge of the same engine index; that gauge carries no model name)."""
+    the info gauge of the same engine index on the same node: each node's scrape is labelled
+    with its `instance`; that gauge carries no model name)."""
     names = trigger.vllm
     running = _by_instance(samples, names.running)
     usage = _by_instance(samples, names.kv_usage_fraction)
-    capacity: dict[str, float] = {}
+    capacity: dict[tuple[str, str], float] = {}  # (node, engine index) -> tokens
     for s in samples:
         if s.metric != names.cache_info:
             continue
         size = cache_tokens(s.labels)
         if size is not None:
-            capacity[s.labels.get("engine", "")] = size
+            capacity[(s.labels.get(_INSTANCE, ""), s.labels.get("engine", ""))] = size
     loads: list[tuple[float, InstanceLoad]] = []
     for (when, key), value in sorted(running.items()):
         fraction = usage.get((when, key))
-        size = capacity.get(_label(key, "engine"))
+        size = capacity.get((_label(key, _INSTANCE), _label(key, "engine")))
         if size is None and len(capacity) == 1:  # one engine (older vLLM labels neither series)
             size = next(iter(capacity.values()))
         kv = fraction * size if fraction is not None and size is not None else None
@@ -209,49 +211,118 @@ def _few(names: list[str]) -> str:
     return "; ".join(names[:_FEW]) + more
 
 
-def evaluate_session_load(trigger: SessionLoadTrigger, samples: list[Sample]) -> TriggerVerdict:
-    """Fires when more than `more_than` long sessions ran at once in >= `sustained_fraction` of
-    the sample times within the window ending at the latest sample. Long sessions at a time are
-    summed over engine instances (see `InstanceLoad.long_sessions`)."""
-    base = {
-        "id": trigger.id,
-        "kind": trigger.kind,
-        "description": trigger.description,
-        "reopens": trigger.reopens,
-    }
+@dataclass(frozen=True)
+class Grid:
+    """The sample times a window was read at: every `step` seconds from `start` to `end`
+    (a Prometheus range query's). Without one, the times are what the scrapes hold."""
+
+    start: float
+    end: float
+    step: float
+
+    @property
+    def steps(self) -> int:
+        """How many sample times the window holds (both ends included)."""
+        return int((self.end - self.start) // self.step) + 1
+
+
+def _median_gap(times: list[float]) -> float:
+    gaps = sorted(later - earlier for earlier, later in itertools.pairwise(times))
+    return gaps[len(gaps) // 2]
+
+
+def _base(trigger: SessionLoadTrigger) -> dict[str, str]:
+    return {"id": trigger.id, "kind": trigger.kind, "description": trigger.description,
+            "reopens": trigger.reopens}
+
+
+def evaluate_session_load(
+    trigger: SessionLoadTrigger, samples: list[Sample], grid: Grid | None = None
+) -> TriggerVerdict:
+    """Fires when more than `more_than` long sessions ran at once for at least
+    `sustained_fraction` of the window: of the sample times of `grid` (Prometheus history),
+    else of the times a window of saved scrapes ending at the latest one holds at their usual
+    spacing. A time with no reading counts for neither side: the verdict is unknown when it
+    could tip it. One scrape is a snapshot, never a sustained load: unknown. Long sessions at
+    a time are summed over engine instances (see `InstanceLoad.long_sessions`)."""
     loads = sglang_loads(trigger, samples) + vllm_loads(trigger, samples)
     judged = [(t, load) for t, load in loads if load.long_sessions(trigger.min_context_tokens) is not None]
     blind = sorted({load.name for _, load in loads} - {load.name for _, load in judged})
     blind_note = [f"no usable running or KV-cache reading for {_few(blind)}: not counted"] if blind else []
+    if grid is not None:
+        start, latest = grid.start, grid.end
+        judged = [(t, load) for t, load in judged if start <= t <= latest]
     if not judged:
         wanted = f"{trigger.sglang.running} or {trigger.vllm.running}"
+        where = "in the window" if grid is not None else "in the metrics"
         return TriggerVerdict(
             status=UNKNOWN,
-            evidence=[f"no {wanted} samples with KV-cache usage in the metrics", *blind_note],
-            **base,
+            evidence=[f"no {wanted} samples with KV-cache usage {where}", *blind_note],
+            **_base(trigger),
         )
-    latest = max(t for t, _ in judged)
-    start = latest - trigger.window_minutes * 60
+    if grid is None:
+        latest = max(t for t, _ in judged)
+        start = latest - trigger.window_minutes * 60
     times = sorted({t for t, _ in judged if t >= start})
     counts = {t: 0 for t in times}
     for t, load in judged:
         if t >= start:
             counts[t] += load.long_sessions(trigger.min_context_tokens) or 0
     over = [t for t in times if counts[t] > trigger.more_than]
-    fraction = len(over) / len(times)
-    fired = fraction >= trigger.sustained_fraction
     engines = sorted({load.name for _, load in judged})
-    evidence = [
-        f"{len(times)} sample time(s) in the {trigger.window_minutes}-minute window; "
-        f"{len(over)} with more than {trigger.more_than} sessions of ≥{trigger.min_context_tokens} tokens "
-        f"({fraction:.0%}; fires at ≥{trigger.sustained_fraction:.0%})",
+    sessions = f"more than {trigger.more_than} sessions of ≥{trigger.min_context_tokens} tokens"
+    load_lines = [
         f"peak concurrency {max(counts.values())}, median {sorted(counts.values())[len(counts) // 2]}",
         f"engine instances read: {_few(engines)}",
         *blind_note,
         f"a session counts per engine instance as min(running requests, KV-cache tokens in use / "
         f"{trigger.min_context_tokens}) (the trigger's definition in baselines/site.yaml)",
+        *threshold_sources(trigger),
     ]
-    return TriggerVerdict(status=FIRED if fired else QUIET, evidence=evidence, **base)
+    if grid is None and len(times) == 1:
+        return TriggerVerdict(
+            status=UNKNOWN,
+            evidence=[
+                f"snapshot, not sustained: 1 sample time in the {trigger.window_minutes}-minute window "
+                f"({'one with' if over else 'none with'} {sessions}); whether a load lasted for "
+                f"≥{trigger.sustained_fraction:.0%} of the window is judged over history "
+                "(--prometheus URL, or saved scrapes over the window)",
+                *load_lines,
+            ],
+            **_base(trigger),
+        )
+    expected = grid.steps if grid is not None else max(
+        len(times), int(trigger.window_minutes * 60 // _median_gap(times)) + 1)
+    unread = expected - len(times)
+    least, most = len(over) / expected, (len(over) + unread) / expected
+    fraction = trigger.sustained_fraction
+    status = FIRED if least >= fraction else QUIET if most < fraction else UNKNOWN
+    read = f"{len(times)} sample time(s)" if grid is None else f"{len(times)} of {expected} steps"
+    evidence = [
+        f"{read} in the {trigger.window_minutes}-minute window; {len(over)} with {sessions} "
+        f"({least:.0%} of the window; fires at ≥{trigger.sustained_fraction:.0%})",
+        *load_lines,
+    ]
+    if unread:
+        judged_as = {FIRED: "the load read already fires", QUIET: "too few to fire even if all were over",
+                     UNKNOWN: "could tip the verdict: not judged"}[status]
+        evidence.insert(1, f"no reading at {unread} of {expected} sample times of the window; {judged_as}")
+    return TriggerVerdict(status=status, evidence=evidence, **_base(trigger))
+
+
+def threshold_sources(trigger: SessionLoadTrigger) -> list[str]:
+    """One line naming where the window and the fraction come from (the site's to decide)."""
+    from sparkbase.model.provenance import describe
+
+    names: tuple[SessionLoadField, ...] = ("window_minutes", "sustained_fraction")
+    parts = []
+    for name in names:
+        source = trigger.sources.get(name)
+        said = "no source" if source is None else describe(source)
+        if source is not None and source.note:
+            said += f" ({source.note})"
+        parts.append(f"{name} {getattr(trigger, name)}: {said}")
+    return ["; ".join(parts)]
 
 
 def site_driver_pins(site: Site) -> dict[str, list[str]]:
@@ -311,17 +382,33 @@ class MetricsSource:
     missing: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class History:
+    """A session-load trigger's window as the site's Prometheus holds it: the samples at every
+    step of `grid`, and the lines saying where they came from."""
+
+    samples: list[Sample]
+    grid: Grid
+    lines: tuple[str, ...] = ()
+
+
 def evaluate(
     site: Site,
     samples: list[Sample] | None,
     live: Mapping[str, tuple[str | None, int | None]] | None = None,
     source: MetricsSource | None = None,
+    history: Mapping[str, History] | None = None,
 ) -> list[TriggerVerdict]:
-    """Every trigger of the site (pure, given the evidence)."""
+    """Every trigger of the site (pure, given the evidence). A session-load trigger whose id
+    `history` holds is judged over that history, the others over `samples`."""
     verdicts: list[TriggerVerdict] = []
     for trigger in site.rules.triggers:
         if trigger.kind == "kernel-pin":
             verdicts.append(evaluate_kernel_pin(trigger, site, live))
+        elif history is not None and trigger.id in history:
+            held = history[trigger.id]
+            verdicts.append(_with_source(evaluate_session_load(trigger, held.samples, held.grid),
+                                         MetricsSource(lines=held.lines)))
         elif samples is None:
             verdicts.append(
                 TriggerVerdict(
@@ -330,7 +417,8 @@ def evaluate(
                     UNKNOWN,
                     trigger.description,
                     trigger.reopens,
-                    ["no metrics given (--metrics URL_OR_FILE)", *(source.lines if source else ())],
+                    ["no metrics given (--prometheus URL for history, --metrics URL_OR_FILE for scrapes)",
+                     *(source.lines if source else ())],
                 )
             )
         else:

@@ -211,8 +211,15 @@ class KernelSpec(StrictModel):
 
     @property
     def grub_entry(self) -> str:
-        """GRUB's menu path of this release, as `GRUB_DEFAULT` names it."""
-        return f"Advanced options for Ubuntu>Ubuntu, with Linux {self.release}"
+        """This release's entry as `GRUB_DEFAULT` names it: by menu-entry id, as the recipe
+        pins it (spark-ds41f docs/setup.md 0925e797: `gnulinux-advanced-$uuid>gnulinux-
+        <release>-advanced-$uuid`) and as Ubuntu writes `saved_entry`. The root file
+        system's UUID differs per node, so the drop-in names it `${GRUB_DEVICE_UUID}`:
+        grub-mkconfig sets that variable before it sources `/etc/default/grub.d/*.cfg`
+        (jc-lab/ubuntu-grub2 util/grub-mkconfig.in 85c36775) and 10_linux builds the ids
+        from the same UUID, so one file serves every node."""
+        uuid = "${GRUB_DEVICE_UUID}"
+        return f"gnulinux-advanced-{uuid}>gnulinux-{self.release}-advanced-{uuid}"
 
     def packages(self) -> list[PackagePin]:
         """The kernel packages this release needs, at the pinned version (with `tools`,
@@ -259,14 +266,17 @@ class DriverSpec(StrictModel):
 
 
 class NcclLibrary(StrictModel):
-    """The one NCCL library every lane loads, identified by path and hash, and where it comes
-    from (`provided_by`).
+    """The one NCCL library every lane loads, and where it comes from (`provided_by`).
 
     `package` (the default): a Debian package sparkbase installs and holds at `version`; it
-    ships the file at `path`. `site`: a plain file the site puts there itself (the site's
-    patched build, bind-mounted into its containers); sparkbase never installs, holds or
-    removes anything for it, and the audit and the launch gate still judge that the file at
-    `path` has `sha256` and that serving processes map it.
+    ships the file at `path`, identified by `sha256`. `site`: a plain file the site puts at
+    `path` itself (the site's patched build, bind-mounted into its containers); sparkbase
+    never installs, holds or removes anything for it, and the audit and the launch gate
+    still judge that the file at `path` has `sha256` and that serving processes map it.
+    `image`: NCCL is built into the lane's container image (the variant's recipe builds NCCL
+    2.30.7 into its image): nothing on the host, so no `package`, `path` or `sha256`; the
+    lane's runtime check reads the version the serving process maps (from the library's
+    file name) and judges it against `version` when it can tell.
 
     A `site` library refuses `package` and `version` rather than keeping them as
     information: every value in a baseline is one sparkbase enforces or judges, and a
@@ -275,37 +285,55 @@ class NcclLibrary(StrictModel):
     baseline's `sources:` (`nccl.library: {kind: site, note: ...}`).
     """
 
-    provided_by: Literal["package", "site"] = Field(
+    provided_by: Literal["package", "site", "image"] = Field(
         default="package",
-        description="package: a Debian package sparkbase installs and holds (needs package and version); "
-        "site: a file the site puts at path itself (checked, never installed)",
+        description="package: a Debian package sparkbase installs and holds (needs package, version, path, "
+        "sha256); site: a file the site puts at path itself (checked, never installed: path and sha256); "
+        "image: built into the lane's container image (nothing on the host; version judged at runtime)",
     )
     package: PackageName | None = Field(
         default=None, description="Debian package that ships the library (provided_by: package only)"
     )
     version: PackageVersion | None = Field(
-        default=None, description="exact package version (provided_by: package only)"
+        default=None,
+        description="exact package version (provided_by: package), or the NCCL version the image's library "
+        "reports in its file name, libnccl.so.VERSION (provided_by: image, optional)",
     )
-    path: LibraryPath = Field(description="path of the shared object on the node")
-    sha256: Sha256 = Field(description="sha256 of the shared object file")
+    path: LibraryPath | None = Field(
+        default=None, description="path of the shared object on the node (provided_by: package or site)"
+    )
+    sha256: Sha256 | None = Field(
+        default=None, description="sha256 of the shared object file (provided_by: package or site)"
+    )
 
-    @field_validator("package", "version")
+    @field_validator("package", "version", "path", "sha256")
     @classmethod
-    def _only_for_a_package(cls, value: str | None, info: ValidationInfo) -> str | None:
-        """`package` and `version` are required for a package and refused for a site file."""
+    def _fields_of_its_kind(cls, value: str | None, info: ValidationInfo) -> str | None:
+        """Each kind takes exactly its own fields: a value nobody acts on is refused."""
         provided_by = info.data.get("provided_by")  # absent when provided_by itself is wrong
+        field = info.field_name
         if provided_by == "package" and value is None:
             raise ValueError("required: the library is provided_by: package, so sparkbase installs "
-                             "that package at an exact version (or say provided_by: site)")
-        if provided_by == "site" and value is not None:
+                             "that package at an exact version (or say provided_by: site or image)")
+        if provided_by == "site" and value is None and field in {"path", "sha256"}:
+            raise ValueError("required: the library is provided_by: site, judged by its path and sha256")
+        if provided_by == "site" and value is not None and field in {"package", "version"}:
             raise ValueError(f"a library provided_by: site is a file the site puts there: sparkbase installs "
-                             f"no package for it, so it takes no {info.field_name} (remove it, or say "
+                             f"no package for it, so it takes no {field} (remove it, or say "
                              "provided_by: package)")
+        if provided_by == "image" and value is not None and field != "version":
+            raise ValueError(f"a library provided_by: image is built into the lane's container image: "
+                             f"nothing is installed or judged on the host, so it takes no {field} "
+                             "(remove it, or say provided_by: package or site)")
         return value
 
+    def on_host(self) -> bool:
+        """Whether the library is a host file (package or site) the host audit judges."""
+        return self.provided_by != "image"
+
     def pin(self) -> PackagePin | None:
-        """The package sparkbase installs for the library (None for a site file)."""
-        if self.package is None or self.version is None:
+        """The package sparkbase installs for the library (None for a site file or an image's)."""
+        if self.provided_by != "package" or self.package is None or self.version is None:
             return None
         return PackagePin(name=self.package, version=self.version)
 
@@ -348,11 +376,56 @@ class NcclSettings(StrictModel):
         return env
 
 
+class ShapeNcclSettings(StrictModel):
+    """The NCCL settings one serving shape adds to, or changes in, `nccl.settings` (the
+    variant's ring4 and triangle3 run different NCCL policies on the same hosts: spark-ds41f
+    config/cluster-tp4.json and config/cluster-4k.json). Unset fields keep the shared value;
+    `extra` keys are added, or replace a shared extra of the same name."""
+
+    ib_merge_nics: ZeroOrOne | None = Field(default=None, description="NCCL_IB_MERGE_NICS on this shape")
+    ib_hca: list[Name] | None = Field(
+        default=None, min_length=1, description="NCCL_IB_HCA on this shape (the devices, in NCCL's order)"
+    )
+    min_nchannels: int | None = Field(default=None, ge=1, le=64,
+                                      description="NCCL_MIN_NCHANNELS on this shape")
+    max_nchannels: int | None = Field(default=None, ge=1, le=64,
+                                      description="NCCL_MAX_NCHANNELS on this shape")
+    extra: dict[NcclExtraKey, Annotated[NcclValue, BeforeValidator(_text_value)]] = Field(
+        default_factory=dict,
+        description="further NCCL_* settings of this shape, written as given (never a key a typed field "
+        "sets)",
+    )
+
+
 class NcclSpec(StrictModel):
-    """NCCL: the shared library and its settings."""
+    """NCCL: the shared library, the settings every shape shares and each shape's own."""
 
     library: NcclLibrary = Field(description="the NCCL shared library every lane loads")
-    settings: NcclSettings = Field(description="settings written to /etc/nccl.conf")
+    settings: NcclSettings = Field(
+        description="settings written to /etc/nccl.conf on every node, whatever its shape"
+    )
+    shapes: dict[ShapeName, ShapeNcclSettings | None] = Field(
+        default_factory=dict,
+        description="per serving shape (ring4, triangle3): the settings a node of that shape adds to or "
+        "changes in `settings` (its /etc/nccl.conf, and what its lanes' processes must load); null: none "
+        "(a baseline that extends one with a shape it is not qualified for drops them so)",
+    )
+
+    def settings_for(self, shape: str | None) -> NcclSettings:
+        """The effective settings of a node or lane of `shape` (None: the shared ones)."""
+        own = next((settings for name, settings in self.shapes.items() if name == shape), None)
+        if own is None:
+            return self.settings
+        changed = own.model_dump(exclude={"extra"}, exclude_none=True)
+        return self.settings.model_copy(update={**changed, "extra": {**self.settings.extra, **own.extra}})
+
+    def env_for(self, shape: str | None) -> dict[str, str]:
+        """NCCL's KEY -> value text on `shape` (`NcclSettings.as_env` of `settings_for`)."""
+        return self.settings_for(shape).as_env()
+
+    def shaped(self) -> dict[str, ShapeNcclSettings]:
+        """The shapes that carry settings of their own."""
+        return {name: own for name, own in self.shapes.items() if own is not None}
 
 
 class FabricPort(StrictModel):

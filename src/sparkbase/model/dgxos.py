@@ -1,7 +1,7 @@
 """DGX OS's own tuning units that a baseline drives, and the values they set.
 
 sparkbase does not write these units: DGX OS ships them, and a baseline only decides
-whether they run. Every value here has a public source (docs/sources/ds41f-recipe.md).
+whether they run. Every value here has a public source (docs/sources/ds41f-research.md).
 """
 
 from __future__ import annotations

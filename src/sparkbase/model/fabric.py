@@ -73,6 +73,21 @@ def node_gid_index(node: Node, baseline: Baseline) -> int:
     return baseline.fabric.gid_index if node.gid_index is None else node.gid_index
 
 
+def node_shape(inventory: Inventory, node: str, baseline: Baseline) -> str | None:
+    """The serving shape `node` takes under `baseline`, which picks its NCCL settings
+    (`nccl.shapes`): the inventory's `shape:` for the node; else the baseline's only shape;
+    else the ring the inventory's nodes form, when the baseline is qualified for it. None:
+    none applies (the node gets the shared `nccl.settings` only)."""
+    entry = inventory.nodes[node]
+    if entry.shape is not None:
+        return entry.shape
+    qualified = [shape.name for shape in baseline.shapes]
+    if len(qualified) == 1:
+        return qualified[0]
+    ring = shape_of(len(inventory.nodes))
+    return ring if ring in qualified else None
+
+
 def fabric_findings(inventory: Inventory, baselines: dict[str, Baseline]) -> Iterator[Finding]:
     """Every fabric rule: cabling per node, then subnets and addresses across the fleet.
 
@@ -104,6 +119,13 @@ def _node_findings(
 ) -> Iterator[Finding]:
     node = inventory.nodes[name]
     baseline = baselines.get(node.baseline)
+    if baseline is not None and node.shape is not None and baseline.shape(node.shape) is None:
+        yield Finding(
+            INVENTORY,
+            ("nodes", name, "shape"),
+            f"baseline {node.baseline} is not qualified for shape {node.shape} "
+            f"(qualified: {', '.join(shape.name for shape in baseline.shapes)})",
+        )
     used_ports: set[int] = set()
     used_netdevs: dict[str, PathKey] = {}
     for index, link in enumerate(node.links):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from sparkbase.model.baseline import ShapeName
 from sparkbase.model.types import IPv4Interface, IPv4Network, Name, Netdev, SshAlias, StrictModel
 
 
@@ -75,6 +76,12 @@ class Node(StrictModel):
         default=None, ge=0, le=255,
         description="GID index of this node's IPv4 RoCE v2 address (NCCL_IB_GID_INDEX); "
         "default: the baseline's fabric.gid_index",
+    )
+    shape: ShapeName | None = Field(
+        default=None,
+        description="the serving shape this node is cabled for (its NCCL settings are that shape's: "
+        "nccl.shapes); default: the baseline's one shape, else the ring the inventory's nodes form "
+        "(ring4 for four, triangle3 for three)",
     )
 
     def fabric_paths(self) -> list[FabricPath]:

@@ -84,15 +84,7 @@ def baseline_findings(name: str, baseline: Baseline) -> Iterator[Finding]:
                 ("cpuset", "cpus", index),
                 f"CPU {cpu} is not a GB10 fast core (Cortex-X925 are 5-9 and 15-19)",
             )
-    hcas = set(baseline.fabric.hca_names())
-    for index, entry in enumerate(baseline.nccl.settings.ib_hca):
-        device = entry.lstrip("=^").split(":")[0]
-        if device not in hcas:
-            yield Finding(
-                doc,
-                ("nccl", "settings", "ib_hca", index),
-                f"'{device}' is not one of the fabric's RDMA devices ({', '.join(sorted(hcas))})",
-            )
+    yield from _nccl_shape_findings(doc, baseline)
     if baseline.nccl.settings.ib_gid_index != baseline.fabric.gid_index:
         yield Finding(
             doc,
@@ -124,6 +116,33 @@ def baseline_findings(name: str, baseline: Baseline) -> Iterator[Finding]:
     yield from _version_form_findings(doc, baseline)
     yield from _fallback_and_factory_swap_findings(doc, baseline)
     yield from _provenance_findings(doc, baseline)
+
+
+def _nccl_shape_findings(doc: DocRef, baseline: Baseline) -> Iterator[Finding]:
+    """NCCL_IB_HCA names only the fabric's RDMA devices, shared and per shape; a shape's
+    own settings belong to a shape the baseline is qualified for."""
+    hcas = set(baseline.fabric.hca_names())
+    lists: list[tuple[PathKey, list[str]]] = [(("nccl", "settings", "ib_hca"), baseline.nccl.settings.ib_hca)]
+    for shape, own in baseline.nccl.shaped().items():
+        if baseline.shape(shape) is None:
+            yield Finding(
+                doc,
+                ("nccl", "shapes", shape),
+                f"settings for shape {shape}, which the baseline is not qualified for "
+                f"(shapes: {', '.join(s.name for s in baseline.shapes)}); remove them, or set "
+                f"`{shape}: null` in a baseline that extends one with them",
+            )
+        if own.ib_hca is not None:
+            lists.append((("nccl", "shapes", shape, "ib_hca"), own.ib_hca))
+    for key, entries in lists:
+        for index, entry in enumerate(entries):
+            device = entry.lstrip("=^").split(":")[0]
+            if device not in hcas:
+                yield Finding(
+                    doc,
+                    (*key, index),
+                    f"'{device}' is not one of the fabric's RDMA devices ({', '.join(sorted(hcas))})",
+                )
 
 
 def _governor_findings(doc: DocRef, baseline: Baseline) -> Iterator[Finding]:
@@ -283,16 +302,7 @@ def contract_breaches(contract: SiteContract, baseline: Baseline) -> list[Breach
                 str(baseline.kernel.page_size),
             )
         )
-    merge = baseline.nccl.settings.as_env()["NCCL_IB_MERGE_NICS"]
-    if merge != str(contract.nccl_ib_merge_nics):
-        breaches.append(
-            Breach(
-                ("nccl", "settings", "ib_merge_nics"),
-                "NCCL_IB_MERGE_NICS",
-                str(contract.nccl_ib_merge_nics),
-                merge,
-            )
-        )
+    breaches.extend(_merge_nics_breaches(contract, baseline))
     saver = baseline.memory.memory_saver
     if saver is not None and saver.required and not contract.memory_saver_allowed:
         breaches.append(
@@ -318,6 +328,24 @@ def contract_breaches(contract: SiteContract, baseline: Baseline) -> list[Breach
                 )
             )
     return breaches
+
+
+def _merge_nics_breaches(contract: SiteContract, baseline: Baseline) -> list[Breach]:
+    """NCCL_IB_MERGE_NICS as each qualified shape's nccl.conf holds it: the shared value
+    (when a shape keeps it), then each shape's own."""
+    want = str(contract.nccl_ib_merge_nics)
+    shaped = baseline.nccl.shaped()
+    found: list[Breach] = []
+    shared = baseline.nccl.settings.as_env()["NCCL_IB_MERGE_NICS"]
+    keeps_shared = any(shaped.get(s.name) is None or shaped[s.name].ib_merge_nics is None
+                       for s in baseline.shapes)
+    if shared != want and keeps_shared:
+        found.append(Breach(("nccl", "settings", "ib_merge_nics"), "NCCL_IB_MERGE_NICS", want, shared))
+    for shape, own in shaped.items():
+        if own.ib_merge_nics is not None and str(own.ib_merge_nics) != want:
+            found.append(Breach(("nccl", "shapes", shape, "ib_merge_nics"),
+                                f"NCCL_IB_MERGE_NICS on shape {shape}", want, str(own.ib_merge_nics)))
+    return found
 
 
 def contract_notice(name: str, baseline: Baseline, breaches: list[Breach]) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import types
 import typing
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -21,7 +22,7 @@ from sparkbase.model.baseline import Baseline
 from sparkbase.model.findings import DocRef, Finding
 from sparkbase.model.inventory import Inventory
 from sparkbase.model.lanes import Lane
-from sparkbase.model.provenance import covering_key, dotted_key, leaf_paths, merge_sources
+from sparkbase.model.provenance import PlaceholderSource, covering_key, dotted_key, leaf_paths, merge_sources
 from sparkbase.model.rules import (
     baseline_findings,
     contract_breaches,
@@ -31,7 +32,7 @@ from sparkbase.model.rules import (
 )
 from sparkbase.model.site_files import DEFAULT_INVENTORY, SITE_DIRECTORIES, SITE_RULES_FILE
 from sparkbase.model.site_files import inventory_file as site_inventory_file
-from sparkbase.model.site_rules import SiteRules
+from sparkbase.model.site_rules import SessionLoadTrigger, SiteRules
 from sparkbase.model.yamlio import Location, PathKey, YamlDocument, dotted, load_yaml
 
 LOCK_FILE = "sparkbase.lock"
@@ -117,6 +118,18 @@ class _Loader:
         )
 
 
+def trigger_placeholders(rules: SiteRules | None) -> Iterator[Finding]:
+    """A warning for each re-open trigger threshold whose source is a placeholder (the site's to
+    decide), as baselines' placeholders are."""
+    for index, trigger in enumerate(rules.triggers if rules is not None else []):
+        if not isinstance(trigger, SessionLoadTrigger):
+            continue
+        for key, source in trigger.sources.items():
+            if isinstance(source, PlaceholderSource):
+                yield Finding(("site", ""), ("triggers", index, "sources", key),
+                              f"placeholder: {source.note}", Severity.WARNING)
+
+
 def load_site(root: Path, inventory: Path | None = None, *, cache: bool = False) -> Site:
     """Load and validate the site at `root`; raise ConfigError listing every problem.
 
@@ -193,6 +206,8 @@ def _load_site(root: Path, inventory: Path | None) -> Site:
     for name, baseline in baselines.items():
         for finding in baseline_findings(name, baseline):
             loader.add(finding)
+    for finding in trigger_placeholders(rules):
+        loader.add(finding)
     if rules is not None and inv is not None:
         for finding in inventory_findings(inv, baselines, abstract, rules.contract, broken):
             loader.add(finding)

@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from sparkbase.model.baseline import Transport
+from sparkbase.model.provenance import Source
 from sparkbase.model.types import Name, PackageVersion, PageSize, StrictModel, ZeroOrOne
 
 
@@ -93,6 +94,10 @@ class VllmSessionMetrics(StrictModel):
     source: str = Field(max_length=300, description="where the names are defined (repository, file, commit)")
 
 
+#: the thresholds of a session-load trigger that carry a source
+SessionLoadField = Literal["min_context_tokens", "more_than", "window_minutes", "sustained_fraction"]
+
+
 class SessionLoadTrigger(StrictModel):
     """Fires when long-context sessions run concurrently above a threshold, sustained.
 
@@ -119,6 +124,11 @@ class SessionLoadTrigger(StrictModel):
     )
     sustained_fraction: float = Field(
         gt=0, le=1, description="fraction of samples in the window that must exceed the threshold"
+    )
+    sources: dict[SessionLoadField, Source] = Field(
+        default_factory=dict,
+        description="where each threshold comes from (seed, site, placeholder: what the site must "
+        "confirm); the window and the fraction are the site's to decide",
     )
 
     def metric_names(self) -> set[str]:

@@ -1,8 +1,8 @@
 """Render a baseline into the exact files a node must carry.
 
 `render_baseline` gives the files that depend only on the baseline; `render_node` adds the
-node's own (the fabric netplan of its RDMA paths, its GID index in nccl.conf) and the stamp
-that audits read.
+node's own (the fabric netplan of its RDMA paths, its shape's NCCL settings and GID index in
+nccl.conf) and the stamp that audits read.
 Rendering is deterministic: the same input gives byte-identical files.
 """
 
@@ -154,15 +154,20 @@ def render_modules_load(name: str, baseline: Baseline) -> list[RenderedFile]:
                          purpose="fan-control module loaded at boot", section="host")]
 
 
-def render_nccl_conf(name: str, baseline: Baseline, gid_index: int | None = None) -> RenderedFile:
-    """/etc/nccl.conf; `gid_index` is a node's own RoCE v2 GID index (the inventory's
-    `gid_index`), replacing the baseline's NCCL_IB_GID_INDEX on that node only."""
-    env = baseline.nccl.settings.as_env()
+def render_nccl_conf(name: str, baseline: Baseline, gid_index: int | None = None,
+                     shape: str | None = None) -> RenderedFile:
+    """/etc/nccl.conf of a node of `shape` (the shared settings with that shape's own,
+    `nccl.shapes`; None: the shared ones only); `gid_index` is a node's own RoCE v2 GID
+    index (the inventory's `gid_index`), replacing the baseline's NCCL_IB_GID_INDEX on that
+    node only."""
+    env = baseline.nccl.env_for(shape)
     node_override = gid_index is not None and str(gid_index) != env.get("NCCL_IB_GID_INDEX")
     if node_override:
         env["NCCL_IB_GID_INDEX"] = str(gid_index)
+    shaped = shape if shape in baseline.nccl.shaped() else None
     content = _render(
-        "nccl.conf.j2", baseline_name=name, baseline=baseline, nccl_env=env, node_gid_index=node_override
+        "nccl.conf.j2", baseline_name=name, baseline=baseline, nccl_env=env, node_gid_index=node_override,
+        shape=shaped,
     )
     return RenderedFile(NCCL_CONF_PATH, content, purpose="NCCL settings every lane reads", section="nccl")
 
@@ -270,6 +275,7 @@ def baseline_digest(name: str, baseline: Baseline) -> str:
 DIGEST_QUIET_DEFAULTS: tuple[tuple[tuple[str, ...], object], ...] = (
     (("managed",), list(SECTIONS)),
     (("nccl", "library", "provided_by"), "package"),
+    (("nccl", "shapes"), {}),
     (("fabric", "netplan_file"), None),
     (("cpuset", "pinned_by"), "slice"),
 )
@@ -303,12 +309,13 @@ def node_files(site: Site, node: str, baseline_name: str | None = None) -> list[
     """Every file `node` must carry under its inventory baseline, or `baseline_name`
     instead (a lane's, or `--baseline`), the stamp last.
 
-    The node's own parts: the netplan of its paths and, when the inventory gives the node
-    its own `gid_index`, NCCL_IB_GID_INDEX in /etc/nccl.conf. Only the files of the
+    The node's own parts: the netplan of its paths, its shape's NCCL settings
+    (`model.fabric.node_shape`) and, when the inventory gives the node its own `gid_index`,
+    NCCL_IB_GID_INDEX in /etc/nccl.conf. Only the files of the
     sections the baseline manages: a section left as found has no file sparkbase writes,
     and a baseline that manages nothing has no stamp either (sparkbase writes nothing).
     """
-    from sparkbase.model.fabric import node_gid_index
+    from sparkbase.model.fabric import node_gid_index, node_shape
 
     entry = site.inventory.nodes[node]
     name = baseline_name or entry.baseline
@@ -316,7 +323,8 @@ def node_files(site: Site, node: str, baseline_name: str | None = None) -> list[
     files = [
         file for file in render_baseline(name, baseline) if file.path != NCCL_CONF_PATH
     ]
-    files.append(render_nccl_conf(name, baseline, node_gid_index(entry, baseline)))
+    shape = node_shape(site.inventory, node, baseline)
+    files.append(render_nccl_conf(name, baseline, node_gid_index(entry, baseline), shape))
     files.append(render_netplan(name, baseline, node_paths(site, node)))
     files = sorted((f for f in files if f.section is None or baseline.manages(f.section)),
                    key=lambda f: f.path)

@@ -23,14 +23,19 @@ def installed_kernels() -> set[str]:
     return {p[len("/boot/vmlinuz-") :] for p in glob("/boot/vmlinuz-*")}
 
 
+def _uuid() -> str:
+    """This node's root file system UUID."""
+    return B.root_uuid(node_info().get("name", "spark"))
+
+
 def grub_settings() -> dict[str, str]:
     """`GRUB_*` from /etc/default/grub then /etc/default/grub.d/*.cfg."""
-    return B.grub_settings(read_text("/etc/default/grub"), sorted_conf("/etc/default/grub.d/*.cfg"))
+    return B.grub_settings(read_text("/etc/default/grub"), sorted_conf("/etc/default/grub.d/*.cfg"), _uuid())
 
 
 def render(releases: list[str]) -> str:
     """grub.cfg for `releases` with this node's root file system UUID in every entry id."""
-    return B.render_grub_cfg(releases, grub_settings(), B.root_uuid(node_info().get("name", "spark")))
+    return B.render_grub_cfg(releases, grub_settings(), _uuid())
 
 
 def cmd_update_grub(argv: list[str]) -> int:
@@ -86,17 +91,34 @@ def cmd_grub_set_default(argv: list[str]) -> int:
 
 
 def cmd_grub_editenv(argv: list[str]) -> int:
-    """`grub-editenv FILE list|set K=V...|unset K...`."""
-    if len(argv) >= 2 and argv[1] == "list":
+    """`grub-editenv [FILE] list|set K=V...|unset K...` as util/grub-editenv.c parses it
+    (coreos/grub 0340bdbc): one argument is a command on /boot/grub/grubenv; otherwise the
+    first is the file (`-`: /boot/grub/grubenv) and the second the command. Only the
+    node's own environment block is emulated."""
+    args = [a for a in argv if a not in ("-v", "--verbose")]
+    if not args:
+        raise Fail("You need to specify at least one command.", 64)
+    if len(args) == 1:
+        filename, command, rest = GRUBENV, args[0], []
+    else:
+        filename, command, rest = ("" if args[0] == "-" else args[0]) or GRUBENV, args[1], args[2:]
+    if filename != GRUBENV:
+        raise Fail(f"grub-editenv: only {GRUBENV} is emulated", 1)
+    if command == "list":
         for k, v in B.parse_grubenv(read_text(GRUBENV)).items():
             print(f"{k}={v}")
         return 0
-    if len(argv) >= 3 and argv[1] in ("set", "unset"):
-        for item in argv[2:]:
-            key, _, value = item.partition("=")
-            grubenv_set(key, value if argv[1] == "set" else None)
+    if command in ("set", "unset"):
+        for item in rest:
+            key, sep, value = item.partition("=")
+            if command == "set" and not sep:
+                raise Fail(f"grub-editenv: error: invalid parameter {item}.", 1)
+            grubenv_set(key, value if command == "set" else None)
         return 0
-    raise Fail("grub-editenv: only list/set/unset are emulated", 1)
+    if command == "create":
+        write_text(GRUBENV, B.render_grubenv({}))
+        return 0
+    raise Fail(f"Unknown command `{command}'.", 1)
 
 
 COMMANDS: dict[str, Callable[[list[str]], int]] = {

@@ -35,8 +35,10 @@ if TYPE_CHECKING:
     from typing import Any
 
     from sparkbase_lab import boot as B
+    from sparkbase_lab.shims import sysfs
 else:
     B = LazyModule("sparkbase_lab.boot")
+    sysfs = LazyModule("sparkbase_lab.shims.sysfs")
 
 
 def find_module(name: str, release: str) -> Path | None:
@@ -159,6 +161,9 @@ def write_modules(loaded: list[str], params: dict[str, dict[str, str]], release:
             write_text(sys_module / module / "srcversion", versions[1] + "\n")
         for key, value in params.get(module, {}).items():
             write_text(sys_module / module / "parameters" / key, value + "\n")
+    # the devices those modules drive: the DRM card bound to nvidia, the fan's cooling device
+    sysfs.write_drm()
+    sysfs.write_thermal(loaded)
 
 
 def _dkms_conf(name: str, version: str) -> dict[str, str]:
@@ -213,8 +218,11 @@ def _module_lines(
     declared = re.search(r"sparkbase-lab srcversion: ([0-9A-F]+)", source)
     digest = declared[1] if declared else modfile._hex_digest(f"{name}/{version}\n{source}")[:23]
     defaults = [(p, modfile.sysfs_value(initial[p], t)) for p, t in params if p in initial]
+    # the kernel's `version` field is the source's MODULE_VERSION, never DKMS's package
+    # version (a module without one has no version line)
+    module_version = re.search(r'MODULE_VERSION\("([^"]*)"\)', source)
     return [
-        ("version", conf.get("PACKAGE_VERSION", version)), ("license", "GPL"),
+        *((("version", module_version[1]),) if module_version else ()), ("license", "GPL"),
         ("description", f"{name} (DKMS build)"), ("srcversion", digest),
         ("depends", "nvidia" if module.startswith(("nvidia", "uvm")) else ""), ("name", module),
         ("vermagic", f"{release} SMP preempt mod_unload modversions aarch64"),

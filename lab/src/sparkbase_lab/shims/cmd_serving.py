@@ -42,7 +42,8 @@ if TYPE_CHECKING:
 
 SERVING = f"{RUN}/serving"
 MARK = "X-SparkbaseLab=serving"
-PRIVATE_NCCL = "/opt/lane-image/lib/libnccl.so.2"
+IMAGE_LIB = "/opt/lane-image/lib/"
+PRIVATE_NCCL = IMAGE_LIB + "libnccl.so.2"
 #: what the server sets in itself before starting its workers under fault `lane-worker-env`
 WORKER_ENV = {"NCCL_IB_MERGE_NICS": "1"}
 #: the user nccl.conf of fault `lane-conf-twice`: the key twice, NCCL takes the first (1)
@@ -105,6 +106,11 @@ def start_unit(unit: str, path: str, slice_cpus: Callable[[str], str]) -> None:
         conf = f"{SERVING}/{unit}.nccl.conf"
         write_text(conf, CONF_TWICE)
         env["NCCL_CONF_FILE"] = conf
+    image_library = env.get("SPARKBASE_LAB_NCCL", "")
+    if image_library.startswith(IMAGE_LIB) and not os.path.exists(image_library):
+        # a baseline whose NCCL is built into the lane's image (provided_by: image)
+        os.makedirs(IMAGE_LIB, exist_ok=True)
+        write_text(image_library, "the NCCL built into the lane's image (lab stand-in)\n")
     if active_faults.get("lane-private-nccl"):
         os.makedirs(os.path.dirname(PRIVATE_NCCL), exist_ok=True)
         write_text(PRIVATE_NCCL, "an image-private NCCL the container ships (lab stand-in)\n")

@@ -1,4 +1,5 @@
-"""The emulated /sys a node's programs read: CPUs, cpufreq, EFI, InfiniBand ports and GIDs, netdevs."""
+"""The emulated /sys a node's programs read: CPUs, cpufreq, EFI, DRM, thermal zones, ttys,
+InfiniBand ports and GIDs, netdevs."""
 
 from __future__ import annotations
 
@@ -57,6 +58,7 @@ def write_sysfs_static(node: str) -> None:
     write_text(CPU / "online", f"0-{B.NCPUS - 1}\n")
     write_text(CPU / "possible", f"0-{B.NCPUS - 1}\n")
     write_drm()
+    write_tty()
     write_nvme()
 
 
@@ -93,31 +95,112 @@ def set_governor(governor: str) -> list[int]:
     return list(range(B.NCPUS))
 
 
-#: the GB10's display controller as DRM shows it (PCI 000f:01:00.0, NVIDIA)
+#: the GB10's display controller as DRM shows it (PCI 000f:01:00.0, NVIDIA; the recipe's
+#: doctor names it /dev/dri/by-path/pci-000f:01:00.0-card: spark-ds41f bin/spark 0161d716)
 DRM_DEVICE = "/sys/devices/pci000f:00/000f:00:00.0/000f:01:00.0"
+#: the PCI driver directory the GPU binds to once `nvidia` is loaded
+NVIDIA_PCI_DRIVER = "/sys/bus/pci/drivers/nvidia"
+SYS = Path("/sys")
 
 
-def write_drm() -> None:
+def _under(sys_root: Path, path: str) -> Path:
+    """`path` (an absolute /sys path) inside `sys_root` (the node's /sys, or a test's)."""
+    return sys_root / path.removeprefix("/sys/")
+
+
+def write_drm(sys_root: Path = SYS) -> None:
     """/sys/class/drm: card and render node of the GB10 (when nvidia_drm is loaded), its
-    HDMI connector disconnected (a headless node)."""
+    HDMI connector disconnected (a headless node). As the kernel links them: each DRM node
+    has a `device` link to the PCI function (`../../../000f:01:00.0`), and the function a
+    `driver` link to `/sys/bus/pci/drivers/nvidia` while `nvidia` drives it, so
+    `basename $(readlink /sys/class/drm/card0/device/driver)` is `nvidia`, as the recipe's
+    doctor reads it."""
     import shutil
 
-    drm = Path("/sys/class/drm")
+    drm = sys_root / "class/drm"
     shutil.rmtree(drm, ignore_errors=True)
-    device = Path(DRM_DEVICE)
+    device = _under(sys_root, DRM_DEVICE)
+    shutil.rmtree(device / "drm", ignore_errors=True)
     write_text(device / "vendor", "0x10de\n")
     write_text(device / "class", "0x030000\n")
-    if not Path("/sys/module/nvidia_drm").is_dir():
+    driver = _under(sys_root, NVIDIA_PCI_DRIVER)
+    function = DRM_DEVICE.rsplit("/", 1)[1]
+    if (sys_root / "module/nvidia").is_dir():
+        _relink(device / "driver", "../../../../bus/pci/drivers/nvidia")
+        _relink(driver / function, f"../../../..{DRM_DEVICE.removeprefix('/sys')}")
+        _relink(driver / "module", "../../../../module/nvidia")
+    else:
+        for stale in (device / "driver", driver / function):
+            if stale.is_symlink():
+                stale.unlink()
+    if not (sys_root / "module/nvidia_drm").is_dir():
         return
     write_text(drm / "version", "drm 1.1.0 20060810\n")
     devices = f"../..{DRM_DEVICE.removeprefix('/sys')}/drm"
     for name, dev in (("card0", "226:0"), ("renderD128", "226:128")):
         write_text(device / "drm" / name / "dev", dev + "\n")
+        _relink(device / "drm" / name / "device", f"../../../{function}")
         _relink(drm / name, f"{devices}/{name}")
     connector = device / "drm" / "card0" / "card0-HDMI-A-1"
     write_text(connector / "status", "disconnected\n")
     write_text(connector / "enabled", "disabled\n")
+    _relink(connector / "device", "../../card0")  # a connector's parent is its card
     _relink(drm / "card0-HDMI-A-1", f"{devices}/card0/card0-HDMI-A-1")
+
+
+#: the GB10's ACPI thermal zones: seven, all `acpitz`, reading 38.9-41.7 degrees C at idle
+#: on a real DGX Spark (lablup/all-smi issue 147); the per-zone values are the lab's
+ACPI_ZONES_MILLI_C = (38900, 39700, 40100, 40500, 41000, 41300, 41700)
+#: the cooling device the fan-control module registers (the recipe's doctor looks for
+#: this `type`: spark-ds41f bin/spark 0161d716); its states are the lab's
+FAN_COOLING_TYPE = "dgx_ec_fan_floor"
+FAN_MODULE = "dgx_ec_fan_control"
+
+
+def write_thermal(loaded: list[str], sys_root: Path = SYS) -> None:
+    """/sys/class/thermal: the ACPI thermal zones (links into /sys/devices/virtual/thermal,
+    as the kernel makes them) and, while the fan-control module is loaded, its cooling
+    device."""
+    import shutil
+
+    thermal, virtual = sys_root / "class/thermal", sys_root / "devices/virtual/thermal"
+    shutil.rmtree(thermal, ignore_errors=True)
+    shutil.rmtree(virtual, ignore_errors=True)
+    for index, milli in enumerate(ACPI_ZONES_MILLI_C):
+        zone = virtual / f"thermal_zone{index}"
+        for name, value in (("type", "acpitz"), ("temp", str(milli)), ("mode", "enabled"),
+                            ("policy", "step_wise"),
+                            ("available_policies",
+                             "bang_bang fair_share step_wise user_space power_allocator")):
+            write_text(zone / name, value + "\n")
+        _relink(thermal / zone.name, f"../../devices/virtual/thermal/{zone.name}")
+    if FAN_MODULE in loaded:
+        cooling = virtual / "cooling_device0"
+        for name, value in (("type", FAN_COOLING_TYPE), ("max_state", "100"), ("cur_state", "0")):
+            write_text(cooling / name, value + "\n")
+        _relink(thermal / cooling.name, "../../devices/virtual/thermal/cooling_device0")
+
+
+#: virtual consoles the kernel makes (MAX_NR_CONSOLES)
+VIRTUAL_CONSOLES = 63
+
+
+def write_tty(sys_root: Path = SYS) -> None:
+    """/sys/class/tty: `tty`, `console`, `ptmx` and the virtual consoles `tty0`..`tty63`
+    (links into /sys/devices/virtual/tty, each with its `dev`); `tty0/active` names the
+    foreground console (`tty1`: a headless node sits at the first console, as the recipe's
+    host-recovery reads it: spark-ds41f scripts/host-recovery 052248c1)."""
+    virtual = sys_root / "devices/virtual/tty"
+    cls = sys_root / "class/tty"
+    devices = [("tty", "5:0"), ("console", "5:1"), ("ptmx", "5:2"),
+               *((f"tty{n}", f"4:{n}") for n in range(VIRTUAL_CONSOLES + 1))]
+    for name, dev in devices:
+        write_text(virtual / name / "dev", dev + "\n")
+        write_text(virtual / name / "uevent",
+                   f"MAJOR={dev.split(':')[0]}\nMINOR={dev.split(':')[1]}\nDEVNAME={name}\n")
+        _relink(cls / name, f"../../devices/virtual/tty/{name}")
+    write_text(virtual / "tty0" / "active", "tty1\n")
+    write_text(virtual / "console" / "active", "tty0\n")
 
 
 #: the node's NVMe controller (a lab model name: no real Spark sample names the drive)

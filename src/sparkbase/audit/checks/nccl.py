@@ -18,10 +18,11 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class LibraryWant:
     """The pinned NCCL library: its path, sha256 and the package version that installs it
-    (None for a file the site provides itself: `provided_by: site`)."""
+    (None for a file the site provides itself: `provided_by: site`); path and sha256 None
+    for a library built into the lane's image (`provided_by: image`)."""
 
-    path: str
-    sha256: str
+    path: str | None
+    sha256: str | None
     package: str | None
     version: str | None
 
@@ -49,6 +50,10 @@ def _conf(expected: Expected, _item: str | None) -> ConfWant | None:
 @node_check("nccl.library", "nccl", "the NCCL library every lane loads has the pinned sha256",
             section="nccl", expect=_library)
 def nccl_library(library: LibraryWant, facts: NodeFacts, at: Subject) -> Outcome:
+    if library.path is None or library.sha256 is None:
+        version = f"NCCL {library.version}" if library.version else "its NCCL"
+        return skip(f"no host library: {version} is built into the lane's image (provided_by: image); "
+                    "each lane's runtime.nccl_library check reads what its processes map")
     seen = facts.file_sha256.get(library.path)
     if seen != library.sha256:
         observed = f"sha256 {seen}" if seen else f"{library.path} missing"

@@ -99,6 +99,18 @@ class MappedFile:
     deleted: bool = False
 
 
+#: a libnccl file name that carries its full version (`make` in NCCL's source tree and the
+#: Debian libnccl2 package install `libnccl.so.2.28.9`, with `libnccl.so.2` a link to it)
+_NCCL_FILE_VERSION = re.compile(r"^libnccl\.so\.(?P<version>[0-9]+\.[0-9]+\.[0-9]+)$")
+
+
+def nccl_file_version(path: str) -> str | None:
+    """The NCCL version a mapped library's file name tells (`/…/libnccl.so.2.30.7` → 2.30.7);
+    None when the name tells none (`libnccl.so.2`, as pip's nvidia-nccl wheels ship it)."""
+    match = _NCCL_FILE_VERSION.match(path.rsplit("/", 1)[-1])
+    return match.group("version") if match else None
+
+
 _MAPS_LINE = re.compile(
     r"^[0-9a-f]+-[0-9a-f]+ [r-][w-][x-][ps] [0-9a-f]+ [0-9a-f]+:[0-9a-f]+ \d+\s*(?P<path>.*)$"
 )
