@@ -4,10 +4,10 @@ tool written for real Sparks reads one (own lab, port base SPARKBASE_TEST_LAB_FI
 The reads are the ones the variant recipe's own tooling makes (spark-ds41f bin/spark
 0161d716 `HOST_FACTS_QUERY`, scripts/kernel_readiness.py 0ad64e14, scripts/host-recovery
 052248c1), written here in shell and Python, never copied: `/proc/modules` with `grep`,
-`lsmod`, the DRM card whose `device/driver` is nvidia, the fan's cooling device, thermal
-zones, the active console, `grub-editenv list` with no file, `/boot/config-<release>`,
-`modinfo -k R -F version`, the GRUB default by menu-entry id; and nothing of the machine
-(its own `/usr/local/bin`, its checkout) in the node.
+`lsmod`, the DRM card whose `device/driver` is nvidia and its DRM clients, the fan's cooling
+device, thermal zones, the active console and its KDGETMODE, `grub-editenv list` with no
+file, `/boot/config-<release>`, `modinfo -k R -F version`, the GRUB default by menu-entry id;
+and nothing of the machine (its own `/usr/local/bin`, its checkout) in the node.
 """
 
 from __future__ import annotations
@@ -47,6 +47,17 @@ printf 'fan_cooling_device=%s\n' "$cooling"
 zones=$(cat /sys/class/thermal/thermal_zone*/type 2>/dev/null | sort | uniq -c | tr -s ' ' | sed 's/^ //')
 printf 'thermal_zones=%s\n' "$zones"
 printf 'console=%s\n' "$(cat /sys/class/tty/tty0/active 2>/dev/null)"
+clients=/sys/kernel/debug/dri/$card/clients
+if test -r "$clients"; then
+  printf 'drm_masters=%s\n' "$(awk 'NR > 1 && $4 == "y" {print $1}' "$clients" | paste -sd, -)"
+else
+  printf 'drm_masters=unreadable\n'
+fi
+vt=$(cat /sys/class/tty/tty0/active 2>/dev/null)
+mode=$(python3 -c 'import fcntl, struct, sys
+with open(sys.argv[1], "rb") as tty:
+    print(struct.unpack("i", fcntl.ioctl(tty, 0x4B3B, struct.pack("i", -1)))[0])' "/dev/$vt" 2>/dev/null)
+printf 'console_mode=%s\n' "$mode"
 printf 'grubenv_rc=%s\n' "$(grub-editenv list >/dev/null 2>&1; echo $?)"
 """
 
@@ -122,6 +133,8 @@ def test_the_recipes_host_reads_answer_as_on_a_spark(variant: Fleet) -> None:
     assert facts["fan_cooling_device"] == "1"
     assert facts["thermal_zones"] == "7 acpitz"
     assert facts["console"] == "tty1"
+    assert facts["drm_masters"] == ""  # no process holds DRM master of the nvidia card
+    assert facts["console_mode"] == "0"  # KDGETMODE: text (booted without splash)
     assert facts["grubenv_rc"] == "0"
 
 

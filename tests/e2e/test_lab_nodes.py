@@ -69,8 +69,9 @@ def test_factory_facts_over_openssh(lab: Lab) -> None:
     assert "/swap.img\tnone\tswap\tsw\t0\t0\n" in ok(lab, node, "cat /etc/fstab")
     assert ok(lab, node, "swapon --show=NAME,SIZE --bytes --noheadings").split() == [
         "/swap.img", str((8 << 30) - 4096)]
-    for unit in ("snapd", "dgx-dashboard", "dgx-dashboard-admin", "bluetooth",
-                 "cups-browsed", "snapd.snap-repair.timer", "fwupd-refresh.timer"):
+    for unit in ("snapd", "dgx-dashboard", "dgx-dashboard-admin", "bluetooth", "cups-browsed",
+                 "snapd.snap-repair.timer", "fwupd-refresh.timer", "cups.socket", "cups.path",
+                 "snapd.socket", "snapd.seeded"):
         assert ok(lab, node, f"systemctl is-active {unit}") == "active\n", unit
     # DGX OS's governor unit is Type=idle with no RemainAfterExit: it ran at boot and exited
     assert ok(lab, node, "systemctl is-enabled nv-cpu-governor") == "enabled\n"

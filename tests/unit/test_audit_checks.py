@@ -304,15 +304,20 @@ VARIANT_DRIFTS: list[tuple[str, Callable[[NodeFacts], NodeFacts], set[str]]] = [
         {"host.nvidia_drm"},
     ),
     (
-        "swap line gone from fstab",
-        lambda f: replace(f, fstab=tuple(e for e in f.fstab or () if e.vfstype != "swap")),
+        # the boot unit activates it: a line would fail at boot on the 4 KiB fallback kernel
+        "swap file listed in fstab as auto",
+        lambda f: replace(f, fstab=(*(f.fstab or ()), FstabEntry("/swap-64k.img", "none", "swap", "sw"))),
         {"memory.swap.fstab"},
     ),
     (
-        "swap file listed, but not as swap",
-        lambda f: replace(f, fstab=tuple(replace(e, vfstype="auto") if e.vfstype == "swap" else e
-                                         for e in f.fstab or ())),
-        {"memory.swap.fstab"},
+        "swap file listed noauto: harmless",
+        lambda f: replace(f, fstab=(*(f.fstab or ()), FstabEntry("/swap-64k.img", "none", "swap", "noauto"))),
+        set(),
+    ),
+    (
+        "boot swap unit disabled",
+        lambda f: replace(f, units={**f.units, "sparkbase-swap.service": UnitState("disabled", "inactive")}),
+        {"memory.swap.boot_unit"},
     ),
     ("APST not pinned", lambda f: replace(f, cmdline=tuple(a for a in f.cmdline if "nvme" not in a)),
      {"kernel.cmdline"}),

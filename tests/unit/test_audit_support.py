@@ -20,8 +20,9 @@ from sparkbase.facts.model import (
     SwapEntry,
     UnitState,
 )
-from sparkbase.facts.parsers import parse_grub
+from sparkbase.facts.parsers import ConsoleMode, EfiBoot, EfiEntry, parse_grub
 from sparkbase.model.baseline import Baseline
+from sparkbase.model.boot_swap import BOOT_SWAP_UNIT
 from sparkbase.model.dgxos import GOVERNOR_UNIT, NVME_COALESCING_UNIT, coalescing_value
 from sparkbase.model.site import Site, load_site
 from sparkbase.model.types import GB10_FAST_CPUS
@@ -77,6 +78,16 @@ def _factory_swap_facts(b: Baseline) -> tuple[tuple[FstabEntry, ...], tuple[Swap
     return (FstabEntry(factory.path, "none", "swap", "sw"),), (SwapEntry(factory.path, 8 * 1024**3),)
 
 
+def _swap_headers(b: Baseline) -> dict[str, int | None]:
+    """The header page size of the swap files the audit reads (the installer's: 4 KiB)."""
+    headers: dict[str, int | None] = {}
+    if b.memory.factory_swap is not None:
+        headers[b.memory.factory_swap.path] = 4096
+    if b.memory.swap is not None:
+        headers[b.memory.swap.path] = b.memory.swap.header_page_size
+    return headers
+
+
 def _with_fallback(grub: GrubBoot, b: Baseline) -> GrubBoot:
     """GRUB's menu with the baseline's fallback kernel's entry too."""
     fallback = b.kernel.fallback
@@ -122,6 +133,8 @@ def converged(expected: Expected) -> NodeFacts:
     units.update({unit: UnitState("disabled", "inactive") for unit in b.host.disable_services})
     if b.host.cpu_governor is not None:  # DGX OS's governor unit ran and exited (Type=idle)
         units[GOVERNOR_UNIT] = UnitState("enabled", "inactive")
+    if b.memory.swap_by_page_size:  # oneshot, RemainAfterExit=yes
+        units[BOOT_SWAP_UNIT] = UnitState("enabled", "active")
     units[NVME_COALESCING_UNIT] = (UnitState("enabled", "active") if b.host.nvme.interrupt_coalescing
                                    else UnitState("masked", "inactive"))
     fan_control = None
@@ -183,8 +196,16 @@ def converged(expected: Expected) -> NodeFacts:
         secure_boot=SecureBoot.ENABLED if b.secure_boot.enabled else SecureBoot.DISABLED,
         mok_certificates=(mok_certificate(b.secure_boot.mok_fingerprint),),
         swaps=((SwapEntry(swap.path, swap.size_gib * 1024**3),) if swap else ()) + factory_swaps,
-        swap_header_page_size={swap.path: swap.header_page_size} if swap else {},
+        swap_header_page_size=_swap_headers(b),
         default_target=b.host.boot_target,
+        efi_boot=EfiBoot("0001", ("0001", "0000"), (EfiEntry("0000", "UEFI Misc Device", True),
+                                                      EfiEntry("0001", b.host.uefi_first or "ubuntu", True))),
+        drm_drivers={"card0": b.host.drm_driver or "nvidia"},
+        drm_clients={"card0": ()},
+        console=ConsoleMode("tty1", 0),
+        watchdog=({"RuntimeWatchdogUSec": b.host.watchdog.runtime,
+                   "RebootWatchdogUSec": b.host.watchdog.reboot}
+                  if b.host.watchdog else {"RuntimeWatchdogUSec": "0", "RebootWatchdogUSec": "10min"}),
         units=units,
         slice_allowed_cpus=frozenset(b.cpuset.cpus),
         file_sha256=hashes,
@@ -200,7 +221,9 @@ def converged(expected: Expected) -> NodeFacts:
         grub=_with_fallback(grub_boot(b.kernel.release), b),
         fstab=(
             FstabEntry("/dev/nvme0n1p2", "/", "ext4", "errors=remount-ro"),
-            *((FstabEntry(swap.path, "none", "swap", "sw"),) if swap else ()),
+            # under swap_by_page_size the boot unit, not a line, activates the swap file
+            *((FstabEntry(swap.path, "none", "swap", "sw"),) if swap and not b.memory.swap_by_page_size
+              else ()),
             *factory_fstab,
         ),
         dgx_release={"DGX_SWBUILD_VERSION": "7.2.3", "DGX_OTA_VERSION": _ota_version(b.os.release)},

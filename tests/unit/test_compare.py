@@ -89,7 +89,23 @@ def test_table_says_which_side_breaks_the_contract(
     page_line = next(line for line in out.splitlines() if line.startswith("kernel.page_size"))
     assert "4096" in page_line and "65536" in page_line and f"broken by {B}" in page_line
     assert f"{A} 1.3.0 satisfies the site contract." in out
-    assert f"{B} 1.6.0 breaks the site contract" in out
+    assert f"{B} 1.5.0 breaks the site contract" in out
+
+
+def test_the_swap_difference_is_shown_with_its_source(
+    shipped_site: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The variant swaps at boot on the file for the booted page size (the 4 KiB fallback on
+    the installer's /swap.img); the site baseline manages no swap (issue 24)."""
+    by_path = {d["path"]: d for d in compare_json(shipped_site, capsys, A, B)["differences"]}
+    chosen = by_path["memory.swap_by_page_size"]
+    assert (chosen["a"], chosen["b"]) == (False, True)
+    assert chosen["b_source"] == {"kind": "recipe", "file": "host/kernel-memory/spark3-kernel-memory",
+                                  "commit": "db98392f", "note": chosen["b_source"]["note"]}
+    assert (by_path["memory.swap.path"]["a"], by_path["memory.swap.path"]["b"]) == (None, "/swap-64k.img")
+    assert by_path["memory.factory_swap.fstab"]["b"] == "noauto"
+    services = by_path["host.disable_services"]["b"]
+    assert services[0] == "gdm3.service" and "snapd.seeded.service" in services
 
 
 @pytest.mark.parametrize("name", ["nope", "spark-common"])

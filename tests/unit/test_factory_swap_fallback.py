@@ -324,11 +324,18 @@ def test_the_factory_swap_judged_from_the_real_fstab(site: Site) -> None:
 
 
 def test_swapon_is_read_for_the_factory_swap_only_when_judged(site: Site) -> None:
-    """Its activity matters as stock-pages' swap (or with swapoff), not when merely noauto."""
+    """Its activity matters as stock-pages' swap (or with swapoff), or as the fallback
+    kernel's swap under swap_by_page_size, not when merely noauto."""
+    from dataclasses import replace
+
     from sparkbase.audit.expected import expected_for
+    from sparkbase.deploy.assign import with_assignment
 
     assert expected_for(site, "spark1", STOCK_PAGES).plan().swap_paths == ("/swap.img",)
-    assert expected_for(site, "spark1", VARIANT).plan().swap_paths == ("/swap-64k.img",)
+    assert expected_for(site, "spark1", VARIANT).plan().swap_paths == ("/swap-64k.img", "/swap.img")
+    plain = _with(site.baselines[VARIANT], memory__swap_by_page_size=False)
+    mended = with_assignment(replace(site, baselines={**site.baselines, VARIANT: plain}), ["spark1"], VARIANT)
+    assert expected_for(mended, "spark1").plan().swap_paths == ("/swap-64k.img",)
 
 
 def test_a_site_node_left_noauto_by_another_baseline_is_warned(site: Site) -> None:

@@ -41,7 +41,9 @@ def test_plan_reads_exactly_what_the_baseline_names(site: Site) -> None:
     assert "/etc/sparkbase/stamp.json" not in plan.hashed_paths
     assert plan.swap_paths == () and plan.memory_saver_module is None
     variant = expected_for(site, "spark1", "ds41f-7x-64k").plan()
-    assert variant.swap_paths == ("/swap-64k.img",)
+    # the installer's /swap.img too: the 4 KiB fallback kernel swaps on it (swap_by_page_size)
+    assert variant.swap_paths == ("/swap-64k.img", "/swap.img")
+    assert "sparkbase-swap.service" in variant.units
     assert variant.memory_saver_module == "nvidia_uvm"
     assert "dgx-fan-control.service" in variant.units
     # fan control: its module's modinfo, dkms status, and whether the modeset0 override is installed
@@ -64,7 +66,8 @@ def test_plan_asks_dpkg_about_the_other_baselines_pins_too(site: Site) -> None:
 def test_every_section_command_is_quoted_words(site: Site) -> None:
     plan = expected_for(site, "spark1", "ds41f-7x-64k").plan()
     for name, command in sections(plan):
-        if name in {"files", "modules-sys", "links"} or name.startswith("swaphdr"):
+        shell = {"files", "modules-sys", "links", "drm-drivers", "drm-clients"}
+        if name in shell or name.startswith("swaphdr"):
             continue  # quoted paths plus constant globs / a test / a loop, or a pipeline of quoted commands
         words = shlex.split(command)
         assert shlex.join(words) == command, name
@@ -124,7 +127,7 @@ def test_captured_variant_answer_assembles(site: Site) -> None:
     expected = expected_for(site, "spark1", "ds41f-7x-64k")
     text = (FIXTURES / "factory-ds41f.out").read_text()
     facts = assemble("spark1", expected.plan(), split_sections(text, CAPTURED_MARKER))
-    assert facts.swap_header_page_size == {"/swap-64k.img": None}
+    assert facts.swap_header_page_size == {"/swap-64k.img": None, "/swap.img": None}
     assert facts.memory_saver is not None and facts.memory_saver.error is not None
     assert facts.units["dgx-fan-control.service"].active_state == "inactive"
     assert facts.fan_control is None  # the capture predates the fan module's modinfo section

@@ -175,3 +175,61 @@ def test_cpuinfo_blocks_are_the_real_ones() -> None:
     real = (REAL / "proc_cpuinfo__GB10_DellProMax__processors0-1__arm-socs-table-133.txt").read_text()
     ours = boot.cpuinfo_text()
     assert ours.startswith(real.rstrip("\n") + "\n")
+
+
+@pytest.mark.parametrize(("written", "shown"), [
+    ("30s", "30s"), ("30", "30s"), ("600s", "10min"), ("10min", "10min"), ("90s", "1min 30s"),
+    ("off", "0"), ("0", "0"), ("2h", "2h"), ("infinity", "infinity"),
+])
+def test_manager_time_spans_print_as_systemctl_show_does(written: str, shown: str) -> None:
+    """systemctl show normalises a span (the real sample: RuntimeWatchdogSec=60s shows 1min)."""
+    assert cmd_systemd.timespan(written) == shown
+
+
+def test_manager_watchdog_properties_read_like_the_real_sample(monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    from sparkbase.facts.parsers import parse_manager_properties
+
+    conf = {"/etc/systemd/system.conf": "[Manager]\n#RuntimeWatchdogSec=off\n",
+            "dropin": "[Manager]\nRuntimeWatchdogSec=60s\nRebootWatchdogSec=10min\n"}
+    monkeypatch.setattr(cmd_systemd, "read_text", lambda path: conf.get(path, ""))
+    monkeypatch.setattr(cmd_systemd, "sorted_conf", lambda _pattern: [conf["dropin"]])
+    monkeypatch.setattr(cmd_systemd, "read_json", lambda _path, default: default)
+    monkeypatch.setattr(cmd_systemd, "write_json", lambda _path, _data: None)
+    assert cmd_systemd.cmd_systemctl(["show", "-p", "RuntimeWatchdogUSec", "-p", "RebootWatchdogUSec"]) == 0
+    ours = parse_manager_properties(capsys.readouterr().out)
+    name = "systemctl_show_-p_RebootWatchdogUSec_-p_RuntimeWatchdogUSec__1min_10min__lpic-notes.txt"
+    real = parse_manager_properties((REAL / name).read_text())
+    assert ours == {key: real[key] for key in ("RuntimeWatchdogUSec", "RebootWatchdogUSec")}
+
+
+@pytest.mark.parametrize("fault", [None, "pxe-first"])
+def test_efibootmgr_reads_with_the_parser_of_real_samples(monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str],
+                                                          fault: str | None) -> None:
+    from sparkbase.facts.parsers import parse_efibootmgr
+    from sparkbase_lab.shims import cmd_hw
+
+    monkeypatch.setattr(cmd_hw, "faults", lambda: {fault: True} if fault else {})
+    monkeypatch.setattr(cmd_hw, "node_info", lambda: {"name": "spark1"})
+    for argv in ([], ["-v"]):
+        assert cmd_hw.cmd_efibootmgr(argv) == 0
+        boot = parse_efibootmgr(capsys.readouterr().out)
+        ubuntu = boot.find("ubuntu")
+        assert ubuntu is not None and ubuntu.number == "0001"
+        first = boot.entry(boot.order[0])
+        assert first is not None and (first.label.startswith("UEFI PXEv4") if fault else first == ubuntu)
+
+
+def test_drm_clients_print_as_a_7_0_kernel_does() -> None:
+    """The header is the real one (the sample's mail quote is one column wider); the fault's row
+    has the real row's columns and reads as master."""
+    from sparkbase.facts.parsers import DrmClient, parse_drm_clients_file
+    from sparkbase_lab.shims.sysfs import DRM_CLIENTS_HEADER, DRM_MASTER_ROW
+
+    name = "sys_kernel_debug_dri_0_clients__name_client-id_columns_logind_master__amd-gfx-2025.txt"
+    real = (REAL / name).read_text().splitlines()
+    assert real[0][1:] + "\n" == DRM_CLIENTS_HEADER
+    assert len(DRM_MASTER_ROW) == len(real[1])
+    assert parse_drm_clients_file(DRM_CLIENTS_HEADER) == ()
+    assert parse_drm_clients_file(DRM_CLIENTS_HEADER + DRM_MASTER_ROW) == (DrmClient("Xorg", 2210, True),)

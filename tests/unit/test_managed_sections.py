@@ -128,13 +128,16 @@ def test_nothing_is_retired_in_a_section_either_baseline_leaves_as_found(
     # the other baselines manage nothing: they put nothing on a node that spark1 could retire
     quiet = site_with({VARIANT: [], STOCK_PAGES: []})
     foreign = foreign_for(quiet, SITE_BASELINE)
-    assert foreign == replace(foreign, pins=(), services=(), dkms=(), mok_dirs=(), files=(), restore=())
+    assert foreign == replace(foreign, pins=(), services=(), dkms=(), mok_dirs=(), files=(), restore=(),
+                              boot_swap=())
     assert not [s for s in build_steps(quiet, "spark1") if s.name.startswith(("retire: ", "keep: "))]
     # spark1's baseline manages memory only: only memory is retired (the variant's swap file,
-    # fstab edit, memory-saver build and package), nothing of the kernel, host or Secure Boot
+    # fstab edit, boot swap unit and its files, memory-saver build and package), nothing of
+    # the kernel, host or Secure Boot
     memory = site_with({SITE_BASELINE: ["memory"]})
     kinds = {(s.kind, s.section) for s in build_steps(memory, "spark1") if s.name.startswith("retire: ")}
     assert kinds == {("swap-retire", "memory"), ("factory-swap-restore", "memory"),
+                     ("unit-retire", "memory"), ("file-retire", "memory"),
                      ("dkms-retire", "memory"), ("packages-retire", "memory")}
 
 

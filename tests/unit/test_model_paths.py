@@ -25,6 +25,7 @@ ACCEPTED: list[tuple[Any, str]] = [
     (SliceUnit, "serving.slice"),
     (DisableableUnit, "gdm3.service"),
     (DisableableUnit, "cups.socket"),
+    (DisableableUnit, "cups.path"),  # spark-ds41f scripts/host-recovery idle_units (052248c1)
     (DisableableUnit, "apt-daily.timer"),
     (DisableableUnit, "spark-fan-control.service"),
 ]
@@ -41,6 +42,8 @@ REFUSED: list[tuple[Any, str]] = [
     (SliceUnit, "system.slice"),
     (SliceUnit, "system-getty.slice"),
     (DisableableUnit, "ssh.service"),
+    (DisableableUnit, "local-fs.target"),
+    (DisableableUnit, "home.mount"),
     (DisableableUnit, "systemd-logind.service"),
     (DisableableUnit, "getty@tty1.service"),
     (DisableableUnit, "graphical.target"),

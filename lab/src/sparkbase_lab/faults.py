@@ -21,6 +21,9 @@ Secure Boot faults change what `mokutil` prints at once and module loading from 
 | sb-disabled | - | `SecureBoot disabled`; from the next boot signatures are not checked |
 | sb-setup-mode | - | `SecureBoot disabled` + `Platform is in Setup Mode` |
 | no-efi | - | `mokutil`: `EFI variables are not supported on this system` (exit 1) |
+| pxe-first | - | `efibootmgr`: a network (PXE) entry `Boot0002` first in BootOrder, before Ubuntu |
+| drm-master | - | a display server (`Xorg`) holds DRM master of card 0 (`/sys/kernel/debug/dri/0/clients`) |
+| console-graphics | - | the active console (tty1) is in graphics mode (KDGETMODE 1), as a splash leaves it |
 | dkms-noise | - | `dkms status` adds DKMS 3 noise on stderr: `Deprecated feature: …`, `Error! …` |
 | lane-env | - | a lane unit started from now on gets `NCCL_IB_MERGE_NICS=1` in its environment |
 | lane-worker-env | - | a lane unit started from now on sets `NCCL_IB_MERGE_NICS=1` in itself (workers) |
@@ -57,7 +60,8 @@ from sparkbase_lab import boot, operator_faults, procs
 from sparkbase_lab.fleet import Lab, LabError
 
 KINDS = ("gpu-latch", "gpu-busy", "gid-moved", "link-down", "unreachable", "hang", "kernel-panic", "governor",
-         "sb-not-enforcing", "sb-disabled", "sb-setup-mode", "no-efi", "dkms-noise",
+         "sb-not-enforcing", "sb-disabled", "sb-setup-mode", "no-efi", "pxe-first", "drm-master",
+         "console-graphics", "dkms-noise",
          "lane-env", "lane-worker-env", "lane-conf-twice", "lane-private-nccl", "lane-outside-slice",
          "lane-sessions", "build-changes-output", "build-slower", "build-noisy", "other-traffic",
          *operator_faults.KINDS)

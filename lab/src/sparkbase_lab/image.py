@@ -303,6 +303,10 @@ def build_factory(upper: Path, firmware_dir: Path, name: str = "spark") -> None:
         _symlink(upper, f"etc/systemd/system/multi-user.target.wants/{unit}", f"{lib}/{unit}")
     for unit in ("snapd.snap-repair.timer", "fwupd-refresh.timer"):
         _symlink(upper, f"etc/systemd/system/timers.target.wants/{unit}", f"{lib}/{unit}")
+    for unit in ("cups.socket", "snapd.socket"):
+        _symlink(upper, f"etc/systemd/system/sockets.target.wants/{unit}", f"{lib}/{unit}")
+    for unit in ("cups.path", "snapd.seeded.service"):
+        _symlink(upper, f"etc/systemd/system/multi-user.target.wants/{unit}", f"{lib}/{unit}")
     _symlink(upper, "etc/systemd/system/bluetooth.target.wants/bluetooth.service", f"{lib}/bluetooth.service")
     _symlink(upper, "etc/systemd/system/dbus-org.bluez.service", f"{lib}/bluetooth.service")
     if Path(lib, "ssh.service").exists():

@@ -34,6 +34,7 @@ SOURCE = r"""
 #undef _FORTIFY_SOURCE
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -101,14 +102,69 @@ int getpagesize(void) {
    (written by the boot step and modprobe) when that copy exists. */
 #define NODE_PROC_MODULES "/run/sparkbase-lab/proc/modules"
 
+/* The node's virtual consoles: `/dev/ttyN` (N 1-63) is the node's file
+   /run/sparkbase-lab/dev/ttyN when the boot step wrote one; it holds the console's KD mode
+   ("0" text, "1" graphics), which KDGETMODE and KDSETMODE on it read and write (ioctl below). */
+#define NODE_DEV_TTY "/run/sparkbase-lab/dev/tty"
+static __thread char node_tty[sizeof(NODE_DEV_TTY) + 3];
+
+static const char *node_console(const char *path) {
+    const char *n = path + 8;  /* after "/dev/tty" */
+    if (strncmp(path, "/dev/tty", 8) != 0 || n[0] < '1' || n[0] > '9') return path;
+    if (n[1] && (n[1] < '0' || n[1] > '9' || n[2])) return path;
+    memcpy(node_tty, NODE_DEV_TTY, sizeof(NODE_DEV_TTY) - 1);
+    memcpy(node_tty + sizeof(NODE_DEV_TTY) - 1, n, strlen(n) + 1);
+    return syscall(SYS_faccessat, AT_FDCWD, node_tty, F_OK, 0) == 0 ? node_tty : path;
+}
+
 static const char *node_path(const char *path) {
     if (path && path[0] == '/' && strcmp(path, "/proc/modules") == 0
         && syscall(SYS_faccessat, AT_FDCWD, NODE_PROC_MODULES, F_OK, 0) == 0)
         return NODE_PROC_MODULES;
+    if (path && path[0] == '/') return node_console(path);
     return path;
 }
 
 static void *next(const char *name) { return dlsym(RTLD_NEXT, name); }
+
+/* where fd is open, when it is one of the node's consoles (into `target`), else 0 */
+static int console_of(int fd, char *target, long size) {
+    char link[32] = "/proc/self/fd/";
+    char digits[12]; int i = 0, at = 14;
+    if (fd < 0) return 0;
+    do { digits[i++] = (char)('0' + fd % 10); fd /= 10; } while (fd && i < 11);
+    while (i) link[at++] = digits[--i];
+    link[at] = 0;
+    long n = syscall(SYS_readlinkat, AT_FDCWD, link, target, size - 1);
+    if (n <= 0) return 0;
+    target[n] = 0;
+    return strncmp(target, NODE_DEV_TTY, sizeof(NODE_DEV_TTY) - 1) == 0;
+}
+
+#define KDSETMODE 0x4B3A
+#define KDGETMODE 0x4B3B
+
+int ioctl(int fd, unsigned long request, ...) {
+    static int (*real)(int, unsigned long, ...);
+    va_list ap; va_start(ap, request); void *arg = va_arg(ap, void *); va_end(ap);
+    char target[128];
+    if ((request == KDGETMODE || request == KDSETMODE) && console_of(fd, target, sizeof target)) {
+        char mode[2] = {'0', '\n'};
+        if (request == KDGETMODE) {
+            if (syscall(SYS_pread64, fd, mode, 1, 0) != 1) { errno = EIO; return -1; }
+            *(int *)arg = mode[0] - '0';
+            return 0;
+        }
+        long w = syscall(SYS_openat, AT_FDCWD, target, O_WRONLY | O_TRUNC | O_CLOEXEC);
+        if (w < 0) { errno = EPERM; return -1; }
+        mode[0] = (char)('0' + ((long)arg == 1));
+        syscall(SYS_write, w, mode, 2);
+        syscall(SYS_close, w);
+        return 0;
+    }
+    if (!real) real = (int (*)(int, unsigned long, ...))next("ioctl");
+    return real(fd, request, arg);
+}
 
 static mode_t open_mode(int flags, va_list ap) {
     return (flags & O_CREAT) || (flags & __O_TMPFILE) == __O_TMPFILE ? (mode_t)va_arg(ap, int) : 0;

@@ -32,8 +32,9 @@ if TYPE_CHECKING:
     from sparkbase_lab.fleet import NodeStatus
 
 FAULT_KINDS = ("gpu-latch", "gpu-busy", "gid-moved", "link-down", "unreachable", "hang", "kernel-panic",
-               "governor", "sb-not-enforcing", "sb-disabled", "sb-setup-mode", "no-efi", "dkms-noise",
-               "lane-env", "lane-worker-env", "lane-conf-twice", "lane-private-nccl", "lane-outside-slice",
+               "governor", "sb-not-enforcing", "sb-disabled", "sb-setup-mode", "no-efi", "pxe-first",
+               "drm-master", "console-graphics", "dkms-noise", "lane-env", "lane-worker-env",
+               "lane-conf-twice", "lane-private-nccl", "lane-outside-slice",
                "lane-sessions", "build-changes-output", "build-slower", "build-noisy", "other-traffic",
                "container-env", "container-image", "stale-address")
 

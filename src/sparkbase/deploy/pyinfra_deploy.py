@@ -82,6 +82,16 @@ def _fstab_line(step: Step, prior: dict[str, Any]) -> Any:
     )
 
 
+def _fstab_line_absent(step: Step, prior: dict[str, Any]) -> Any:
+    return files.line(
+        name=step.name,
+        path=step.args["path"],
+        line=step.args["match"],
+        present=False,
+        extended_regex=True,
+    )
+
+
 def _trigger(step: Step, prior: dict[str, Any]) -> Any:
     return prior.get(step.after_change_of or "")
 
@@ -138,6 +148,7 @@ ADDERS: dict[str, Callable[[Step, dict[str, Any]], Any]] = {
     "factory-swapon": _simple(fstab_ops.factory_swapon),
     "swap-file": _simple(ops.swap_file),
     "fstab-line": _fstab_line,
+    "fstab-line-absent": _fstab_line_absent,
     "swapon": _simple(ops.swapon),
     "thp": _simple(ops.thp),
     "default-target": _simple(ops.default_target),
@@ -187,6 +198,7 @@ ASKS: dict[str, Callable[..., list[Ask]]] = {
     "swap-file": memory.swap_file_asks,
     # pyinfra's own `files.line` reads its facts itself (one round trip, not memoised)
     "fstab-line": _asks_nothing,
+    "fstab-line-absent": _asks_nothing,
     "swapon": memory.swapon_asks,
     "thp": memory.thp_asks,
     "default-target": host.default_target_asks,

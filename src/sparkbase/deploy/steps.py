@@ -17,15 +17,18 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sparkbase.model.boot_swap import BOOT_SWAP_SCRIPT, BOOT_SWAP_UNIT, BOOT_SWAP_UNIT_FILE
 from sparkbase.model.dgxos import GOVERNOR_UNIT, NVME_COALESCING_UNIT
 from sparkbase.model.sections import SECTIONS
 from sparkbase.policy.foreign import Foreign, foreign_for, foreign_fstab_edits, foreign_swap_files
 from sparkbase.render import (
+    FSTAB_PATH,
     GRUB_DROPIN_PATH,
     MODPROBE_PATH,
     STAMP_PATH,
@@ -37,6 +40,7 @@ from sparkbase.render import (
     managed_lines,
     node_paths,
     render_node,
+    swap_fstab_line,
     sysctls,
 )
 
@@ -202,7 +206,21 @@ def retire_steps(foreign: Foreign, baseline: Baseline) -> list[Step]:
              section="host")
         for path, owners in foreign.files
     ]
+    steps += _retire_boot_swap(foreign.boot_swap)
     return [*steps, *_retire_packages(foreign, baseline.kernel.release), *_retire_mok(foreign)]
+
+
+def _retire_boot_swap(owners: tuple[str, ...]) -> list[Step]:
+    """Other baselines' boot swap unit: disabled first (it is not run at the next boot),
+    then it and its script removed, each only if sparkbase recorded making it unchanged."""
+    if not owners:
+        return []
+    return [
+        Step("unit-retire", f"retire: {BOOT_SWAP_UNIT} disabled (run only by {_owners(owners)})",
+             {"unit": BOOT_SWAP_UNIT}, section="memory"),
+        *(Step("file-retire", f"retire: {path} (rendered only by {_owners(owners)})", {"path": path},
+               section="memory") for path in (BOOT_SWAP_UNIT_FILE, BOOT_SWAP_SCRIPT)),
+    ]
 
 
 def _retire_packages(foreign: Foreign, target: str) -> list[Step]:
@@ -458,24 +476,53 @@ def _swap_steps(site: Site, baseline: Baseline) -> list[Step]:
     ]
     if swap is None:
         return steps
-    line = managed_lines(baseline)[0]
-    steps += [
-        Step(
-            "swap-file",
-            f"swap file {swap.path} ({swap.size_gib} GiB, {swap.header_page_size}-byte header)",
-            {"path": swap.path, "size_gib": swap.size_gib, "header_page_size": swap.header_page_size},
-            section="memory",
-        ),
-        Step("fstab-line", f"{line.path}: {line.line}", {"path": line.path, "line": line.line,
-                                                          "match": line.match}, section=line.section),
-        Step(
-            "swapon",
-            f"swapon {swap.path} (when running {swap.header_page_size}-byte pages)",
-            {"path": swap.path, "header_page_size": swap.header_page_size},
-            section="memory",
-        ),
-    ]
+    steps.append(Step(
+        "swap-file",
+        f"swap file {swap.path} ({swap.size_gib} GiB, {swap.header_page_size}-byte header)",
+        {"path": swap.path, "size_gib": swap.size_gib, "header_page_size": swap.header_page_size},
+        section="memory",
+    ))
+    if baseline.memory.swap_by_page_size:
+        steps += _boot_swap_line_steps(swap.path)
+    else:
+        line = managed_lines(baseline)[0]
+        steps.append(Step("fstab-line", f"{line.path}: {line.line}",
+                          {"path": line.path, "line": line.line, "match": line.match}, section=line.section))
+    steps.append(Step(
+        "swapon",
+        f"swapon {swap.path} (when running {swap.header_page_size}-byte pages)",
+        {"path": swap.path, "header_page_size": swap.header_page_size},
+        section="memory",
+    ))
+    if baseline.memory.swap_by_page_size:
+        steps += _boot_swap_unit_steps(baseline)
     return steps
+
+
+def _boot_swap_line_steps(path: str) -> list[Step]:
+    """Under `swap_by_page_size` the boot unit activates the swap file: the exact /etc/fstab
+    line sparkbase wrote for it before (`PATH none swap sw 0 0`) goes, any other line is kept."""
+    line = swap_fstab_line(path)
+    return [Step("fstab-line-absent", f"{FSTAB_PATH}: no '{line}' line (the boot unit swaps on {path})",
+                 {"path": FSTAB_PATH, "match": f"^{_ere_literal(line)}$"}, section="memory")]
+
+
+def _ere_literal(text: str) -> str:
+    """`text` as a POSIX extended regular expression matching it literally (grep -E and sed
+    -E warn about Python's `re.escape` of '-' and spaces)."""
+    return re.sub(r"([.\[\]()*+?{}|^$\\])", r"\\\1", text)
+
+
+def _boot_swap_unit_steps(baseline: Baseline) -> list[Step]:
+    """systemd loads the boot swap unit as rendered, then it is enabled (recorded)."""
+    choices = ", ".join(f"{path} on {size}-byte pages" for size, path in baseline.memory.swap_files().items())
+    return [
+        Step("daemon-reload", f"systemctl daemon-reload (systemd has not loaded {BOOT_SWAP_UNIT} as on disk)",
+             {"unit": BOOT_SWAP_UNIT}, after_change_of=BOOT_SWAP_UNIT_FILE,
+             section="memory"),
+        Step("unit-enabled", f"{BOOT_SWAP_UNIT} enabled and run (swap at boot: {choices})",
+             {"unit": BOOT_SWAP_UNIT}, section="memory"),
+    ]
 
 
 def _factory_swap_steps(baseline: Baseline) -> list[Step]:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from sparkbase.transport.failure import FailureKind
 
 if TYPE_CHECKING:
+    from sparkbase.facts.parsers.console import ConsoleMode, DrmClient, EfiBoot
     from sparkbase.facts.parsers.docker import Container
     from sparkbase.facts.parsers.netplan import NetplanListing
     from sparkbase.facts.runtime import ServingProcess
@@ -263,6 +264,16 @@ class NodeFacts:
     swaps: tuple[SwapEntry, ...] = ()
     swap_header_page_size: dict[str, int | None] = field(default_factory=dict)
     default_target: str | None = None
+    #: `efibootmgr` (read when the baseline judges the boot order)
+    efi_boot: EfiBoot | None = None
+    #: DRM card -> the driver its device belongs to (when the baseline names one)
+    drm_drivers: dict[str, str] = field(default_factory=dict)
+    #: DRM card -> its clients (/sys/kernel/debug/dri/N/clients), None when unreadable
+    drm_clients: dict[str, tuple[DrmClient, ...] | None] = field(default_factory=dict)
+    #: the active virtual console and its KDGETMODE answer (when the baseline wants text mode)
+    console: ConsoleMode | None = None
+    #: the systemd manager's watchdog properties (`RuntimeWatchdogUSec`, `RebootWatchdogUSec`)
+    watchdog: dict[str, str] = field(default_factory=dict)
     units: dict[str, UnitState] = field(default_factory=dict)
     slice_allowed_cpus: frozenset[int] | None = None  # the slice's `AllowedCPUs=`, as a set
     file_sha256: dict[str, str | None] = field(default_factory=dict)

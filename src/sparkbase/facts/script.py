@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 from sparkbase.facts.parsers.gpu import GPU_QUERY
 from sparkbase.facts.parsers.lines import node_lines
 from sparkbase.facts.parsers.netplan import MAX_NETPLAN_BYTES, MAX_NETPLAN_FILES
+from sparkbase.model.boot_swap import BOOT_SWAP_UNIT
 from sparkbase.model.dgxos import GOVERNOR_UNIT, NVME_COALESCING_FEATURE, NVME_COALESCING_UNIT, NVME_DEVICE
 from sparkbase.model.netplan import NETPLAN_DIRS
 
@@ -89,6 +90,14 @@ class FactPlan:
     #: list every netplan file with its exact text (`NETPLAN_FILES_COMMAND`): the fabric is
     #: managed in a site's own netplan file (`fabric.netplan_file`), or `adopt` asks
     netplan_files: bool = False
+    #: read the UEFI boot order (`efibootmgr`)
+    efi_boot: bool = False
+    #: read the driver of every DRM card (`DRM_DRIVERS_COMMAND`)
+    drm_drivers: bool = False
+    #: read the active virtual console's mode (`CONSOLE_COMMAND`)
+    console_mode: bool = False
+    #: read the systemd manager's watchdog properties
+    watchdog: bool = False
 
 
 def plan_for(baseline: Baseline, file_paths: Sequence[str], stamp_path: str,
@@ -102,6 +111,8 @@ def plan_for(baseline: Baseline, file_paths: Sequence[str], stamp_path: str,
     if host.cpu_governor is not None:
         units.append(GOVERNOR_UNIT)
     units.append(NVME_COALESCING_UNIT)
+    if baseline.memory.swap_by_page_size:
+        units.append(BOOT_SWAP_UNIT)
     params = [("nvidia_drm", "modeset"), ("nvidia_drm", "fbdev")]
     saver = baseline.memory.memory_saver
     if saver is not None:
@@ -111,7 +122,8 @@ def plan_for(baseline: Baseline, file_paths: Sequence[str], stamp_path: str,
     purge = [host.nvidia_drm.purge] if host.nvidia_drm.purge is not None else []
     factory = baseline.memory.factory_swap
     # the installer's swap file is read in swapon when the audit judges whether it is active
-    judged = factory is not None and (factory.fstab == "as-installed" or factory.swapoff)
+    judged = factory is not None and (factory.fstab == "as-installed" or factory.swapoff
+                                      or baseline.memory.swap_by_page_size)
     library = baseline.nccl.library.path  # None: built into the lane's image, nothing on the host
     hashed = [*([library] if library is not None else []),
               *(path for path in file_paths if path != stamp_path)]
@@ -135,6 +147,10 @@ def plan_for(baseline: Baseline, file_paths: Sequence[str], stamp_path: str,
                                       *foreign_packages])),
         # the enrolled certificates judge the DKMS modules' signatures even with no pinned key
         mok_keys=baseline.secure_boot.mok_fingerprint is not None or bool(baseline.dkms_builds()),
+        efi_boot=host.uefi_first is not None,
+        drm_drivers=host.drm_driver is not None,
+        console_mode=host.console_text,
+        watchdog=host.watchdog is not None,
     )
 
 
@@ -297,6 +313,15 @@ def sections(plan: FactPlan) -> list[tuple[str, str]]:
         out.append((f"swaphdr64k:{path}", header_bytes(path, 65536)))
     if plan.packages:
         out.append(("dpkg", _cmd("dpkg-query", "-W", f"-f={DPKG_FORMAT}", *plan.packages)))
+    if plan.efi_boot:
+        out.append(("efibootmgr", _cmd("efibootmgr")))
+    if plan.drm_drivers:
+        out.append(("drm-drivers", DRM_DRIVERS_COMMAND))
+        out.append(("drm-clients", DRM_CLIENTS_COMMAND))
+    if plan.console_mode:
+        out.append(("console", CONSOLE_COMMAND))
+    if plan.watchdog:
+        out.append(("watchdog", WATCHDOG_COMMAND))
     if plan.gid_tables:
         out.append((GID_TABLE_SECTION, GID_TABLE_COMMAND))
     if plan.netplan_files:
@@ -311,6 +336,36 @@ def sections(plan: FactPlan) -> list[tuple[str, str]]:
 #: the interrupt-coalescing feature, read as the recipe reads it (spark-ds41f
 #: experiments/2026-10-02-nvme-coalescing/run.sh, 3df77d2e)
 NVME_COALESCING_COMMAND = _cmd("nvme", "get-feature", NVME_DEVICE, "-f", f"{NVME_COALESCING_FEATURE:#04x}")
+
+#: `CARD<TAB>LINK` for each DRM card (`card0`, not its connectors `card0-HDMI-A-1`) whose device
+#: has a driver: where `/sys/class/drm/CARD/device/driver` points (builtins and `readlink`)
+DRM_DRIVERS_COMMAND = (
+    "for c in /sys/class/drm/card*; do n=${c##*/}; case $n in *-*) continue;; esac; "
+    '[ -e "$c/device/driver" ] && printf \'%s\\t%s\\n\' "$n" "$(readlink -- "$c/device/driver")"; '
+    "done; true"
+)
+#: `CARD<TAB>LINE` for each line of each DRM card's clients file in debugfs (who holds DRM
+#: master: the recipe's bin/spark, 0161d716, reads /sys/kernel/debug/dri/N/clients), or
+#: `CARD<TAB>(unreadable)` when the file cannot be read (debugfs not mounted, not root)
+DRM_CLIENTS_COMMAND = (
+    "for c in /sys/class/drm/card*; do [ -e \"$c\" ] || continue; n=${c##*/card}; "
+    "case $n in *-*) continue;; esac; "
+    'awk -v c="card$n" \'{print c "\\t" $0}\' "/sys/kernel/debug/dri/$n/clients" 2>/dev/null '
+    "|| printf 'card%s\\t(unreadable)\\n' \"$n\"; done; true"
+)
+#: the active virtual console (`/sys/class/tty/tty0/active`) and its KDGETMODE answer
+#: (0x4B3B; 0 text, 1 graphics), as `VT MODE`: the ioctl the recipe's scripts/host-recovery
+#: (052248c1) asks, opened read-only with O_NOCTTY so the console never becomes the fact
+#: script's controlling terminal; a console that cannot be opened or asked fails the section
+CONSOLE_PROGRAM = (
+    "import fcntl, os, struct\n"
+    'vt = open("/sys/class/tty/tty0/active").read().strip()\n'
+    'fd = os.open("/dev/" + vt, os.O_RDONLY | os.O_NOCTTY)\n'
+    'print(vt, struct.unpack("i", fcntl.ioctl(fd, 0x4B3B, bytes(4)))[0])\n'
+)
+CONSOLE_COMMAND = _cmd("python3", "-c", CONSOLE_PROGRAM)
+#: the systemd manager's watchdog settings as PID 1 runs them (scripts/host-recovery, 052248c1)
+WATCHDOG_COMMAND = _cmd("systemctl", "show", "-p", "RuntimeWatchdogUSec", "-p", "RebootWatchdogUSec")
 
 #: the section holding the GID tables (`parse_gid_table`)
 GID_TABLE_SECTION = "gid-table"

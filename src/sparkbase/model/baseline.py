@@ -575,6 +575,24 @@ class MemorySpec(StrictModel):
     display_carveout: bool = Field(
         default=False, description="GB10 display carve-out returned to serving (needs nvidia-drm modeset)"
     )
+    swap_by_page_size: bool = Field(
+        default=False,
+        description="a boot unit sparkbase renders (sparkbase-swap.service) swaps on the file whose "
+        "header is the running kernel's page size: the swap file on its page size, the installer's "
+        "(noauto) on 4 KiB; the swap file then has no /etc/fstab line, so every kernel boots with swap",
+    )
+
+    def swap_files(self) -> dict[int, str]:
+        """Page size -> the swap file a kernel of that page size swaps on at boot under
+        `swap_by_page_size`: the baseline's swap file on its header's page size, the
+        installer's on 4 KiB (its header's) when the baseline keeps it noauto."""
+        files: dict[int, str] = {}
+        factory = self.factory_swap
+        if factory is not None and factory.fstab == "noauto":
+            files[FACTORY_SWAP_HEADER] = factory.path
+        if self.swap is not None:
+            files[self.swap.header_page_size] = self.swap.path
+        return dict(sorted(files.items()))
 
 
 class SecureBootSpec(StrictModel):
@@ -653,6 +671,23 @@ class FanControlSpec(StrictModel):
         return f"/etc/modules-load.d/{self.module}.conf"
 
 
+#: a UEFI boot entry's label, as `efibootmgr` prints it (matched case-insensitively)
+BootLabel = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9 ._()-]{0,63}$")]
+#: a kernel driver name (the basename of `/sys/class/drm/cardN/device/driver`)
+DriverName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_-]{0,31}$")]
+#: a systemd time span as `systemctl show` prints it (`30s`, `10min`, `0`, `infinity`)
+TimeSpan = Annotated[str, StringConstraints(
+    pattern=r"^(0|infinity|([0-9]+(us|ms|s|min|h|d)( [0-9]+(us|ms|s|min|h|d))*))$")]
+
+
+class WatchdogSpec(StrictModel):
+    """systemd's hardware watchdog (system.conf `RuntimeWatchdogSec`, `RebootWatchdogSec`), as
+    `systemctl show` reads them back (`RuntimeWatchdogUSec`, `RebootWatchdogUSec`)."""
+
+    runtime: TimeSpan = Field(description="RuntimeWatchdogUSec: PID 1 pings the watchdog within this")
+    reboot: TimeSpan = Field(description="RebootWatchdogUSec: a reboot that hangs longer is forced")
+
+
 class HostSpec(StrictModel):
     """Host-level settings: boot target, display, NVMe, fans, services, extra packages."""
 
@@ -673,6 +708,22 @@ class HostSpec(StrictModel):
     )
     packages: list[PackagePin] = Field(
         default_factory=list, description="further packages held at exact versions"
+    )
+    uefi_first: BootLabel | None = Field(
+        default=None,
+        description="label of the UEFI boot entry that must come first in BootOrder (the installed "
+        "OS, e.g. 'ubuntu'); null: not judged",
+    )
+    drm_driver: DriverName | None = Field(
+        default=None, description="driver a DRM card must belong to (e.g. 'nvidia'); null: not judged"
+    )
+    console_text: bool = Field(
+        default=False,
+        description="the active virtual console must be in text mode (KDGETMODE = KD_TEXT); "
+        "false: not judged",
+    )
+    watchdog: WatchdogSpec | None = Field(
+        default=None, description="systemd's watchdog settings as PID 1 runs them; null: not judged"
     )
 
 

@@ -175,8 +175,8 @@ SliceUnit = Annotated[
 
 DisableableUnit = Annotated[
     str,
-    StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9@_.-]{0,240}\.(service|socket|timer)$"),
+    StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9@_.-]{0,240}\.(service|socket|timer|path)$"),
     AfterValidator(_disableable_unit),
 ]
-"""A unit sparkbase may disable and stop: a service, socket or timer, never one it needs to
-reach or manage the node (`PROTECTED_UNITS`, `PROTECTED_UNIT_PREFIXES`)."""
+"""A unit sparkbase may disable and stop: a service, socket, timer or path unit (cups.path),
+never one it needs to reach or manage the node (`PROTECTED_UNITS`, `PROTECTED_UNIT_PREFIXES`)."""

@@ -115,6 +115,7 @@ def baseline_findings(name: str, baseline: Baseline) -> Iterator[Finding]:
             )
     yield from _version_form_findings(doc, baseline)
     yield from _fallback_and_factory_swap_findings(doc, baseline)
+    yield from _boot_swap_findings(doc, baseline)
     yield from _provenance_findings(doc, baseline)
 
 
@@ -247,6 +248,34 @@ def _fallback_and_factory_swap_findings(doc: DocRef, baseline: Baseline) -> Iter
         yield Finding(doc, ("memory", "factory_swap", "fstab"),
                       f"{factory.path} has the installer's {FACTORY_SWAP_HEADER}-byte swap header: a "
                       f"{kernel.page_size}-byte-page kernel cannot swap on it (set fstab: noauto)")
+
+
+def _release_page_size(release: str) -> int:
+    """The page size a kernel release runs: 64 KiB for a '-64k' flavour, else 4 KiB."""
+    return 65536 if release.endswith("-64k") else 4096
+
+
+def _boot_swap_findings(doc: DocRef, baseline: Baseline) -> Iterator[Finding]:
+    """Swap chosen at boot by page size needs a swap file for every kernel the baseline
+    keeps in GRUB (its own and the fallback), or that kernel boots with no swap."""
+    memory = baseline.memory
+    if not memory.swap_by_page_size:
+        return
+    if memory.swap is None:
+        yield Finding(doc, ("memory", "swap_by_page_size"),
+                      "swap_by_page_size needs a swap file (memory.swap) to choose")
+        return
+    files = memory.swap_files()
+    kernel = baseline.kernel
+    kept: list[tuple[str, int]] = [(kernel.release, kernel.page_size)]
+    if kernel.fallback is not None:
+        kept.append((kernel.fallback.release, _release_page_size(kernel.fallback.release)))
+    for release, page_size in kept:
+        if page_size not in files:
+            yield Finding(doc, ("memory", "swap_by_page_size"),
+                          f"kernel {release} runs {page_size}-byte pages and no swap file has that "
+                          "header: it would boot with no swap (keep the installer's 4 KiB /swap.img "
+                          "with memory.factory_swap fstab: noauto)")
 
 
 def _provenance_findings(doc: DocRef, baseline: Baseline) -> Iterator[Finding]:

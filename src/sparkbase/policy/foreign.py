@@ -3,8 +3,9 @@
 A node that moves from one baseline to another and back must end up as if it had always
 been on the baseline it carries now. Whatever another baseline of the site manages but
 this one does not is *foreign*: its package pins, the services it enables, its
-DKMS builds (memory saver, fan control), the MOK key directory it uploads, its swap file,
-its fan module's modules-load.d entry and the DGX OS package it purges (put back). The deploy
+DKMS builds (memory saver, fan control), the MOK key directory it uploads, its swap file
+and the boot unit that chooses one by page size, its fan module's modules-load.d entry and
+the DGX OS package it purges (put back). The deploy
 retires them (`deploy/steps.py`; only what sparkbase recorded creating, see
 `policy/ownership.py`) and the audit warns about foreign packages still installed
 (`packages.foreign`); both take the list from here, the one place it is computed.
@@ -79,6 +80,9 @@ class Foreign:
     #: DGX OS packages other baselines purge and this one (modeset off) keeps (name,
     #: baselines): put back at the version sparkbase removed (`host.nvidia_drm.purge`)
     restore: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: the baselines whose boot unit chooses the swap file by page size while this one has
+    #: none (`memory.swap_by_page_size`): the unit is disabled, it and its script retired
+    boot_swap: tuple[str, ...] = ()
 
     def package_names(self) -> list[str]:
         """Names of every foreign pin, in a stable order."""
@@ -214,8 +218,12 @@ def foreign_for(site: Site, name: str) -> Foreign:
         if purged is not None and purged != own.host.nvidia_drm.purge and not own.host.nvidia_drm.modeset:
             restore.setdefault(purged, []).append(other)
 
+    boot_swap = () if own.memory.swap_by_page_size else tuple(
+        other for other, baseline in others if baseline.memory.swap_by_page_size and both(baseline, "memory"))
+
     return Foreign(
         baseline=name,
+        boot_swap=boot_swap,
         pins=tuple(ForeignPin(pin, kernel, tuple(owners), section)
                    for pin, (kernel, section, owners) in sorted(pins.items())),
         services=tuple((unit, tuple(owners)) for unit, owners in sorted(services.items())),

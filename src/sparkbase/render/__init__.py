@@ -11,10 +11,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shlex
 from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING
 
+from sparkbase.model.boot_swap import BOOT_SWAP_SCRIPT, BOOT_SWAP_UNIT, BOOT_SWAP_UNIT_FILE
 from sparkbase.model.netplan import SPARKBASE_NETPLAN_PATH
 from sparkbase.model.sections import SECTIONS
 
@@ -37,6 +39,7 @@ GRUB_DROPIN_PATH = "/etc/default/grub.d/60-sparkbase.cfg"
 SYSCTL_PATH = "/etc/sysctl.d/90-sparkbase.conf"
 MODPROBE_PATH = "/etc/modprobe.d/sparkbase.conf"
 FSTAB_PATH = "/etc/fstab"
+WATCHDOG_PATH = "/etc/systemd/system.conf.d/60-sparkbase-watchdog.conf"
 
 
 @dataclass(frozen=True)
@@ -139,8 +142,38 @@ def render_baseline(name: str, baseline: Baseline) -> list[RenderedFile]:
             section="cpuset",
         )] if baseline.cpuset.pinned_by == "slice" else []),
         *render_modules_load(name, baseline),
+        *render_boot_swap(name, baseline),
+        *render_watchdog(name, baseline),
     ]
     return sorted(files, key=lambda f: f.path)
+
+
+def render_boot_swap(name: str, baseline: Baseline) -> list[RenderedFile]:
+    """The boot unit and its script that swap on the file made for the running kernel's
+    page size (`memory.swap_by_page_size`; none otherwise)."""
+    memory = baseline.memory
+    if not memory.swap_by_page_size:
+        return []
+    context = {"baseline_name": name, "baseline": baseline, "unit": BOOT_SWAP_UNIT,
+               "script": BOOT_SWAP_SCRIPT, "script_name": BOOT_SWAP_SCRIPT.rsplit("/", 1)[-1]}
+    files = [(size, shlex.quote(path)) for size, path in memory.swap_files().items()]
+    return [
+        RenderedFile(BOOT_SWAP_SCRIPT, _render("boot-swap.sh.j2", files=files, **context), mode=0o755,
+                     purpose="swap on the file made for the running page size, run at boot",
+                     section="memory"),
+        RenderedFile(BOOT_SWAP_UNIT_FILE, _render("boot-swap.service.j2", **context),
+                     purpose="the boot unit that runs it, before swap.target", section="memory"),
+    ]
+
+
+def render_watchdog(name: str, baseline: Baseline) -> list[RenderedFile]:
+    """The system.conf.d drop-in arming systemd's watchdog (none when the baseline sets none)."""
+    watchdog = baseline.host.watchdog
+    if watchdog is None:
+        return []
+    content = _render("watchdog.conf.j2", baseline_name=name, baseline=baseline, watchdog=watchdog)
+    return [RenderedFile(WATCHDOG_PATH, content, needs_reboot=True,
+                         purpose="systemd runtime and reboot watchdog", section="host")]
 
 
 def render_modules_load(name: str, baseline: Baseline) -> list[RenderedFile]:
@@ -206,15 +239,21 @@ def render_netplan(name: str, baseline: Baseline, paths: dict[str, NetplanPath])
     return RenderedFile(NETPLAN_PATH, content, mode=0o600, purpose="four-PF fabric netplan", section="fabric")
 
 
+def swap_fstab_line(path: str) -> str:
+    """The /etc/fstab line sparkbase writes for its swap file."""
+    return f"{path} none swap sw 0 0"
+
+
 def managed_lines(baseline: Baseline) -> list[ManagedLine]:
-    """Lines sparkbase owns in shared files: the swap entry in /etc/fstab."""
+    """Lines sparkbase owns in shared files: the swap entry in /etc/fstab (none when the
+    boot unit chooses the swap file by page size: a line would fail on the other kernel)."""
     swap = baseline.memory.swap
-    if swap is None:
+    if swap is None or baseline.memory.swap_by_page_size:
         return []
     return [
         ManagedLine(
             FSTAB_PATH,
-            f"{swap.path} none swap sw 0 0",
+            swap_fstab_line(swap.path),
             match=rf"^{re.escape(swap.path)}\s",
             purpose="swap file",
         )
@@ -278,6 +317,11 @@ DIGEST_QUIET_DEFAULTS: tuple[tuple[tuple[str, ...], object], ...] = (
     (("nccl", "shapes"), {}),
     (("fabric", "netplan_file"), None),
     (("cpuset", "pinned_by"), "slice"),
+    (("memory", "swap_by_page_size"), False),
+    (("host", "uefi_first"), None),
+    (("host", "drm_driver"), None),
+    (("host", "console_text"), False),
+    (("host", "watchdog"), None),
 )
 
 

@@ -17,6 +17,7 @@ from sparkbase_lab.shims.cmd_systemd import (
     boot_units,
     compute_active,
     default_target,
+    load_manager,
     record_loaded,
     set_active,
 )
@@ -40,7 +41,12 @@ from sparkbase_lab.shims.common import (
 )
 from sparkbase_lab.shims.modfile import parse_ko
 from sparkbase_lab.shims.netdevs import default_net
-from sparkbase_lab.shims.sysfs import write_fabric_sysfs, write_governor, write_sysfs_static
+from sparkbase_lab.shims.sysfs import (
+    write_drm_clients,
+    write_fabric_sysfs,
+    write_governor,
+    write_sysfs_static,
+)
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
@@ -66,6 +72,19 @@ def choose_kernel() -> B.BootChoice:
         grubenv.pop("next_entry", None)
         write_text(grubenv_path, B.render_grubenv(grubenv))
     return choice
+
+
+#: the node's active virtual console (`/sys/class/tty/tty0/active` names it): the preload
+#: library opens this file for `/dev/tty1` and answers KDGETMODE/KDSETMODE from its content
+CONSOLE = f"{RUN}/dev/tty1"
+
+
+def write_console(cmdline: str) -> None:
+    """The console's KD mode after boot: graphics (1) when Plymouth's splash ran (`splash` on
+    the command line: it leaves the console in graphics mode, spark-ds41f docs/doctor.md
+    0161d716) or with the `console-graphics` fault, else text (0)."""
+    graphics = "splash" in cmdline.split() or bool(faults().get("console-graphics"))
+    write_text(CONSOLE, "1\n" if graphics else "0\n")
 
 
 def do_boot(argv: list[str]) -> int:
@@ -112,6 +131,8 @@ def do_boot(argv: list[str]) -> int:
     write_text(f"{RUN}/kernel_version", kernel_version(choice.release) + "\n")
     write_text(f"{RUN}/page_size", f"{B.page_size(choice.release)}\n")
     write_text(f"{RUN}/proc/cmdline", cmdline + "\n")
+    write_console(cmdline)
+    load_manager()
     write_text(f"{RUN}/proc/cpuinfo", B.cpuinfo_text())
     write_modules(loaded, params, choice.release)
     write_sysfs_static(node)
@@ -156,9 +177,12 @@ def do_boot(argv: list[str]) -> int:
 
 
 def do_refresh(argv: list[str]) -> int:
-    """Re-apply fault-driven hardware state (governor, links, GIDs) without a reboot."""
+    """Re-apply fault-driven hardware state (governor, links, GIDs, DRM clients, console mode)
+    without a reboot."""
     write_governor()
     write_fabric_sysfs()
+    write_drm_clients()
+    write_console(read_text(f"{RUN}/proc/cmdline"))
     return 0
 
 

@@ -28,15 +28,19 @@ FEATURES = {0x08: "Interrupt Coalescing", 0x0C: "Autonomous Power State Transiti
 
 
 def cmd_efibootmgr(argv: list[str]) -> int:
-    """`efibootmgr [-v]`: the shim (Ubuntu) entry first, as a DGX OS install leaves it."""
+    """`efibootmgr [-v]`: the shim (Ubuntu) entry first, as a DGX OS install leaves it (fault
+    `pxe-first`: a network boot entry before it). As efibootmgr 18 (Ubuntu 24.04's) prints them,
+    each entry's device path follows its label with or without `-v`, a file path as
+    `/\\EFI\\...` rather than 17's `File(...)` (tests/fixtures/real/efibootmgr_--create__…)."""
     if faults().get("no-efi"):
         raise Fail("EFI variables are not supported on this system.", 2)
     uuid = B.root_uuid(node_info().get("name", "spark"))
-    verbose = "-v" in argv or "--verbose" in argv
-    esp = f"\tHD(1,GPT,{uuid},0x800,0x100000)/File(\\EFI\\ubuntu\\shimaa64.efi)" if verbose else ""
-    print("BootCurrent: 0001\nTimeout: 0 seconds\nBootOrder: 0001,0000")
-    print(f"Boot0000* UEFI Misc Device{chr(9) + 'PciRoot(0x0)/Pci(0x1,0x0)' if verbose else ''}")
-    print(f"Boot0001* Ubuntu{esp}")
+    pxe = bool(faults().get("pxe-first"))
+    print(f"BootCurrent: 0001\nTimeout: 0 seconds\nBootOrder: {'0002,0001,0000' if pxe else '0001,0000'}")
+    print("Boot0000* UEFI Misc Device\tPciRoot(0x0)/Pci(0x1,0x0)")
+    print(f"Boot0001* Ubuntu\tHD(1,GPT,{uuid},0x800,0x100000)/\\EFI\\ubuntu\\shimaa64.efi")
+    if pxe:  # the network entry EDK2 firmware names after the port's MAC, put first
+        print("Boot0002* UEFI PXEv4 (MAC:4CBB470A0B1C)\tMAC(4cbb470a0b1c,0)/IPv4(0.0.0.0,0,DHCP)")
     return 0
 
 

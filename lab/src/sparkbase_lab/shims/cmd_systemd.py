@@ -17,6 +17,7 @@ from sparkbase_lab.shims.common import (
     Fail,
     read_json,
     read_text,
+    sorted_conf,
     write_json,
     write_text,
 )
@@ -31,6 +32,53 @@ ALWAYS_ACTIVE = ("ssh.service", "sshd.service")
 LOADED = f"{RUN}/systemd-loaded.json"
 #: where drop-ins of a unit are read from, in order
 DROPIN_BASES = (SYSTEMD_LIB, SYSTEMD_ETC, "/run/systemd/system")
+
+
+#: the manager's own settings as PID 1 read them at boot or at `daemon-reexec`
+MANAGER = f"{RUN}/systemd-manager.json"
+#: what PID 1 runs with when system.conf sets nothing (systemd-system.conf(5)): no runtime
+#: watchdog, a 10 min reboot watchdog
+MANAGER_DEFAULTS = {"RuntimeWatchdogUSec": "0", "RebootWatchdogUSec": "10min"}
+#: system.conf setting -> the property `systemctl show` names it by
+MANAGER_SETTINGS = {"RuntimeWatchdogSec": "RuntimeWatchdogUSec", "RebootWatchdogSec": "RebootWatchdogUSec",
+                    "ShutdownWatchdogSec": "RebootWatchdogUSec"}
+_SPAN_UNITS = (("d", 86_400_000_000), ("h", 3_600_000_000), ("min", 60_000_000), ("s", 1_000_000),
+               ("ms", 1_000), ("us", 1))
+_SPAN_WORDS = {"us": 1, "ms": 1_000, "s": 1_000_000, "sec": 1_000_000, "m": 60_000_000,
+               "min": 60_000_000, "h": 3_600_000_000, "hr": 3_600_000_000, "d": 86_400_000_000}
+
+
+def timespan(value: str) -> str:
+    """A system.conf time span (`30`, `30s`, `600s`, `1min 30s`, `off`) as `systemctl show`
+    prints it (`30s`, `10min`, `1min 30s`, `0`)."""
+    import re
+
+    value = value.strip()
+    if value in ("off", "0", ""):
+        return "0"
+    if value == "infinity":
+        return value
+    usec = sum(int(n) * _SPAN_WORDS[unit or "s"]
+               for n, unit in re.findall(r"([0-9]+)\s*(us|ms|sec|min|hr|s|m|h|d)?", value))
+    parts = []
+    for name, size in _SPAN_UNITS:
+        if usec >= size:
+            parts.append(f"{usec // size}{name}")
+            usec %= size
+    return " ".join(parts) or "0"
+
+
+def load_manager() -> dict[str, str]:
+    """Read system.conf and system.conf.d/*.conf (`[Manager]`) as PID 1 does at boot and at
+    `daemon-reexec`, and keep what it read."""
+    props = dict(MANAGER_DEFAULTS)
+    for text in [read_text("/etc/systemd/system.conf"), *sorted_conf("/etc/systemd/system.conf.d/*.conf")]:
+        for line in text.splitlines():
+            key, sep, value = line.strip().partition("=")
+            if sep and key.strip() in MANAGER_SETTINGS:
+                props[MANAGER_SETTINGS[key.strip()]] = timespan(value)
+    write_json(MANAGER, props)
+    return props
 
 
 def unit_path(unit: str) -> str | None:
@@ -198,9 +246,15 @@ def default_target() -> str:
     return "graphical.target"
 
 
+#: systemd's unit types: a name ending in none of them is a service (`unit_name_mangle`)
+UNIT_TYPES = ("service", "socket", "device", "mount", "automount", "swap", "target", "path", "timer",
+              "slice", "scope")
+
+
 def unit_name(unit: str) -> str:
-    """A unit name with its type (`foo` -> `foo.service`)."""
-    return unit if "." in unit else unit + ".service"
+    """A unit name with its type, as systemctl completes it (`foo` and `snapd.seeded` ->
+    `foo.service`, `snapd.seeded.service`)."""
+    return unit if unit.rpartition(".")[2] in UNIT_TYPES and "." in unit else unit + ".service"
 
 
 def _is_enabled(unit: str) -> str:
@@ -314,8 +368,10 @@ def compute_active(target: str) -> list[str]:
 
     active = set(ALWAYS_ACTIVE)
     # a Spark has Bluetooth hardware, so bluetooth.target is reached at every boot (as
-    # timers.target is: an enabled timer is active)
-    for wants in ("multi-user.target.wants", "bluetooth.target.wants", "timers.target.wants"):
+    # timers.target is: an enabled timer is active; and swap.target and sockets.target,
+    # which every boot reaches before multi-user.target)
+    for wants in ("multi-user.target.wants", "bluetooth.target.wants", "timers.target.wants",
+                  "swap.target.wants", "sockets.target.wants"):
         for link in glob(f"{SYSTEMD_ETC}/{wants}/*"):
             active.add(os.path.basename(link))
     if target == "graphical.target":
@@ -370,6 +426,12 @@ def _show_blocks(argv: list[str]) -> int:
             value_only = True
         elif not word.startswith("-"):
             units.append(unit_name(word))
+    if not units:  # the manager's own properties
+        manager = read_json(MANAGER, None) or load_manager()
+        for prop in props:
+            if prop in manager:
+                print(manager[prop] if value_only else f"{prop}={manager[prop]}")
+        return 0
     for index, unit in enumerate(units):
         if index and not value_only:
             print()
@@ -483,6 +545,8 @@ def cmd_systemctl(argv: list[str]) -> int:
         return _set_default(units)
     if verb in ("daemon-reload", "daemon-reexec"):
         record_loaded()
+        if verb == "daemon-reexec":
+            load_manager()
         return 0
     if verb == "reset-failed":
         return 0

@@ -141,11 +141,32 @@ def write_drm(sys_root: Path = SYS) -> None:
         write_text(device / "drm" / name / "dev", dev + "\n")
         _relink(device / "drm" / name / "device", f"../../../{function}")
         _relink(drm / name, f"{devices}/{name}")
+    write_drm_clients(sys_root)
     connector = device / "drm" / "card0" / "card0-HDMI-A-1"
     write_text(connector / "status", "disconnected\n")
     write_text(connector / "enabled", "disabled\n")
     _relink(connector / "device", "../../card0")  # a connector's parent is its card
     _relink(drm / "card0-HDMI-A-1", f"{devices}/card0/card0-HDMI-A-1")
+
+
+#: debugfs' clients of card 0 as a 7.0 kernel prints them (drm_debugfs.c `drm_clients_info`:
+#: command %20s, tgid, dev, master, authenticated, uid, magic, then name and client id; the
+#: real sample tests/fixtures/real/sys_kernel_debug_dri_0_clients__name_client-id_…)
+DRM_CLIENTS_HEADER = ("             command  tgid dev master a   uid      magic"
+                      + " " * 61 + "name client-id\n")
+#: the `drm-master` fault's client: a display server holding master of the card
+DRM_MASTER_ROW = ("                Xorg  2210   0   y    y     0          0" + " " * 58 + "<unset>    11\n")
+
+
+def write_drm_clients(sys_root: Path = SYS) -> None:
+    """/sys/kernel/debug/dri/0/clients while nvidia_drm drives card 0: no client on a headless
+    node (the serving worker closes its DRM file after startup); under the `drm-master`
+    fault a display server holds master."""
+    clients = sys_root / "kernel/debug/dri/0/clients"
+    if not (sys_root / "module/nvidia_drm").is_dir():
+        clients.unlink(missing_ok=True)
+        return
+    write_text(clients, DRM_CLIENTS_HEADER + (DRM_MASTER_ROW if faults().get("drm-master") else ""))
 
 
 #: the GB10's ACPI thermal zones: seven, all `acpitz`, reading 38.9-41.7 degrees C at idle

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from sparkbase.audit.checks import (
+    console,  # noqa: F401 - registers on import
     fabric,  # noqa: F401 - registers on import
     files,  # noqa: F401 - registers on import
     fleet,  # noqa: F401 - registers on import

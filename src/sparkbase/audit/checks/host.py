@@ -121,7 +121,10 @@ def service_disabled(_want: None, facts: NodeFacts, at: Subject) -> Outcome:
     state = facts.units.get(str(item))
     if state is None:
         return unknown(facts, "units", "disabled, inactive")
-    seen = f"{state.unit_file_state or 'not installed'}, {state.active_state or 'inactive'}"
+    if not state.unit_file_state and not state.active:
+        # systemd shows no unit file state for a unit it cannot find: nothing to disable
+        return ok("disabled, inactive", "absent (no such unit on the node)")
+    seen = f"{state.unit_file_state or 'no unit file'}, {state.active_state or 'inactive'}"
     if state.unit_file_state == "enabled" or state.active:
         return fail("disabled, inactive", seen, f"systemctl disable --now {item}: {apply_fix(at)}")
     return ok("disabled, inactive", seen)

@@ -15,6 +15,7 @@ from sparkbase.audit.checks.common import (
 )
 from sparkbase.audit.registry import Outcome, Subject, fail, node_check, ok, skip
 from sparkbase.facts.model import NodeFacts
+from sparkbase.model.boot_swap import BOOT_SWAP_UNIT
 
 if TYPE_CHECKING:
     from sparkbase.audit.expected import Expected
@@ -27,6 +28,16 @@ class SwapWant:
     path: str
     size_gib: int
     header_page_size: int
+    #: page size -> swap file, when the boot unit chooses one by page size (else empty)
+    by_page_size: tuple[tuple[int, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class SwapLineWant:
+    """The swap file's path, and whether the boot unit (not /etc/fstab) activates it."""
+
+    path: str
+    boot_unit: str | None
 
 
 @dataclass(frozen=True)
@@ -53,13 +64,24 @@ class SaverWant:
 
 
 def _swap(expected: Expected, _item: str | None) -> SwapWant | None:
-    swap = expected.baseline.memory.swap
-    return None if swap is None else SwapWant(swap.path, swap.size_gib, swap.header_page_size)
+    memory = expected.baseline.memory
+    swap = memory.swap
+    if swap is None:
+        return None
+    chosen = tuple(memory.swap_files().items()) if memory.swap_by_page_size else ()
+    return SwapWant(swap.path, swap.size_gib, swap.header_page_size, chosen)
 
 
-def _swap_path(expected: Expected, _item: str | None) -> str | None:
-    swap = expected.baseline.memory.swap
-    return None if swap is None else swap.path
+def _swap_line(expected: Expected, _item: str | None) -> SwapLineWant | None:
+    memory = expected.baseline.memory
+    if memory.swap is None:
+        return None
+    return SwapLineWant(memory.swap.path, BOOT_SWAP_UNIT if memory.swap_by_page_size else None)
+
+
+def _boot_swap(expected: Expected, _item: str | None) -> tuple[tuple[int, str], ...]:
+    memory = expected.baseline.memory
+    return tuple(memory.swap_files().items()) if memory.swap_by_page_size else ()
 
 
 def _factory_swap(expected: Expected, _item: str | None) -> FactorySwapWant | None:
@@ -115,6 +137,12 @@ def sysctl(want: str, facts: NodeFacts, at: Subject) -> Outcome:
 def memory_swap(swap: SwapWant | None, facts: NodeFacts, at: Subject) -> Outcome:
     if swap is None:
         return skip("the baseline has no swap file")
+    if swap.by_page_size:
+        if facts.page_size is None:
+            return unknown(facts, "pagesize", "the swap file for the running page size active")
+        other = _other_kernel_swap(swap, facts, at)
+        if other is not None:
+            return other
     size = swap.size_gib * 1024**3
     want = f"{swap.path} active, {swap.size_gib} GiB, header page size {swap.header_page_size}"
     entry = next((s for s in facts.swaps if s.name == swap.path), None)
@@ -137,11 +165,42 @@ def memory_swap(swap: SwapWant | None, facts: NodeFacts, at: Subject) -> Outcome
     return ok(want, f"{swap.path} active, {size} bytes, header {header}")
 
 
-@node_check("memory.swap.fstab", "memory", "the swap file is in /etc/fstab, so it comes back at boot",
-            section="memory", expect=_swap_path)
-def memory_swap_fstab(path: str | None, facts: NodeFacts, at: Subject) -> Outcome:
+def _other_kernel_swap(swap: SwapWant, facts: NodeFacts, at: Subject) -> Outcome | None:
+    """Under a boot unit that chooses by page size, a kernel of another page size than the
+    swap file's (the fallback) swaps on the file made for its own: judged here (None: the
+    running page size is the swap file's, judged as usual)."""
+    running = facts.page_size
+    if running == swap.header_page_size:
+        return None
+    path = dict(swap.by_page_size).get(running or 0)
     if path is None:
+        return fail(f"a swap file for {running}-byte pages active", "the baseline has none",
+                    f"boot a kernel the baseline keeps: {apply_fix(at, True)}")
+    want = f"{path} active (the {running}-byte-page kernel's swap; {swap.path} is the " \
+           f"{swap.header_page_size}-byte kernel's)"
+    active = any(entry.name == path for entry in facts.swaps)
+    header = facts.swap_header_page_size.get(path)
+    problems = [] if active else ["not active"]
+    if header != running:
+        problems.append(f"header page size {header or 'none (no swap signature)'}")
+    if problems:
+        return fail(want, f"{path}: " + "; ".join(problems),
+                    f"systemctl start {BOOT_SWAP_UNIT} (it swaps on the file for the running page size); "
+                    "a file with the wrong header is the site's to remake (sparkbase never makes the "
+                    "installer's swap file)")
+    return ok(want, f"{path} active, header {header}")
+
+
+@node_check("memory.swap.fstab", "memory",
+            "the swap file comes back at boot: its /etc/fstab line, or the boot unit that chooses by "
+            "page size (then no line activates it: the other kernel would fail on it)",
+            section="memory", expect=_swap_line)
+def memory_swap_fstab(line: SwapLineWant | None, facts: NodeFacts, at: Subject) -> Outcome:
+    if line is None:
         return skip("the baseline has no swap file")
+    path = line.path
+    if line.boot_unit is not None:
+        return _no_auto_line(path, line.boot_unit, facts, at)
     want = f"{path} none swap sw 0 0"
     if facts.fstab is None:
         return unknown(facts, "fstab", want)
@@ -151,6 +210,37 @@ def memory_swap_fstab(path: str | None, facts: NodeFacts, at: Subject) -> Outcom
         fix = f"add the swap line: {apply_fix(at)}"
         return fail(want, seen + " (swap is lost at the next boot)", fix)
     return ok(want, f"{path} listed as swap")
+
+
+def _no_auto_line(path: str, unit: str, facts: NodeFacts, at: Subject) -> Outcome:
+    """No /etc/fstab line activates `path` at boot: `unit` does, on its page size only."""
+    want = f"no /etc/fstab line activates {path} ({unit} does, on its page size only)"
+    if facts.fstab is None:
+        return unknown(facts, "fstab", want)
+    auto = [e for e in facts.fstab
+            if e.spec == path and e.vfstype == "swap" and "noauto" not in e.options.split(",")]
+    if auto:
+        return fail(want, f"{path} {auto[0].file} swap {auto[0].options} (fails at boot on the other "
+                          "kernel)", f"drop the line or mark it noauto ({apply_fix(at)} drops the line "
+                                     "sparkbase wrote)")
+    return ok(want, "no line activates it")
+
+
+@node_check("memory.swap.boot_unit", "memory",
+            "the boot unit that swaps on the file for the running page size is enabled",
+            section="memory", expect=_boot_swap)
+def memory_swap_boot_unit(files: tuple[tuple[int, str], ...], facts: NodeFacts, at: Subject) -> Outcome:
+    if not files:
+        return skip("swap is not chosen by page size at boot")
+    choices = ", ".join(f"{path} on {size}" for size, path in files)
+    want = f"{BOOT_SWAP_UNIT} enabled ({choices})"
+    state = facts.units.get(BOOT_SWAP_UNIT)
+    if state is None:
+        return unknown(facts, "units", want)
+    if state.unit_file_state != "enabled":
+        return fail(want, state.unit_file_state or "not installed",
+                    f"without it a kernel boots with no swap: {apply_fix(at)}")
+    return ok(want, f"enabled, {state.active_state or 'inactive'}")
 
 
 @node_check(

@@ -42,7 +42,7 @@ def unit_disabled(unit: str) -> Any:
     enabled = current.unit_file_state in ("enabled", "enabled-runtime", "alias")
     active = current.active_state == "active"
     if not current.unit_file_state and not active:
-        noop(f"{unit} is not installed")
+        noop(f"{unit} is absent (no such unit on the node)")
         return
     if not enabled and not active:
         noop(f"{unit} is {current.unit_file_state} and inactive")

@@ -11,6 +11,18 @@ here, so `from sparkbase.facts.parsers import parse_grub` keeps working.
 from __future__ import annotations
 
 from sparkbase.facts.parsers.boot import parse_grub, parse_grubenv
+from sparkbase.facts.parsers.console import (
+    ConsoleMode,
+    DrmClient,
+    EfiBoot,
+    EfiEntry,
+    parse_console_mode,
+    parse_drm_clients,
+    parse_drm_clients_file,
+    parse_drm_drivers,
+    parse_efibootmgr,
+    parse_manager_properties,
+)
 from sparkbase.facts.parsers.cpus import (
     FAST_CPU_PART,
     format_cpu_list,
@@ -80,6 +92,10 @@ from sparkbase.facts.parsers.units import parse_need_daemon_reload, parse_system
 __all__ = [
     "FAST_CPU_PART",
     "SWAP_MAGIC",
+    "ConsoleMode",
+    "DrmClient",
+    "EfiBoot",
+    "EfiEntry",
     "container_id",
     "dgx_os_version",
     "format_cpu_list",
@@ -89,10 +105,15 @@ __all__ = [
     "parse_cgroup_container_id",
     "parse_cmdline",
     "parse_cmdline_args",
+    "parse_console_mode",
     "parse_container_inspect",
     "parse_cpu_list",
     "parse_dkms_status",
     "parse_dpkg_query",
+    "parse_drm_clients",
+    "parse_drm_clients_file",
+    "parse_drm_drivers",
+    "parse_efibootmgr",
     "parse_environ",
     "parse_event_reasons",
     "parse_fast_cpus",
@@ -106,6 +127,7 @@ __all__ = [
     "parse_kv_conf",
     "parse_links",
     "parse_ls",
+    "parse_manager_properties",
     "parse_maps_files",
     "parse_modinfo",
     "parse_module_attrs",
