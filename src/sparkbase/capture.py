@@ -275,14 +275,12 @@ def _dkms_build(block: PathKey, dkms_name: str, version: str | None, facts: Node
 
 
 def _memory_saver(facts: NodeFacts, baseline: Baseline, out: _Collector) -> None:
-    """The patched nvidia-uvm: its package and DKMS versions, and the loaded module's
-    srcversion and packing flag, when the module loaded is the one DKMS built (modinfo of
-    the file the kernel loads has the loaded srcversion)."""
+    """The patched nvidia-uvm: its DKMS version (its source checkout is the baseline's pin),
+    and the loaded module's srcversion and packing flag, when the module loaded is the one
+    DKMS built (modinfo of the file the kernel loads has the loaded srcversion)."""
     saver = baseline.memory.memory_saver
     if saver is None or not saver.required:
         return
-    out.put(("memory", "memory_saver", "package_version"), facts.packages.get(saver.package),
-            f"{saver.package} is not installed")
     dkms = _dkms_version(facts, saver.dkms_name)
     _dkms_build(("memory", "memory_saver"), saver.dkms_name, dkms, facts, out)
     loaded = facts.nvidia_modules.get(f"{saver.module}.srcversion")

@@ -81,8 +81,13 @@ class Fleet:
         done = self.sparkbase("apply", "--limit", node, "--yes", "--json", *extra)
         report = json.loads(done.stdout)
         result = report["nodes"][0]
-        assert result["status"] in ("changed", "reboot pending", "unchanged"), done.stdout + done.stderr
+        assert result["status"] in ("changed", "reboot pending", "unchanged", "MOK enrolment pending"), \
+            done.stdout + done.stderr
         return {op["name"]: op for op in result["operations"]}
+
+    def console(self, node: str) -> None:
+        """A person at `node`'s console at its next boot, who enrols the pending MOK keys."""
+        console_enrol(self.lab, node)
 
     def wait_ssh(self, node: str, timeout: float = 30) -> None:
         """Wait until `node` answers over SSH again (after a fault is cleared)."""
@@ -112,6 +117,15 @@ class Fleet:
                 pytest.fail(f"the apply ended before its upload check ran on {node}:\n{out}\n{err}")
             time.sleep(0.1)
         pytest.fail(f"no upload check ran on {node} within {timeout:.0f}s")
+
+
+def console_enrol(lab: Lab, node: str) -> None:
+    """`sparkbase lab console NODE enroll-mok`: at `node`'s next boot a person at its console
+    enrols the pending MOK keys in MokManager (without one, the keys stay pending)."""
+    argv = [sys.executable, "-m", "sparkbase.cli.main", "lab", "--dir", str(lab.dir), "console", node,
+            "enroll-mok"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def copy_site(where: Path) -> Path:

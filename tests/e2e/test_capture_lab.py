@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fleets import ConvergedImage, clone_fleet
+from fleets import ConvergedImage, clone_fleet, console_enrol
 from ports import port_base
 
 from sparkbase.cli.main import main
@@ -113,6 +113,7 @@ def test_capture_of_a_converged_node(converged: Lab, site: Path, capsys: pytest.
 def test_capture_of_a_node_converged_to_the_variant(
     converged: Lab, site: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    console_enrol(converged, NODE)  # a person at the console enrols the MOK at the apply's reboot
     moved = sparkbase("apply", "--site", str(site), "--lab-dir", str(converged.dir), "--limit", NODE,
                       "--baseline", VARIANT, "--allow-reboot", "--yes",
                       "--override-policy", "e2e: capture of the variant")

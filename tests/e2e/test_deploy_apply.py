@@ -161,6 +161,7 @@ def test_variant_round_trip_on_one_node(fleet: Fleet, converged: dict[str, Any])
     assert refused.returncode == 1
     assert "breaks the site contract" in refused.stderr
     assert fleet.sh("spark2", "uname -r").strip() == SITE_KERNEL
+    fleet.console("spark2")  # a person at the console enrols the MOK at the apply's reboot
     moved = fleet.sparkbase(*move, "--override-policy", "e2e: variant trial on spark2", "--json")
     assert moved.returncode == 0, moved.stdout + moved.stderr
     assert "PRIVATE KEY" not in moved.stdout + moved.stderr
@@ -212,7 +213,7 @@ def _moving_back_leaves_no_trace_of_the_variant(fleet: Fleet, mok: str, leftover
     shown = fleet.sparkbase("plan", "--limit", "spark2")
     assert shown.returncode == 1
     # one per section that has one (the variant's NCCL is built into its image: no package)
-    for package in ("dgx-spark-memory-saver", "dgx-spark-fan-control"):
+    for package in ("nvidia-kernel-source-580-open", "dgx-spark-fan-control"):
         assert f"~ retire: unhold and purge {package} (pinned only by other baselines)" in shown.stdout
     assert f"~ retire: {FAN} disabled and stopped" in shown.stdout
     assert f"~ retire: MOK key directory {MOK_DIR}" in shown.stdout
@@ -237,6 +238,8 @@ def _moving_back_leaves_no_trace_of_the_variant(fleet: Fleet, mok: str, leftover
     enabled, active = _unit(fleet, "spark2", FAN)
     assert enabled != "enabled" and active != "active"
     assert "dgx-spark-memory-saver" not in fleet.sh("spark2", "dkms status")
+    # the source tree sparkbase placed from the pinned tarball goes with its DKMS build
+    assert fleet.lab.run("spark2", "test -e /usr/src/dgx-spark-memory-saver-0.2.0")[0] != 0
     assert fleet.lab.run("spark2", "ls /lib/modules/*/updates/dkms/nvidia-uvm.ko")[0] != 0
     # the stock nvidia-uvm is back: no packing parameter
     packing = "/sys/module/nvidia_uvm/parameters/uvm_pack_sysmem_leaf_tables"

@@ -60,6 +60,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
 @pytest.fixture(scope="module")
 def variant(fleet: Fleet) -> dict[str, Any]:
     """spark2 converged to the variant (policy override), as the apply's JSON report."""
+    fleet.console(NODE)  # a person at the console enrols the MOK at the apply's reboot
     done = fleet.sparkbase("apply", "--limit", NODE, "--baseline", VARIANT, "--allow-reboot", "--yes",
                            "--override-policy", "e2e: real formats on the variant", "--json")
     assert done.returncode == 0, done.stdout + done.stderr

@@ -58,6 +58,7 @@ class Fleet(fleets.Fleet):
 
     def apply(self, *extra: str) -> dict[str, Any]:
         """`apply --limit NODE --allow-reboot --yes --json`: the node's result."""
+        self.console(NODE)  # a person at the console enrols a pending MOK at the reboot
         done = self.sparkbase("apply", "--limit", NODE, "--allow-reboot", "--yes", "--json", *extra)
         assert done.returncode == 0, done.stdout + done.stderr
         result: dict[str, Any] = json.loads(done.stdout)["nodes"][0]

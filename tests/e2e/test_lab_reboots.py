@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from sparkbase_lab import boot, faults, packages
+from sparkbase_lab import boot, console, faults, packages
 from sparkbase_lab.fleet import Lab
 
 pytestmark = pytest.mark.end_to_end
@@ -146,8 +146,18 @@ def test_dkms_module_needs_enrolled_mok_under_secure_boot(lab: Lab) -> None:
     assert serial.lower() in pending and "Issuer: CN=spark fleet MOK" in pending
     rc, _, _ = lab.run(node, "mokutil --test-key /var/lib/shim-signed/mok/MOK.der")
     assert rc == 1, "pending is not enrolled yet"
+    # nobody at the console: MokManager times out, the key stays pending, the module refused
+    reboot_over_ssh(lab, node)
+    assert f"SHA1 Fingerprint: {fingerprint}" in ok(lab, node, "mokutil --list-new")
+    assert f"SHA1 Fingerprint: {fingerprint}" not in ok(lab, node, "mokutil --list-enrolled")
+    assert "uvm_memory_saver" not in ok(lab, node, "lsmod")
+    assert "nobody at the console" in ok(lab, node, "cat /var/lib/sparkbase-lab/boot.log")
+    # a person at the console at the next boot: Enroll MOK → Continue → Yes → password → Reboot
+    console.request(lab, node, "enroll-mok")
     reboot_over_ssh(lab, node)
     assert f"SHA1 Fingerprint: {fingerprint}" in ok(lab, node, "mokutil --list-enrolled")
+    rc, out, _ = lab.run(node, "mokutil --list-new")
+    assert (rc, out.strip()) == (1, "MokNew is empty")
     assert "uvm_memory_saver" in ok(lab, node, "lsmod")
     assert ok(lab, node, "cat /sys/module/uvm_memory_saver/parameters/leaf_packing") == "1\n"
     assert ok(lab, node, "mokutil --sb-state") == "SecureBoot enabled\n"

@@ -52,6 +52,7 @@ def _unit(fleet: fleets.Fleet, node: str, unit: str) -> str:
 
 
 def _apply(fleet: fleets.Fleet, node: str, *extra: str) -> dict[str, dict[str, Any]]:
+    fleet.console(node)  # a person at the console enrols a pending MOK at the reboot
     done = fleet.sparkbase("apply", "--limit", node, "--allow-reboot", "--yes", "--json", *extra)
     report = json.loads(done.stdout)
     assert report["nodes"][0]["status"] in ("changed", "unchanged"), done.stdout + done.stderr

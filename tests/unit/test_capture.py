@@ -48,7 +48,7 @@ VARIANT = "ds41f-7x-64k"
 #: what a capture of a converged variant node marks beyond the site's fields
 VARIANT_KEYS = (
     "kernel.fallback.release", "kernel.fallback.package_version", "memory.factory_swap.fstab",
-    "memory.memory_saver.package_version", "memory.memory_saver.dkms_version",
+    "memory.memory_saver.dkms_version",
     "memory.memory_saver.srcversion", "memory.memory_saver.packing", "host.nvidia_drm.purge",
     "host.fan_control.package_version", "host.fan_control.dkms_version", "host.fan_control.module",
     "host.fan_control.service", "secure_boot.mok_fingerprint", "memory.memory_saver.dkms_name",

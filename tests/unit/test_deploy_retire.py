@@ -104,7 +104,7 @@ def test_foreign_pins_of_the_site_baseline_are_the_variants_leftovers(site: Site
                             "linux-tools")}
     assert {pin.name: pin.kernel for pin in foreign.pins} == {
         "dgx-spark-fan-control": None,
-        "dgx-spark-memory-saver": None,
+        "nvidia-kernel-source-580-open": None,
         **kernels,
     }
     assert foreign.services == (("dgx-fan-control.service", (VARIANT, STOCK_PAGES)),)
@@ -159,10 +159,10 @@ def test_retire_steps_run_in_a_safe_order_with_kernel_packages_gated(site: Site)
     plains = [steps[i] for i in purges if steps[i].args["target_kernel"] is None]
     kernels = [steps[i] for i in purges if steps[i].args["target_kernel"] is not None]
     assert [steps[i] for i in purges] == [*plains, *kernels]  # no particular kernel's first
-    # one purge per section: the other baselines' memory-saver and fan-control packages (the
-    # variant's NCCL is built into its image: no package)
+    # one purge per section: the memory saver's build input (NVIDIA's kernel source) and the
+    # fan-control package (the variant's NCCL is built into its image: no package)
     assert [(p.section, p.args["names"]) for p in plains] == [
-        ("memory", ["dgx-spark-memory-saver"]), ("host", ["dgx-spark-fan-control"])]
+        ("memory", ["nvidia-kernel-source-580-open"]), ("host", ["dgx-spark-fan-control"])]
     assert all(k.section == "kernel" for k in kernels)
     running = site.baseline_of("spark1").kernel.release
     assert [k.args["target_kernel"] for k in kernels] == [running] * 2  # the variant's and stock-pages'

@@ -229,8 +229,9 @@ def test_report_json_contract_and_exit_codes() -> None:
     assert data["format"] == 2 and data["exit_code"] == 0
     assert set(data["nodes"][0]) == {"node", "baseline", "status", "operations", "reboot_reasons",
                                      "reboot_required", "rebooted", "running_kernel", "message", "failure",
-                                     "unmanaged"}
+                                     "unmanaged", "mok_enrolment"}
     assert data["nodes"][0]["failure"] is None
+    assert data["nodes"][0]["mok_enrolment"] is None
     assert data["nodes"][0]["unmanaged"] == ["kernel", "driver"]
     assert node.detail().endswith("; as found, not managed: kernel, driver")
     assert set(data["nodes"][0]["operations"][0]) == {"name", "kind", "status", "reason", "diff", "section"}

@@ -60,7 +60,7 @@ def test_plan_asks_dpkg_about_the_other_baselines_pins_too(site: Site) -> None:
     assert list(plan.packages) == [*own, *expected.foreign_packages]
     assert "dgx-spark-fan-control" in plan.packages and "linux-image-7.0.0-1019-nvidia-64k" in plan.packages
     dpkg = dict(sections(plan))["dpkg"]
-    assert "dgx-spark-memory-saver" in shlex.split(dpkg)
+    assert "nvidia-kernel-source-580-open" in shlex.split(dpkg)
 
 
 def test_every_section_command_is_quoted_words(site: Site) -> None:

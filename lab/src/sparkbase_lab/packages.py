@@ -19,6 +19,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sparkbase.deploy.sources import LAB_MIRROR_DIR
 from sparkbase_lab.kconfig import kernel_config
 
 #: kernel release -> Debian package version
@@ -77,8 +78,15 @@ MODESET0_PACKAGE = "nvidia-drm-options-modeset0"
 MODESET0_VERSION = "25.07-1"
 MODESET0_FILE = "/etc/modprobe.d/zz-nvidia-drm-override.conf"
 
+#: NVIDIA's kernel source package (one per driver, at nvidia-utils' Debian version)
+KERNEL_SOURCE_PACKAGE = "nvidia-kernel-source-580-open"
+#: the memory saver's repository and the revision the recipe pins (spark-ds41f
+#: config/kernel-trial.json, f2089eda): the lab serves a stand-in checkout of it as a tarball
+MEMORY_SAVER_REPOSITORY = "https://github.com/christopherowen/dgx-spark-memory-saver.git"
+MEMORY_SAVER_REVISION = "2dd6ef107616ef13f1c7f87817c07e5aabc9199e"
+
 #: bumped whenever the way packages are built changes (forces a repository rebuild)
-REPO_FORMAT = 3
+REPO_FORMAT = 4
 
 
 @dataclass(frozen=True)
@@ -157,6 +165,59 @@ def nvidia_module_version(package_version: str, release: str = "") -> str:
     if release in UBUNTU_KERNELS and package_version == f"{UBUNTU_KERNELS[release][0]}+1":
         return UBUNTU_KERNELS[release][1]
     return package_version.split("-", 1)[0]
+
+
+def memory_saver_checkout() -> list[tuple[str, str, int]]:
+    """The stand-in checkout of the memory saver: (path in the checkout, text, mode). Its
+    dkms.conf is the saver's (5971feb9: builds nvidia-uvm, 64 KiB kernel only, MAKE through
+    scripts/driver-build, which reads NVIDIA's packaged kernel source); the lab's DKMS turns
+    nvidia-uvm.c into a module file whose srcversion is the recipe's."""
+    return [
+        ("dkms.conf",
+         'PACKAGE_NAME="dgx-spark-memory-saver"\nPACKAGE_VERSION="0.2.0"\n'
+         'BUILT_MODULE_NAME[0]="nvidia-uvm"\n'
+         'DEST_MODULE_LOCATION[0]="/updates/dkms"\n'
+         "MAKE[0]=\"./scripts/driver-build build-dkms --kernel '${kernelver}' "
+         "--headers '${kernel_source_dir}'\"\n"
+         'BUILD_EXCLUSIVE_KERNEL="^7[.]0[.]0-1019-nvidia-64k$"\nAUTOINSTALL="yes"\n', 0o644),
+        ("nvidia-uvm.c",
+         "/* sparkbase-lab stand-in source */\n"
+         f"/* sparkbase-lab srcversion: {MEMORY_SAVER_SRCVERSION} */\n"
+         "static bool uvm_pack_sysmem_leaf_tables = true;\n"
+         "module_param(uvm_pack_sysmem_leaf_tables, bool, 0444);\n"
+         # the saver patches the driver's own nvidia-uvm source, whose MODULE_VERSION is the
+         # driver's (NV_VERSION_STRING): the recipe's kernel_readiness.py (0ad64e14) wants
+         # modinfo's version = the driver
+         f'MODULE_VERSION("{VARIANT_DRIVER}");\n', 0o644),
+        ("Makefile", "obj-m += nvidia-uvm.o\n", 0o644),
+        ("scripts/driver-build", "#!/bin/sh\necho 'driver-build (sparkbase lab stand-in)'\n", 0o755),
+    ]
+
+
+def source_tarballs() -> dict[str, bytes]:
+    """The DKMS source tarballs the lab serves beside its apt repository (the site's source
+    mirror, `sparkbase.deploy.sources`): NAME-REVISION.tar.gz, one top directory as the
+    repository host's archive of a revision has it; byte-for-byte reproducible (fixed times,
+    owners and order, gzip without a time stamp), so the baseline can pin its sha256."""
+    import gzip
+    import io
+    import tarfile
+
+    name = MEMORY_SAVER_PACKAGE
+    top = f"{name}-{MEMORY_SAVER_REVISION}"
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for path, text, mode in sorted(memory_saver_checkout()):
+            data = text.encode()
+            info = tarfile.TarInfo(f"{top}/{path}")
+            info.size, info.mode, info.mtime = len(data), mode, 0
+            info.uid = info.gid = 0
+            info.uname = info.gname = "root"
+            tar.addfile(info, io.BytesIO(data))
+    packed = io.BytesIO()
+    with gzip.GzipFile(filename="", mode="wb", fileobj=packed, mtime=0) as gz:
+        gz.write(raw.getvalue())
+    return {f"{name}-{MEMORY_SAVER_REVISION}.tar.gz": packed.getvalue()}
 
 
 def _text(path: str, text: str, mode: int = 0o644) -> PackageFile:
@@ -356,6 +417,17 @@ def _site_packages() -> list[Package]:
                 files=(_text(NVIDIA_UTILS_VERSION_FILE, f"{driver}\n"),),
             )
         )
+        # NVIDIA's kernel source at the same version: /usr/src/nvidia-<driver>, what a DKMS
+        # build against the driver reads (the memory saver's build does)
+        out.append(
+            Package(
+                KERNEL_SOURCE_PACKAGE,
+                version,
+                "NVIDIA kernel source package (lab stand-in)",
+                section="kernel",
+                files=(_text(f"/usr/src/nvidia-{driver}/Makefile", "# sparkbase-lab stand-in\n"),),
+            )
+        )
     out.append(
         Package(
             NCCL_SITE_PACKAGE,
@@ -407,28 +479,7 @@ def _site_packages() -> list[Package]:
             MEMORY_SAVER_VERSION,
             "patched nvidia-uvm (sysmem leaf-table packing), DKMS source (lab stand-in)",
             section="kernel",
-            files=(
-                # as the saver's dkms.conf (5971feb9): builds nvidia-uvm, 64 KiB kernel only
-                _text(
-                    f"{src}/dkms.conf",
-                    'PACKAGE_NAME="dgx-spark-memory-saver"\nPACKAGE_VERSION="0.2.0"\n'
-                    'BUILT_MODULE_NAME[0]="nvidia-uvm"\n'
-                    'DEST_MODULE_LOCATION[0]="/updates/dkms"\n'
-                    'BUILD_EXCLUSIVE_KERNEL="^7[.]0[.]0-1019-nvidia-64k$"\nAUTOINSTALL="yes"\n',
-                ),
-                _text(
-                    f"{src}/nvidia-uvm.c",
-                    "/* sparkbase-lab stand-in source */\n"
-                    f"/* sparkbase-lab srcversion: {MEMORY_SAVER_SRCVERSION} */\n"
-                    "static bool uvm_pack_sysmem_leaf_tables = true;\n"
-                    "module_param(uvm_pack_sysmem_leaf_tables, bool, 0444);\n"
-                    # the saver patches the driver's own nvidia-uvm source, whose
-                    # MODULE_VERSION is the driver's (NV_VERSION_STRING): the recipe's
-                    # kernel_readiness.py (0ad64e14) wants modinfo's version = the driver
-                    f'MODULE_VERSION("{VARIANT_DRIVER}");\n',
-                ),
-                _text(f"{src}/Makefile", "obj-m += nvidia-uvm.o\n"),
-            ),
+            files=tuple(_text(f"{src}/{name}", text, mode) for name, text, mode in memory_saver_checkout()),
         )
     )
     fan = f"/usr/src/{FAN_DKMS_NAME}-{FAN_DKMS_VERSION}"
@@ -553,6 +604,8 @@ FACTORY_SERVICE_PACKAGES = ("bluez", "snapd", "fwupd", "nv-cpu-governor", "dgx-d
 def catalogue_hash() -> str:
     """Hash of everything that goes into the repository (controls, files, scripts)."""
     digest = hashlib.sha256(f"format={REPO_FORMAT}\n".encode())
+    for tarball, data in sorted(source_tarballs().items()):
+        digest.update(f"{tarball}\0".encode() + hashlib.sha256(data).digest())
     for pkg in CATALOGUE:
         digest.update(pkg.control().encode())
         digest.update(pkg.postinst.encode())
@@ -661,6 +714,10 @@ def build_repo(repo: Path) -> bool:
         "Architectures: all amd64 arm64\nComponents: ./\n"
         f"SHA256:\n {sha} {len(packages.encode())} Packages\n"
     )
+    sources = tmp / LAB_MIRROR_DIR
+    sources.mkdir()
+    for tarball, data in source_tarballs().items():
+        (sources / tarball).write_bytes(data)
     (tmp / "catalogue.json").write_text(json.dumps({"format": 1, "hash": want}) + "\n")
     # The repository is bind-mounted into running nodes: swap contents in place rather than
     # replacing the directory, so a mount of `repo` keeps seeing the current files.

@@ -6,6 +6,7 @@
   sparkbase lab ssh NODE [COMMAND...]                      shell or one command
   sparkbase lab reboot NODE                                reboot one node
   sparkbase lab fault NODE KIND [ARG] [--clear]            inject or clear a fault
+  sparkbase lab console NODE enroll-mok                    a person at the console at the next boot
   sparkbase lab lane start|stop|restart LANE [--site DIR]  run a lane's stand-in on its nodes
   sparkbase lab down [--purge]                             stop everything
 
@@ -75,11 +76,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        "CONTAINER for container-env/-image, netdev for stale-address, the build (a lane "
                        "unit) for build-* (default: every build)")
     fault.add_argument("--clear", action="store_true")
+    console = sub.add_parser("console", help="a person at a node's console at its next boot (e.g. to "
+                             "enrol a pending MOK in MokManager)")
+    console.add_argument("node")
+    console.add_argument("action", choices=("enroll-mok",),
+                         help="enroll-mok: Enroll MOK → Continue → Yes → the password → Reboot")
     lane = sub.add_parser("lane", help="start/stop a lane's serving stand-in on its nodes (its unit)")
     lane.add_argument("verb", choices=("start", "stop", "restart"))
     lane.add_argument("lane", help="lane name (lanes/NAME.yaml)")
     lane.add_argument("--site", default=".", help="site directory (default: here or a parent)")
-    for action in (up, down, status, reboot, fault, lane):  # ssh: what follows NODE is the command
+    for action in (up, down, status, reboot, fault, console, lane):  # ssh: what follows NODE is the command
         add_global_options(action.add_argument_group("global options"), with_defaults=False)
 
 
@@ -147,6 +153,11 @@ def run(args: argparse.Namespace) -> int:
             os.execvp(argv[0], argv)  # noqa: S606 (become ssh, as `ssh` itself would run)
         if action == "lane":
             return _lane(lab, args)
+        if action == "console":
+            from sparkbase_lab import console as person
+
+            print(f"{args.node}: a person at the console: {person.request(lab, args.node, args.action)}")
+            return 0
         if action == "fault":
             if args.clear:
                 faults.clear(lab, args.node, args.kind, args.arg)

@@ -59,20 +59,27 @@ def deploy_current_host() -> None:
     from sparkbase.deploy.facts import BootState, MokState
     from sparkbase.deploy.mok_keys import mok_dir_from_env
     from sparkbase.deploy.pyinfra_deploy import add_steps, asks_for
-    from sparkbase.deploy.reboot import reboot_reasons
-    from sparkbase.deploy.steps import build_steps
+    from sparkbase.deploy.reboot import mok_enrolment, reboot_reasons
+    from sparkbase.deploy.sources import source_mirror
+    from sparkbase.deploy.steps import build_steps, signing_key
 
     site = site_from_env()
     node = str(host.data.get("sparkbase_node") or host.name)
-    steps = build_steps(site, node, mok_dir_from_env(lab_from_env()))
+    mok_files = mok_dir_from_env(lab_from_env())
+    steps = build_steps(site, node, mok_files, source_mirror(lab_from_env()))
     # pyinfra adds every host's operations before it executes any: one memo per host's adding
     with fact_scope(asks_for(steps)):
         boot = fact(BootState)
         mok = fact(MokState)
         added = add_steps(steps)
     will = [op.step for op in added if op.meta.will_change]
-    reasons = reboot_reasons(site.baseline_of(node), boot, mok, will)
-    if reasons:
-        from sparkbase.text import shown
+    baseline = site.baseline_of(node)
+    signing = signing_key(baseline, mok_files)
+    reasons = reboot_reasons(baseline, boot, mok, will, signing)
+    from sparkbase.text import shown
 
+    if reasons:
         logger.warning(f"[{shown(host.name)}] reboot pending: {shown('; '.join(reasons))}")
+    pending = mok_enrolment(baseline, mok, signing)
+    if pending is not None:
+        logger.warning(f"[{shown(host.name)}] {shown(pending.summary())}")

@@ -434,6 +434,41 @@ class DkmsBuilds(FactBase[list[str]]):
         return parse_dkms_builds(output, name, version)
 
 
+#: the file apply writes into a DKMS source tree it placed: the sha256 of the tarball it
+#: came from (a tree without it, or with another sha256, was not placed from that tarball)
+SOURCE_STAMP = ".sparkbase-source"
+
+
+def parse_dkms_source(lines: list[str]) -> dict[str, Any]:
+    """`DkmsSourceState` output -> {"present": the tree exists, "sha256": its stamp (None:
+    none), "registered": DKMS knows NAME/VERSION}."""
+    stamp = next((line.removeprefix("stamp ").strip() for line in lines if line.startswith("stamp ")), "")
+    present = "tree present" in lines or bool(stamp)
+    registered = any(line.startswith("dkms ") and line.removeprefix("dkms ").strip() for line in lines)
+    return {"present": present, "sha256": stamp or None, "registered": registered}
+
+
+class DkmsSourceState(FactBase[dict[str, Any]]):
+    """A DKMS source tree in /usr/src/NAME-VERSION: there at all, the tarball sha256 apply
+    stamped into it, and whether DKMS has it registered (`dkms status NAME/VERSION`)."""
+
+    def command(self, dkms_name: str, version: str) -> str:
+        tree = f"/usr/src/{dkms_name}-{version}"
+        stamp = f"{tree}/{SOURCE_STAMP}"
+        quoted = shlex.quote(stamp)
+        return (f"test -e {shlex.quote(tree)} && echo 'tree present'; "
+                f"test -f {quoted} && printf 'stamp %s\\n' \"$(head -c 64 {quoted})\"; "
+                f"printf 'dkms %s\\n' \"$({_cmd('dkms', 'status', f'{dkms_name}/{version}')} 2>/dev/null "
+                "| head -n 1)\"; true")
+
+    @staticmethod
+    def default() -> dict[str, Any]:
+        return {"present": False, "sha256": None, "registered": False}
+
+    def process(self, output: list[str]) -> dict[str, Any]:
+        return parse_dkms_source(output)
+
+
 def parse_key_dir(lines: list[str]) -> dict[str, Any] | None:
     """`MokKeyDir` output -> {"fingerprint": aa:bb:… of the certificate, or None}; None: no dir."""
     if not lines or lines == [MISSING]:

@@ -15,6 +15,7 @@ from typing import Any
 
 from sparkbase.deploy.steps import Step
 from sparkbase.model.baseline import Baseline
+from sparkbase.policy.mok import PendingEnrolment, pending_enrolment
 from sparkbase.render import kernel_cmdline
 
 #: what an apply has staged for the next boot (step names, one a line): written before it
@@ -51,11 +52,23 @@ def boot_mismatches(baseline: Baseline, boot: dict[str, Any]) -> list[str]:
     return problems
 
 
-def module_mismatches(baseline: Baseline, boot: dict[str, Any], mok: dict[str, Any]) -> list[str]:
+def mok_enrolment(baseline: Baseline, mok: dict[str, Any], signing: str | None) -> PendingEnrolment | None:
+    """The enrolment of the key the baseline's modules are signed with (`signing`), when it
+    is imported and waits for a person at the console (`policy.mok`); None otherwise."""
+    if not baseline.dkms_builds():
+        return None
+    return pending_enrolment(signing, mok.get("enrolled", []), mok.get("pending", []))
+
+
+def module_mismatches(baseline: Baseline, boot: dict[str, Any], mok: dict[str, Any],
+                      signing: str | None = None) -> list[str]:
     """Module state that only a reboot fixes: nvidia-drm parameters, the memory-saver and
-    fan-control modules, a pending MOK enrolment; each only where the baseline manages its
-    section (a reboot changes nothing sparkbase left as found)."""
+    fan-control modules; each only where the baseline manages its section (a reboot
+    changes nothing sparkbase left as found). While the key they are signed with
+    (`signing`) waits for its enrolment at the console, the signed modules are not expected
+    to load: a reboot alone does not load them (`mok_enrolment` reports that state)."""
     problems = []
+    signed_pending = mok_enrolment(baseline, mok, signing) is not None
     drm = baseline.host.nvidia_drm
     host = baseline.manages("host")
     if host and "nvidia_drm" in boot["modules"]:
@@ -65,25 +78,24 @@ def module_mismatches(baseline: Baseline, boot: dict[str, Any], mok: dict[str, A
                 problems.append(f"nvidia_drm {key}={live} loaded, baseline wants {_flag(wanted)}")
     saver = baseline.memory.memory_saver
     memory = baseline.manages("memory")
-    if memory and saver is not None and saver.required and saver.module not in boot["modules"]:
+    if memory and saver is not None and saver.required and saver.module not in boot["modules"] \
+            and not signed_pending:
         problems.append(f"{saver.module} is not loaded")
     fan = baseline.host.fan_control
-    if host and fan is not None and fan.module not in boot["modules"]:
+    if host and fan is not None and fan.module not in boot["modules"] and not signed_pending:
         problems.append(f"{fan.module} is not loaded")
-    fingerprint = baseline.secure_boot.mok_fingerprint
-    if baseline.manages("secure_boot") and fingerprint and fingerprint in mok["pending"]:
-        problems.append("MOK enrolment pending")
     return problems
 
 
 def reboot_reasons(
-    baseline: Baseline, boot: dict[str, Any], mok: dict[str, Any], changing: Iterable[Step]
+    baseline: Baseline, boot: dict[str, Any], mok: dict[str, Any], changing: Iterable[Step],
+    signing: str | None = None,
 ) -> list[str]:
     """Every reason the node needs a reboot to run its baseline (empty: no reboot): what it
     runs against the baseline, what an earlier apply staged and no reboot has loaded yet
     (a run that died between staging and rebooting), and what this run will stage."""
     reasons = boot_mismatches(baseline, boot)
-    reasons += module_mismatches(baseline, boot, mok)
+    reasons += module_mismatches(baseline, boot, mok, signing)
     reasons += [f"staged by an earlier apply, not booted yet: {what}" for what in boot.get("staged", [])]
     for step in changing:
         if step.reboot:

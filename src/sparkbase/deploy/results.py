@@ -29,6 +29,8 @@ class NodeStatus(StrEnum):
     CHANGED = "changed"
     WOULD_CHANGE = "would change"
     REBOOT_PENDING = "reboot pending"
+    #: the MOK the modules are signed with waits for a person at the console (`policy.mok`)
+    MOK_PENDING = "MOK enrolment pending"
     FAILED = "failed"
     UNREACHABLE = "unreachable"
     NOT_STARTED = "not started"
@@ -69,6 +71,9 @@ class NodeResult:
     failure: FailureKind | None = None
     #: the baseline's sections left as found (`managed:`): nothing was planned or done there
     unmanaged: list[Section] = field(default_factory=list)
+    #: the MOK enrolment that waits for a person at the console, with the console steps
+    #: (`PendingEnrolment.to_json`); None when none waits
+    mok_enrolment: dict[str, Any] | None = None
 
     @property
     def changes(self) -> list[OpResult]:
@@ -84,6 +89,11 @@ class NodeResult:
             detail += f"; rebooted, running {self.running_kernel}"
         if self.message:
             detail += f"; {self.message}"
+        if self.mok_enrolment is not None:
+            steps = " → ".join(self.mok_enrolment["console_steps"])
+            key = self.mok_enrolment["fingerprint"]
+            detail += (f"; MOK enrolment pending ({key}), the signed modules load only once a person at "
+                       f"the console enrols it: {steps}")
         if self.unmanaged:
             detail += "; " + as_found_text(self.unmanaged)
         return detail
@@ -112,7 +122,8 @@ class Report:
             return 1
         if NodeStatus.UNREACHABLE in statuses:
             return 3
-        if statuses & {NodeStatus.REBOOT_PENDING, NodeStatus.WOULD_CHANGE, NodeStatus.NOT_STARTED}:
+        if statuses & {NodeStatus.REBOOT_PENDING, NodeStatus.MOK_PENDING, NodeStatus.WOULD_CHANGE,
+                       NodeStatus.NOT_STARTED}:
             return 1
         return 0
 

@@ -29,6 +29,7 @@ from sparkbase.deploy.facts import (
     UnitState,
 )
 from sparkbase.deploy.operations import Decision, carry_out, forget
+from sparkbase.deploy.operations.dkms import source_tree
 from sparkbase.deploy.ownership_fact import DirectoryEntries, OwnedRecord, SwapUuid
 from sparkbase.deploy.results import DEFERRED, KEPT
 from sparkbase.policy.ownership import (
@@ -116,12 +117,18 @@ def decide_packages_kept(names: list[str], installed: Mapping[str, Collection[st
 def decide_dkms_retire(dkms_name: str, version: str, builds: list[str], owned: OwnershipRecord) -> Decision:
     """`dkms remove NAME/VER --all` of a module sparkbase built, while DKMS knows it at all."""
     target = f"{dkms_name}/{version}"
+    # the source tree sparkbase placed (`dkms_source`) goes once DKMS no longer builds from it
+    tree = source_tree(dkms_name, version)
+    placed = owned.find(Kind.DKMS_SOURCE, tree) is not None
+    remove_tree = [["rm", "-rf", "--", tree]] if placed else []
+    forget_tree = ((Kind.DKMS_SOURCE, tree),) if placed else ()
     verdict = decide_identified(Kind.DKMS, target, bool(builds), None, owned)
     if verdict.verdict is Verdict.ABSENT:
-        return Decision([], f"DKMS has no {target}")
+        return Decision(remove_tree, "" if placed else f"DKMS has no {target}", forget=forget_tree)
     if not verdict.removable:
         return Decision([], f"{KEPT}DKMS module {target} was not built by sparkbase: left in place")
-    return Decision([["dkms", "remove", target, "--all"]], forget=verdict.forget)
+    return Decision([["dkms", "remove", target, "--all"], *remove_tree],
+                    forget=(*verdict.forget, *forget_tree))
 
 
 def decide_mok_dir_retire(path: str, entries: list[Entry] | None, owned: OwnershipRecord) -> Decision:
@@ -232,7 +239,7 @@ def dkms_retire(dkms_name: str, version: str) -> Any:
     """Remove another baseline's memory-saver module from DKMS, for every kernel, if sparkbase
     built it."""
     builds = fact(DkmsBuilds, dkms_name=dkms_name, version=version)
-    owned = fact(OwnedRecord) if builds else OwnershipRecord()
+    owned = fact(OwnedRecord)
     yield from _carry_out_and_forget(decide_dkms_retire(dkms_name, version, builds, owned))
 
 

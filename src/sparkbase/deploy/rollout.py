@@ -18,6 +18,7 @@ from sparkbase.deploy.locks import LockHeld, Owner, local_lock_dir, local_locks
 from sparkbase.deploy.reboot import boot_mismatches, module_mismatches
 from sparkbase.deploy.results import NodeResult, NodeStatus, Report
 from sparkbase.deploy.session import Options, Session, patch_gevent, read_serving, reboot_gates, runtimes
+from sparkbase.deploy.steps import signing_key
 from sparkbase.model.site import Site
 from sparkbase.transport import FailureKind, SshTarget, TransportError, ssh_targets
 
@@ -100,7 +101,8 @@ def _apply_locked(site: Site, nodes: list[str], options: Options, owner: Owner, 
                                        message=f"untouched: the rollout stopped at {failed_at}")
             continue
         results[node] = rollout_one(site, node, options, owner)
-        if results[node].status not in (NodeStatus.CHANGED, NodeStatus.UNCHANGED):
+        # a MOK enrolment waiting at one node's console does not stop the others
+        if results[node].status not in (NodeStatus.CHANGED, NodeStatus.UNCHANGED, NodeStatus.MOK_PENDING):
             failed_at = node
             progress(f"{node}: rollout stopped ({results[node].message}); nodes after it are untouched")
     report.nodes = [results[n] for n in nodes]
@@ -198,7 +200,7 @@ def rollout_one(site: Site, node: str, options: Options, owner: Owner) -> NodeRe
             return finish.result(node, executed=False)
         baseline = site.baselines[site.inventory.nodes[node].baseline]
         problems = boot_mismatches(baseline, prepared.boot) + module_mismatches(
-            baseline, prepared.boot, prepared.mok
+            baseline, prepared.boot, prepared.mok, signing_key(baseline, options.mok)
         )
         kernel = prepared.boot["kernel"]
         if problems:
@@ -207,6 +209,9 @@ def rollout_one(site: Site, node: str, options: Options, owner: Owner) -> NodeRe
                               + "; ".join(problems))
         progress(f"{node}: back on {kernel} ({prepared.boot['page_size']}-byte pages), verified")
         post = finish.result(node, executed=False)
+        if post.mok_enrolment is not None:
+            progress(f"{node}: MOK enrolment pending: the signed modules load once a person at the console "
+                     "enrols the key")
         if post.changes:
             progress(f"{node}: post-boot steps")
             finish.execute([node])

@@ -35,9 +35,10 @@ from sparkbase.deploy.drain import (
     serving_on,
 )
 from sparkbase.deploy.locks import Owner, acquire_node_lock, remote_release_command
-from sparkbase.deploy.reboot import reboot_reasons, stage_command, staged
+from sparkbase.deploy.reboot import mok_enrolment, reboot_reasons, stage_command, staged
 from sparkbase.deploy.results import NodeResult, NodeStatus, OpResult, Report
-from sparkbase.deploy.steps import WRITING_KINDS, MokFiles, Step, build_steps
+from sparkbase.deploy.sources import source_mirror
+from sparkbase.deploy.steps import WRITING_KINDS, MokFiles, Step, build_steps, signing_key
 from sparkbase.model.site import Site
 from sparkbase.transport import FailureKind, NodeFailure, SshTarget, TransportError, ssh_targets
 from sparkbase.transport.feeds import pyinfra_host_data
@@ -197,7 +198,7 @@ class Session:
         from sparkbase.deploy.operations.netplan import takeover_diff
         from sparkbase.deploy.pyinfra_deploy import add_steps, asks_for
 
-        steps = build_steps(self.site, node, self.options.mok)
+        steps = build_steps(self.site, node, self.options.mok, source_mirror(self.options.lab))
         with fact_scope(asks_for(steps)) as stats:
             boot = fact(BootState)
             mok = fact(MokState)
@@ -284,8 +285,11 @@ class Session:
                 diff = []
             out.operations.append(OpResult(op.step.name, op.step.kind, status, op.reason, diff,
                                            op.step.section))
-        out.reboot_reasons = reboot_reasons(baseline, prepared.boot, prepared.mok, will)
+        signing = signing_key(baseline, self.options.mok)
+        out.reboot_reasons = reboot_reasons(baseline, prepared.boot, prepared.mok, will, signing)
         out.running_kernel = prepared.boot["kernel"]
+        pending = mok_enrolment(baseline, self.mok_after(prepared, will, signing), signing)
+        out.mok_enrolment = pending.to_json() if pending is not None else None
         if self.failed(node):
             failure = self.errors[node]
             out.status = NodeStatus.FAILED
@@ -293,9 +297,20 @@ class Session:
             out.message = failure.message or "an operation failed"
         elif out.reboot_reasons:
             out.status = NodeStatus.REBOOT_PENDING
+        elif pending is not None:
+            out.status = NodeStatus.MOK_PENDING
         elif out.changes:
             out.status = NodeStatus.CHANGED if executed else NodeStatus.WOULD_CHANGE
         return out
+
+    @staticmethod
+    def mok_after(prepared: Prepared, will: list[Step], signing: str | None) -> dict[str, Any]:
+        """The MOK state once this run's steps ran: a `mok-import` that will run (or ran)
+        leaves the signing key pending."""
+        imports = signing is not None and any(step.kind == "mok-import" for step in will)
+        if not imports or signing in prepared.mok["pending"]:
+            return prepared.mok
+        return {**prepared.mok, "pending": [*prepared.mok["pending"], signing]}
 
     def close(self) -> None:
         """Release node locks and disconnect."""
@@ -365,7 +380,8 @@ def plan(site: Site, nodes: list[str], options: Options) -> Report:
         session.prepare([n for n in nodes if n not in down])
         for node in nodes:
             result = session.result(node, executed=False)
-            if result.status is NodeStatus.REBOOT_PENDING:
+            if result.status is NodeStatus.REBOOT_PENDING or (
+                    result.status is NodeStatus.MOK_PENDING and result.changes):
                 result.status = NodeStatus.WOULD_CHANGE
             report.nodes.append(result)
         rebooting = [r.node for r in report.nodes if r.reboot_reasons and r.node not in session.errors]

@@ -45,7 +45,7 @@ from sparkbase.render import (
 )
 
 if TYPE_CHECKING:
-    from sparkbase.model.baseline import Baseline, PackagePin
+    from sparkbase.model.baseline import Baseline, DkmsBuild, PackagePin
     from sparkbase.model.sections import Section
     from sparkbase.model.site import Site
 
@@ -53,8 +53,8 @@ if TYPE_CHECKING:
 DISPLAY_MANAGER_UNIT = "display-manager.service"
 #: step kinds whose operation records what it creates on the node, under the baseline's name
 #: (`sparkbase.policy.ownership`): only recorded things are ever retired
-RECORDING_KINDS = frozenset({"packages", "directory", "upload", "dkms-install", "file", "swap-file",
-                             "factory-swap", "modeset-purge",
+RECORDING_KINDS = frozenset({"packages", "directory", "upload", "dkms-source", "dkms-install", "file",
+                             "swap-file", "factory-swap", "modeset-purge",
                              "unit-enabled", "nvme-coalescing", "netplan-takeover"})
 #: step kinds that write a whole file, or their part of one, at `args["path"]` (a later
 #: follow-up step may name the path in `after_change_of`)
@@ -117,9 +117,10 @@ class Step:
         return out
 
 
-def build_steps(site: Site, node: str, mok: MokFiles | None = None) -> list[Step]:
+def build_steps(site: Site, node: str, mok: MokFiles | None = None, mirror: str | None = None) -> list[Step]:
     """Every step that converges `node` to its baseline, in the order they must run: only
-    those of the sections the baseline manages (the stamp when it manages any)."""
+    those of the sections the baseline manages (the stamp when it manages any). DKMS source
+    tarballs are fetched from `mirror` (a URL prefix), else from the repository host."""
     name = site.inventory.nodes[node].baseline
     baseline = site.baselines[name]
     files = render_node(site, node)  # only the managed sections' files, the stamp last
@@ -128,7 +129,7 @@ def build_steps(site: Site, node: str, mok: MokFiles | None = None) -> list[Step
     steps = [
         *_package_steps(baseline),
         *retire_steps(foreign, baseline),
-        *_secure_boot_steps(baseline, mok),
+        *_secure_boot_steps(baseline, mok, mirror),
         netplan_files_step(baseline),
         *(_file_step(f, fabric) for f in files if f.path != STAMP_PATH),
         *_modeset_steps(foreign, baseline),
@@ -259,7 +260,7 @@ def _retire_mok(foreign: Foreign) -> list[Step]:
     return steps
 
 
-def _secure_boot_steps(baseline: Baseline, mok: MokFiles | None) -> list[Step]:
+def _secure_boot_steps(baseline: Baseline, mok: MokFiles | None, mirror: str | None = None) -> list[Step]:
     """The MOK key pair uploaded and enrolled (secure_boot), when the baseline signs DKMS
     modules, then each DKMS build of a managed section (memory saver, fan control), signed
     with it. With secure_boot left as found, the builds sign with the key the site keeps at
@@ -303,15 +304,15 @@ def _secure_boot_steps(baseline: Baseline, mok: MokFiles | None) -> list[Step]:
             ),
             Step(
                 "mok-import",
-                "enrol the MOK certificate (completes at reboot)",
+                "import the MOK certificate (a person at the console enrols it at the next boot)",
                 {"certificate": secure.mok_certificate, "fingerprint": mok.fingerprint()},
                 reboot=True,
                 section="secure_boot",
             ),
         ]
-    # the pinned MOK, else the key this deploy signs with (a site still to confirm its key,
-    # the lab's own): a module signed by another key is re-signed
-    fingerprint = (secure.mok_fingerprint or (mok.fingerprint() if mok else None)) if secure.enabled else None
+    fingerprint = signing_key(baseline, mok)
+    steps += [_source_step(build, mirror) for build in builds
+              if build.source is not None and baseline.manages(build.section)]
     steps += [
         Step(
             "dkms-install",
@@ -331,6 +332,38 @@ def _secure_boot_steps(baseline: Baseline, mok: MokFiles | None) -> list[Step]:
         if baseline.manages(build.section)
     ]
     return steps
+
+
+def source_url(build: DkmsBuild, mirror: str | None) -> str:
+    """Where the node fetches a build's source tarball: the mirror's NAME-REVISION.tar.gz,
+    else the repository host's archive of the revision."""
+    assert build.source is not None
+    if mirror:
+        return f"{mirror.rstrip('/')}/{build.source.tarball(build.dkms_name)}"
+    return build.source.archive_url()
+
+
+def _source_step(build: DkmsBuild, mirror: str | None) -> Step:
+    source = build.source
+    assert source is not None
+    return Step(
+        "dkms-source",
+        f"{build.purpose} source: {source.repository} at {source.revision[:12]} in "
+        f"/usr/src/{build.dkms_name}-{build.dkms_version} (sha256 checked, dkms add; recorded)",
+        {"dkms_name": build.dkms_name, "version": build.dkms_version, "url": source_url(build, mirror),
+         "sha256": source.sha256},
+        section=build.section,
+    )
+
+
+def signing_key(baseline: Baseline, mok: MokFiles | None) -> str | None:
+    """The SHA-1 fingerprint of the MOK the node's DKMS modules are signed with: the pinned
+    MOK, else the key this deploy signs with (a site still to confirm its key, the lab's
+    own); None without Secure Boot or a key."""
+    secure = baseline.secure_boot
+    if not secure.enabled:
+        return None
+    return secure.mok_fingerprint or (mok.fingerprint() if mok is not None else None)
 
 
 def _modeset_steps(foreign: Foreign, baseline: Baseline) -> list[Step]:

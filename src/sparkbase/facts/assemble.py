@@ -6,7 +6,16 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from sparkbase.facts import parsers as p
-from sparkbase.facts.model import DkmsStatus, Gid, GpuFacts, GrubBoot, ModuleInfo, NodeFacts, SecureBoot
+from sparkbase.facts.model import (
+    DkmsStatus,
+    Gid,
+    GpuFacts,
+    GrubBoot,
+    ModuleInfo,
+    MokCertificate,
+    NodeFacts,
+    SecureBoot,
+)
 from sparkbase.facts.parsers.lines import node_lines
 from sparkbase.facts.parsers.netplan import parse_netplan_listing
 from sparkbase.facts.runtime import RUNTIME_SECTION, RuntimeFacts, read_runtime
@@ -113,6 +122,7 @@ def assemble(node: str, plan: FactPlan, sections: Sections, elapsed: float = 0.0
         fan_control=fan,
         secure_boot=_secure_boot(r, sections),
         mok_certificates=(r.parse("mok-enrolled", p.parse_mok_certificates) or ()) if plan.mok_keys else (),
+        mok_pending=_mok_pending(sections) if plan.mok_keys else (),
         swaps=(r.parse("swapon", p.parse_swapon_show) or ()) if plan.swap_paths else (),
         swap_header_page_size=headers,
         default_target=r.parse("default-target", p.parse_single_line),
@@ -174,6 +184,18 @@ def _hashes(sections: Sections, plan: FactPlan) -> dict[str, str | None]:
     section = sections.get("sha256")
     found = p.parse_sha256sum(section.output) if section is not None else {}
     return {path: found.get(path) for path in plan.hashed_paths}
+
+
+def _mok_pending(sections: Sections) -> tuple[MokCertificate, ...]:
+    """`mokutil --list-new`: the imported certificates not yet enrolled (it exits 1 and says
+    `MokNew is empty` when there are none; an unreadable answer counts as none)."""
+    section = sections.get("mok-new")
+    if section is None or section.status != 0:
+        return ()
+    try:
+        return p.parse_mok_certificates(section.output)
+    except ValueError:
+        return ()
 
 
 def _dkms(sections: Sections) -> DkmsStatus:

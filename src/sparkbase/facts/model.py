@@ -259,6 +259,8 @@ class NodeFacts:
     fan_control: ModuleInfo | None = None
     secure_boot: SecureBoot | None = None
     mok_certificates: tuple[MokCertificate, ...] = ()
+    #: imported with `mokutil --import`, not yet enrolled at the console (`--list-new`)
+    mok_pending: tuple[MokCertificate, ...] = ()
     swaps: tuple[SwapEntry, ...] = ()
     swap_header_page_size: dict[str, int | None] = field(default_factory=dict)
     default_target: str | None = None

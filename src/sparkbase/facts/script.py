@@ -276,6 +276,8 @@ def sections(plan: FactPlan) -> list[tuple[str, str]]:
         out.append((LINKS_SECTION, links_command(written)))
     if plan.mok_keys:
         out.append(("mok-enrolled", _cmd("mokutil", "--list-enrolled")))
+        # imported, not yet enrolled (exits 1, `MokNew is empty`, when none is)
+        out.append(("mok-new", _cmd("mokutil", "--list-new")))
     units = [*plan.units, *([plan.slice_unit] if plan.slice_unit else [])]
     if units:
         out.append(
@@ -447,7 +449,7 @@ class SectionError(ValueError):
 #: sections whose parser needs clean stdout: the command's stderr goes to the script's own
 #: stderr, fenced there by the same marker (`Section.stderr`), so warnings (`Deprecated
 #: feature: …`, `Error! …`) never mix into what the parser reads
-STDERR_APART = frozenset({"dkms", "modinfo", "sb-state", "mok-enrolled", "dpkg"})
+STDERR_APART = frozenset({"dkms", "modinfo", "sb-state", "mok-enrolled", "mok-new", "dpkg"})
 #: the shell functions every fenced command needs (`b`/`e` print the fences)
 FENCE_PRELUDE = (
     "export LC_ALL=C",

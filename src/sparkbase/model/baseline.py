@@ -251,6 +251,12 @@ class DriverSpec(StrictModel):
         """The driver's user space: nvidia-utils-<major> (nvidia-smi)."""
         return PackagePin(name=f"nvidia-utils-{self.branch.split('-')[0]}", version=self.package_version)
 
+    def kernel_source(self) -> PackagePin:
+        """NVIDIA's kernel source (`nvidia-kernel-source-<branch>`, /usr/src/nvidia-<driver>) at
+        the driver's Debian version: what a DKMS build against the driver reads (the memory
+        saver's supported combination: source package 580.178.04-0ubuntu0.24.04.1)."""
+        return PackagePin(name=f"nvidia-kernel-source-{self.branch}", version=self.package_version)
+
     def kernel_module(self, kernel: KernelSpec) -> PackagePin:
         """The NVIDIA kernel module package built for `kernel` (its package version plus `+1`)."""
         return PackagePin(
@@ -504,6 +510,34 @@ class FactorySwapSpec(StrictModel):
 SrcVersion = Annotated[str, StringConstraints(pattern=r"^[0-9A-F]{16,32}$")]
 
 
+#: a git commit, full length (a short id can become ambiguous)
+GitRevision = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{40}$")]
+#: an https URL of a public git repository (no credentials, query or fragment)
+RepositoryUrl = Annotated[str, StringConstraints(
+    pattern=r"^https://[A-Za-z0-9.-]{1,100}(/[A-Za-z0-9._~+-]{1,100}){1,6}$", max_length=300)]
+
+
+class DkmsSource(StrictModel):
+    """The source a DKMS module is built from: a repository at a pinned revision, placed on
+    the node as a tarball of that checkout whose sha256 is pinned (`git archive` of the
+    revision, one top directory). apply fetches it (from the site's source mirror, else the
+    repository host's archive of the revision), checks the sha256, unpacks it into
+    /usr/src/NAME-VERSION and registers it with `dkms add`, as the recipe registers its
+    checkout (spark-ds41f experiments/2026-10-02-memory-saver-capacity/install-dkms.sh)."""
+
+    repository: RepositoryUrl = Field(description="the git repository the module comes from")
+    revision: GitRevision = Field(description="the commit DKMS builds (40 hex digits)")
+    sha256: Sha256 = Field(description="sha256 of the tarball of that checkout (what apply verifies)")
+
+    def tarball(self, dkms_name: str) -> str:
+        """The tarball's file name in a source mirror: NAME-REVISION.tar.gz."""
+        return f"{dkms_name}-{self.revision}.tar.gz"
+
+    def archive_url(self) -> str:
+        """Where the repository host serves the revision as a tarball (GitHub's archive)."""
+        return f"{self.repository.removesuffix('.git')}/archive/{self.revision}.tar.gz"
+
+
 class MemorySaverSpec(StrictModel):
     """The memory saver (spark-ds41f): a patched `nvidia-uvm` that DKMS builds and installs
     under `updates/dkms`, where it replaces the stock module at load. It is no module of its
@@ -511,8 +545,7 @@ class MemorySaverSpec(StrictModel):
     its build turns packing on by default (no modprobe option: the stock module refuses it)."""
 
     required: bool = Field(description="the module must be built, signed and loaded")
-    package: PackageName = Field(description="package that installs the DKMS source tree")
-    package_version: PackageVersion = Field(description="exact version of that package")
+    source: DkmsSource = Field(description="the checkout DKMS builds it from (repository, revision, sha256)")
     dkms_name: Name = Field(description="DKMS module name (dkms status)")
     dkms_version: Name = Field(description="DKMS module version")
     module: Name = Field(description="kernel module name as loaded (/proc/modules)")
@@ -799,8 +832,8 @@ class Baseline(StrictModel):
             "kernel": kernel,
             "driver": [self.driver.utilities()],
             "nccl": [library] if library is not None else [],
-            "memory": ([PackagePin(name=saver.package, version=saver.package_version)]
-                       if saver is not None and saver.required else []),
+            # the saver's build reads NVIDIA's packaged kernel source at the driver's exact version
+            "memory": ([self.driver.kernel_source()] if saver is not None and saver.required else []),
             "host": [*([PackagePin(name=fan.package, version=fan.package_version)] if fan else []),
                      *self.host.packages],
         }
@@ -818,7 +851,7 @@ class Baseline(StrictModel):
         saver = self.memory.memory_saver
         if saver is not None and saver.required:
             builds.append(DkmsBuild("memory saver", saver.dkms_name, saver.dkms_version, saver.module,
-                                    "memory"))
+                                    "memory", saver.source))
         fan = self.host.fan_control
         if fan is not None:
             builds.append(DkmsBuild("fan control", fan.dkms_name, fan.dkms_version, fan.module, "host"))
@@ -836,3 +869,5 @@ class DkmsBuild:
     module: str
     #: the section whose steps build it (`memory` for the memory saver, `host` for fan control)
     section: Section
+    #: the checkout apply places and registers (None: a package installs the source tree)
+    source: DkmsSource | None = None

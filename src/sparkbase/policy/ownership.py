@@ -69,6 +69,9 @@ class Kind(StrEnum):
     SWAP = "swap"
     PACKAGE = "package"
     DKMS = "dkms"
+    #: a DKMS source tree sparkbase placed from a pinned tarball (target: /usr/src/NAME-VERSION;
+    #: sha256: the tarball's); removed after `dkms remove` on move-back
+    DKMS_SOURCE = "dkms-source"
     UNIT = "unit"
     #: a DGX OS package sparkbase purged (target: its name; version: the one it removed, which
     #: is put back on move-back while the node has not reinstalled it itself)

@@ -93,11 +93,18 @@ def do_boot(argv: list[str]) -> int:
     os.makedirs(RUN, exist_ok=True)
     node = node_info().get("name", os.uname().nodename)
     fw = firmware()
-    if fw.get("pending"):
+    # MokManager enrols pending keys only with a person at the console (`sparkbase lab
+    # console NODE enroll-mok`, used up by this boot); else it times out, keys still pending
+    person = fw.pop("console", None)
+    if fw.get("pending") and person == "enroll-mok":
         fw["enrolled"] = fw["enrolled"] + fw["pending"]
         fw["pending"] = []
+        boot_log("MokManager: Enroll MOK, Continue, Yes, password, Reboot: the pending MOK keys are enrolled")
+    elif fw.get("pending"):
+        boot_log("MokManager: MOK enrolment pending, nobody at the console: the boot went on after the "
+                 "timeout, the keys are still pending")
+    if person is not None:  # the request is used up by this boot
         write_json(FIRMWARE, fw)
-        boot_log("MokManager: enrolled pending MOK keys")
     choice = choose_kernel()
     if choice.fallback_reason:
         boot_log(f"boot: {choice.fallback_reason}")

@@ -231,6 +231,19 @@ def _module_lines(
     ]
 
 
+def _require_nvidia_source(release: str) -> None:
+    """A build through the memory saver's `scripts/driver-build` reads NVIDIA's packaged
+    kernel source for the driver the kernel's NVIDIA module carries (/usr/src/nvidia-<driver>,
+    nvidia-kernel-source-580-open): without it, the build fails as make does."""
+    nvidia = find_module("nvidia", release)
+    driver = modfile.parse_ko(str(nvidia)).get("version") if nvidia is not None else None
+    source = Path(f"/usr/src/nvidia-{driver}")
+    if driver is None or not source.is_dir():
+        raise Fail(f"driver-build: NVIDIA kernel source {source} not found (install "
+                   "nvidia-kernel-source-580-open at the driver's version)\nError! Bad return status for "
+                   f"module build on kernel: {release} ({ARCH})", 10)
+
+
 def _dkms_build(name: str, version: str, release: str, install: bool) -> None:
     import re
     import shutil
@@ -248,6 +261,8 @@ def _dkms_build(name: str, version: str, release: str, install: bool) -> None:
         raise Fail(f"Error! The {tree}/source/dkms.conf for module {name} includes a BUILD_EXCLUSIVE "
                    "directive which does not match this kernel/arch/config.\n"
                    "This indicates that it should not be built.", 77)
+    if "driver-build" in conf.get("MAKE_0", ""):
+        _require_nvidia_source(release)
     built = tree / release / ARCH / "module" / f"{module}.ko"
     lines = _module_lines(name, version, release, module, conf)
     signature: list[tuple[str, str]] = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 from sparkbase.audit.registry import Outcome, Subject, fail, ok
 from sparkbase.facts.model import ModuleInfo, NodeFacts
 from sparkbase.facts.signing import SignatureProblem, judge_signature
+from sparkbase.policy.mok import console_text, pending_signer
 
 LATCH_FIX = "full AC disconnect (unplug power), then re-run"
 THROTTLE_FIX = "remove the named cause (power cap, cooling), then re-run"
@@ -65,6 +66,9 @@ def module_signed(subject: Subject, facts: NodeFacts, info: ModuleInfo | None, k
     verdict = judge_signature(info, facts.mok_certificates, key)
     if verdict.ok:
         return ok(want, verdict.detail)
+    pending = mok_pending(facts, info, key)
+    if pending is not None:
+        return pending(want, f"{verdict.detail}; MOK enrolment pending")
     if verdict.problem is SignatureProblem.UNSIGNED:
         return fail(want, "unsigned", "rebuild with the MOK key present: " + apply_fix(subject))
     return fail(want, verdict.detail, "re-sign with the enrolled MOK key: " + apply_fix(subject))
@@ -75,3 +79,23 @@ def module_flag(value: str | None) -> bool | None:
     if value is None:
         return None
     return value.strip().upper() in {"Y", "1", "ON", "TRUE"}
+
+
+class _PendingOutcome:
+    """The outcome of a check whose module waits for a MOK enrolment at the console."""
+
+    def __init__(self, fingerprint: str) -> None:
+        self.fingerprint = fingerprint
+
+    def __call__(self, want: str, seen: str) -> Outcome:
+        return fail(want, f"{seen} (MOK {self.fingerprint} is imported, not yet enrolled: the module "
+                    "is not expected to load until a person at the console enrols it)",
+                    f"MOK enrolment pending: at the console, {console_text()}")
+
+
+def mok_pending(facts: NodeFacts, info: ModuleInfo | None, key: str | None) -> _PendingOutcome | None:
+    """When the key that signs the module (`key` pinned, else the module's signer) is
+    imported and not yet enrolled: how a check reports it (the console steps, not a generic
+    failure); None otherwise."""
+    pending = pending_signer(info, facts.mok_certificates, facts.mok_pending, key)
+    return _PendingOutcome(pending.fingerprint) if pending is not None else None

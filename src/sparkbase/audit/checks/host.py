@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from sparkbase.audit.checks.common import apply_fix, dkms_installed, module_flag, module_signed, unknown
+from sparkbase.audit.checks.common import (
+    apply_fix,
+    dkms_installed,
+    module_flag,
+    module_signed,
+    mok_pending,
+    unknown,
+)
 from sparkbase.audit.expected import Expected
 from sparkbase.audit.registry import Outcome, Subject, fail, node_check, ok, skip
 from sparkbase.facts.model import NodeFacts
@@ -93,6 +100,9 @@ def host_fan_control(expected: Expected, facts: NodeFacts, at: Subject) -> Outco
         return module_signed(at, facts, facts.fan_control, expected.baseline.secure_boot.mok_fingerprint)
     if at.item == "loaded":
         if fan.module not in facts.modules:
+            pending = mok_pending(facts, facts.fan_control, expected.baseline.secure_boot.mok_fingerprint)
+            if pending is not None:
+                return pending(f"{fan.module} loaded", "not loaded")
             return fail(f"{fan.module} loaded", "not loaded",
                         f"{fan.modules_load_path} loads it at boot (check dmesg for a signature refusal): "
                         + apply_fix(at, True))

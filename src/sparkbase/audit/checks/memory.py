@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from sparkbase.audit.checks.common import apply_fix, dkms_installed, module_flag, module_signed, unknown
+from sparkbase.audit.checks.common import (
+    apply_fix,
+    dkms_installed,
+    module_flag,
+    module_signed,
+    mok_pending,
+    unknown,
+)
 from sparkbase.audit.expected import Expected
 from sparkbase.audit.registry import Outcome, Subject, fail, node_check, ok, skip
 from sparkbase.facts.model import NodeFacts
@@ -271,11 +278,17 @@ def memory_saver(expected: Expected, facts: NodeFacts, at: Subject) -> Outcome:
         return module_signed(at, facts, facts.memory_saver, expected.baseline.secure_boot.mok_fingerprint)
     param = f"{saver.module}.{saver.packing_parameter}"
     want = f"{saver.module} loaded, {saver.packing_parameter}={'on' if saver.packing else 'off'}"
+    pending = mok_pending(facts, facts.memory_saver, expected.baseline.secure_boot.mok_fingerprint)
     if saver.module not in facts.modules:
+        if pending is not None:
+            return pending(want, "not loaded")
         return fail(
             want, "not loaded", "check boot.log / dmesg for a signature refusal; " + apply_fix(at, True)
         )
     if saver.srcversion is not None and loaded_src != saver.srcversion:
+        if pending is not None:
+            return pending(f"{want}, srcversion {saver.srcversion}", f"srcversion {loaded_src or 'unknown'} "
+                           "(the stock module)")
         return fail(
             f"{want}, srcversion {saver.srcversion}",
             f"srcversion {loaded_src or 'unknown'} (the stock module?)",

@@ -7,6 +7,7 @@ from sparkbase.audit.expected import Expected
 from sparkbase.audit.registry import Outcome, Subject, fail, node_check, ok, skip
 from sparkbase.facts.model import NodeFacts, SecureBoot
 from sparkbase.facts.signing import judge_signature
+from sparkbase.policy.mok import console_text, pending_enrolment, pending_signer
 
 
 @node_check("secure_boot.state", "secure_boot", "Secure Boot is in the baseline's state",
@@ -53,7 +54,12 @@ def secure_boot_mok(expected: Expected, facts: NodeFacts, at: Subject) -> Outcom
     enroll = "mokutil --import the MOK certificate, then reboot and accept it: " + apply_fix(at, True)
     enrolled = ", ".join(facts.mok_fingerprints) or "no key enrolled"
     if key is not None:
-        return ok(key, key) if key in facts.mok_fingerprints else fail(key, enrolled, enroll)
+        if key in facts.mok_fingerprints:
+            return ok(key, key)
+        if pending_enrolment(key, facts.mok_fingerprints, [c.fingerprint for c in facts.mok_pending]):
+            seen = f"MOK enrolment pending: {key} imported, not yet enrolled (enrolled: {enrolled})"
+            return fail(key, seen, f"at the console, {console_text()}")
+        return fail(key, enrolled, enroll)
     # no pinned key (a site still to confirm its own): the key that signed the module
     modules = (("memory-saver", facts.memory_saver), ("fan-control", facts.fan_control))
     signed = [(what, info) for what, info in modules if info is not None and not info.error and info.sig_key]
@@ -64,4 +70,8 @@ def secure_boot_mok(expected: Expected, facts: NodeFacts, at: Subject) -> Outcom
     verdict = judge_signature(info, facts.mok_certificates, None)
     if verdict.ok and verdict.certificate is not None:
         return ok(want, f"MOK {verdict.certificate.fingerprint} enrolled")
+    pending = pending_signer(info, facts.mok_certificates, facts.mok_pending, None)
+    if pending is not None:
+        return fail(want, f"MOK enrolment pending: {pending.fingerprint} imported, not yet enrolled "
+                    f"(enrolled: {enrolled})", f"at the console, {console_text()}")
     return fail(want, f"{verdict.detail}; enrolled: {enrolled}", enroll)

@@ -1,22 +1,29 @@
-"""DKMS operations: build, sign and install a module for the baseline's kernel."""
+"""DKMS operations: place a module's pinned source, then build, sign and install it for the
+baseline's kernel."""
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 from pyinfra.api.operation import operation
 
 from sparkbase.deploy.fact_memo import Ask, fact
 from sparkbase.deploy.facts import (
+    SOURCE_STAMP,
+    DkmsSourceState,
     DkmsState,
     MokState,
 )
 from sparkbase.deploy.operations.base import Decision, carry_out
 from sparkbase.deploy.operations.record import remember
+from sparkbase.deploy.ownership_fact import OwnedRecord
+from sparkbase.deploy.results import KEPT
 from sparkbase.facts.model import MokCertificate
 from sparkbase.facts.signing import judge_signature
 from sparkbase.policy.ownership import (
     Kind,
+    OwnershipRecord,
     created,
     now_utc,
 )
@@ -60,3 +67,67 @@ def dkms_install_asks(dkms_name: str, version: str, kernel: str, module: str, **
     """The facts `dkms_install` reads while it is planned."""
     return [Ask.of(DkmsState, dkms_name=dkms_name, version=version, kernel=kernel, module=module),
             Ask.of(MokState)]
+
+
+def source_tree(dkms_name: str, version: str) -> str:
+    """Where DKMS finds a module's source: /usr/src/NAME-VERSION."""
+    return f"/usr/src/{dkms_name}-{version}"
+
+
+def place_source_script(dkms_name: str, version: str, url: str, sha256: str) -> str:
+    """Fetch the tarball, check its sha256 before anything is unpacked, unpack its one top
+    directory into a temporary tree, stamp the sha256 into it, move it into place, register
+    it with DKMS. Every value is quoted; a failed step leaves /usr/src as it was."""
+    tree = shlex.quote(source_tree(dkms_name, version))
+    return "; ".join([
+        "set -e",
+        't=$(mktemp -d /usr/src/.sparkbase-source.XXXXXX)',
+        'trap \'rm -rf "$t"\' EXIT',
+        f'curl -fsSL --proto =https,file -o "$t/source.tar.gz" {shlex.quote(url)}',
+        f'printf \'%s  %s\\n\' {shlex.quote(sha256)} "$t/source.tar.gz" | sha256sum -c --quiet -',
+        'mkdir "$t/tree"',
+        'tar -xzf "$t/source.tar.gz" -C "$t/tree" --strip-components=1 --no-same-owner --no-same-permissions',
+        f'printf \'%s\\n\' {shlex.quote(sha256)} > "$t/tree/{SOURCE_STAMP}"',
+        'chmod -R u=rwX,go=rX "$t/tree"',
+        f'mv "$t/tree" {tree}',
+        f"dkms add -m {shlex.quote(dkms_name)} -v {shlex.quote(version)}",
+    ])
+
+
+def decide_dkms_source(dkms_name: str, version: str, url: str, sha256: str, state: dict[str, Any],
+                       ours: bool) -> Decision:
+    """Place and register the pinned source unless /usr/src holds it already (stamped with
+    this sha256); a tree sparkbase did not place is kept and built as found (reported); a
+    tree it placed from another tarball is replaced (its DKMS registration removed first)."""
+    tree = source_tree(dkms_name, version)
+    if state["present"] and state["sha256"] == sha256:
+        if state["registered"]:
+            return Decision([], f"{tree} is the pinned checkout (sha256 {sha256[:12]}…), registered")
+        return Decision([["dkms", "add", "-m", dkms_name, "-v", version]], f"register {tree}")
+    script = ["sh", "-c", place_source_script(dkms_name, version, url, sha256)]
+    if not state["present"]:
+        return Decision([script])
+    if not ours:
+        return Decision([], f"{KEPT}{tree} was not placed by sparkbase from the pinned tarball: DKMS builds "
+                        "it as found (remove it, and its DKMS registration, to have apply place the pin)")
+    remove = [["dkms", "remove", f"{dkms_name}/{version}", "--all"]] if state["registered"] else []
+    return Decision([*remove, ["rm", "-rf", "--", tree], script],
+                    f"{tree} came from another tarball (sha256 {state['sha256'] or 'none'})")
+
+
+@operation()
+def dkms_source(dkms_name: str, version: str, url: str, sha256: str, baseline: str = "") -> Any:
+    """Place a DKMS module's pinned source checkout in /usr/src and register it (recorded)."""
+    state = fact(DkmsSourceState, dkms_name=dkms_name, version=version)
+    owned: OwnershipRecord = fact(OwnedRecord)
+    tree = source_tree(dkms_name, version)
+    decision = decide_dkms_source(dkms_name, version, url, sha256, state,
+                                  owned.find(Kind.DKMS_SOURCE, tree) is not None)
+    yield from carry_out(decision)
+    if decision.commands and decision.commands[-1][0] == "sh":
+        yield from remember(created(Kind.DKMS_SOURCE, tree, baseline, now_utc(), sha256=sha256))
+
+
+def dkms_source_asks(dkms_name: str, version: str, **_: Any) -> list[Ask]:
+    """The facts `dkms_source` reads while it is planned."""
+    return [Ask.of(DkmsSourceState, dkms_name=dkms_name, version=version), Ask.of(OwnedRecord)]

@@ -11,6 +11,8 @@ from sparkbase.deploy.facts import (
     MokState,
 )
 from sparkbase.deploy.operations.base import cmd, noop
+from sparkbase.deploy.results import DEFERRED
+from sparkbase.policy.mok import console_text
 
 
 @operation()
@@ -21,7 +23,8 @@ def mok_import(certificate: str, fingerprint: str) -> Any:
         noop(f"MOK {fingerprint[:11]}… is enrolled")
         return
     if fingerprint in mok["pending"]:
-        noop(f"MOK {fingerprint[:11]}… is pending enrolment (completes at the next reboot)")
+        noop(f"{DEFERRED}MOK {fingerprint[:11]}… is imported; its enrolment waits for a person at the "
+             f"console at the next boot: {console_text()}")
         return
     yield cmd("mokutil", "--import", certificate, "--root-pw")
 
