@@ -71,7 +71,8 @@ def factory(fleet: Fleet) -> dict[str, CheckResult]:
 
 @pytest.fixture(scope="module")
 def variant(fleet: Fleet, factory: dict[str, CheckResult]) -> dict[str, Any]:
-    """NODE converged to the variant (reboot included)."""
+    """NODE converged to the variant (reboot included; a person at its console enrols the MOK)."""
+    fleet.console(NODE)
     done = fleet.sparkbase("apply", "--limit", NODE, "--allow-reboot", "--yes", "--json",
                            "--baseline", VARIANT, "--override-policy", "e2e: the recipe's doctor checks")
     assert done.returncode == 0, done.stdout + done.stderr

@@ -110,7 +110,9 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
 
 @pytest.fixture(scope="module")
 def variant(fleet: Fleet) -> Fleet:
-    """NODE converged to the variant (its kernels, memory saver, fan control), rebooted."""
+    """NODE converged to the variant (its kernels, memory saver, fan control), rebooted (a
+    person at its console enrols the MOK)."""
+    fleet.console(NODE)
     done = fleet.sparkbase("apply", "--limit", NODE, "--baseline", VARIANT, "--allow-reboot", "--yes",
                            "--json", "--override-policy", "e2e: lab fidelity")
     assert done.returncode == 0, done.stdout + done.stderr

@@ -65,6 +65,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
 
 @pytest.fixture(scope="module")
 def on_variant(fleet: Fleet) -> Fleet:
+    fleet.console(NODE)  # a person at its console enrols the MOK at the reboot
     done = fleet.sparkbase("apply", "--limit", NODE, "--baseline", VARIANT, "--allow-reboot", "--yes",
                            "--override-policy", "e2e: swap by page size", "--json")
     assert done.returncode == 0, done.stdout + done.stderr
