@@ -19,7 +19,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -227,3 +227,17 @@ def clone_fleet(image: ConvergedImage, directory: Path, port_base: int, nodes: i
         yield lab
     finally:
         lab.down()
+
+
+def until_a_verdict(run: Callable[[], tuple[int, dict[str, Any]]]) -> tuple[int, dict[str, Any]]:
+    """`run` (one `qualify --json`: its exit code and report), up to twice more while the
+    interval calls the candidate unstable: the lab's millisecond timings share two loaded cores
+    with the rest of the suite. The note goes to stderr: stdout is the JSON the next attempt is
+    read from."""
+    code, result = run()
+    for attempt in (2, 3):
+        if result["verdict"] != "unstable":
+            break
+        print(f"attempt {attempt - 1} unstable ({result['reasons']}); qualifying again", file=sys.stderr)
+        code, result = run()
+    return code, result

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fleets import Fleet, as_found_fleet
+from fleets import Fleet, as_found_fleet, until_a_verdict
 from ports import port_base
 
 from sparkbase.cli.main import main
@@ -71,13 +71,8 @@ def qualify(found: Fleet, site: Path, capsys: pytest.CaptureFixture[str]) -> Res
 
 
 def qualify_to_a_verdict(found: Fleet, site: Path, capsys: pytest.CaptureFixture[str]) -> Result:
-    code, result = qualify(found, site, capsys)
-    for attempt in (2, 3):
-        if result["verdict"] != "unstable":
-            break
-        print(f"attempt {attempt - 1} unstable ({result['reasons']}); qualifying again", file=sys.stderr)
-        code, result = qualify(found, site, capsys)
-    return code, result
+    """qualify until a verdict (`fleets.until_a_verdict`)."""
+    return until_a_verdict(lambda: qualify(found, site, capsys))
 
 
 def containers(found: Fleet, node: str) -> dict[str, dict[str, Any]]:

@@ -19,13 +19,12 @@ unstable result fails it.
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from fleets import ConvergedImage, clone_fleet, copy_site
+from fleets import ConvergedImage, clone_fleet, copy_site, until_a_verdict
 from ports import port_base
 
 from sparkbase.cli.main import main
@@ -70,16 +69,8 @@ def qualify(site: Path, lab: Lab, capsys: pytest.CaptureFixture[str], *extra: st
 
 
 def qualify_to_a_verdict(site: Path, lab: Lab, capsys: pytest.CaptureFixture[str]) -> Result:
-    """qualify, up to twice more while the interval calls the candidate unstable (see the
-    module text: the lab's timings share two loaded cores with the rest of the suite). The
-    note goes to stderr: stdout is the JSON report the next attempt is read from."""
-    code, result = qualify(site, lab, capsys)
-    for attempt in (2, 3):
-        if result["verdict"] != "unstable":
-            break
-        print(f"attempt {attempt - 1} unstable ({result['reasons']}); qualifying again", file=sys.stderr)
-        code, result = qualify(site, lab, capsys)
-    return code, result
+    """qualify until a verdict (`fleets.until_a_verdict`)."""
+    return until_a_verdict(lambda: qualify(site, lab, capsys))
 
 
 def preflight(site: Path, lab: Lab, capsys: pytest.CaptureFixture[str], *extra: str) -> Result:
