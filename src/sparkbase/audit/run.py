@@ -18,7 +18,6 @@ from sparkbase.transport.failure import FailureKind
 
 EXIT_CLEAN = 0
 EXIT_DRIFT = 1
-EXIT_CONFIG = 2
 EXIT_UNREACHABLE = 3
 
 

@@ -130,12 +130,6 @@ def probes_by_node(lanes: Iterable[tuple[Sequence[str], LaneProbe | None]]) -> d
     return out
 
 
-def lane_probes(site: Site, lanes: Iterable[str] | None = None) -> dict[str, list[LaneProbe]]:
-    """Per node, the lanes (all with a runtime block, or just `lanes`) to look for there."""
-    names = sorted(site.lanes) if lanes is None else list(lanes)
-    return probes_by_node((site.lanes[name].nodes, lane_probe(site, name)) for name in names)
-
-
 def first_matches(probes: Iterable[LaneProbe]) -> tuple[str, ...]:
     """The strings the node searches command lines for (each lane's first)."""
     return tuple(sorted({probe.match[0] for probe in probes}))

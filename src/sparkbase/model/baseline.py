@@ -205,11 +205,6 @@ class KernelSpec(StrictModel):
     )
 
     @property
-    def flavour(self) -> str:
-        """`nvidia` or `nvidia-64k`: the part of the release after the ABI number."""
-        return self.release.split("-", 2)[2]
-
-    @property
     def grub_entry(self) -> str:
         """This release's entry as `GRUB_DEFAULT` names it: by menu-entry id, as the recipe
         pins it (spark-ds41f docs/setup.md 0925e797: `gnulinux-advanced-$uuid>gnulinux-

@@ -13,8 +13,6 @@ from __future__ import annotations
 #: experiments/2026-10-02-kernel-64k/boot-test/README.md, 0e3b624e: "`nv-cpu-governor`
 #: initially failed because the matching `linux-tools` package was missing")
 GOVERNOR_UNIT = "nv-cpu-governor.service"
-#: the governor GOVERNOR_UNIT sets (the only one it can set)
-GOVERNOR_SET_BY_UNIT = "performance"
 #: the package stem of the per-kernel cpupower binary (`linux-tools-<release>`)
 TOOLS_PACKAGE_STEM = "linux-tools"
 

@@ -118,5 +118,4 @@ IPv4Network = Annotated[str, AfterValidator(_ipv4_network)]
 
 #: GB10 fast cores (Cortex-X925): CPUs 5-9 and 15-19
 GB10_FAST_CPUS: frozenset[int] = frozenset([*range(5, 10), *range(15, 20)])
-GB10_CPU_COUNT = 20
 

@@ -279,13 +279,6 @@ def node_paths(site: Site, node: str) -> dict[str, NetplanPath]:
     }
 
 
-def node_addresses(site: Site, node: str) -> dict[str, str]:
-    """Netdev -> address/prefix of `node`, one per RDMA path."""
-    return site.inventory.nodes[node].addresses()
-
-
-#: fields added since the lock's render format 1, left out of a baseline's digest while unset
-#: (None): a baseline that does not use them keeps the digest its lock records
 def baseline_digest(name: str, baseline: Baseline) -> str:
     """sha256 of everything a baseline renders and pins, independent of any node.
 
