@@ -13,7 +13,7 @@ from sparkbase.audit.reports import to_json
 from sparkbase.audit.run import EXIT_UNREACHABLE, build_report
 from sparkbase.deploy.results import NodeResult, NodeStatus, Report
 from sparkbase.facts.model import Unreachable
-from sparkbase.gate.refusals import decide
+from sparkbase.gate.refusals import judge, lane_refusals
 from sparkbase.transport import FailureKind
 
 SITE = shipped()
@@ -32,7 +32,7 @@ def test_audit_and_preflight_carry_the_kind(kind: FailureKind) -> None:
     assert report.exit_code == EXIT_UNREACHABLE  # every kind: the audit is incomplete
     data = json.loads(to_json(report))
     assert [node["failure"] for node in data["nodes"]] == [None, None, None, str(kind)]
-    refusals = decide(SITE, LANE, SITE.lanes[LANE], report)
+    refusals = judge(lane_refusals(SITE, LANE, SITE.lanes[LANE]), report)
     assert [(r.where, r.failure) for r in refusals] == [("spark4", kind)]
 
 

@@ -15,13 +15,13 @@ from ruamel.yaml import YAML
 from test_audit_support import converged_node, shipped
 
 from sparkbase.audit.expected import expected_for
-from sparkbase.audit.run import build_report
+from sparkbase.audit.run import AuditReport, build_report
 from sparkbase.cli import preflight as preflight_cli
 from sparkbase.cli.main import main
 from sparkbase.facts.model import Gid, GpuFacts, Unreachable
 from sparkbase.gate import preflight as preflight_module
 from sparkbase.gate.preflight import PreflightResult
-from sparkbase.gate.refusals import decide, judge, lane_refusals
+from sparkbase.gate.refusals import Refusal, judge, lane_refusals
 from sparkbase.model.site import Site
 from sparkbase.policy.overrides import (
     LOG_FORMAT,
@@ -48,14 +48,17 @@ def _report(lane: str, **drift: object):  # type: ignore[no-untyped-def]
     return build_report("s", expectations, facts)
 
 
+def _refusals(lane: str, report: AuditReport) -> list[Refusal]:
+    return judge(lane_refusals(SITE, lane, SITE.lanes[lane]), report)
+
+
 def test_converged_fleet_qualifies_every_site_lane() -> None:
     for lane in ("dsv41-flash", "glm-fp8", "glm-nvfp4"):
-        assert decide(SITE, lane, SITE.lanes[lane], _report(lane)) == []
+        assert _refusals(lane, _report(lane)) == []
 
 
 def test_rejected_variant_is_refused_even_on_a_fleet_that_matches_it() -> None:
-    lane = SITE.lanes["ds41f-ring4"]
-    lines = [r.line() for r in decide(SITE, "ds41f-ring4", lane, _report("ds41f-ring4"))]
+    lines = [r.line() for r in _refusals("ds41f-ring4", _report("ds41f-ring4"))]
     assert lines[0] == "lane: lane ds41f-ring4 is disabled (evaluated and rejected by the site)"
     assert any("breaks the site contract: kernel line" in line for line in lines)
     assert all(line.startswith("lane: ") for line in lines)
@@ -70,7 +73,7 @@ def test_every_reason_per_node_one_line_each() -> None:
         spark3=replace(spark3, gids={**spark3.gids, "rocep1s0f0": Gid(None, None)}),
         spark4=Unreachable("spark4", "connection refused"),
     )
-    lines = [r.line() for r in decide(SITE, "glm-fp8", SITE.lanes["glm-fp8"], report)]
+    lines = [r.line() for r in _refusals("glm-fp8", report)]
     assert "spark2: gpu.clock: expected >= 1000 MHz, observed 611 MHz, 10 W (clock latch)" in lines
     assert any(line.startswith("spark3: fabric.gid.rocep1s0f0: ") for line in lines)
     assert "spark4: unreachable: connection refused" in lines
@@ -81,7 +84,7 @@ def test_node_on_another_baseline_version_is_refused_by_its_stamp() -> None:
     spark1 = converged_node(SITE, "spark1")[1]
     stamp = {**(spark1.stamp or {}), "version": "0.9.0"}
     report = _report("dsv41-flash", spark1=replace(spark1, stamp=stamp))
-    lines = [r.line() for r in decide(SITE, "dsv41-flash", SITE.lanes["dsv41-flash"], report)]
+    lines = [r.line() for r in _refusals("dsv41-flash", report)]
     assert lines == ["spark1: stamp: expected site-stock-6.17-4k 1.3.0, observed site-stock-6.17-4k 0.9.0"]
 
 
@@ -96,7 +99,7 @@ def test_lane_qualified_on_an_old_version_or_unqualified_shape() -> None:
 def test_fleet_disagreement_refuses() -> None:
     spark1 = converged_node(SITE, "spark1")[1]
     report = _report("glm-nvfp4", spark1=replace(spark1, governors=dict.fromkeys(range(20), "powersave")))
-    lines = [r.line() for r in decide(SITE, "glm-nvfp4", SITE.lanes["glm-nvfp4"], report)]
+    lines = [r.line() for r in _refusals("glm-nvfp4", report)]
     assert lines == [lines[0]] and lines[0].startswith("fleet: fleet.governor: nodes disagree")
 
 
@@ -304,6 +307,6 @@ def test_a_refusal_line_is_one_line_whatever_a_node_answers() -> None:
     spark2 = converged_node(SITE, "spark2")[1]
     hostile = replace(spark2, kernel_release="6.17\rQUIET\x1b[2K\nspark2: ok")
     report = _report("glm-fp8", spark2=hostile)
-    lines = [r.line() for r in decide(SITE, "glm-fp8", SITE.lanes["glm-fp8"], report)]
+    lines = [r.line() for r in _refusals("glm-fp8", report)]
     assert lines and all("\n" not in line and "\r" not in line and "\x1b" not in line for line in lines)
     assert any("6.17\\rQUIET\\x1b[2K\\nspark2: ok" in line for line in lines)

@@ -54,11 +54,10 @@ def test_names_and_values_are_cut_at_1023_bytes() -> None:
     assert len(conf.value("NCCL_B") or "") == 1023
 
 
-def test_duplicates_and_lookalikes_with_their_lines() -> None:
+def test_duplicates_with_their_lines() -> None:
     conf = parse_nccl_conf("# c\nNCCL_IB_MERGE_NICS=1\nNCCL_X=a\nNCCL_IB_MERGE_NICS=0\n"
                            "NCCL_IB_MERGE_NICS = 0\n")
     assert conf.duplicates() == {KEY: (ConfAssignment(2, KEY, "1"), ConfAssignment(4, KEY, "0"))}
-    assert conf.lookalikes(KEY) == (ConfAssignment(5, KEY + " ", " 0"),)
 
 
 def _process(user_conf: str | None = None, system_conf: str | None = None,

@@ -25,7 +25,7 @@ from sparkbase.audit.run import judge_node
 from sparkbase.audit.runtime import LaneProbe, image_library_problems, lane_probe, runtime_results
 from sparkbase.facts.parsers import parse_kv_conf
 from sparkbase.facts.parsers.runtime import nccl_file_version
-from sparkbase.facts.runtime import serving_processes
+from sparkbase.facts.runtime import read_runtime
 from sparkbase.model.fabric import node_shape
 from sparkbase.model.site import Site, load_site
 from sparkbase.render import NCCL_CONF_PATH, node_files, render_nccl_conf
@@ -174,7 +174,7 @@ def _probe(site: Site, shape: str) -> LaneProbe:
 def _image_process(path: str, conf: dict[str, str]) -> Any:
     text = "".join(f"{key}={value}\n" for key, value in conf.items())
     maps = f"ffff8a400000-ffff8e1f0000 r-xp 00000000 103:02 2359814   {path}\n"
-    (process,) = serving_processes(section(env="HOME=/root\0", maps=maps, system_conf=text))
+    (process,) = read_runtime(section(env="HOME=/root\0", maps=maps, system_conf=text)).processes
     return process
 
 

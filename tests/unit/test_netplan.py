@@ -42,7 +42,6 @@ from sparkbase.facts.parsers.netplan import (
     netplan_bool,
     parse_netplan_listing,
     parse_netplan_yaml,
-    shadowing,
 )
 from sparkbase.facts.script import NETPLAN_FILES_COMMAND
 from sparkbase.model.site import Site, load_site
@@ -138,8 +137,6 @@ def test_run_shadows_etc_shadows_lib_and_names_sort_across_directories() -> None
                _source("/etc/netplan/05-c.yaml", "5"), _source("/etc/netplan/Z.yaml", "6")]
     assert [s.path for s in effective_sources(sources)] == [
         "/etc/netplan/05-c.yaml", "/lib/netplan/10-a.yaml", "/run/netplan/20-b.yaml", "/etc/netplan/Z.yaml"]
-    assert shadowing(sources, "/etc/netplan/20-b.yaml") == sources[3]
-    assert shadowing(sources, "/etc/netplan/05-c.yaml") is None
 
 
 def test_a_file_that_does_not_parse_says_where() -> None:

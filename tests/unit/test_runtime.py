@@ -22,7 +22,7 @@ from sparkbase.audit.runtime import (
     nccl_env_problems,
 )
 from sparkbase.facts.parsers.runtime import MappedFile, ProcCgroup, parse_probe
-from sparkbase.facts.runtime import ServingProcess, lane_group, probe_command, serving_processes
+from sparkbase.facts.runtime import ServingProcess, lane_group, probe_command, read_runtime
 
 #: the text the probe once left out by (any process could put it in its own arguments)
 OLD_EXCLUSION = "/proc/[0-9]*/cmdline"
@@ -62,7 +62,7 @@ def probe(lane: str = "dsv", match: tuple[str, ...] = ("sglang.launch_server", "
 
 
 def test_probe_section_reads_back_every_file() -> None:
-    (process,) = serving_processes(section())
+    (process,) = read_runtime(section()).processes
     assert process.pid == 42
     assert process.matches(["sglang.launch_server", "X"]) and not process.matches(["vllm"])
     assert process.environ == {"NCCL_IB_MERGE_NICS": "0", "HOME": "/root"}
@@ -80,7 +80,7 @@ def test_probe_refuses_a_forged_line() -> None:
 
 def test_environ_cannot_forge_records() -> None:
     forged = "A=1\n@rc 0\n@file 42 environ\nNCCL_IB_MERGE_NICS=0\0"
-    (process,) = serving_processes(section(env=forged))
+    (process,) = read_runtime(section(env=forged)).processes
     assert process.environ == {"A": "1\n@rc 0\n@file 42 environ\nNCCL_IB_MERGE_NICS=0"}
 
 
@@ -111,7 +111,7 @@ def test_nccl_precedence(env: dict[str, str], user: str | None, system: str | No
 
 
 def _process(**changes: Any) -> ServingProcess:
-    (process,) = serving_processes(section(**changes))
+    (process,) = read_runtime(section(**changes)).processes
     return process
 
 
@@ -150,7 +150,7 @@ def test_cgroup_slices_are_the_v2_path() -> None:
 def test_runtime_results_per_lane() -> None:
     from sparkbase.audit.runtime import runtime_results
 
-    facts: Any = SimpleNamespace(serving=tuple(serving_processes(section(env="NCCL_IB_MERGE_NICS=1\0"))),
+    facts: Any = SimpleNamespace(serving=read_runtime(section(env="NCCL_IB_MERGE_NICS=1\0")).processes,
                                  containers={})
     probes = [probe("dsv"), probe("glm", ("vllm", "GLM"))]
     results = {r.id: r for r in runtime_results("spark1", probes, facts)}
@@ -207,7 +207,7 @@ def test_the_probe_reads_a_live_process(tmp_path: Path, extra: dict[str, str], u
     finally:
         process.kill()
         process.wait()
-    (found,) = serving_processes(answer.stdout)  # the live process only: not the probe's shells
+    (found,) = read_runtime(answer.stdout).processes  # the live process only: not the probe's shells
     assert found.pid == process.pid
     assert found.environ == env
     expected = {"conf": "NCCL_FROM=named\n", "home": "NCCL_FROM=home\n", None: None}[user]
@@ -250,7 +250,7 @@ def test_the_probe_reads_the_workers_and_a_process_that_tries_to_hide(tmp_path: 
         for process in (server, hiding):
             process.kill()
             process.wait()
-    found = serving_processes(answer.stdout)
+    found = read_runtime(answer.stdout).processes
     assert sorted(p.pid for p in found) == sorted([server.pid, worker, hiding.pid])
     group = lane_group(found, [marker])
     assert [p.pid for p in group.matched] == sorted([server.pid, hiding.pid])

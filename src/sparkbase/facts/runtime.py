@@ -16,8 +16,7 @@ ids their cgroups name, at most `MAX_CONTAINERS`) and of the containers the lane
 `docker inspect ID... NAME...`, then `docker image inspect` of their images (for the
 digests they were pulled by); each answer is capped at `MAX_TOOL_BYTES`. No docker is
 asked when there is nothing to ask about. `read_runtime` turns the section into typed
-values (`serving_processes` the processes alone) and `lane_group` picks one lane's
-processes from them (all pure).
+values and `lane_group` picks one lane's processes from them (all pure).
 """
 
 from __future__ import annotations
@@ -433,11 +432,6 @@ def _processes(records: dict[int, ProbeRecords]) -> list[ServingProcess]:
             )
         )
     return out
-
-
-def serving_processes(section_text: str) -> list[ServingProcess]:
-    """Every process in the runtime section, PID order (pure)."""
-    return _processes(parse_runtime_section(section_text).processes)
 
 
 @dataclass(frozen=True)

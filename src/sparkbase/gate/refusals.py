@@ -79,11 +79,6 @@ def lane_refusals(site: Site, name: str, lane: Lane) -> list[Refusal]:
     return refusals
 
 
-def decide(site: Site, name: str, lane: Lane, report: AuditReport) -> list[Refusal]:
-    """Every reason to refuse the lane of `site`, lane-level first, then per node, then the fleet."""
-    return judge(lane_refusals(site, name, lane), report)
-
-
 def judge(lane_level: list[Refusal] | tuple[Refusal, ...], report: AuditReport) -> list[Refusal]:
     """`lane_level` reasons first, then every node's blocking result, then the fleet's."""
     refusals = list(lane_level)

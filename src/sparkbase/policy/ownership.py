@@ -119,11 +119,6 @@ class OwnershipRecord(_RecordModel):
         """The record of `target` as a `kind`, if sparkbase created it."""
         return next((item for item in self.items if item.kind == kind and item.target == target), None)
 
-    def under(self, directory: str) -> list[OwnedItem]:
-        """Recorded files inside `directory` (at any depth)."""
-        prefix = directory.rstrip("/") + "/"
-        return [item for item in self.items if item.kind == Kind.FILE and item.target.startswith(prefix)]
-
     def with_items(self, items: Iterable[OwnedItem]) -> OwnershipRecord:
         """The record with `items` added, each replacing any record of the same kind and target."""
         new = list(items)

@@ -210,12 +210,6 @@ def list_releases(root: Path, lane: str) -> list[Release]:
     return sorted(found, key=lambda release: (release.when, release.name))
 
 
-def has_releases(root: Path, lane: str) -> bool:
-    """Whether the lane has at least one release directory (read nothing else)."""
-    directory = releases_dir(root, lane)
-    return directory.is_dir() and any(not e.name.startswith(".") and e.is_dir() for e in directory.iterdir())
-
-
 def read_release(path: Path, lane: str) -> Release:
     """The release record in directory `path`; `RecordError` naming the file when it is none."""
     file = path / RECORD_FILE

@@ -49,11 +49,6 @@ class NcclConf:
         names = dict.fromkeys(a.name for a in self.assignments)
         return {name: lines for name in names if len(lines := self.lines_of(name)) > 1}
 
-    def lookalikes(self, name: str) -> tuple[ConfAssignment, ...]:
-        """Lines that a person reads as setting `name` but NCCL does not: the name differs
-        only by surrounding whitespace (`NCCL_X = 1` sets a variable called `NCCL_X `)."""
-        return tuple(a for a in self.assignments if a.name != name and a.name.strip() == name)
-
 
 def _cut(line: bytes) -> list[bytes]:
     return [line[i : i + FGETS_BYTES] for i in range(0, len(line), FGETS_BYTES)]

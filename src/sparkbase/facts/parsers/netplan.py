@@ -149,13 +149,6 @@ def effective_sources(sources: Iterable[NetplanSource]) -> list[NetplanSource]:
     return [chosen[name] for name in sorted(chosen, key=lambda name: name.encode())]
 
 
-def shadowing(sources: Iterable[NetplanSource], path: str) -> NetplanSource | None:
-    """The file netplan reads instead of `path` (same name, higher directory), if any."""
-    name = posixpath.basename(path)
-    read = next((source for source in effective_sources(sources) if source.name == name), None)
-    return read if read is not None and read.path != path else None
-
-
 # --- one file -----------------------------------------------------------------------------------
 
 
