@@ -16,6 +16,7 @@ from sparkbase.capture import (
     check_baseline_text,
     write_captured,
 )
+from sparkbase.cli import capture as capture_cli
 from sparkbase.cli.main import main
 from sparkbase.facts.model import (
     DkmsEntry,
@@ -335,18 +336,15 @@ class FakeNodes:
 @pytest.fixture
 def fake_node(monkeypatch: pytest.MonkeyPatch, shipped: Baseline) -> FakeNodes:
     """`gather_node` answers as a node converged to the site baseline, unless told otherwise."""
-    import sparkbase.facts.collect
-    import sparkbase.transport
-
     fake = FakeNodes()
 
     def gather(node: str, _target: object, plan: FactPlan) -> NodeFacts | Unreachable:
         fake.plans.append(plan)
         return fake.answers.get(node) or converged_facts(shipped, node)
 
-    monkeypatch.setattr(sparkbase.transport, "ssh_targets", lambda site, lab=None: dict.fromkeys(
+    monkeypatch.setattr(capture_cli, "ssh_targets", lambda site, lab=None: dict.fromkeys(
         site.inventory.nodes))
-    monkeypatch.setattr(sparkbase.facts.collect, "gather_node", gather)
+    monkeypatch.setattr(capture_cli, "gather_node", gather)
     return fake
 
 

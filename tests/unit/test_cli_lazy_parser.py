@@ -70,4 +70,5 @@ def test_only_the_invoked_commands_module_is_imported() -> None:
     )
     loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                                 timeout=60).stdout.split())
-    assert loaded == {"sparkbase.cli.main", "sparkbase.cli.common", "sparkbase.cli.audit"}
+    assert loaded == {"sparkbase.cli.main", "sparkbase.cli.common", "sparkbase.cli.logs",
+                      "sparkbase.cli.audit"}

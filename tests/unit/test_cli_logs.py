@@ -158,7 +158,7 @@ def test_an_internal_error_is_one_line_on_stderr_and_a_traceback_in_the_log(
     def boom(*_args: object, **_kwargs: object) -> None:
         raise RuntimeError("unexpected\x1b[2J state")
 
-    monkeypatch.setattr("sparkbase.compare.compare_baselines", boom)
+    monkeypatch.setattr("sparkbase.cli.compare.compare_baselines", boom)
     log = tmp_path / "crash.log"
     status = main(["--log-file", str(log), "compare", "site-stock-6.17-4k", "ds41f-7x-64k",
                    "--site", str(shipped_site)])

@@ -34,10 +34,10 @@ def engine(monkeypatch: pytest.MonkeyPatch) -> Engine:
 
     def session(site: Any, args: Any, prompts: Any, previous: Any, previous_lane: Any,
                 lab: Any) -> tuple[Plan, World]:
-        monkeypatch.setattr("sparkbase.transport.ssh_targets", lambda *_a: {})
-        monkeypatch.setattr("sparkbase.qualify.guard.lane_guard", lambda *_a: None)
-        monkeypatch.setattr("sparkbase.qualify.restart.restarter_for", lambda *_a: Restarter(fake))
-        monkeypatch.setattr("sparkbase.qualify.endpoint.api_endpoint",
+        monkeypatch.setattr("sparkbase.cli.qualify.ssh_targets", lambda *_a: {})
+        monkeypatch.setattr("sparkbase.cli.qualify.lane_guard", lambda *_a: None)
+        monkeypatch.setattr("sparkbase.cli.qualify.restarter_for", lambda *_a: Restarter(fake))
+        monkeypatch.setattr("sparkbase.cli.qualify.api_endpoint",
                             lambda *_a: ApiEndpoint("spark1", "127.0.0.1", 1))
         plan, world = real_session(site, args, prompts, previous, previous_lane, lab)
         fake.running = str(plan.candidate.runtime.unit) if plan.candidate.runtime else ""

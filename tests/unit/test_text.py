@@ -158,7 +158,7 @@ def _explode(monkeypatch: pytest.MonkeyPatch) -> None:
     def boom(*_args: object, **_kwargs: object) -> None:
         raise RuntimeError("unexpected\x1b[2J state\nsecond line")
 
-    monkeypatch.setattr("sparkbase.compare.compare_baselines", boom)
+    monkeypatch.setattr("sparkbase.cli.compare.compare_baselines", boom)
 
 
 def test_an_internal_error_is_one_line_with_its_own_status(

@@ -21,16 +21,32 @@ the site does not validate (the problems are listed), 2 bad usage, 3 a node unre
 from __future__ import annotations
 
 import argparse
+import os
+import re
+import shutil
 import sys
+import tempfile
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from sparkbase.cli.common import add_lab_arguments
+import paramiko
+from pydantic import TypeAdapter, ValidationError
 
-if TYPE_CHECKING:
-    from sparkbase.adopt import Adopted, Starter
-    from sparkbase.adopt.writing import Question
-    from sparkbase.transport import SshTarget
+from sparkbase.adopt import Adopted, Starter, adopt_site
+from sparkbase.adopt.baselines import adopt_plan
+from sparkbase.adopt.writing import Question
+from sparkbase.atomicfile import write_atomic
+from sparkbase.cli.common import add_lab_arguments, lab_path
+from sparkbase.errors import ConfigError, Severity
+from sparkbase.facts.collect import gather_fleet
+from sparkbase.facts.model import Unreachable
+from sparkbase.model.provenance import UtcTime
+from sparkbase.model.site import NAME_PATTERN, load_site
+from sparkbase.model.yamlio import Location, load_yaml
+from sparkbase.starter import starter_root
+from sparkbase.text import shown
+from sparkbase.transport import SshReach, SshTarget, read_plain_file, ssh_config_problem, targets_for
+from sparkbase.transport.paramiko_import import import_paramiko
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,8 +70,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _fail(message: str, status: int = 2) -> int:
-    from sparkbase.text import shown
-
     print(f"sparkbase: adopt: {shown(message)}", file=sys.stderr)
     return status
 
@@ -66,14 +80,8 @@ class _Refused(Exception):
 
 def _time(given: str | None) -> str:
     """The capture time: `given` (checked: ISO-8601 UTC), else now."""
-    from datetime import UTC, datetime
-
     if given is None:
         return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    from pydantic import TypeAdapter, ValidationError
-
-    from sparkbase.model.provenance import UtcTime
-
     try:
         return str(TypeAdapter(UtcTime).validate_python(given))
     except ValidationError:
@@ -82,8 +90,6 @@ def _time(given: str | None) -> str:
 
 def _ssh_files(args: argparse.Namespace) -> tuple[Path, Path, Path | None]:
     """The ssh_config, the known_hosts, and the lab directory (None: not the lab)."""
-    from sparkbase.cli.common import lab_path
-
     lab = lab_path(args)
     if lab is not None:
         if args.ssh_config is not None or args.known_hosts is not None:
@@ -96,26 +102,17 @@ def _ssh_files(args: argparse.Namespace) -> tuple[Path, Path, Path | None]:
 
 def aliases_of(config_text: str) -> list[str]:
     """Every `Host` alias of an ssh_config that names one host (no `*`, `?` or `!`), sorted."""
-    from sparkbase.transport.paramiko_import import import_paramiko
-
     import_paramiko()
-    import paramiko
-
     hosts = paramiko.SSHConfig.from_text(config_text).get_hostnames()
     return sorted(host for host in hosts if host and not any(char in host for char in "*?!"))
 
 
 def _nodes(args: argparse.Namespace, config: Path) -> list[str]:
-    from sparkbase.model.site import NAME_PATTERN
-    from sparkbase.transport import read_plain_file, ssh_config_problem
-
     problem = ssh_config_problem(config)
     if problem is not None:
         raise _Refused(problem)
     found = aliases_of(read_plain_file(config).decode("utf-8"))
     nodes = sorted(set(args.node)) if args.node else found
-    import re
-
     odd = [node for node in nodes if not re.fullmatch(NAME_PATTERN, node)]
     if odd:
         raise _Refused(f"{', '.join(odd)}: not usable as node names (letters, digits, . _ -)")
@@ -135,11 +132,6 @@ def _nodes(args: argparse.Namespace, config: Path) -> list[str]:
 def load_starter() -> Starter:
     """The starter site's site baseline (the one its inventory assigns), the files it
     extends, and its site contract."""
-    from sparkbase.adopt import Starter
-    from sparkbase.model.site import load_site
-    from sparkbase.model.yamlio import load_yaml
-    from sparkbase.starter import starter_root
-
     root = starter_root()
     site = load_site(root)
     first = min(site.inventory.nodes.values(), key=lambda node: node.rank)
@@ -156,8 +148,6 @@ def load_starter() -> Starter:
 
 def run(args: argparse.Namespace) -> int:
     """Read the nodes, write the site, list the questions."""
-    from sparkbase.errors import ConfigError
-
     try:
         config, known_hosts, lab = _ssh_files(args)
         nodes = _nodes(args, config)
@@ -169,11 +159,6 @@ def run(args: argparse.Namespace) -> int:
         for problem in exc.problems:
             print(problem.format(Path.cwd()), file=sys.stderr)
         return 2
-    from sparkbase.adopt import adopt_site
-    from sparkbase.adopt.baselines import adopt_plan
-    from sparkbase.facts.collect import gather_fleet
-    from sparkbase.facts.model import Unreachable
-
     starter = load_starter()
     try:
         targets = _targets(nodes, config, known_hosts, lab)
@@ -201,9 +186,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _targets(nodes: list[str], config: Path, known_hosts: Path, lab: Path | None) -> dict[str, SshTarget]:
-    from sparkbase.model.yamlio import Location
-    from sparkbase.transport import SshReach, targets_for
-
     reach = SshReach(
         aliases={node: node for node in nodes}, config=config, known_hosts=known_hosts,
         config_at=Location(config, 1, 1), known_hosts_at=Location(known_hosts, 1, 1),
@@ -224,12 +206,6 @@ def _check_out(out: Path, force: bool) -> None:
 def _write(out: Path, files: dict[str, str], force: bool) -> None:
     """The files into `out`: a missing or empty `out` whole, from a temporary directory
     beside it renamed into place; a non-empty one (`force`) file by file, each atomically."""
-    import os
-    import shutil
-    import tempfile
-
-    from sparkbase.atomicfile import write_atomic
-
     if out.is_dir() and any(out.iterdir()):
         for rel, text in files.items():
             (out / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -252,10 +228,6 @@ def _write(out: Path, files: dict[str, str], force: bool) -> None:
 
 def _validated(out: Path) -> tuple[list[str], list[Question]]:
     """The site's errors (as printed) and its placeholder values as questions."""
-    from sparkbase.adopt.writing import Question
-    from sparkbase.errors import ConfigError, Severity
-    from sparkbase.model.site import load_site
-
     root = out.resolve()
     try:
         site = load_site(root)
@@ -272,8 +244,6 @@ def _validated(out: Path) -> tuple[list[str], list[Question]]:
 
 
 def _report(out: Path, adopted: Adopted) -> int:
-    from sparkbase.text import shown
-
     errors, placeholders = _validated(out)
     seen = {(q.file, q.line) for q in adopted.questions}
     questions = sorted([*adopted.questions, *(q for q in placeholders if (q.file, q.line) not in seen)])

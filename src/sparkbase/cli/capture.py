@@ -17,15 +17,32 @@ configuration or a target that is not a baseline, 3 the node was unreachable.
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
+import tempfile
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from sparkbase.cli.common import add_lab_arguments, add_site_arguments
-
-if TYPE_CHECKING:
-    from sparkbase.capture import Capture
-    from sparkbase.model.site import Site
+from sparkbase.atomicfile import write_atomic
+from sparkbase.audit.expected import expected_for
+from sparkbase.boundedfile import FileRefused
+from sparkbase.capture import (
+    Capture,
+    NotABaseline,
+    capture_plan,
+    captured_values,
+    check_baseline_text,
+    write_captured,
+)
+from sparkbase.cli.common import add_lab_arguments, add_site_arguments, lab_path, load_site_or_exit
+from sparkbase.errors import ConfigError
+from sparkbase.facts.collect import gather_node
+from sparkbase.facts.model import Unreachable
+from sparkbase.model.site import LOCK_FILE, Site, _valid_name, load_site
+from sparkbase.model.site_files import SITE_RULES_FILE
+from sparkbase.model.yamlio import load_yaml, read_site_file
+from sparkbase.text import shown
+from sparkbase.transport import ssh_targets
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,32 +61,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _fail(message: str, status: int = 2) -> int:
-    from sparkbase.text import shown
-
     print(f"sparkbase: capture: {shown(message)}", file=sys.stderr)
     return status
 
 
 def run(args: argparse.Namespace) -> int:
     """Read the node, write the baseline, say what was captured and what was not."""
-    from datetime import UTC, datetime
-
-    from sparkbase.audit.expected import expected_for
-    from sparkbase.boundedfile import FileRefused
-    from sparkbase.capture import (
-        NotABaseline,
-        capture_plan,
-        captured_values,
-        check_baseline_text,
-        write_captured,
-    )
-    from sparkbase.cli.common import lab_path, load_site_or_exit
-    from sparkbase.errors import ConfigError
-    from sparkbase.facts.collect import gather_node
-    from sparkbase.facts.model import Unreachable
-    from sparkbase.model.yamlio import load_yaml, read_site_file
-    from sparkbase.transport import ssh_targets
-
     site = load_site_or_exit(args)
     node = args.node
     if node not in site.inventory.nodes:
@@ -78,9 +75,6 @@ def run(args: argparse.Namespace) -> int:
     target = args.out if args.out is not None else site.root / "baselines" / f"{name}.yaml"
     if args.out is not None and args.name is not None and args.name != name:
         return _fail(f"--as {args.name} and --out {args.out} name two baselines; give one")
-    from sparkbase.model.site import LOCK_FILE, _valid_name
-    from sparkbase.model.site_files import SITE_RULES_FILE
-
     if not _valid_name(name) or f"{name}.yaml" == SITE_RULES_FILE or name == LOCK_FILE:
         return _fail(f"{target}: '{name}' cannot be a baseline's name")
     existing: str | None = None
@@ -120,8 +114,6 @@ def run(args: argparse.Namespace) -> int:
         for refusal in refusals:
             print(refusal, file=sys.stderr)
         return _fail(f"the captured baseline does not validate; {target} was not written")
-    from sparkbase.atomicfile import write_atomic
-
     try:
         write_atomic(target, text)
     except OSError as exc:
@@ -131,8 +123,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _report(node: str, target: Path, capture: Capture, new: bool) -> None:
-    from sparkbase.text import shown
-
     verb = "wrote" if new else "updated"
     print(f"capture {shown(node)}: {verb} {shown(target)}: {len(capture.values)} value(s) captured")
     for item in capture.dropped:
@@ -143,12 +133,6 @@ def _report(node: str, target: Path, capture: Capture, new: bool) -> None:
 
 def _validate_in_site(site: Site, name: str, text: str) -> list[str]:
     """Problems of the site with `text` as baselines/NAME.yaml (a private copy is loaded)."""
-    import shutil
-    import tempfile
-
-    from sparkbase.errors import ConfigError
-    from sparkbase.model.site import load_site
-
     with tempfile.TemporaryDirectory(prefix="sparkbase-capture-") as temp:
         root = Path(temp)
         for part in ("baselines", "lanes"):

@@ -12,7 +12,9 @@ import argparse
 import json
 import sys
 
-from sparkbase.cli.common import add_site_arguments
+from sparkbase.cli.common import add_site_arguments, load_site_or_exit
+from sparkbase.compare import compare_baselines, comparison_table, contract_lines
+from sparkbase.console import print_table
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,10 +27,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Compare; exit 0, or 2 when a name is not a concrete baseline of the site."""
-    from sparkbase.cli.common import load_site_or_exit
-    from sparkbase.compare import compare_baselines, comparison_table, contract_lines
-    from sparkbase.console import print_table
-
     site = load_site_or_exit(args)
     for name in (args.a, args.b):
         if name not in site.baselines:

@@ -13,6 +13,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from sparkbase.starter import StarterMissing, starter_files
+from sparkbase.starter.write import InitRefused, Outcome, write_starter
+from sparkbase.text import shown
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """`init DIR [--force]`."""
@@ -38,10 +42,6 @@ def _next_steps(target: Path) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Write the starter site; report what was written and what was kept."""
-    from sparkbase.starter import StarterMissing, starter_files
-    from sparkbase.starter.write import InitRefused, Outcome, write_starter
-    from sparkbase.text import shown
-
     target: Path = args.dir
     try:
         report = write_starter(target, starter_files(), args.force)

@@ -21,14 +21,18 @@ import argparse
 import json
 import os
 import sys
+import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sparkbase.cli.common import add_global_options
+from sparkbase.console import Column, Table, print_table
+from sparkbase.errors import ConfigError
+from sparkbase.model.site import Site, load_site
+from sparkbase.model.site_files import find_site_root
 
 if TYPE_CHECKING:
-    from sparkbase.console import Table
-    from sparkbase.model.site import Site
     from sparkbase_lab.fleet import NodeStatus
 
 FAULT_KINDS = ("gpu-latch", "gpu-busy", "gid-moved", "link-down", "unreachable", "hang", "kernel-panic",
@@ -111,8 +115,6 @@ def run(args: argparse.Namespace) -> int:
         if action == "up" and args.as_found:
             return _up_as_found(lab, args)
         if action == "up":
-            import time
-
             started = time.monotonic()
             if lab.up(args.nodes, fresh=args.fresh, timeout=args.timeout):
                 print(f"lab up: {args.nodes} nodes in {time.monotonic() - started:.1f}s "
@@ -134,8 +136,6 @@ def run(args: argparse.Namespace) -> int:
                                   "nodes": [n.to_json() for n in nodes]}, indent=2))
                 return 0
             print(f"lab {lab.dir}: {'up' if lab.is_up() else 'down'}")
-            from sparkbase.console import print_table
-
             print_table(status_table(nodes))
             return 0
         if action == "reboot":
@@ -175,8 +175,6 @@ def run(args: argparse.Namespace) -> int:
 def status_table(nodes: Sequence[NodeStatus]) -> Table:
     """`lab status` as a table: one row per node, `-` where a value is unknown; a node's
     state in colour on a terminal."""
-    from sparkbase.console import Column, Table
-
     return Table(
         (
             Column("NODE", wrap=False),
@@ -206,12 +204,6 @@ def status_table(nodes: Sequence[NodeStatus]) -> Table:
 
 def _site_of(args: argparse.Namespace) -> Site | None:
     """The site `--site` names, or None after saying on stderr that it is invalid."""
-    from pathlib import Path
-
-    from sparkbase.errors import ConfigError
-    from sparkbase.model.site import load_site
-    from sparkbase.model.site_files import find_site_root
-
     try:
         return load_site(find_site_root(Path(args.site)))
     except ConfigError as exc:
@@ -222,8 +214,6 @@ def _site_of(args: argparse.Namespace) -> Site | None:
 
 def _up_as_found(lab: object, args: argparse.Namespace) -> int:
     """`lab up --as-found`: the site's fleet as it runs today (sparkbase_lab.as_found)."""
-    import time
-
     from sparkbase_lab import as_found
     from sparkbase_lab.fleet import Lab
 

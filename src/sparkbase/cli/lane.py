@@ -20,20 +20,26 @@ import argparse
 import contextlib
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from sparkbase.cli.common import (
     add_global_options,
     add_lab_arguments,
     add_site_arguments,
+    lab_path,
     lane_or_exit,
+    load_site_or_exit,
     reason_or_exit,
 )
-
-if TYPE_CHECKING:
-    from sparkbase.model.site import Site
-    from sparkbase.policy.overrides import OverrideRecord
-    from sparkbase.transport import SshTarget
+from sparkbase.deploy.locks import LANE_SWITCH, LockHeld, NodeLockError, Owner, local_lock_dir
+from sparkbase.gate.lane_metrics import LaneMetricsError, key_figures, scrape_lane
+from sparkbase.gate.preflight import preflight
+from sparkbase.gate.proxy_env import ProxyEnvError, active_lane, read_env
+from sparkbase.gate.switch import SwitchNotRecorded, switch_locks, write_then_record
+from sparkbase.gate.triggers import now
+from sparkbase.model.site import Site
+from sparkbase.policy.overrides import OverrideLogError, OverrideRecord, RecordKind, log_path, new_record
+from sparkbase.text import shown
+from sparkbase.transport import SshTarget, ssh_targets
 
 #: `lane switch --help`: what it holds while it works, and what it does with a linked .env
 SWITCH_HELP = """\
@@ -77,8 +83,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def proxy_env_file(args: argparse.Namespace, site: Site) -> Path:
     """The proxy's .env: `--env-file`, else the lab's, else site.yaml `proxy.env_file`."""
-    from sparkbase.cli.common import lab_path
-
     if args.env_file is not None:
         return Path(args.env_file)
     lab = lab_path(args)
@@ -90,10 +94,6 @@ def proxy_env_file(args: argparse.Namespace, site: Site) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     """Run `lane status` or `lane switch`."""
-    from sparkbase.cli.common import load_site_or_exit
-    from sparkbase.gate.proxy_env import ProxyEnvError, active_lane, read_env
-    from sparkbase.text import shown
-
     site = load_site_or_exit(args)
     if site.rules.proxy is None:
         print("sparkbase: baselines/site.yaml has no proxy: block (env_file, key)", file=sys.stderr)
@@ -118,23 +118,16 @@ def _preflight_lines(args: argparse.Namespace, site: Site, lane: str) -> tuple[l
 def _preflight(args: argparse.Namespace, site: Site, lane: str) -> tuple[list[str], bool, list[str]]:
     """The pre-flight's refusal lines, whether any cannot be overridden, and where the lane
     runs as a container (node, container, image digest)."""
-    from sparkbase.gate.preflight import preflight
-
     result = preflight(site, lane, _targets(args, site), args.parallel)
     return ([refusal.line() for refusal in result.refusals], bool(result.blocking_override),
             result.where_it_runs())
 
 
 def _targets(args: argparse.Namespace, site: Site) -> dict[str, SshTarget]:
-    from sparkbase.cli.common import lab_path
-    from sparkbase.transport import ssh_targets
-
     return ssh_targets(site, lab_path(args))
 
 
 def _status(args: argparse.Namespace, site: Site, current: str) -> int:
-    from sparkbase.text import shown
-
     if current not in site.lanes:
         print(f"active lane: {shown(current)} (no lanes/{shown(current)}.yaml)")
         return 1
@@ -174,10 +167,6 @@ def endpoint_line(site: Site, lane: str) -> str | None:
 def _metrics_lines(args: argparse.Namespace, site: Site, lane: str) -> list[str]:
     """Per node, the figures the session-load trigger reads from the lane's own metrics
     endpoint, or why it could not be scraped (information: the verdict does not change)."""
-    from sparkbase.cli.common import lab_path
-    from sparkbase.gate.lane_metrics import LaneMetricsError, key_figures, scrape_lane
-    from sparkbase.gate.triggers import now
-
     try:
         scrapes = scrape_lane(site, lane, lab_path(args), now())
     except LaneMetricsError as exc:
@@ -198,10 +187,6 @@ def _metrics_lines(args: argparse.Namespace, site: Site, lane: str) -> list[str]
 
 
 def _switch(args: argparse.Namespace, site: Site, env: Path, current: str) -> int:
-    from sparkbase.deploy.locks import LANE_SWITCH, LockHeld, NodeLockError, Owner, local_lock_dir
-    from sparkbase.gate.switch import switch_locks
-    from sparkbase.text import shown
-
     target = lane_or_exit(site, args.lane)
     reason = reason_or_exit(args.override, "--override")
     targets = _targets(args, site)
@@ -226,18 +211,11 @@ def _switch(args: argparse.Namespace, site: Site, env: Path, current: str) -> in
 
 
 def _note(line: str) -> None:
-    from sparkbase.text import shown
-
     print(f"sparkbase: {shown(line)}", file=sys.stderr)
 
 
 def _switch_locked(args: argparse.Namespace, site: Site, env: Path, target: str, reason: str | None) -> int:
     """The switch with its locks held: the pre-flight, then the write and the record."""
-    from sparkbase.gate.proxy_env import ProxyEnvError, active_lane, read_env
-    from sparkbase.gate.switch import SwitchNotRecorded, write_then_record
-    from sparkbase.policy.overrides import OverrideLogError, RecordKind, log_path, new_record
-    from sparkbase.text import shown
-
     assert site.rules.proxy is not None
     key = site.rules.proxy.key
     try:  # read again now that no other switch runs; a link is refused before the pre-flight

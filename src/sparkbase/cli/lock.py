@@ -19,12 +19,22 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING
 
-from sparkbase.cli.common import add_site_arguments
-
-if TYPE_CHECKING:
-    from sparkbase.model.site import Site
+from sparkbase.atomicfile import write_atomic
+from sparkbase.cli.common import add_site_arguments, load_site_or_exit
+from sparkbase.model.coverage import unconfirmed
+from sparkbase.model.site import Site
+from sparkbase.qualify.records import RELEASES_DIR, RecordError, list_releases, shape_of
+from sparkbase.release import (
+    LOCK_PATH,
+    IssueKind,
+    LockFileError,
+    check_lock,
+    current_entries,
+    lock_text,
+    read_lock,
+)
+from sparkbase.text import shown
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,19 +55,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Check or write the lock; exit 0 (lock holds / written), 1 (refused) or 2 (bad input)."""
-    from sparkbase.atomicfile import write_atomic
-    from sparkbase.cli.common import load_site_or_exit
-    from sparkbase.release import (
-        LOCK_PATH,
-        IssueKind,
-        LockFileError,
-        check_lock,
-        current_entries,
-        lock_text,
-        read_lock,
-    )
-    from sparkbase.text import shown
-
     site = load_site_or_exit(args)
     path = site.root / LOCK_PATH
     try:
@@ -94,9 +91,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _check_sources(site: Site, allow: bool, count: int) -> int:
     """Refuse a release whose baselines still carry placeholders or unsourced values."""
-    from sparkbase.model.coverage import unconfirmed
-    from sparkbase.text import shown
-
     pending = [item for name in sorted(site.baselines) for item in unconfirmed(name, site.baselines[name])]
     if pending and not allow:
         for item in pending:
@@ -116,9 +110,6 @@ def _check_sources(site: Site, allow: bool, count: int) -> int:
 def _report_releases(site: Site) -> None:
     """The lanes the release gate does not hold yet, and those no release qualified as
     declared (stderr; nothing without a `releases/` directory)."""
-    from sparkbase.qualify.records import RELEASES_DIR, RecordError, list_releases, shape_of
-    from sparkbase.text import shown
-
     if not (site.root / RELEASES_DIR).is_dir():
         return
     for name, lane in sorted(site.lanes.items()):

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from sparkbase.console import SHOWN_ON_STDERR
 from sparkbase.text import shown, shown_lines
 
 #: stderr shows warnings and errors unless --log-level says otherwise
@@ -84,8 +85,6 @@ class NotShownYet(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         """False for a record marked as already shown."""
-        from sparkbase.console import SHOWN_ON_STDERR
-
         return not getattr(record, SHOWN_ON_STDERR, False)
 
 

@@ -1,24 +1,32 @@
 """Entry point of the `sparkbase` command.
 
 Each sub-command lives in its own module under `sparkbase.cli` and exposes
-`add_arguments(parser)` (argparse only, no heavy imports) and `run(args) -> int`.
-The invoked command's module is imported when argparse is being built (every one of
-them for the CLI reference), so they must stay import-light; the work they do imports
-what it needs inside `run`.
+`add_arguments(parser)` and `run(args) -> int`. Only the invoked command's module is
+imported (every one of them for the CLI reference), when argparse is being built; it
+imports what its command needs at its top. What every command loads (this module,
+`cli.common`, `cli.logs`) stays light: `sparkbase --help` loads no more.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import os
 import sys
+import time
+import traceback
 from collections.abc import Sequence
+from importlib.util import find_spec
 from pathlib import Path
 from typing import IO
 
-from sparkbase import __version__
+from sparkbase import __version__, console
 from sparkbase.cli.common import add_global_options
+from sparkbase.cli.logs import LogFileError, configure_logging
+from sparkbase.console import SHOWN_ON_STDERR
+from sparkbase.errors import ConfigError
+from sparkbase.text import TerminalStream, shown
 
 #: sub-command name -> (module under sparkbase.cli, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -139,8 +147,6 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 def _available(module_name: str) -> bool:
     """Whether the command module `sparkbase.cli.<module_name>` is installed (found, not
     imported)."""
-    from importlib.util import find_spec
-
     return find_spec(f"sparkbase.cli.{module_name}") is not None
 
 
@@ -156,8 +162,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     Everything printed goes through `sparkbase.text.TerminalStream`: no user-controlled text
     reaches the terminal with its control characters interpreted.
     """
-    from sparkbase.text import TerminalStream
-
     saved = sys.stdout, sys.stderr
     sys.stdout = TerminalStream(saved[0])
     sys.stderr = TerminalStream(saved[1])
@@ -175,22 +179,13 @@ def _main(argv: Sequence[str] | None, real: tuple[IO[str], IO[str]]) -> int:
         parser.print_help()
         return 2
     restrict_umask()
-    from sparkbase import console
-
     console.configure(args.no_color, *real)
-    from sparkbase.cli.logs import LogFileError, configure_logging
-
     try:
         undo_logging = configure_logging(args.log_level, args.log_file)
     except LogFileError as exc:
-        from sparkbase.text import shown
-
         print(f"sparkbase: --log-file {shown(args.log_file)}: {exc}", file=sys.stderr)
         console.configure(False)
         return 2
-    import logging
-    import time
-
     log = logging.getLogger(__name__)
     log.debug("sparkbase %s, arguments: %s", __version__, " ".join(sys.argv[1:] if argv is None else argv))
     started = time.monotonic()
@@ -211,8 +206,6 @@ def _reader_gone() -> int:
     """Whoever read stdout went away (`sparkbase triggers | head`): not an error of sparkbase.
     Exit as a process killed by SIGPIPE would (141), quietly; stdout is pointed at /dev/null
     so the interpreter's final flush cannot fail again (Python's documented remedy)."""
-    import os
-
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.__stdout__.fileno() if sys.__stdout__ is not None else 1)
@@ -223,8 +216,6 @@ def _reader_gone() -> int:
 
 def _run(args: argparse.Namespace) -> int:
     """Run the command; a configuration error is exit 2, an unexpected one exit 70."""
-    from sparkbase.errors import ConfigError
-
     try:
         status: int = args._run(args)
     except ConfigError as exc:
@@ -244,11 +235,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def internal_error(exc: BaseException, debug: bool) -> int:
     """Report an unexpected exception in one line (the traceback only with `debug`)."""
-    from sparkbase.text import shown
-
     if debug:
-        import traceback
-
         traceback.print_exception(exc, file=sys.stderr)
     message = shown(str(exc))
     if len(message) > INTERNAL_MESSAGE_LIMIT:
@@ -258,10 +245,6 @@ def internal_error(exc: BaseException, debug: bool) -> int:
         f"sparkbase: internal error: {type(exc).__name__}: {message}{hint}; please report it",
         file=sys.stderr,
     )
-    import logging
-
-    from sparkbase.console import SHOWN_ON_STDERR
-
     # the log file keeps the traceback; stderr already said it in one line
     logging.getLogger(__name__).error(
         "internal error: %s: %s", type(exc).__name__, message, exc_info=exc, extra={SHOWN_ON_STDERR: True}

@@ -27,20 +27,50 @@ input (no such lane or release, a bad prompt set, a prompt set other than the re
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
+import time
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from sparkbase.cli.common import add_lab_arguments, add_site_arguments
-
-if TYPE_CHECKING:
-    from sparkbase.model.lanes import Lane
-    from sparkbase.model.site import Site
-    from sparkbase.qualify.client import ApiEndpoint
-    from sparkbase.qualify.promptset import PromptSetFile
-    from sparkbase.qualify.records import Release
-    from sparkbase.qualify.run import Outcome, Plan, Run, World
-    from sparkbase.qualify.stats import Comparison, Interval
+from sparkbase.cli.common import (
+    add_lab_arguments,
+    add_site_arguments,
+    lab_path,
+    lane_or_exit,
+    load_site_or_exit,
+)
+from sparkbase.console import Column, Progress, Table, print_table
+from sparkbase.errors import ConfigError
+from sparkbase.gate.lane_metrics import LaneMetricsError, is_loopback
+from sparkbase.gate.preflight import preflight
+from sparkbase.model.lanes import Lane
+from sparkbase.model.site import Site, validated
+from sparkbase.model.yamlio import load_yaml
+from sparkbase.policy.overrides import current_user
+from sparkbase.qualify.client import ApiEndpoint, ApiError
+from sparkbase.qualify.endpoint import api_endpoint
+from sparkbase.qualify.guard import lane_guard
+from sparkbase.qualify.promptset import PromptSetFile, load_prompt_set
+from sparkbase.qualify.records import (
+    LANE_COPY,
+    NewRelease,
+    RecordError,
+    Release,
+    list_releases,
+    next_name,
+    releases_dir,
+    shape_of,
+    valid_release_name,
+    write_release,
+)
+from sparkbase.qualify.restart import LaneRestarter, RestartError, container_of, put_back, restarter_for
+from sparkbase.qualify.run import Outcome, Plan, Run, World, qualify
+from sparkbase.qualify.stats import Comparison, Interval
+from sparkbase.text import shown
+from sparkbase.transport import ssh_targets
 
 #: format of the --json document (tests/unit/test_qualify_cli.py pins it)
 JSON_FORMAT = 1
@@ -71,19 +101,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def fail(message: str) -> None:
     """Say a bad input and exit 2."""
-    from sparkbase.text import shown
-
     print(f"sparkbase: {shown(message)}", file=sys.stderr)
     raise SystemExit(2)
 
 
 def run(args: argparse.Namespace) -> int:
     """Qualify the lane; exit 0 qualified, 1 failed or no verdict, 2 bad input."""
-    import time
-
-    from sparkbase.cli.common import lab_path, lane_or_exit, load_site_or_exit
-    from sparkbase.qualify.promptset import load_prompt_set
-
     site = load_site_or_exit(args)
     lane_or_exit(site, args.lane)
     prompts = load_prompt_set(args.prompts)  # a bad file: ConfigError, located, exit 2
@@ -93,9 +116,6 @@ def run(args: argparse.Namespace) -> int:
     name = _release_name(site, args)
     started = time.monotonic()
     plan, world = _session(site, args, prompts, previous, previous_lane, lab_path(args))
-    from sparkbase.console import Progress
-    from sparkbase.qualify.run import qualify
-
     runs = 1 if previous is None else 3
     with Progress(f"qualify {args.lane}", total=runs * prompts.prompts.samples_per_run()) as progress:
         world.note, world.tick = progress.step, progress.done
@@ -104,8 +124,6 @@ def run(args: argparse.Namespace) -> int:
     recorded = _record(site, args, name, prompts, previous, outcome) if qualified else None
     elapsed = time.monotonic() - started
     if args.json:
-        import json
-
         print(json.dumps(document(args.lane, prompts, previous, outcome, recorded, elapsed), indent=2))
     else:
         _print_text(args.lane, prompts, previous, outcome, recorded)
@@ -115,12 +133,6 @@ def run(args: argparse.Namespace) -> int:
 def _against(site: Site, args: argparse.Namespace,
              prompts: PromptSetFile) -> tuple[Release | None, Lane | None]:
     """The release to compare with and its lane file (None, None: the lane's first)."""
-    from sparkbase.errors import ConfigError
-    from sparkbase.model.lanes import Lane
-    from sparkbase.model.site import validated
-    from sparkbase.model.yamlio import load_yaml
-    from sparkbase.qualify.records import LANE_COPY, RecordError, list_releases
-
     try:
         found = list_releases(site.root, args.lane)
     except RecordError as exc:
@@ -145,10 +157,6 @@ def _against(site: Site, args: argparse.Namespace,
 
 def _release_name(site: Site, args: argparse.Namespace) -> str:
     """The name a qualified run records (checked before anything runs)."""
-    import os
-
-    from sparkbase.qualify.records import next_name, releases_dir, valid_release_name
-
     name: str = args.release or next_name(site.root, args.lane)
     if not valid_release_name(name):
         fail(f"--release {name}: use letters, digits, '.', '_' and '-' (at most 63, not starting with '.')")
@@ -161,15 +169,6 @@ def _release_name(site: Site, args: argparse.Namespace) -> str:
 def _session(site: Site, args: argparse.Namespace, prompts: PromptSetFile, previous: Release | None,
              previous_lane: Lane | None, lab: Path | None) -> tuple[Plan, World]:
     """The plan and what it reaches; a lane that names no endpoint or metrics exits 2."""
-    from sparkbase.gate.lane_metrics import LaneMetricsError
-    from sparkbase.gate.preflight import preflight
-    from sparkbase.qualify.client import ApiError
-    from sparkbase.qualify.endpoint import api_endpoint
-    from sparkbase.qualify.guard import lane_guard
-    from sparkbase.qualify.restart import LaneRestarter, RestartError, put_back, restarter_for
-    from sparkbase.qualify.run import Plan, World
-    from sparkbase.transport import ssh_targets
-
     lane = site.lanes[args.lane]
     targets = ssh_targets(site, lab)
     try:
@@ -204,9 +203,6 @@ def _session(site: Site, args: argparse.Namespace, prompts: PromptSetFile, previ
 def given_endpoint(text: str, lab: bool) -> ApiEndpoint:
     """`--endpoint HOST:PORT` (an IPv6 address in brackets); exit 2 when it is not one, or
     names a host outside 127.0.0.0/8 with --lab."""
-    from sparkbase.gate.lane_metrics import is_loopback
-    from sparkbase.qualify.client import ApiEndpoint
-
     host, _, port = text.rpartition(":")
     host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
     if not host or not port.isdigit() or not 0 < int(port) < 65536 or any(c in host for c in "/@ "):
@@ -224,26 +220,16 @@ class _Refusing:
 
     def describe(self, lane: Lane) -> str:
         """How the lane runs (as far as this restarter can tell)."""
-        from sparkbase.qualify.restart import container_of
-
         return "a container" if container_of(lane) is not None else "no unit"
 
     def restart(self, running: Lane, wanted: Lane, note: Any, before_start: Any = None) -> None:
         """Refuse, saying why."""
-        from sparkbase.qualify.restart import RestartError
-
         raise RestartError(self.why)
 
 
 def _record(site: Site, args: argparse.Namespace, name: str, prompts: PromptSetFile,
             previous: Release | None, outcome: Outcome) -> str | None:
     """Record the qualified release; its name, or None (said) when it cannot be written."""
-    from datetime import UTC, datetime
-
-    from sparkbase.policy.overrides import current_user
-    from sparkbase.qualify.records import NewRelease, RecordError, shape_of, write_release
-    from sparkbase.text import shown
-
     release = NewRelease(
         args.lane, name, site.root / "lanes" / f"{args.lane}.yaml", shape_of(site, args.lane),
         {"name": prompts.prompts.name, "digest": prompts.digest, "source": prompts.source},
@@ -315,9 +301,6 @@ def document(lane: str, prompts: PromptSetFile, previous: Release | None, outcom
 def _print_text(lane: str, prompts: PromptSetFile, previous: Release | None, outcome: Outcome,
                 recorded: str | None) -> None:
     """The result for people: what ran, the changes, the figures, the verdict."""
-    from sparkbase.console import Column, Table, print_table
-    from sparkbase.text import shown
-
     against = f"against {previous.name}" if previous else "first release (determinism only)"
     print(f"qualify {shown(lane)}: {against}; prompt set {shown(prompts.describe())}")
     for change in outcome.changes:

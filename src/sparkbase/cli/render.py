@@ -15,7 +15,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from sparkbase.cli.common import add_site_arguments
+from sparkbase.cli.common import add_site_arguments, load_site_or_exit
+from sparkbase.model.sections import as_found_text
+from sparkbase.release import export_nodes
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,9 +29,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Render; exit 0, or 2 for an invalid site, an unknown node or an unwritable output."""
-    from sparkbase.cli.common import load_site_or_exit
-    from sparkbase.release import export_nodes
-
     site = load_site_or_exit(args)
     known = sorted(site.inventory.nodes, key=lambda name: site.inventory.nodes[name].rank)
     unknown = [name for name in args.nodes if name not in site.inventory.nodes]
@@ -46,8 +45,6 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         print(f"sparkbase: {exc}; nothing was written", file=sys.stderr)
         return 2
-    from sparkbase.model.sections import as_found_text
-
     for node in chosen:
         baseline = site.baseline_of(node)
         unmanaged = baseline.unmanaged()

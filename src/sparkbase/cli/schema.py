@@ -19,7 +19,13 @@ required fields stay required:
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 from pathlib import Path
+
+from sparkbase.atomicfile import write_output
+from sparkbase.model.baseline import Baseline
+from sparkbase.model.lanes import Lane
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,18 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print or write the schema; exit 0."""
-    import json
-    import sys
-
-    from sparkbase.atomicfile import write_output
-
     if args.lane:
-        from sparkbase.model.lanes import Lane
-
         schema, kind = Lane.model_json_schema(), "lane"
     else:
-        from sparkbase.model.baseline import Baseline
-
         schema, kind = _without_required(Baseline.model_json_schema()), "baseline"
     schema = {
         "$schema": "https://json-schema.org/draft/2020-12/schema",

@@ -26,16 +26,31 @@ Prometheus that cannot be asked.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from sparkbase.cli.common import add_site_arguments, add_target_arguments
-
-if TYPE_CHECKING:
-    from sparkbase.gate.metrics import Sample
-    from sparkbase.gate.triggers import History, MetricsSource, TriggerVerdict
-    from sparkbase.model.site import Site
+from sparkbase.cli.common import (
+    add_site_arguments,
+    add_target_arguments,
+    lab_path,
+    load_site_or_exit,
+    selected_nodes,
+)
+from sparkbase.cli.lane import proxy_env_file
+from sparkbase.facts.collect import gather_fleet
+from sparkbase.facts.model import NodeFacts
+from sparkbase.facts.script import FactPlan
+from sparkbase.gate.lane_metrics import LaneMetricsError, scrape_lane, source_lines, wanted_metrics
+from sparkbase.gate.metrics import MetricsError, Sample, load_metrics, parse_scrapes, shown_source
+from sparkbase.gate.prometheus import PrometheusError, query_range, window_ending
+from sparkbase.gate.proxy_env import ProxyEnvError, active_lane, read_env
+from sparkbase.gate.triggers import Grid, History, MetricsSource, TriggerVerdict, evaluate, exit_status, now
+from sparkbase.model.site import Site
+from sparkbase.model.site_rules import SessionLoadTrigger
+from sparkbase.text import shown
+from sparkbase.transport import ssh_targets
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -71,15 +86,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Evaluate every trigger and print the verdicts."""
-    import json
-
-    from sparkbase.cli.common import lab_path, load_site_or_exit, selected_nodes
-    from sparkbase.gate.lane_metrics import wanted_metrics
-    from sparkbase.gate.metrics import MetricsError, load_metrics, parse_scrapes, shown_source
-    from sparkbase.gate.prometheus import PrometheusError
-    from sparkbase.gate.triggers import MetricsSource, evaluate, exit_status, now
-    from sparkbase.text import shown
-
     site = load_site_or_exit(args)
     lab = lab_path(args)
     samples: list[Sample] | None = None
@@ -140,13 +146,6 @@ def run(args: argparse.Namespace) -> int:
 def prometheus_history(site: Site, url: str, end: float) -> dict[str, History]:
     """Each session-load trigger's window ending at `end`, read from the Prometheus at `url`
     (`PrometheusError` when it cannot be asked or its answer is not usable)."""
-    from datetime import UTC, datetime
-
-    from sparkbase.gate.metrics import shown_source
-    from sparkbase.gate.prometheus import query_range, window_ending
-    from sparkbase.gate.triggers import Grid, History
-    from sparkbase.model.site_rules import SessionLoadTrigger
-
     def utc(seconds: int) -> str:
         return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -171,11 +170,6 @@ def _active_lane_metrics(
 ) -> tuple[list[Sample] | None, MetricsSource]:
     """Without --metrics: the active lane's own endpoints (lanes/NAME.yaml runtime.metrics;
     with --lab only the lab's loopback ones), scraped; or why there is nothing to read."""
-    from sparkbase.cli.lane import proxy_env_file
-    from sparkbase.gate.lane_metrics import LaneMetricsError, scrape_lane, source_lines
-    from sparkbase.gate.proxy_env import ProxyEnvError, active_lane, read_env
-    from sparkbase.gate.triggers import MetricsSource
-
     if site.rules.proxy is None and args.env_file is None:
         return None, MetricsSource(lines=("metrics source: none (no --metrics, and site.yaml has no proxy: "
                                           "block naming the active lane)",))
@@ -201,8 +195,6 @@ def _active_lane_metrics(
 def verdict_lines(verdicts: list[TriggerVerdict]) -> list[str]:
     """The verdicts for people: one status line per trigger, then its evidence. Every field
     is shown escaped, so a description cannot start a line of its own ("QUIET ...")."""
-    from sparkbase.text import shown
-
     lines: list[str] = []
     for v in verdicts:
         lines.append(f"{v.status.upper():7} {shown(v.id)} ({shown(v.kind)}): {shown(v.description)}")
@@ -214,11 +206,6 @@ def verdict_lines(verdicts: list[TriggerVerdict]) -> list[str]:
 
 def _live_kernels(site: Site, nodes: list[str], lab: Path | None) -> dict[str, tuple[str | None, int | None]]:
     """node -> (release, page size) from a minimal one-round-trip gather; unreachable → (None, None)."""
-    from sparkbase.facts.collect import gather_fleet
-    from sparkbase.facts.model import NodeFacts
-    from sparkbase.facts.script import FactPlan
-    from sparkbase.transport import ssh_targets
-
     gathered = gather_fleet(ssh_targets(site, lab), {node: FactPlan(core_only=True) for node in nodes})
     return {
         node: (f.kernel_release, f.page_size) if isinstance(f, NodeFacts) else (None, None)

@@ -12,13 +12,12 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sparkbase.cli.common import add_site_arguments
-
-if TYPE_CHECKING:
-    from sparkbase.errors import Problem
-    from sparkbase.model.site import Site
+from sparkbase.errors import ConfigError, Problem, Severity
+from sparkbase.model.site import Site, load_site
+from sparkbase.model.site_files import find_site_root
 
 #: bump when the JSON shape printed by `validate --json` changes
 VALIDATE_FORMAT = 2  # 2: `placeholders`
@@ -34,10 +33,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Validate; exit 0 (valid, maybe with warnings) or 2 (invalid)."""
-    from sparkbase.errors import ConfigError, Severity
-    from sparkbase.model.site import load_site
-    from sparkbase.model.site_files import find_site_root
-
     site: Site | None = None
     try:
         root = find_site_root(args.site)
@@ -58,8 +53,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _placeholders(problems: list[Problem]) -> list[Problem]:
     """The warnings that are placeholder sources entries, in file and line order."""
-    from sparkbase.errors import Severity
-
     found = [
         p
         for p in problems
