@@ -15,13 +15,14 @@ import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from sparkbase.facts.model import NodeFacts, SecureBoot
+from sparkbase.facts.parsers.os_release import dgx_os_version
+from sparkbase.model.baseline import Baseline, CpusetSpec
 from sparkbase.model.dgxos import TOOLS_PACKAGE_STEM, coalescing_value
 from sparkbase.model.yamlio import PathKey, dotted
 
 if TYPE_CHECKING:
-    from sparkbase.facts.model import NodeFacts
     from sparkbase.facts.script import FactPlan
-    from sparkbase.model.baseline import Baseline
 
 #: packages whose installed versions tell the kernel's, its tools' and the driver's package
 #: versions when the node runs a release the baseline does not pin, and whether DGX OS's
@@ -104,9 +105,6 @@ def captured_values(facts: NodeFacts, baseline: Baseline) -> Capture:
     Lists the baseline manages (command-line arguments, disabled services) keep the items
     the node carries out; an item the node contradicts is dropped and named in `dropped`.
     """
-    from sparkbase.facts.model import SecureBoot
-    from sparkbase.facts.parsers.os_release import dgx_os_version
-
     out = _Collector()
     release = facts.kernel_release
     out.put(("kernel", "release"), release, "uname -r gave no answer")
@@ -397,8 +395,6 @@ def _mok(facts: NodeFacts, baseline: Baseline, out: _Collector) -> None:
 
 
 def _cpulist(cpus: frozenset[int]) -> str:
-    from sparkbase.model.baseline import CpusetSpec
-
     return CpusetSpec(cpus=sorted(cpus)).cpulist()
 
 
@@ -496,8 +492,6 @@ def _set(document: Any, path: PathKey, value: object) -> None:
 def _add(mapping: Any, key: str | int, value: object, top: bool) -> None:
     """Set `key`; a new top-level block goes where the model orders it (after the blocks
     the model puts before it), so `sources:` stays last."""
-    from sparkbase.model.baseline import Baseline
-
     order = list(Baseline.model_fields)
     if key in mapping or not top or key not in order:
         mapping[key] = value

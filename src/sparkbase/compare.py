@@ -14,13 +14,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from sparkbase.console import Column, Table
+from sparkbase.model.provenance import META_KEYS, Source, describe, source_json, source_of
+from sparkbase.model.rules import Breach, contract_breaches
 from sparkbase.model.yamlio import PathKey, dotted
+from sparkbase.text import shown
 
 if TYPE_CHECKING:
-    from sparkbase.console import Table
     from sparkbase.model.baseline import Baseline
-    from sparkbase.model.provenance import Source
-    from sparkbase.model.rules import Breach
     from sparkbase.model.site_rules import SiteContract
 
 #: bump when the JSON shape of `ComparisonReport.as_json` changes
@@ -52,8 +53,6 @@ class Difference:
 
     def as_json(self) -> dict[str, Any]:
         """The difference as the `compare --json` contract shows it."""
-        from sparkbase.model.provenance import source_json
-
         return {
             "path": dotted(self.path),
             "a": self.a,
@@ -108,9 +107,6 @@ def compare_baselines(
     contract: SiteContract, a_name: str, a: Baseline, b_name: str, b: Baseline
 ) -> ComparisonReport:
     """Every field where `a` and `b` differ, judged against `contract`."""
-    from sparkbase.model.provenance import source_of
-    from sparkbase.model.rules import contract_breaches
-
     a_breaches = tuple(contract_breaches(contract, a))
     b_breaches = tuple(contract_breaches(contract, b))
     differences: list[Difference] = []
@@ -189,9 +185,6 @@ def comparison_table(report: ComparisonReport) -> Table:
     """The differences as a table: field, each side's value and source, which side breaks
     the contract there, the adoption blocker. Names, values and sources are user text,
     shown escaped when drawn (`sparkbase.console`)."""
-    from sparkbase.console import Column, Table
-    from sparkbase.model.provenance import META_KEYS, describe
-
     def origin(path: PathKey, value: Any, source: Source | None) -> str:
         if value is None or path[0] in META_KEYS:  # nothing set, or the file's own version
             return ""
@@ -239,8 +232,6 @@ def comparison_table(report: ComparisonReport) -> Table:
 def contract_lines(report: ComparisonReport) -> list[str]:
     """What follows the table: no differences (when so), each side against the site
     contract, the adoption blockers that differ; user text shown escaped."""
-    from sparkbase.text import shown
-
     lines: list[str] = []
     if not report.differences:
         lines.append(f"(no differences between {shown(report.a.name)} and {shown(report.b.name)})")

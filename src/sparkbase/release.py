@@ -19,6 +19,10 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sparkbase.boundedfile import FileRefused
+from sparkbase.model.yamlio import read_site_file
+from sparkbase.render import RENDER_FORMAT, baseline_digest, node_lines, render_node
+
 if TYPE_CHECKING:
     from sparkbase.model.site import Site
 
@@ -63,8 +67,6 @@ class LockIssue:
 
 def current_entries(site: Site) -> dict[str, LockEntry]:
     """Version and digest of every concrete baseline of `site`, by name."""
-    from sparkbase.render import baseline_digest
-
     return {
         name: LockEntry(baseline.version, baseline_digest(name, baseline))
         for name, baseline in sorted(site.baselines.items())
@@ -73,8 +75,6 @@ def current_entries(site: Site) -> dict[str, LockEntry]:
 
 def lock_text(entries: dict[str, LockEntry]) -> str:
     """The lock file's content: stable JSON with a format version."""
-    from sparkbase.render import RENDER_FORMAT
-
     document = {
         "format": LOCK_FORMAT,
         "render_format": RENDER_FORMAT,
@@ -88,9 +88,6 @@ def lock_text(entries: dict[str, LockEntry]) -> str:
 
 def read_lock(path: Path) -> dict[str, LockEntry] | None:
     """The entries recorded in the lock at `path`; None when there is no lock yet."""
-    from sparkbase.boundedfile import FileRefused
-    from sparkbase.model.yamlio import read_site_file
-
     if not os.path.lexists(path):
         return None
     try:  # a regular file of bounded size only: a FIFO or /dev/zero here must not hang
@@ -204,8 +201,6 @@ def export_nodes(site: Site, nodes: list[str], out: Path) -> dict[str, list[Path
 
 def _node_files(site: Site, node: str) -> list[tuple[Path, bytes, int]]:
     """(relative path, content, mode) of every file `node` must carry, rendered in memory."""
-    from sparkbase.render import node_lines, render_node
-
     files = [(f.path, f.content, f.mode) for f in render_node(site, node)]
     by_path: dict[str, list[str]] = {}
     for line in node_lines(site.baseline_of(node)):

@@ -178,16 +178,16 @@ def test_a_refused_render_leaves_the_previous_one_whole(site_copy: Path, tmp_pat
 def test_a_node_that_cannot_be_rendered_writes_no_node(
     shipped_site: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import sparkbase.render
+    import sparkbase.release
 
-    real = sparkbase.render.render_node
+    real = sparkbase.release.render_node
 
     def failing(site: object, node: str) -> object:
         if node == "spark3":
             raise ValueError("refusing to write rendered path '/x/../y'")
         return real(site, node)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(sparkbase.render, "render_node", failing)
+    monkeypatch.setattr(sparkbase.release, "render_node", failing)
     out = tmp_path / "out"
     assert main(["render", "--site", str(shipped_site), "--out", str(out)]) == 2
     assert not out.exists()

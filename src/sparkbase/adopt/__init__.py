@@ -26,11 +26,12 @@ from sparkbase.adopt.baselines import (
 )
 from sparkbase.adopt.fabric import Fabric, RankOrder, discover, rank_order
 from sparkbase.adopt.lanes import FoundLane, find_lanes, lanes_on
-from sparkbase.adopt.writing import Question, inventory_text, lane_text, shape_name, site_rules_text
+from sparkbase.adopt.writing import Question, inventory_text, lane_text, line_of, shape_name, site_rules_text
+from sparkbase.model.baseline import Baseline
+from sparkbase.model.baseline import Baseline as BaselineModel
 
 if TYPE_CHECKING:
     from sparkbase.facts.model import NodeFacts
-    from sparkbase.model.baseline import Baseline
 
 
 @dataclass(frozen=True)
@@ -88,8 +89,6 @@ def adopt_site(facts: Mapping[str, NodeFacts], starter: Starter, time: str,
     `time` is when the nodes were read (ISO-8601 UTC); it appears only in `sources:`.
     `ssh_files` are the ssh_config and known_hosts (inventory/ paths -> text) to copy.
     """
-    from sparkbase.model.baseline import Baseline as BaselineModel
-
     if managed_known is None:
         managed_known = MANAGED_FIELD in BaselineModel.model_fields
     notes: list[str] = []
@@ -115,8 +114,6 @@ def adopt_site(facts: Mapping[str, NodeFacts], starter: Starter, time: str,
                   if (shape := shape_name(len(lane.nodes))) is not None]
         path = f"baselines/{group.name}.yaml"
         files[path] = baseline_text(starter.template_text, group, time, managed_known, shapes)
-        from sparkbase.adopt.writing import line_of
-
         questions.append(Question(path, line_of(files[path], ["version"]),
                                   f"which version is this baseline? ({ADOPTED_VERSION} written)", "version"))
     management = {node: management_address(facts[node], _socket_ifname(group_of[node], starter.template))

@@ -20,18 +20,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from sparkbase.adopt.lanes import ENGINE_MATCHES, FoundLane
 from sparkbase.capture import Capture, Captured, capture_plan, captured_values, write_captured
+from sparkbase.capture import _yaml as capture_yaml
 from sparkbase.facts.parsers.cpus import format_cpu_list
 from sparkbase.facts.parsers.nccl_conf import parse_nccl_conf
 from sparkbase.facts.parsers.netplan import effective_sources
 from sparkbase.facts.script import FactPlan, plan_for
 from sparkbase.model.baseline import TYPED_NCCL_KEYS, Baseline
 from sparkbase.model.netplan import SPARKBASE_NETPLAN_PATH
+from sparkbase.model.provenance import covers, dotted_key, leaf_paths
 from sparkbase.policy.netplan import clashes_of
 
 if TYPE_CHECKING:
     from sparkbase.adopt.fabric import NodeFabric
-    from sparkbase.adopt.lanes import FoundLane
     from sparkbase.facts.model import NodeFacts
 
 #: what NCCL uses without a setting (audit/runtime.py NCCL_DEFAULTS)
@@ -47,8 +49,6 @@ _EXTRA_VALUE = re.compile(r"^[A-Za-z0-9_.,:=^/+-]{0,200}$")
 def adopt_plan(template: Baseline) -> FactPlan:
     """What adopt asks each node, in one round trip: everything capture reads for the
     template, every GID table, and every process of an engine (`ENGINE_MATCHES`)."""
-    from sparkbase.adopt.lanes import ENGINE_MATCHES
-
     base = capture_plan(plan_for(template, (), FactPlan.stamp_path))
     return replace(base, gid_tables=True, serving_matches=ENGINE_MATCHES, netplan_files=True)
 
@@ -242,8 +242,6 @@ def group_nodes(readings: Mapping[str, NodeReading], ranks: Sequence[str]) -> tu
 
 
 def _yaml() -> Any:
-    from sparkbase.capture import _yaml as capture_yaml
-
     return capture_yaml()
 
 
@@ -306,8 +304,6 @@ def _strip_comments(node: Any) -> None:
 def _drop_spent_placeholders(document: Any) -> None:
     """Remove a placeholder entry of `sources:` once a more specific entry covers every value
     under its key (the node confirmed them all)."""
-    from sparkbase.model.provenance import covers, dotted_key, leaf_paths
-
     sources = document.get("sources") or {}
     keys = [str(key) for key in sources]
     for key in keys:

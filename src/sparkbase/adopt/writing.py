@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from sparkbase.capture import _yaml as capture_yaml
 from sparkbase.model.lanes import LaneRuntime
 
 if TYPE_CHECKING:
@@ -192,8 +193,6 @@ def lane_text(lane: FoundLane, baseline: str, version: str) -> tuple[str, list[Q
 
 
 def _yaml() -> Any:
-    from sparkbase.capture import _yaml as capture_yaml
-
     return capture_yaml()
 
 

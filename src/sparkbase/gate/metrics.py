@@ -31,15 +31,19 @@ unescaped). What stays here, and why:
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import http.client
 import math
 import re
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from sparkbase.boundedfile import FileRefused, Refusal, read_regular_file
 
@@ -171,10 +175,6 @@ def fetch_url(url: str, deadline_seconds: float) -> bytes:
 def authorized_request(url: str) -> urllib.request.Request:
     """A GET of `url`; a `user:password@` in it becomes HTTP basic authentication (sent as a
     header, each part percent-decoded), never part of the host name."""
-    import base64
-    import urllib.request
-    from urllib.parse import unquote
-
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https"):
         raise ValueError(f"not an http(s) URL: {parts.scheme}")
@@ -190,10 +190,6 @@ def authorized_request(url: str) -> urllib.request.Request:
 
 def _fetch(url: str, shown: str, deadline: float) -> bytes | MetricsError:
     """One bounded GET (runs in the worker thread; errors are returned, not raised)."""
-    import http.client
-    import urllib.error
-    import urllib.request
-
     try:
         remaining = max(deadline - time.monotonic(), 0.01)
         with urllib.request.urlopen(authorized_request(url), timeout=remaining) as response:  # noqa: S310
@@ -218,8 +214,6 @@ def _fetch(url: str, shown: str, deadline: float) -> bytes | MetricsError:
 
 def _error_body(answer: urllib.error.HTTPError) -> bytes:
     """At most `MAX_ERROR_BODY` bytes of an error answer; nothing if it cannot be read."""
-    import http.client
-
     try:
         return answer.read(MAX_ERROR_BODY)
     except (OSError, http.client.HTTPException, ValueError):

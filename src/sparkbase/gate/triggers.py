@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sparkbase.gate.metrics import Sample
+from sparkbase.model.provenance import describe
 
 if TYPE_CHECKING:
     from sparkbase.model.site import Site
@@ -312,8 +313,6 @@ def evaluate_session_load(
 
 def threshold_sources(trigger: SessionLoadTrigger) -> list[str]:
     """One line naming where the window and the fraction come from (the site's to decide)."""
-    from sparkbase.model.provenance import describe
-
     names: tuple[SessionLoadField, ...] = ("window_minutes", "sustained_fraction")
     parts = []
     for name in names:

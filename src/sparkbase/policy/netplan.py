@@ -29,6 +29,7 @@ import hashlib
 import posixpath
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from io import StringIO
 
 from sparkbase.facts.parsers.netplan import (
     MAX_NETPLAN_FILES,
@@ -344,8 +345,6 @@ def merge_fabric(text: str, fabric: Fabric) -> str:
     (guessed from the file) stay; in each fabric interface only keys whose meaning differs are
     set (new ones after the interface's own), lists in flow style (`[10.0.0.1/24]`); a
     missing interface, `ethernets:` or `network:` is added."""
-    from io import StringIO
-
     from ruamel.yaml import YAML
     from ruamel.yaml.comments import CommentedMap, CommentedSeq
     from ruamel.yaml.util import load_yaml_guess_indent

@@ -22,6 +22,7 @@ shapes written before (preflight's `time/user/failures`, apply's `who/when/breac
 from __future__ import annotations
 
 import contextlib
+import errno
 import getpass
 import json
 import os
@@ -217,8 +218,6 @@ def _open_directory(directory: Path) -> int:
 
 
 def _why(exc: OSError) -> str:
-    import errno
-
     if exc.errno in (errno.ELOOP, errno.ENOTDIR):
         return "it is a symbolic link or not a directory (refused: the log never follows links)"
     if exc.errno == errno.ENXIO:

@@ -23,6 +23,7 @@ tests/fixtures/real/.
 
 from __future__ import annotations
 
+import http.client
 import json
 import time
 from collections.abc import Callable
@@ -290,8 +291,6 @@ def served_model(endpoint: ApiEndpoint, deadline_seconds: float = MODELS_DEADLIN
 def complete(endpoint: ApiEndpoint, request: Request,
              deadline_seconds: float = COMPLETION_DEADLINE, clock: Clock = time.monotonic) -> Measured:
     """One streamed completion, measured (see the module text)."""
-    import http.client
-
     source = endpoint.url("/v1/completions")
     deadline = clock() + deadline_seconds
     parser = StreamParser(source)
@@ -332,8 +331,6 @@ def complete_once(endpoint: ApiEndpoint, request: Request,
 def _exchange(endpoint: ApiEndpoint, method: str, path: str, body: dict[str, Any] | None,
               deadline_seconds: float, source: str, clock: Clock = time.monotonic) -> tuple[int, bytes]:
     """One bounded request: the status and the whole body."""
-    import http.client
-
     deadline = clock() + deadline_seconds
     connection = http.client.HTTPConnection(endpoint.host, endpoint.port, timeout=deadline_seconds)
     try:

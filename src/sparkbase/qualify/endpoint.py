@@ -13,12 +13,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
+from sparkbase.gate.lane_metrics import is_loopback
 from sparkbase.qualify.client import ApiEndpoint, ApiError
+from sparkbase.transport.targets import LAB_METRICS_PORT_OFFSET, SshTarget
 
 if TYPE_CHECKING:
     from sparkbase.model.lanes import Lane
     from sparkbase.transport.client import Endpoint
-    from sparkbase.transport.targets import SshTarget
 
 
 def lane_api_address(lane: Lane) -> tuple[str, int] | None:
@@ -39,9 +40,6 @@ def lane_api_address(lane: Lane) -> tuple[str, int] | None:
 def api_endpoint(lane_name: str, lane: Lane, targets: Mapping[str, SshTarget], lab: bool,
                  resolve: Callable[[SshTarget], Endpoint] | None = None) -> ApiEndpoint:
     """The lane's API endpoint (see the module text); `ApiError` when it cannot be named."""
-    from sparkbase.gate.lane_metrics import is_loopback
-    from sparkbase.transport.targets import LAB_METRICS_PORT_OFFSET
-
     address = lane_api_address(lane)
     if address is None:
         raise ApiError(f"lane {lane_name} names no API endpoint (lanes/{lane_name}.yaml runtime.endpoint: "

@@ -25,10 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sparkbase.gate.lane_metrics import NodeScrape, lane_targets, scrape_all
 from sparkbase.gate.metrics import Sample
+from sparkbase.gate.triggers import sglang_group_values
+from sparkbase.transport import ssh_targets
 
 if TYPE_CHECKING:
-    from sparkbase.gate.lane_metrics import NodeScrape
     from sparkbase.model.site import Site
 
 #: the engines' running-requests gauges when the site has no session-load trigger naming them
@@ -60,8 +62,6 @@ def running_metric(site: Site, engine: str) -> str:
 
 def running_by_node(scrapes: list[NodeScrape], engine: str, metric: str) -> dict[str, float]:
     """Running requests per node at its scrape (SGLang once per scheduler group)."""
-    from sparkbase.gate.triggers import sglang_group_values
-
     found = {scrape.node: 0.0 for scrape in scrapes if scrape.scraped}
     samples: list[Sample] = [s for scrape in scrapes if scrape.scraped for s in scrape.samples]
     if engine == "sglang":
@@ -120,9 +120,6 @@ class TrafficGuard:
 def lane_guard(site: Site, lane_name: str, lab: Path | None) -> TrafficGuard:
     """The guard of `lane_name`: its metrics endpoints (the lab's with `lab`), its engine's gauge.
     `LaneMetricsError` when the lane names no metrics endpoint."""
-    from sparkbase.gate.lane_metrics import lane_targets, scrape_all
-    from sparkbase.transport import ssh_targets
-
     engine = site.lanes[lane_name].engine
     metric = running_metric(site, engine)
     targets = lane_targets(site, lane_name, ssh_targets(site, lab), lab is not None)

@@ -19,7 +19,9 @@ from typing import Annotated, Literal
 
 from pydantic import Field, StringConstraints, field_validator
 
+from sparkbase.model.site import validated
 from sparkbase.model.types import StrictModel
+from sparkbase.model.yamlio import load_yaml
 
 #: the shipped set a run uses without `--prompts`
 SHIPPED = "v1.yaml"
@@ -118,9 +120,6 @@ def digest_of(prompts: PromptSet) -> str:
 def load_prompt_set(path: Path | None = None) -> PromptSetFile:
     """The prompt set at `path`, else the shipped one; `ConfigError` (every problem, located)
     when the file is not a valid set."""
-    from sparkbase.model.site import validated
-    from sparkbase.model.yamlio import load_yaml
-
     if path is None:
         with resources.as_file(resources.files("sparkbase.qualify") / "prompts" / SHIPPED) as shipped:
             document = load_yaml(shipped)

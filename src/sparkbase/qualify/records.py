@@ -37,7 +37,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sparkbase.atomicfile import fsync_directory
+from sparkbase.boundedfile import FileRefused, read_regular_file
 from sparkbase.qualify.determinism import Completion
+from sparkbase.render import baseline_digest
 
 if TYPE_CHECKING:
     from sparkbase.model.lanes import Lane
@@ -143,8 +146,6 @@ def image_digest(lane: Lane) -> str | None:
 
 def shape_of(site: Site, lane_name: str) -> Shape:
     """What the site says runs for the lane now (its baseline as rendered, its image, settings)."""
-    from sparkbase.render import baseline_digest
-
     lane = site.lanes[lane_name]
     baseline = site.baselines[lane.baseline]
     return Shape(lane.baseline, baseline.version, baseline_digest(lane.baseline, baseline),
@@ -186,8 +187,6 @@ class Release:
 
     def lane_text(self) -> bytes:
         """The lane file as it was when the release was qualified."""
-        from sparkbase.boundedfile import FileRefused, read_regular_file
-
         try:
             return read_regular_file(self.path / LANE_COPY, MAX_RECORD_BYTES)
         except FileRefused as exc:
@@ -232,8 +231,6 @@ def read_release(path: Path, lane: str) -> Release:
 
 
 def _read_json(file: Path) -> dict[str, Any]:
-    from sparkbase.boundedfile import FileRefused, read_regular_file
-
     try:
         data = read_regular_file(file, MAX_RECORD_BYTES)
     except FileRefused as exc:
@@ -285,10 +282,6 @@ def write_release(root: Path, release: NewRelease) -> Path:
     """Write `release` into `releases/<lane>/<name>/` at once (see the module text); the
     directory. `RecordError` when the name is taken or the files cannot be written."""
     from filelock import FileLock, Timeout
-
-    from sparkbase.atomicfile import fsync_directory
-    from sparkbase.boundedfile import FileRefused, read_regular_file
-
     if not valid_release_name(release.name):
         raise RecordError(f"release name {release.name!r}: use letters, digits, '.', '_' and '-' "
                           "(at most 63)")

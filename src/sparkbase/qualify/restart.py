@@ -35,6 +35,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from sparkbase.facts.parsers.docker import split_answer
 from sparkbase.facts.parsers.docker_run import NotReproducible, RunSpec, run_spec
+from sparkbase.transport.client import connect, run_command
+from sparkbase.transport.failure import TransportError
 
 if TYPE_CHECKING:
     from sparkbase.model.lanes import ContainerRuntime, Lane
@@ -275,9 +277,6 @@ def _inspected(node: str, ran: Ran) -> list[dict[str, Any]]:
 def ssh_runner(targets: Mapping[str, SshTarget]) -> Runner:
     """Run a command on a node over sparkbase's one SSH transport (strict host keys, sudo as the
     inventory says, bounded in time and output)."""
-    from sparkbase.transport.client import connect, run_command
-    from sparkbase.transport.failure import TransportError
-
     def run(node: str, script: str, timeout: float) -> Ran:
         target = targets.get(node)
         if target is None:

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, TypeVar
 from sparkbase.qualify import client
 from sparkbase.qualify.client import COMPLETION_DEADLINE, ApiEndpoint, ApiError, Measured, Request
 from sparkbase.qualify.determinism import Change, Completion, changes
+from sparkbase.qualify.records import image_digest
 from sparkbase.qualify.stats import MIN_SAMPLES, Comparison, Verdict, compare
 
 if TYPE_CHECKING:
@@ -324,8 +325,6 @@ def _abab(session: _Session, outcome: Outcome) -> None:
 
 
 def _image(lane: Lane) -> str | None:
-    from sparkbase.qualify.records import image_digest
-
     return image_digest(lane)
 
 

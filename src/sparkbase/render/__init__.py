@@ -17,14 +17,15 @@ from functools import cache
 from typing import TYPE_CHECKING
 
 from sparkbase.model.boot_swap import BOOT_SWAP_SCRIPT, BOOT_SWAP_UNIT, BOOT_SWAP_UNIT_FILE
+from sparkbase.model.cmdline import rendered_kernel_args
+from sparkbase.model.fabric import node_gid_index, node_shape
 from sparkbase.model.netplan import SPARKBASE_NETPLAN_PATH
-from sparkbase.model.sections import SECTIONS
+from sparkbase.model.sections import SECTIONS, Section
 
 if TYPE_CHECKING:
     import jinja2
 
     from sparkbase.model.baseline import Baseline
-    from sparkbase.model.sections import Section
     from sparkbase.model.site import Site
 
 #: bump when templates change in a way that changes rendered output
@@ -98,8 +99,6 @@ def kernel_cmdline(baseline: Baseline) -> list[str]:
 
     Built by `model.cmdline` from the same table the model's rules judge.
     """
-    from sparkbase.model.cmdline import rendered_kernel_args
-
     return rendered_kernel_args(baseline)
 
 
@@ -352,8 +351,6 @@ def node_files(site: Site, node: str, baseline_name: str | None = None) -> list[
     sections the baseline manages: a section left as found has no file sparkbase writes,
     and a baseline that manages nothing has no stamp either (sparkbase writes nothing).
     """
-    from sparkbase.model.fabric import node_gid_index, node_shape
-
     entry = site.inventory.nodes[node]
     name = baseline_name or entry.baseline
     baseline = site.baselines[name]

@@ -16,12 +16,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkbase.model.coverage import written_values
-from sparkbase.model.provenance import RecipeSource, covering_key, dotted_key
+from sparkbase.model.provenance import RecipeSource, Source, covering_key, dotted_key
+from sparkbase.model.site import Site, load_site
 
 if TYPE_CHECKING:
     from sparkbase.model.baseline import Baseline
-    from sparkbase.model.provenance import Source
-    from sparkbase.model.site import Site
     from sparkbase.model.yamlio import PathKey
 
 #: the baselines the page covers: the variant, then the profiles that extend it
@@ -139,8 +138,6 @@ def render_sources_doc(site: Site) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Print the page for the site in the working directory (the repository), or `argv[0]`."""
-    from sparkbase.model.site import load_site
-
     args = sys.argv[1:] if argv is None else argv
     sys.stdout.write(render_sources_doc(load_site(Path(args[0]) if args else Path.cwd())))
     return 0

@@ -32,6 +32,7 @@ from typing import Any
 
 from sparkbase.facts.parsers.lines import node_lines
 from sparkbase.model.netplan import NETPLAN_DIRS
+from sparkbase.model.yamlio import MAX_DEPTH, flow_too_deep
 
 #: the largest netplan file read whole; a larger one is listed, never parsed
 MAX_NETPLAN_BYTES = 64 * 1024
@@ -195,9 +196,6 @@ def load_netplan_yaml(text: str) -> Any:
     `ValueError` with the line where it stops; bounded: MAX_NETPLAN_BYTES, flow nesting."""
     from ruamel.yaml import YAML
     from ruamel.yaml.error import MarkedYAMLError
-
-    from sparkbase.model.yamlio import MAX_DEPTH, flow_too_deep
-
     if len(text.encode()) > MAX_NETPLAN_BYTES:
         raise ValueError(f"larger than {MAX_NETPLAN_BYTES} bytes")
     deep = flow_too_deep(text)
