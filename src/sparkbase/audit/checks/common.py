@@ -38,6 +38,16 @@ def unknown(facts: NodeFacts, section: str, what: object) -> Outcome:
     return fail(what, f"unknown ({reason})", "check the node by hand; the fact could not be read")
 
 
+def matches(facts: NodeFacts, section: str, want: object, seen: object, fix: str) -> Outcome:
+    """`seen`, a value the node reported in fact `section`, equals `want`; unknown when the
+    node could not report it; else a failure with `fix`."""
+    if seen is None:
+        return unknown(facts, section, want)
+    if seen != want:
+        return fail(want, seen, fix)
+    return ok(want, seen)
+
+
 def dkms_installed(subject: Subject, facts: NodeFacts, dkms_name: str, version: str) -> Outcome:
     """DKMS has `dkms_name/version` installed for the running kernel, with no warning beside
     the state (`dkms status` noise is reported beside, never fatal)."""

@@ -90,19 +90,22 @@ def host_console_readable(expected: Expected, facts: NodeFacts, _at: Subject) ->
     return ok("readable", f"{facts.console.vt}: KDGETMODE {facts.console.mode}")
 
 
-def _driver_cards(facts: NodeFacts, driver: str) -> list[str]:
-    return sorted(card for card, name in facts.drm_drivers.items() if name == driver)
+def _drm_cards(expected: Expected, facts: NodeFacts) -> list[str] | Outcome:
+    """The node's cards of the baseline's DRM driver; a skip when there is none to judge (the
+    baseline names no driver, or host.drm_card fails)."""
+    driver = expected.baseline.host.drm_driver
+    if driver is None:
+        return skip("the baseline names no DRM driver")
+    cards = sorted(card for card, name in facts.drm_drivers.items() if name == driver)
+    return cards or skip(f"no DRM card of the {driver} driver (host.drm_card says so)")
 
 
 @node_check("host.drm_master", "host", "no process holds DRM master of the baseline driver's card",
             section="host")
 def host_drm_master(expected: Expected, facts: NodeFacts, _at: Subject) -> Outcome:
-    driver = expected.baseline.host.drm_driver
-    if driver is None:
-        return skip("the baseline names no DRM driver")
-    cards = _driver_cards(facts, driver)
-    if not cards:
-        return skip(f"no DRM card of the {driver} driver (host.drm_card says so)")
+    cards = _drm_cards(expected, facts)
+    if isinstance(cards, Outcome):
+        return cards
     clients = {card: facts.drm_clients.get(card) for card in cards}
     if any(found is None for found in clients.values()):
         return skip("the DRM clients could not be read: host.drm_master.readable warns")
@@ -119,12 +122,9 @@ def host_drm_master(expected: Expected, facts: NodeFacts, _at: Subject) -> Outco
 @node_check("host.drm_master.readable", "host", "the DRM clients of the baseline driver's card can be read",
             severity="warn", section="host")
 def host_drm_master_readable(expected: Expected, facts: NodeFacts, _at: Subject) -> Outcome:
-    driver = expected.baseline.host.drm_driver
-    if driver is None:
-        return skip("the baseline names no DRM driver")
-    cards = _driver_cards(facts, driver)
-    if not cards:
-        return skip(f"no DRM card of the {driver} driver (host.drm_card says so)")
+    cards = _drm_cards(expected, facts)
+    if isinstance(cards, Outcome):
+        return cards
     want = " ".join(f"/sys/kernel/debug/dri/{card.removeprefix('card')}/clients" for card in cards)
     if "drm-clients" in facts.errors:
         return unknown(facts, "drm-clients", want)

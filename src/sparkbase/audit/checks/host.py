@@ -5,6 +5,7 @@ from __future__ import annotations
 from sparkbase.audit.checks.common import (
     apply_fix,
     dkms_installed,
+    matches,
     module_flag,
     module_signed,
     mok_pending,
@@ -34,11 +35,8 @@ def host_nvidia_drm(expected: Expected, facts: NodeFacts, at: Subject) -> Outcom
             section="host")
 def host_boot_target(expected: Expected, facts: NodeFacts, at: Subject) -> Outcome:
     want = expected.baseline.host.boot_target
-    if facts.default_target is None:
-        return unknown(facts, "default-target", want)
-    if facts.default_target != want:
-        return fail(want, facts.default_target, f"systemctl set-default {want}: {apply_fix(at)}")
-    return ok(want, facts.default_target)
+    return matches(facts, "default-target", want, facts.default_target,
+                   f"systemctl set-default {want}: {apply_fix(at)}")
 
 
 @node_check("host.display_manager", "host", "no display manager runs on a headless node",

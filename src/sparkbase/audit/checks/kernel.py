@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sparkbase.audit.checks.common import APST_ARG, apply_fix, unknown
+from sparkbase.audit.checks.common import APST_ARG, apply_fix, matches, unknown
 from sparkbase.audit.expected import Expected
 from sparkbase.audit.registry import Outcome, Subject, fail, node_check, ok, skip
 from sparkbase.facts.model import NodeFacts
@@ -25,23 +25,15 @@ def _cmdline(expected: Expected) -> tuple[tuple[str, ...], tuple[str, ...]]:
 @node_check("kernel.release", "kernel", "the running kernel is the baseline's",
             section="kernel")
 def kernel_release(expected: Expected, facts: NodeFacts, at: Subject) -> Outcome:
-    want = expected.baseline.kernel.release
-    if facts.kernel_release is None:
-        return unknown(facts, "uname", want)
-    if facts.kernel_release != want:
-        return fail(want, facts.kernel_release, f"install and boot it: {apply_fix(at, reboot=True)}")
-    return ok(want, facts.kernel_release)
+    return matches(facts, "uname", expected.baseline.kernel.release, facts.kernel_release,
+                   f"install and boot it: {apply_fix(at, reboot=True)}")
 
 
 @node_check("kernel.page_size", "kernel", "the running page size is the baseline's",
             section="kernel")
 def kernel_page_size(expected: Expected, facts: NodeFacts, at: Subject) -> Outcome:
-    want = expected.baseline.kernel.page_size
-    if facts.page_size is None:
-        return unknown(facts, "pagesize", want)
-    if facts.page_size != want:
-        return fail(want, facts.page_size, f"boot the baseline's kernel flavour: {apply_fix(at, True)}")
-    return ok(want, facts.page_size)
+    return matches(facts, "pagesize", expected.baseline.kernel.page_size, facts.page_size,
+                   f"boot the baseline's kernel flavour: {apply_fix(at, True)}")
 
 
 @node_check("kernel.cmdline", "kernel", "required kernel arguments present, forbidden ones absent",

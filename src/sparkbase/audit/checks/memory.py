@@ -5,6 +5,7 @@ from __future__ import annotations
 from sparkbase.audit.checks.common import (
     apply_fix,
     dkms_installed,
+    matches,
     module_flag,
     module_signed,
     mok_pending,
@@ -21,15 +22,8 @@ from sparkbase.model.boot_swap import BOOT_SWAP_UNIT
             section="memory")
 def memory_thp(expected: Expected, facts: NodeFacts, at: Subject) -> Outcome:
     want = expected.baseline.memory.transparent_hugepages
-    if facts.thp is None:
-        return unknown(facts, "thp", want)
-    if facts.thp != want:
-        return fail(
-            want,
-            facts.thp,
-            f"set transparent_hugepage={want} on the kernel command line: {apply_fix(at, True)}",
-        )
-    return ok(want, facts.thp)
+    return matches(facts, "thp", want, facts.thp,
+                   f"set transparent_hugepage={want} on the kernel command line: {apply_fix(at, True)}")
 
 
 def _sysctl_keys(expected: Expected) -> list[str]:
