@@ -97,6 +97,15 @@ def _key(labels: dict[str, str], drop: tuple[str, ...] = ()) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(labels.items()) if k not in drop)
 
 
+def key_label(key: str, name: str) -> str:
+    """The value of label `name` in a series key `_key` made ("" when it has none)."""
+    for part in key.split(","):
+        label, _, value = part.partition("=")
+        if label == name:
+            return value
+    return ""
+
+
 def _by_instance(samples: list[Sample], metric: str) -> dict[tuple[float, str], float]:
     return {(s.time, _key(s.labels)): s.value for s in samples if s.metric == metric}
 
@@ -161,20 +170,12 @@ def vllm_loads(trigger: SessionLoadTrigger, samples: list[Sample]) -> list[tuple
     loads: list[tuple[float, InstanceLoad]] = []
     for (when, key), value in sorted(running.items()):
         fraction = usage.get((when, key))
-        size = capacity.get((_label(key, _INSTANCE), _label(key, "engine")))
+        size = capacity.get((key_label(key, _INSTANCE), key_label(key, "engine")))
         if size is None and len(capacity) == 1:  # one engine (older vLLM labels neither series)
             size = next(iter(capacity.values()))
         kv = fraction * size if fraction is not None and size is not None else None
         loads.append((when, InstanceLoad("vllm", key, value, kv)))
     return loads
-
-
-def _label(key: str, name: str) -> str:
-    for part in key.split(","):
-        label, _, value = part.partition("=")
-        if label == name:
-            return value
-    return ""
 
 
 def cache_tokens(labels: dict[str, str]) -> float | None:

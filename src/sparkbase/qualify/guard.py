@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from sparkbase.gate.lane_metrics import NodeScrape, lane_targets, scrape_all
 from sparkbase.gate.metrics import Sample
-from sparkbase.gate.triggers import sglang_group_values
+from sparkbase.gate.triggers import key_label, sglang_group_values
 from sparkbase.transport import ssh_targets
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ def running_by_node(scrapes: list[NodeScrape], engine: str, metric: str) -> dict
     samples: list[Sample] = [s for scrape in scrapes if scrape.scraped for s in scrape.samples]
     if engine == "sglang":
         for (_when, key), value in sglang_group_values(samples, metric).items():
-            node = _label(key, "instance")
+            node = key_label(key, "instance")
             if node in found:
                 found[node] += value
     else:
@@ -74,14 +74,6 @@ def running_by_node(scrapes: list[NodeScrape], engine: str, metric: str) -> dict
             if sample.metric == metric and sample.labels.get("instance") in found:
                 found[sample.labels["instance"]] += sample.value
     return found
-
-
-def _label(key: str, name: str) -> str:
-    for part in key.split(","):
-        label, _, value = part.partition("=")
-        if label == name:
-            return value
-    return ""
 
 
 def judge(scrapes: list[NodeScrape], engine: str, metric: str) -> Contamination | None:
