@@ -129,7 +129,7 @@ def fsync_directory(directory: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
-def write_output(path: str | os.PathLike[str], data: bytes | str, mode: int = 0o644) -> None:
+def write_output(path: str | os.PathLike[str], data: bytes | str) -> None:
     """Write a person's `--output`: atomically for a file, in place for a device or FIFO."""
     try:
         info = os.stat(path)
@@ -140,4 +140,4 @@ def write_output(path: str | os.PathLike[str], data: bytes | str, mode: int = 0o
         with open(path, "wb") as handle:
             handle.write(payload)
         return
-    write_atomic(path, data, mode)
+    write_atomic(path, data, 0o644)

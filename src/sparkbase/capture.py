@@ -13,16 +13,18 @@ from __future__ import annotations
 import io
 import re
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.representer import RoundTripRepresenter
 
 from sparkbase.facts.model import NodeFacts, SecureBoot
 from sparkbase.facts.parsers.os_release import dgx_os_version
+from sparkbase.facts.script import FactPlan
 from sparkbase.model.baseline import Baseline, CpusetSpec
 from sparkbase.model.dgxos import TOOLS_PACKAGE_STEM, coalescing_value
 from sparkbase.model.yamlio import PathKey, dotted
-
-if TYPE_CHECKING:
-    from sparkbase.facts.script import FactPlan
 
 #: packages whose installed versions tell the kernel's, its tools' and the driver's package
 #: versions when the node runs a release the baseline does not pin, and whether DGX OS's
@@ -419,9 +421,9 @@ def check_baseline_text(text: str) -> None:
         raise NotABaseline("is an abstract baseline (never assigned to a node): capture into a concrete one")
 
 
-def _yaml() -> Any:
-    from ruamel.yaml import YAML
-
+def round_trip_yaml() -> Any:
+    """ruamel in round-trip mode as baselines are written: quotes kept, no folding, null as
+    `null` (capture and adopt write through it)."""
     yaml = YAML(typ="rt")
     yaml.preserve_quotes = True
     yaml.width = 4096  # never fold a line the file did not fold
@@ -433,8 +435,6 @@ def _yaml() -> Any:
 def _null_writing_representer() -> Any:
     """ruamel's round-trip representer writing null as `null`, as baselines write it (its
     default writes nothing: `key:`); a subclass, so no other ruamel user changes."""
-    from ruamel.yaml.representer import RoundTripRepresenter
-
     class NullWritingRepresenter(RoundTripRepresenter):
         pass
 
@@ -446,13 +446,11 @@ def _null_writing_representer() -> Any:
 
 
 def _load(text: str) -> Any:
-    return _yaml().load(text)
+    return round_trip_yaml().load(text)
 
 
 def _flow(value: object) -> object:
     """Lists and the mappings in them as ruamel flow nodes (how baselines write them)."""
-    from ruamel.yaml.comments import CommentedMap, CommentedSeq
-
     if isinstance(value, list):
         seq = CommentedSeq([_flow(item) for item in value])
         if all(not isinstance(item, dict | list) for item in value):
@@ -467,8 +465,6 @@ def _flow(value: object) -> object:
 
 def _set(document: Any, path: PathKey, value: object) -> None:
     """Set `path` in the round-trip document, making mappings on the way (keys kept in place)."""
-    from ruamel.yaml.comments import CommentedMap
-
     node = document
     for depth, key in enumerate(path[:-1]):
         child = node.get(key)
@@ -512,8 +508,6 @@ def write_captured(text: str, capture: Capture, node: str, time: str, descriptio
     Comments, key order and every other value stay; a source entry under a captured field
     (a more specific key) is removed, since the captured value replaces what it described.
     """
-    from ruamel.yaml.comments import CommentedMap
-
     document = _load(text)
     if description is not None:
         document["description"] = description
@@ -530,5 +524,5 @@ def write_captured(text: str, capture: Capture, node: str, time: str, descriptio
         entry.fa.set_flow_style()
         sources[value.key] = entry
     stream = io.StringIO()
-    _yaml().dump(document, stream)
+    round_trip_yaml().dump(document, stream)
     return stream.getvalue()

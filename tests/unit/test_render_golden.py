@@ -180,12 +180,10 @@ def test_a_node_that_cannot_be_rendered_writes_no_node(
 ) -> None:
     import sparkbase.release
 
-    real = sparkbase.release.render_node
-
     def failing(site: object, node: str) -> object:
         if node == "spark3":
             raise ValueError("refusing to write rendered path '/x/../y'")
-        return real(site, node)  # type: ignore[arg-type]
+        return render_node(site, node)  # type: ignore[arg-type]
 
     monkeypatch.setattr(sparkbase.release, "render_node", failing)
     out = tmp_path / "out"

@@ -14,11 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from sparkbase.adopt.baselines import (
     ADOPTED_VERSION,
-    MANAGED_FIELD,
     Group,
     baseline_text,
     group_nodes,
@@ -27,11 +25,8 @@ from sparkbase.adopt.baselines import (
 from sparkbase.adopt.fabric import Fabric, RankOrder, discover, rank_order
 from sparkbase.adopt.lanes import FoundLane, find_lanes, lanes_on
 from sparkbase.adopt.writing import Question, inventory_text, lane_text, line_of, shape_name, site_rules_text
+from sparkbase.facts.model import NodeFacts
 from sparkbase.model.baseline import Baseline
-from sparkbase.model.baseline import Baseline as BaselineModel
-
-if TYPE_CHECKING:
-    from sparkbase.facts.model import NodeFacts
 
 
 @dataclass(frozen=True)
@@ -83,14 +78,12 @@ def _merge_nics(group: Group, template: Baseline) -> int:
 
 
 def adopt_site(facts: Mapping[str, NodeFacts], starter: Starter, time: str,
-               ssh_files: Mapping[str, str], managed_known: bool | None = None) -> Adopted:
+               ssh_files: Mapping[str, str]) -> Adopted:
     """The site the nodes of `facts` make (pure): files, questions, notes.
 
     `time` is when the nodes were read (ISO-8601 UTC); it appears only in `sources:`.
     `ssh_files` are the ssh_config and known_hosts (inventory/ paths -> text) to copy.
     """
-    if managed_known is None:
-        managed_known = MANAGED_FIELD in BaselineModel.model_fields
     notes: list[str] = []
     fabric = discover(facts)
     notes += fabric.notes
@@ -113,7 +106,7 @@ def adopt_site(facts: Mapping[str, NodeFacts], starter: Starter, time: str,
         shapes = [shape for lane in lanes if lane.nodes[0] in group.nodes
                   if (shape := shape_name(len(lane.nodes))) is not None]
         path = f"baselines/{group.name}.yaml"
-        files[path] = baseline_text(starter.template_text, group, time, managed_known, shapes)
+        files[path] = baseline_text(starter.template_text, group, time, shapes)
         questions.append(Question(path, line_of(files[path], ["version"]),
                                   f"which version is this baseline? ({ADOPTED_VERSION} written)", "version"))
     management = {node: management_address(facts[node], _socket_ifname(group_of[node], starter.template))

@@ -18,11 +18,21 @@ import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+from sparkbase.adopt.fabric import NodeFabric
 from sparkbase.adopt.lanes import ENGINE_MATCHES, FoundLane
-from sparkbase.capture import Capture, Captured, capture_plan, captured_values, write_captured
-from sparkbase.capture import _yaml as capture_yaml
+from sparkbase.capture import (
+    Capture,
+    Captured,
+    capture_plan,
+    captured_values,
+    round_trip_yaml,
+    write_captured,
+)
+from sparkbase.facts.model import NodeFacts
 from sparkbase.facts.parsers.cpus import format_cpu_list
 from sparkbase.facts.parsers.nccl_conf import parse_nccl_conf
 from sparkbase.facts.parsers.netplan import effective_sources
@@ -31,10 +41,6 @@ from sparkbase.model.baseline import TYPED_NCCL_KEYS, Baseline
 from sparkbase.model.netplan import SPARKBASE_NETPLAN_PATH
 from sparkbase.model.provenance import covers, dotted_key, leaf_paths
 from sparkbase.policy.netplan import clashes_of
-
-if TYPE_CHECKING:
-    from sparkbase.adopt.fabric import NodeFabric
-    from sparkbase.facts.model import NodeFacts
 
 #: what NCCL uses without a setting (audit/runtime.py NCCL_DEFAULTS)
 NCCL_DEFAULTS = {"NCCL_IB_MERGE_NICS": "1"}
@@ -241,12 +247,7 @@ def group_nodes(readings: Mapping[str, NodeReading], ranks: Sequence[str]) -> tu
     return tuple(groups)
 
 
-def _yaml() -> Any:
-    return capture_yaml()
-
-
-def baseline_text(template_text: str, group: Group, time: str, managed_known: bool,
-                  shapes: Sequence[str]) -> str:
+def baseline_text(template_text: str, group: Group, time: str, shapes: Sequence[str]) -> str:
     """The group's baseline file: the template's text with every value set and marked
     captured (by the group's first node, at `time`), the adopted version, `managed: []`
     (sparkbase writes nothing on day one) and the shapes its lanes run on."""
@@ -258,7 +259,7 @@ def baseline_text(template_text: str, group: Group, time: str, managed_known: bo
     description = (f"adopted from {', '.join(group.nodes)} (identical); what a node cannot tell is "
                    "the starter's, with its source")
     text = write_captured(template_text, capture, group.nodes[0], time, description[:500])
-    yaml = _yaml()
+    yaml = round_trip_yaml()
     document = yaml.load(text)
     _strip_comments(document)
     document.yaml_set_start_comment(HEADER)
@@ -268,15 +269,12 @@ def baseline_text(template_text: str, group: Group, time: str, managed_known: bo
         for key in ("package", "version"):
             if key in library:
                 del library[key]
-    if managed_known:
-        from ruamel.yaml.comments import CommentedSeq
-
-        managed = CommentedSeq()
-        managed.fa.set_flow_style()
-        keys = list(document)
-        at = keys.index("description") + 1 if "description" in keys else 0
-        document.insert(at, MANAGED_FIELD, managed,
-                        comment="day one: sparkbase writes nothing; list the sections to hand over")
+    managed = CommentedSeq()
+    managed.fa.set_flow_style()
+    keys = list(document)
+    at = keys.index("description") + 1 if "description" in keys else 0
+    document.insert(at, MANAGED_FIELD, managed,
+                    comment="day one: sparkbase writes nothing; list the sections to hand over")
     _add_shapes(document, shapes, group.nodes[0], time)
     _drop_spent_placeholders(document)
     stream = io.StringIO()
@@ -291,8 +289,6 @@ HEADER = ("Written by `sparkbase adopt`: every value a node tells is marked capt
 
 def _strip_comments(node: Any) -> None:
     """Drop every comment of a round-trip document (they described the template's values)."""
-    from ruamel.yaml.comments import CommentedMap, CommentedSeq
-
     if isinstance(node, CommentedMap | CommentedSeq):
         node.ca.items.clear()
         node.ca.comment = None
@@ -325,8 +321,6 @@ def _drop_spent_placeholders(document: Any) -> None:
 
 def _add_shapes(document: Any, shapes: Sequence[str], node: str, time: str) -> None:
     """Add the shapes the group's lanes run on that the baseline does not list (captured)."""
-    from ruamel.yaml.comments import CommentedMap
-
     listed = [item.get("name") for item in document.get("shapes", [])]
     for name in shapes:
         if name in listed:

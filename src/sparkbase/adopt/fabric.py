@@ -16,10 +16,8 @@ import itertools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from sparkbase.facts.model import NodeFacts
+from sparkbase.facts.model import NodeFacts
 
 _PHYS_PORT = re.compile(r"np(?P<port>\d+)$")
 _DOMAIN = re.compile(r"^en(?:P(?P<domain>\d+))?p\d+s\d+")

@@ -17,13 +17,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-from sparkbase.facts.runtime import lane_group
-
-if TYPE_CHECKING:
-    from sparkbase.facts.model import NodeFacts
-    from sparkbase.facts.runtime import ServingProcess
+from sparkbase.facts.model import NodeFacts
+from sparkbase.facts.runtime import ServingProcess, lane_group
 
 #: what the runtime probe searches command lines for: every engine sparkbase knows
 ENGINE_MATCHES = ("sglang", "vllm")

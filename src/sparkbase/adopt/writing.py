@@ -13,15 +13,12 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
-from sparkbase.capture import _yaml as capture_yaml
+from sparkbase.adopt.baselines import Group
+from sparkbase.adopt.fabric import Fabric, RankOrder
+from sparkbase.adopt.lanes import FoundLane
+from sparkbase.capture import round_trip_yaml
 from sparkbase.model.lanes import LaneRuntime
-
-if TYPE_CHECKING:
-    from sparkbase.adopt.baselines import Group
-    from sparkbase.adopt.fabric import Fabric, RankOrder
-    from sparkbase.adopt.lanes import FoundLane
 
 INVENTORY = "inventory/site.yaml"
 SITE_RULES = "baselines/site.yaml"
@@ -192,13 +189,9 @@ def lane_text(lane: FoundLane, baseline: str, version: str) -> tuple[str, list[Q
     return out.text(), out.questions
 
 
-def _yaml() -> Any:
-    return capture_yaml()
-
-
 def line_of(text: str, path: Sequence[str | int]) -> int:
     """The 1-based line of the key at `path` in YAML `text` (the nearest found parent's)."""
-    node = _yaml().load(text)
+    node = round_trip_yaml().load(text)
     line = 1
     for part in path:
         try:
@@ -222,7 +215,7 @@ def site_rules_text(starter: str, kernel_line: str | None, page_size: int | None
                     merge_nics: int | None) -> tuple[str, list[Question]]:
     """`baselines/site.yaml`: the starter's contract and triggers, with the kernel line,
     page size and NCCL_IB_MERGE_NICS the nodes run; the proxy left for the site to give."""
-    yaml = _yaml()
+    yaml = round_trip_yaml()
     document = yaml.load(starter)
     contract = document["contract"]
     if kernel_line is not None:

@@ -207,8 +207,6 @@ def node_check(
     return register
 
 
-def fleet_check(
-    check_id: str, area: str, summary: str, key: Callable[[NodeFacts], object], severity: Severity = "error"
-) -> None:
-    """Register a fleet agreement check."""
-    FLEET_CHECKS[check_id] = FleetCheck(check_id, area, severity, summary, key)
+def fleet_check(check_id: str, area: str, summary: str, key: Callable[[NodeFacts], object]) -> None:
+    """Register a fleet agreement check (an error when the nodes disagree)."""
+    FLEET_CHECKS[check_id] = FleetCheck(check_id, area, "error", summary, key)

@@ -114,21 +114,21 @@ class _After:
     notes: list[str] = field(default_factory=list)
 
 
-def _retire_own_file(after: _After, own: str, default: str, record: OwnershipRecord) -> None:
+def _retire_own_file(after: _After, own: str, record: OwnershipRecord) -> None:
     """sparkbase's own fabric file, once the fabric is managed in the site's: removed when
     sparkbase wrote it and it is unchanged; otherwise kept (and judged like any other file)."""
-    if own == default or default not in after.files:
+    if own == SPARKBASE_NETPLAN_PATH or SPARKBASE_NETPLAN_PATH not in after.files:
         return
-    found = after.files[default]
-    owned = record.find(Kind.FILE, default)
+    found = after.files[SPARKBASE_NETPLAN_PATH]
+    owned = record.find(Kind.FILE, SPARKBASE_NETPLAN_PATH)
     if owned is None:
-        after.notes.append(f"{KEPT}{default} was not written by sparkbase: left in place")
+        after.notes.append(f"{KEPT}{SPARKBASE_NETPLAN_PATH} was not written by sparkbase: left in place")
     elif found.link or found.sha256 != owned.sha256:
-        after.notes.append(f"{KEPT}{default} changed since sparkbase wrote it: left in place")
+        after.notes.append(f"{KEPT}{SPARKBASE_NETPLAN_PATH} changed since sparkbase wrote it: left in place")
     else:
-        after.remove.append(default)
-        after.forget.append((Kind.FILE, default))
-        del after.files[default]
+        after.remove.append(SPARKBASE_NETPLAN_PATH)
+        after.forget.append((Kind.FILE, SPARKBASE_NETPLAN_PATH))
+        del after.files[SPARKBASE_NETPLAN_PATH]
 
 
 def _give_back(after: _After, own: str, record: OwnershipRecord) -> None:
@@ -180,13 +180,12 @@ def _clash_in(path: str, config: NetplanConfig, interfaces: Sequence[str]) -> Cl
 
 
 def decide_netplan_files(
-    own: str, interfaces: Sequence[str], listing: NetplanListing, record: OwnershipRecord,
-    default: str = SPARKBASE_NETPLAN_PATH,
+    own: str, interfaces: Sequence[str], listing: NetplanListing, record: OwnershipRecord
 ) -> NetplanFilesDecision:
     """Whether `own` (the fabric's netplan file) may configure `interfaces` alone once the
     apply has put back what sparkbase changed elsewhere; refused (nothing written) otherwise."""
     after = _After({source.path: source for source in listing.sources})
-    _retire_own_file(after, own, default, record)
+    _retire_own_file(after, own, record)
     _give_back(after, own, record)
     read = effective_sources(after.files.values())
     name = posixpath.basename(own)
@@ -194,7 +193,7 @@ def decide_netplan_files(
     clashes = tuple(clash for source in read if source.path != own
                     if (clash := clashes_of(source, interfaces)) is not None)
     notes = tuple(after.notes)
-    refusal = _refusal(own, default, shadow, clashes, listing.more, notes)
+    refusal = _refusal(own, shadow, clashes, listing.more, notes)
     if refusal is not None:
         return NetplanFilesDecision(refusal=refusal, notes=notes, clashes=clashes)
     reason = "; ".join(notes) if notes and not (after.remove or after.restore or after.forget) else \
@@ -203,26 +202,26 @@ def decide_netplan_files(
                                 forget=tuple(after.forget), notes=notes, reason=reason)
 
 
-def _way_out(own: str, default: str, clash: Clash) -> str:
+def _way_out(own: str, clash: Clash) -> str:
     """What the operator can do about one clash."""
     names = _listed(clash.interfaces)
     if clash.unknown:
         return (f"{clash.path} {clash.how}: sparkbase cannot tell which interfaces it configures, so it "
                 f"may configure {names}; fix or remove it by hand")
     what = f"{clash.path} configures {names} too ({clash.how})"
-    if own == default and posixpath.dirname(clash.path) == SITE_NETPLAN_DIR:
+    if own != SPARKBASE_NETPLAN_PATH:
+        return (f"{what}: the fabric is managed in {own} (fabric.netplan_file); remove {names} from "
+                f"{clash.path} by hand")
+    if posixpath.dirname(clash.path) == SITE_NETPLAN_DIR:
         return (f"{what}: set `fabric.netplan_file: {clash.path}` in the baseline to have sparkbase manage "
                 f"the fabric in that file, or remove {names} from {clash.path} by hand")
-    if own == default and posixpath.dirname(clash.path) == NETPLAN_DIRS[0]:
+    if posixpath.dirname(clash.path) == NETPLAN_DIRS[0]:
         return (f"{what}: remove {names} from it by hand, or shadow it with a file of the same name in "
                 f"{SITE_NETPLAN_DIR} that leaves them out")
-    if own == default:
-        return f"{what}: it is written at run time; stop what writes it, or remove {names} from it by hand"
-    return (f"{what}: the fabric is managed in {own} (fabric.netplan_file); remove {names} from "
-            f"{clash.path} by hand")
+    return f"{what}: it is written at run time; stop what writes it, or remove {names} from it by hand"
 
 
-def _refusal(own: str, default: str, shadow: NetplanSource | None, clashes: tuple[Clash, ...], more: bool,
+def _refusal(own: str, shadow: NetplanSource | None, clashes: tuple[Clash, ...], more: bool,
              notes: tuple[str, ...]) -> str | None:
     """The one-line refusal, or None when `own` alone configures the fabric ports."""
     problems: list[str] = []
@@ -232,7 +231,7 @@ def _refusal(own: str, default: str, shadow: NetplanSource | None, clashes: tupl
     if more:
         problems.append(f"the netplan directories hold more than {MAX_NETPLAN_FILES} files: sparkbase "
                         "read only the first, so any other may configure the fabric ports")
-    problems += [_way_out(own, default, clash) for clash in clashes]
+    problems += [_way_out(own, clash) for clash in clashes]
     if not problems:
         return None
     kept = f" ({'; '.join(notes)})" if notes else ""
