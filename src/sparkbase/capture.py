@@ -409,7 +409,7 @@ class NotABaseline(ValueError):
 
 def check_baseline_text(text: str) -> None:
     """Refuse a target that is not a concrete baseline file (raises NotABaseline)."""
-    data = _load(text)
+    data = round_trip_yaml().load(text)
     if not isinstance(data, dict):
         raise NotABaseline("is not a mapping of baseline fields")
     strange = sorted(str(key) for key in data if key not in BASELINE_KEYS)
@@ -443,10 +443,6 @@ def _null_writing_representer() -> Any:
 
     NullWritingRepresenter.add_representer(type(None), represent_null)
     return NullWritingRepresenter
-
-
-def _load(text: str) -> Any:
-    return round_trip_yaml().load(text)
 
 
 def _flow(value: object) -> object:
@@ -508,7 +504,7 @@ def write_captured(text: str, capture: Capture, node: str, time: str, descriptio
     Comments, key order and every other value stay; a source entry under a captured field
     (a more specific key) is removed, since the captured value replaces what it described.
     """
-    document = _load(text)
+    document = round_trip_yaml().load(text)
     if description is not None:
         document["description"] = description
     for value in capture.values:

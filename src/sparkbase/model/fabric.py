@@ -163,7 +163,7 @@ def _node_findings(
                 yield Finding(
                     INVENTORY, (*path_key, "netdev"),
                     f"{path.netdev} is used twice on {name} "
-                    f"(also at {_shown_key(used_netdevs[path.netdev])})",
+                    f"(also at {dotted(used_netdevs[path.netdev])})",
                 )
             used_netdevs.setdefault(path.netdev, path_key)
             yield from _path_findings(path, path_key, link, views, peer_views)
@@ -177,10 +177,6 @@ def _node_findings(
                 f"no path for {', '.join(sorted(missing))} (every PCIe view of port {link.port} "
                 "carries a path)",
             )
-
-
-def _shown_key(key: PathKey) -> str:
-    return dotted(key)
 
 
 def _back_link(name: str, link: Link, peer: Node) -> Link | None:

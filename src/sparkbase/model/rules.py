@@ -104,7 +104,7 @@ def baseline_findings(name: str, baseline: Baseline) -> Iterator[Finding]:
                 ("kernel", "cmdline_forbid", index),
                 f"'{arg}' is both required (cmdline_add) and forbidden",
             )
-    yield from _rendered_findings(doc, baseline)
+    yield from rendered_findings(doc, baseline)
     for index, shape in enumerate(baseline.shapes):
         home = ONESHOT_SHAPES.get(shape.transport)
         if home is not None and home != shape.name:
@@ -303,10 +303,6 @@ def _provenance_findings(doc: DocRef, baseline: Baseline) -> Iterator[Finding]:
             f"(e.g. `{block}: {{kind: placeholder, note: ...}}`)",
             Severity.WARNING,
         )
-
-
-def _rendered_findings(doc: DocRef, baseline: Baseline) -> Iterator[Finding]:
-    yield from rendered_findings(doc, baseline)
 
 
 def contract_breaches(contract: SiteContract, baseline: Baseline) -> list[Breach]:

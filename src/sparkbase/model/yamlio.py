@@ -205,7 +205,7 @@ def load_yaml(file: Path) -> YamlDocument:
     directive = _refused_directive(text)
     if directive is not None:
         raise fail(directive[0], 1, directive[1])
-    too_deep = _flow_too_deep(text)
+    too_deep = flow_too_deep(text)
     if too_deep is not None:
         raise fail(too_deep[0], too_deep[1], f"YAML: nested deeper than {MAX_DEPTH} levels")
     yaml = YAML(typ="rt")
@@ -285,9 +285,10 @@ def _refused_directive(text: str) -> tuple[int, str] | None:
     return None
 
 
-def _flow_too_deep(text: str) -> tuple[int, int] | None:
+def flow_too_deep(text: str) -> tuple[int, int] | None:
     """(line, column) of the first `[` or `{` that opens flow collections deeper than
-    `MAX_DEPTH`, outside quotes and comments; None when the text stays within it.
+    `MAX_DEPTH`, outside quotes and comments; None when the text stays within it. Bound any
+    YAML text with it before ruamel scans it.
 
     ruamel's scanner is quadratic in flow depth (a 10 KB file of nested `[` takes it many
     seconds before any limit can apply), so the depth is bounded before it runs. The scan
@@ -366,12 +367,6 @@ def _no_merge_constructor() -> type[Any]:
     BoundedConstructor.add_constructor(_INT_TAG, BoundedConstructor.construct_bounded_number)
     BoundedConstructor.add_constructor(_FLOAT_TAG, BoundedConstructor.construct_bounded_number)
     return BoundedConstructor
-
-
-def flow_too_deep(text: str) -> tuple[int, int] | None:
-    """(line, column) where `text` opens flow collections deeper than `MAX_DEPTH`, else None:
-    bound any YAML text with it before ruamel scans it (see `_flow_too_deep`)."""
-    return _flow_too_deep(text)
 
 
 def _one_line(text: str) -> str:

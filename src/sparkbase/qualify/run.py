@@ -295,7 +295,7 @@ def _abab(session: _Session, outcome: Outcome) -> None:
     plan, restarter = session.plan, session.world.restarter
     assert plan.previous_lane is not None and restarter is not None
     same = restarter.describe(plan.previous_lane) == restarter.describe(plan.candidate)
-    if same and _image(plan.previous_lane) == _image(plan.candidate):
+    if same and image_digest(plan.previous_lane) == image_digest(plan.candidate):
         outcome.notes.append(f"B runs as A does ({restarter.describe(plan.candidate)}, the same image): the "
                              "comparison measures this session's noise and what a restart changes")
     for label, lane, role in (("A", plan.candidate, "candidate"), ("B", plan.previous_lane, plan.previous),
@@ -322,10 +322,6 @@ def _abab(session: _Session, outcome: Outcome) -> None:
         outcome.changes = [_renamed(c, f"{c.prompt_id} (run A' against run A)") for c in again]
         raise _Stop(Status.FAILED, "the candidate answered differently after its restart")
     _compare(outcome, str(plan.previous), a, b, a_again)
-
-
-def _image(lane: Lane) -> str | None:
-    return image_digest(lane)
 
 
 def _compare(outcome: Outcome, previous: str, a: Run, b: Run, a_again: Run) -> None:
