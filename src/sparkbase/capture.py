@@ -30,11 +30,9 @@ from sparkbase.model.yamlio import PathKey, dotted
 #: versions when the node runs a release the baseline does not pin, and whether DGX OS's
 #: nvidia-drm options package is still installed (dpkg-query takes the globs)
 CAPTURE_PACKAGE_GLOBS = ("linux-image-*", "linux-tools-*", "nvidia-utils-*", "nvidia-drm-options-modeset*")
-#: top-level keys a baseline file may have: a target with any other key is not a baseline
-BASELINE_KEYS = frozenset(
-    {"version", "description", "extends", "abstract", "os", "kernel", "driver", "nccl", "fabric",
-     "memory", "secure_boot", "host", "cpuset", "shapes", "sources"}
-)
+#: top-level keys a baseline file may have (the model's): a target with any other key is not a
+#: baseline
+BASELINE_KEYS = frozenset(field.alias or name for name, field in Baseline.model_fields.items())
 _OS_RELEASE = re.compile(r"^[A-Za-z0-9._-]{1,40}$")
 
 

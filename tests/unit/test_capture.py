@@ -265,6 +265,11 @@ def test_not_a_baseline_is_refused(text: str, message: str) -> None:
         check_baseline_text(text)
 
 
+def test_every_key_of_the_model_is_a_baseline_key() -> None:
+    """An adopted baseline (`managed: []`) is a baseline capture may write into."""
+    check_baseline_text("version: 1.0.0\nmanaged: []\ncpuset: {}\n")
+
+
 def test_capture_plan_reads_moks_and_any_kernel_package() -> None:
     plan = capture_plan(FactPlan(packages=("nccl-site-ring4",), mok_keys=False))
     assert plan.mok_keys
