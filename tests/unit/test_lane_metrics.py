@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from sparkbase.cli import triggers as triggers_cli
 from sparkbase.cli.main import main
 from sparkbase.gate import lane_metrics
 from sparkbase.gate.lane_metrics import (
@@ -252,7 +253,7 @@ def test_verdict_from_the_lanes_endpoints(site: Site, about: str, answers: list[
 def scraped(monkeypatch: pytest.MonkeyPatch) -> list[NodeScrape]:
     """What the lane's endpoints answer: tests fill the list; `scrape_lane` returns it."""
     answers: list[NodeScrape] = []
-    monkeypatch.setattr(lane_metrics, "scrape_lane", lambda site, lane, lab, at: list(answers))
+    monkeypatch.setattr(triggers_cli, "scrape_lane", lambda site, lane, lab, at: list(answers))
     return answers
 
 

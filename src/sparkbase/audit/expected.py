@@ -13,18 +13,7 @@ from sparkbase.model.baseline import Baseline
 from sparkbase.model.fabric import node_gid_index
 from sparkbase.model.site import Site
 from sparkbase.policy.foreign import foreign_for, foreign_fstab_edits, foreign_swap_files
-from sparkbase.render import STAMP_PATH, RenderedFile, node_files
-
-
-@dataclass(frozen=True)
-class CableEnd:
-    """One local end of an RDMA path: the netdev, its address and the path's own subnet."""
-
-    netdev: str
-    address: str  # a.b.c.d/prefix
-    subnet: str  # a.b.c.0/24, this path's alone
-    peer: str
-    peer_netdev: str = ""
+from sparkbase.render import STAMP_PATH, NetplanPath, RenderedFile, node_files, node_paths
 
 
 @dataclass(frozen=True)
@@ -36,7 +25,7 @@ class Expected:
     baseline: Baseline
     #: the files sparkbase writes there: those of the sections the baseline manages
     files: tuple[RenderedFile, ...]
-    cables: dict[str, CableEnd]  # netdev -> path end
+    cables: dict[str, NetplanPath]  # netdev -> this end of its RDMA path
     stamp_path: str
     #: GID index of the IPv4 RoCE v2 address on this node (the inventory's, else the baseline's)
     gid_index: int = 3
@@ -66,17 +55,12 @@ def expected_for(site: Site, node: str, baseline_name: str | None = None) -> Exp
     entry = site.inventory.nodes[node]
     name = baseline_name or entry.baseline
     baseline = site.baselines[name]
-    cables = {
-        path.netdev: CableEnd(path.netdev, path.address, path.subnet, link.peer, path.peer_netdev)
-        for link in entry.links
-        for path in link.paths
-    }
     return Expected(
         node=node,
         baseline_name=name,
         baseline=baseline,
         files=tuple(node_files(site, node, name)),
-        cables=cables,
+        cables=node_paths(site, node),
         stamp_path=STAMP_PATH,
         gid_index=node_gid_index(entry, baseline),
         inventory_baseline=entry.baseline,

@@ -10,14 +10,12 @@ from sparkbase.audit.registry import Outcome, Subject, fail, node_check, ok, ski
 from sparkbase.facts.model import NodeFacts
 from sparkbase.facts.parsers.netplan import fabric_differences, found_settings
 from sparkbase.facts.script import NETPLAN_SECTION
-from sparkbase.render import NetplanPath, fabric_ethernets, fabric_netplan_path
+from sparkbase.render import fabric_ethernets, fabric_netplan_path
 
 
 def fabric_settings(expected: Expected) -> dict[str, dict[str, object]]:
     """The fabric interfaces the site's own netplan file must carry (netdev -> settings)."""
-    paths = {cable.netdev: NetplanPath(cable.address, cable.subnet, cable.peer, cable.peer_netdev)
-             for cable in expected.cables.values()}
-    return fabric_ethernets(expected.baseline, paths)
+    return fabric_ethernets(expected.baseline, expected.cables)
 
 
 @node_check("fabric.netplan", "fabric", "the four-PF fabric netplan is the rendered one (in the site's file: "
