@@ -1,11 +1,10 @@
 """From a node's baseline to the ordered list of things the deploy must ensure.
 
 A `Step` is plain data: its kind's typed arguments (`sparkbase.deploy.kinds`: the kind
-names the operation that ensures it), a name a person reads in a plan and the baseline
-section it belongs to. Building steps needs no host, so the whole deploy order is tested
-as data
-(`tests/unit/deploy_cases/`). Every setting comes from the typed baseline and the renderer:
-nothing here repeats a value.
+adds the operation that ensures it), a name a person reads in a plan and the baseline
+section it belongs to. Building steps needs no host and loads no pyinfra, so the whole
+deploy order is tested as data (`tests/unit/deploy_cases/`). Every setting comes from the
+typed baseline and the renderer: nothing here repeats a value.
 
 Every step belongs to exactly one section of the baseline (`Step.section`, see
 `sparkbase.model.sections`), the stamp alone to none (sparkbase's own record, written when
