@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +63,21 @@ def test_recorded_steps_carry_the_baseline_they_are_recorded_under(node: str, ba
     recorded = [s.args for s in steps if isinstance(s.args, Recorded)]
     assert recorded and {args.baseline for args in recorded} == {site.inventory.nodes[node].baseline}
     assert not [s for s in steps if not isinstance(s.args, Recorded) and "baseline" in s.args.as_dict()]
+
+
+def test_building_steps_loads_no_pyinfra() -> None:
+    """gevent must patch the standard library before pyinfra (and the ssl and paramiko it
+    imports) is loaded; `deploy.session` builds the steps first, so the kinds import their
+    operations only when they add them."""
+    script = (
+        "import sys\nfrom pathlib import Path\nfrom sparkbase.deploy import session\n"
+        "from sparkbase.deploy.steps import build_steps\nfrom sparkbase.model.site import load_site\n"
+        f"steps = build_steps(load_site(Path({str(REPO)!r})), 'spark1')\n"
+        "print(len(steps), sorted({m.split('.')[0] for m in sys.modules} & {'pyinfra', 'paramiko', 'ssl'}))"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    count, loaded = done.stdout.split(" ", 1)
+    assert int(count) > 30 and loaded.strip() == "[]"
 
 
 def _sample(field: dataclasses.Field[Any], local: Path) -> Any:
