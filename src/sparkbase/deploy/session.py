@@ -34,7 +34,7 @@ from sparkbase.deploy.drain import (
     runs_on,
     serving_on,
 )
-from sparkbase.deploy.kinds import File, NetplanTakeover, Writes
+from sparkbase.deploy.kinds import File, MokImport, NetplanTakeover, Writes
 from sparkbase.deploy.locks import Owner, acquire_node_lock, remote_release_command
 from sparkbase.deploy.reboot import mok_enrolment, reboot_reasons, stage_command, staged
 from sparkbase.deploy.results import NodeResult, NodeStatus, OpResult, Report
@@ -308,7 +308,7 @@ class Session:
     def mok_after(prepared: Prepared, will: list[Step], signing: str | None) -> dict[str, Any]:
         """The MOK state once this run's steps ran: a `mok-import` that will run (or ran)
         leaves the signing key pending."""
-        imports = signing is not None and any(step.kind == "mok-import" for step in will)
+        imports = signing is not None and any(isinstance(step.args, MokImport) for step in will)
         if not imports or signing in prepared.mok["pending"]:
             return prepared.mok
         return {**prepared.mok, "pending": [*prepared.mok["pending"], signing]}
