@@ -41,8 +41,9 @@ class StepArgs(ABC):
 
     def __init_subclass__(cls, kind: str = "", **rest: Any) -> None:
         super().__init_subclass__(**rest)
+        if kind in KINDS:
+            raise TypeError(f"step kind {kind} declared twice ({KINDS[kind].__name__}, {cls.__name__})")
         if kind:
-            assert kind not in KINDS, f"step kind {kind} declared twice"
             cls.kind = kind
             KINDS[kind] = cls
 
