@@ -1,6 +1,7 @@
 """`sparkbase lab ...` without the emulated fleet installed (issue 23.5: the lab is its own
-distribution, `sparkbase-lab`): one line saying how to install it, exit 2, no traceback; the
-command's help still works, and `--lab-dir` on other commands needs no lab code."""
+distribution, `sparkbase-lab`, and the `lab` command is its module `sparkbase_lab.cli`): one
+line saying how to install it, exit 2, no traceback, whatever follows (its help too); the main
+help still lists it, and `--lab-dir` on other commands needs no lab code."""
 
 from __future__ import annotations
 
@@ -9,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkbase.cli.lab import NOT_INSTALLED
-from sparkbase.cli.main import main
+from sparkbase.cli.main import LAB_NOT_INSTALLED, build_parser, main
 
 
 @pytest.fixture
@@ -21,7 +21,7 @@ def no_lab(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "sparkbase_lab", None)
 
 
-ACTIONS = [["status"], ["up", "--nodes", "1"], ["down"], ["fault", "spark1", "hang"]]
+ACTIONS = [["status"], ["up", "--nodes", "1"], ["down"], ["fault", "spark1", "hang"], ["--help"], []]
 
 
 @pytest.mark.parametrize("action", ACTIONS)
@@ -31,16 +31,16 @@ def test_a_lab_action_without_the_lab_says_how_to_install_it(
     status = main(["lab", "--dir", str(tmp_path / "lab"), *action])
     out, err = capsys.readouterr()
     assert status == 2
-    assert err.strip() == NOT_INSTALLED
+    assert err.strip() == LAB_NOT_INSTALLED
     assert "pip install sparkbase-lab" in err and "Traceback" not in err and out == ""
     assert not (tmp_path / "lab").exists()
 
 
-def test_the_lab_help_needs_no_lab(no_lab: None, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_main_help_lists_the_lab_without_it(no_lab: None, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_:
-        main(["lab", "--help"])
+        main(["--help"])
     assert exit_.value.code == 0
-    assert "fault" in capsys.readouterr().out
+    assert "the emulated fleet" in capsys.readouterr().out
 
 
 def test_a_broken_lab_is_not_reported_as_missing(
@@ -51,10 +51,7 @@ def test_a_broken_lab_is_not_reported_as_missing(
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "sparkbase_lab.fleet", None)
     with pytest.raises(ModuleNotFoundError):
-        from sparkbase.cli.lab import run
-        from sparkbase.cli.main import build_parser
-
-        run(build_parser().parse_args(["lab", "--dir", str(tmp_path), "status"]))
+        build_parser(["lab", "--dir", str(tmp_path), "status"])
 
 
 def test_lab_dir_on_other_commands_reads_only_the_lab_files(

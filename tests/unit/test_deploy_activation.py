@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from sparkbase.deploy import reboot
+from sparkbase.deploy import kinds, reboot
 from sparkbase.deploy.facts import (
     NO_IMAGE,
     UNPACKED,
@@ -93,17 +93,19 @@ def test_follow_up_steps_carry_what_the_node_state_is_compared_with() -> None:
     steps = {s.kind: s for s in build_steps(site, "spark1")}
     modprobe = next(f for f in render_node(site, "spark1") if f.path == MODPROBE_PATH)
     initramfs = steps["initramfs-update"]
-    assert initramfs.args == {"release": site.baseline_of("spark1").kernel.release, "path": MODPROBE_PATH,
-                              "sha256": modprobe.sha256}
+    assert initramfs.args == kinds.InitramfsUpdate(release=site.baseline_of("spark1").kernel.release,
+                                                   path=MODPROBE_PATH, sha256=modprobe.sha256)
     assert initramfs.reboot  # a rebuilt initramfs acts at the next boot
-    links = steps["netplan-apply"].args["links"]
+    apply = steps["netplan-apply"].args
+    assert isinstance(apply, kinds.NetplanApply)
+    links = apply.links
     addresses = site.inventory.nodes["spark1"].addresses()
     assert {netdev: link["addresses"] for netdev, link in links.items() if link["addresses"]} == {
         netdev: [address] for netdev, address in addresses.items()}
     assert {link["mtu"] for link in links.values()} == {site.baseline_of("spark1").fabric.mtu}
-    assert steps["daemon-reload"].args == {"unit": site.baseline_of("spark1").cpuset.slice}
+    assert steps["daemon-reload"].args == kinds.DaemonReload(unit=site.baseline_of("spark1").cpuset.slice)
     for kind in ("initramfs-update", "netplan-apply", "daemon-reload"):
-        assert ASKS[kind](**dict(steps[kind].args)), f"{kind} reads the node's state"
+        assert ASKS[kind](**steps[kind].args.as_dict()), f"{kind} reads the node's state"
 
 
 @pytest.mark.parametrize(("lines", "expected"), [
@@ -164,9 +166,11 @@ def test_a_reboot_staged_by_a_run_that_died_before_rebooting_is_still_a_reason()
 def test_what_a_run_stages_is_noted_and_read_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "run" / "reboot-staged"
     monkeypatch.setattr(reboot, "STAGED_PATH", str(path))
-    steps = [Step("file", "a file", section="host"),
-             Step("initramfs-update", "update-initramfs (it's)", reboot=True, section="host"),
-             Step("grub-update", "update-grub $(touch /tmp/x)", reboot=True, section="kernel")]
+    grub = kinds.GrubUpdate(release="r", default_entry=None, cmdline=[], forbid=[], fallback=None, dropin="d")
+    steps = [Step(kinds.File(path="/etc/x", content="", mode=0o644), "a file", section="host"),
+             Step(kinds.InitramfsUpdate(release="r", path="/etc/modprobe.d/x.conf", sha256=None),
+                  "update-initramfs (it's)", reboot=True, section="host"),
+             Step(grub, "update-grub $(touch /tmp/x)", reboot=True, section="kernel")]
     assert staged(steps) == ["update-initramfs (it's)", "update-grub $(touch /tmp/x)"]
     for _ in range(2):  # appended; read back once each
         subprocess.run(["sh", "-c", stage_command(staged(steps))], check=True)

@@ -19,6 +19,7 @@ from lab_mok_pair import lab_mok_dir
 from sparkbase.cli.deploying import print_report
 from sparkbase.deploy.assign import with_assignment
 from sparkbase.deploy.facts import parse_dkms_builds
+from sparkbase.deploy.kinds import PackagesRetire, UnitRetire
 from sparkbase.deploy.operations import Decision, NotSparkbases, decide_swap_file
 from sparkbase.deploy.results import KEPT, NodeResult, NodeStatus, OpResult, Report
 from sparkbase.deploy.retire import (
@@ -153,21 +154,23 @@ def _retire(site: Site, node: str, baseline: str | None = None) -> list[Any]:
 def test_retire_steps_run_in_a_safe_order_with_kernel_packages_gated(site: Site) -> None:
     steps = build_steps(site, "spark1")
     kinds = [s.kind for s in steps]
-    fan = next(i for i, s in enumerate(steps) if s.args.get("unit") == "dgx-fan-control.service")
-    purges = [i for i, k in enumerate(kinds) if k == "packages-retire"]
-    assert kinds.index("hold") < fan < kinds.index("dkms-retire") < purges[0]
-    plains = [steps[i] for i in purges if steps[i].args["target_kernel"] is None]
-    kernels = [steps[i] for i in purges if steps[i].args["target_kernel"] is not None]
-    assert [steps[i] for i in purges] == [*plains, *kernels]  # no particular kernel's first
+    fan = next(i for i, s in enumerate(steps)
+               if isinstance(s.args, UnitRetire) and s.args.unit == "dgx-fan-control.service")
+    purges = [(i, s.section, s.args) for i, s in enumerate(steps) if isinstance(s.args, PackagesRetire)]
+    assert kinds.index("hold") < fan < kinds.index("dkms-retire") < purges[0][0]
+    plains = [(section, args) for _, section, args in purges if args.target_kernel is None]
+    kernels = [(section, args) for _, section, args in purges if args.target_kernel is not None]
+    # no particular kernel's first
+    assert [(section, args) for _, section, args in purges] == [*plains, *kernels]
     # one purge per section: the memory saver's build input (NVIDIA's kernel source) and the
     # fan-control package (the variant's NCCL is built into its image: no package)
-    assert [(p.section, p.args["names"]) for p in plains] == [
+    assert [(section, args.names) for section, args in plains] == [
         ("memory", ["nvidia-kernel-source-580-open"]), ("host", ["dgx-spark-fan-control"])]
-    assert all(k.section == "kernel" for k in kernels)
+    assert all(section == "kernel" for section, _ in kernels)
     running = site.baseline_of("spark1").kernel.release
-    assert [k.args["target_kernel"] for k in kernels] == [running] * 2  # the variant's and stock-pages'
-    for kernel, release in zip(kernels, ["7.0.0-1019-nvidia", "7.0.0-1019-nvidia-64k"], strict=True):
-        assert all(n.endswith(f"-{release}") for n in kernel.args["names"])
+    assert [args.target_kernel for _, args in kernels] == [running] * 2  # the variant's and stock-pages'
+    for (_, kernel), release in zip(kernels, ["7.0.0-1019-nvidia", "7.0.0-1019-nvidia-64k"], strict=True):
+        assert all(n.endswith(f"-{release}") for n in kernel.names)
     assert kinds.index("mok-dir-retire") < kinds.index("file")
     # the shipped variant pins no MOK (site to confirm): no enrolled key is known to report
     assert "mok-kept" not in kinds

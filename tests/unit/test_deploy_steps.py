@@ -9,6 +9,7 @@ import pytest
 from lab_mok_pair import lab_mok_dir
 
 from sparkbase.deploy.assign import AssignmentError, breaches_by_baseline, with_assignment
+from sparkbase.deploy.kinds import DkmsInstall, File, Hold, Packages, Upload
 from sparkbase.deploy.steps import DeployConfigError, MokFiles, build_steps
 from sparkbase.model.site import Site, load_site
 from sparkbase.render import STAMP_PATH, render_node
@@ -34,22 +35,20 @@ def test_steps_from_baseline(site: Site, case_file: Path) -> None:
 
 def test_every_rendered_file_is_put_byte_for_byte_and_the_stamp_last(site: Site) -> None:
     steps = build_steps(site, "spark1")
-    files = {s.args["path"]: s.args for s in steps if s.kind == "file"}
+    files = [s.args for s in steps if isinstance(s.args, File)]
     rendered = render_node(site, "spark1")
-    assert {f.path: (f.content, f.mode) for f in rendered} == {
-        p: (a["content"], a["mode"]) for p, a in files.items()
-    }
-    assert steps[-1].kind == "file" and steps[-1].args["path"] == STAMP_PATH
+    assert {f.path: (f.content, f.mode) for f in rendered} == {a.path: (a.content, a.mode) for a in files}
+    assert steps[-1].args == files[-1] and files[-1].path == STAMP_PATH
 
 
 def test_packages_are_the_baselines_pins_at_exact_versions(site: Site) -> None:
     steps = build_steps(site, "spark1")
-    pins = [pin for s in steps if s.kind == "packages" for pin in s.args["pins"]]
+    pins = [pin for s in steps if isinstance(s.args, Packages) for pin in s.args.pins]
     assert pins == [f"{p.name}={p.version}" for p in site.baseline_of("spark1").packages()]
     by_section = site.baseline_of("spark1").pins_by_section()
-    assert [(s.section, s.args["pins"]) for s in steps if s.kind == "packages"] == [
+    assert [(s.section, s.args.pins) for s in steps if isinstance(s.args, Packages)] == [
         (section, [f"{p.name}={p.version}" for p in pins]) for section, pins in by_section.items()]
-    assert [s.args["names"] for s in steps if s.kind == "hold"] == [
+    assert [s.args.names for s in steps if isinstance(s.args, Hold)] == [
         [p.name for p in pins] for pins in by_section.values()]
 
 
@@ -57,7 +56,7 @@ def test_dkms_builds_for_the_target_kernel_before_files_and_reboot(site: Site) -
     variant = with_assignment(site, ["spark2"], "ds41f-7x-64k")
     steps = build_steps(variant, "spark2", LAB_MOK)
     dkms = next(s for s in steps if s.kind == "dkms-install")
-    assert dkms.args["kernel"] == "7.0.0-1019-nvidia-64k"
+    assert isinstance(dkms.args, DkmsInstall) and dkms.args.kernel == "7.0.0-1019-nvidia-64k"
     assert dkms.reboot
     kinds = [s.kind for s in steps]
     assert kinds.index("mok-import") < kinds.index("dkms-install") < kinds.index("grub-update")
@@ -66,8 +65,8 @@ def test_dkms_builds_for_the_target_kernel_before_files_and_reboot(site: Site) -
 def test_private_key_step_is_secret_and_never_carries_content(site: Site) -> None:
     variant = with_assignment(site, ["spark2"], "ds41f-7x-64k")
     secret = [s for s in build_steps(variant, "spark2", LAB_MOK) if s.secret]
-    assert [s.args["mode"] for s in secret] == [0o600]
-    assert "content" not in secret[0].args
+    assert [(type(s.args), s.args.mode) for s in secret if isinstance(s.args, Upload)] == [(Upload, 0o600)]
+    assert len(secret) == 1 and "content" not in secret[0].args.as_dict()
     assert LAB_MOK.private_key.read_text()[:40] not in json.dumps(secret[0].summary())
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from sparkbase.deploy import kinds
 from sparkbase.deploy.facts import (
     boot_state,
     dkms_state,
@@ -184,9 +185,9 @@ def test_reboot_reasons_come_from_what_runs_not_only_from_this_run() -> None:
     assert boot_mismatches(baseline, staged) == [
         "running kernel 6.17.0-1008-nvidia, baseline wants 6.17.0-1032-nvidia"
     ]
-    grub = Step("file", "grub drop-in", {"path": "/etc/default/grub.d/60-sparkbase.cfg"}, reboot=True,
-                section="kernel")
-    thp = Step("thp", "thp", section="memory")
+    grub = Step(kinds.File(path="/etc/default/grub.d/60-sparkbase.cfg", content="", mode=0o644),
+                "grub drop-in", reboot=True, section="kernel")
+    thp = Step(kinds.Thp(value="never"), "thp", section="memory")
     assert reboot_reasons(baseline, running, mok, [grub, thp]) == ["grub drop-in changes"]
     drm = {**running, "drm_modeset": "Y"}
     assert "nvidia_drm modeset=Y loaded, baseline wants N" in reboot_reasons(baseline, drm, mok, [])

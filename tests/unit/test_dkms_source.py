@@ -16,6 +16,7 @@ from lab_mok_pair import lab_mok_dir
 
 from sparkbase.deploy.assign import with_assignment
 from sparkbase.deploy.facts import parse_dkms_source
+from sparkbase.deploy.kinds import DkmsSource
 from sparkbase.deploy.operations.dkms import decide_dkms_source, place_source_script
 from sparkbase.deploy.sources import LAB_MIRROR, source_mirror
 from sparkbase.deploy.steps import MokFiles, build_steps
@@ -78,10 +79,9 @@ def test_the_source_step_comes_before_the_build_and_fetches_from_the_mirror(site
     kinds = [s.kind for s in steps]
     source = steps[kinds.index("dkms-source")]
     assert kinds.index("packages") < kinds.index("dkms-source") < kinds.index("dkms-install")
-    assert dict(source.args) == {"dkms_name": NAME, "version": VERSION, "url": URL, "sha256": SHA,
-                                 "baseline": VARIANT}
-    upstream = next(s for s in build_steps(variant, "spark2", mok) if s.kind == "dkms-source")
-    assert upstream.args["url"] == ("https://github.com/christopherowen/dgx-spark-memory-saver/archive/"
+    assert source.args == DkmsSource(dkms_name=NAME, version=VERSION, url=URL, sha256=SHA, baseline=VARIANT)
+    upstream = next(s.args for s in build_steps(variant, "spark2", mok) if isinstance(s.args, DkmsSource))
+    assert upstream.url == ("https://github.com/christopherowen/dgx-spark-memory-saver/archive/"
                                     "2dd6ef107616ef13f1c7f87817c07e5aabc9199e.tar.gz")
 
 

@@ -13,7 +13,8 @@ from lab_mok_pair import lab_mok_dir
 
 from sparkbase.deploy.assign import with_assignment
 from sparkbase.deploy.facts import BootState, FileState, FileText, MokState
-from sparkbase.deploy.pyinfra_deploy import ADDERS, ASKS, asks_for
+from sparkbase.deploy.kinds import KINDS, File, Upload
+from sparkbase.deploy.pyinfra_deploy import ASKS, asks_for
 from sparkbase.deploy.steps import MokFiles, build_steps
 from sparkbase.model.site import Site, load_site
 
@@ -27,7 +28,7 @@ def site() -> Site:
 
 
 def test_every_step_kind_says_what_its_operation_reads() -> None:
-    assert set(ASKS) == set(ADDERS)
+    assert set(ASKS) == set(KINDS)
 
 
 @pytest.mark.parametrize("case_file", CASES, ids=[c.stem for c in CASES])
@@ -39,8 +40,8 @@ def test_the_asks_of_every_deploy_case(site: Site, case_file: Path) -> None:
     asks = asks_for(steps)
     assert [ask.cls for ask in asks[:2]] == [BootState, MokState]
     assert all(ask.batchable() for ask in asks)
-    files = [str(s.args["path"]) for s in steps if s.kind == "file"]
-    uploads = [str(s.args["path"]) for s in steps if s.kind == "upload"]
+    files = [s.args.path for s in steps if isinstance(s.args, File)]
+    uploads = [s.args.path for s in steps if isinstance(s.args, Upload)]
     read = {(ask.cls, dict(ask.kwargs).get("path")) for ask in asks}
     assert {(FileState, path) for path in files + uploads} <= read
     assert {(FileText, path) for path in files} <= read

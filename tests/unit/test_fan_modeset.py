@@ -9,6 +9,15 @@ from typing import Any
 import pytest
 from test_audit_support import shipped
 
+from sparkbase.deploy.kinds import (
+    DkmsInstall,
+    DkmsRetire,
+    File,
+    FileRetire,
+    ModesetPurge,
+    ModesetRestore,
+    UnitEnabled,
+)
 from sparkbase.deploy.operations import APT_INSTALL
 from sparkbase.deploy.operations.modeset import UPDATE_INITRAMFS, decide_modeset_purge, decide_modeset_restore
 from sparkbase.deploy.retire import decide_file_retire
@@ -69,18 +78,18 @@ def test_variant_steps_sign_both_modules_then_purge_after_the_files(site: Site) 
     from sparkbase.deploy.assign import with_assignment
 
     steps = build_steps(with_assignment(site, ["spark1"], VARIANT), "spark1", LAB_MOK)
-    dkms = [s for s in steps if s.kind == "dkms-install"]
-    assert [s.args["dkms_name"] for s in dkms] == ["dgx-spark-memory-saver", "dgx-spark-fan-control"]
-    assert all(s.reboot and s.args["baseline"] == VARIANT for s in dkms)
+    dkms = [(s.reboot, s.args) for s in steps if isinstance(s.args, DkmsInstall)]
+    assert [args.dkms_name for _, args in dkms] == ["dgx-spark-memory-saver", "dgx-spark-fan-control"]
+    assert all(reboot and args.baseline == VARIANT for reboot, args in dkms)
     kinds = _kinds(steps)
     purge = steps[kinds.index("modeset-purge")]
-    assert purge.args == {"package": PURGE, "baseline": VARIANT} and purge.reboot
+    assert purge.args == ModesetPurge(package=PURGE, baseline=VARIANT) and purge.reboot
     stamp = "/etc/sparkbase/stamp.json"
-    last_file = max(i for i, k in enumerate(kinds) if k == "file" and steps[i].args["path"] != stamp)
+    last_file = max(i for i, s in enumerate(steps) if isinstance(s.args, File) and s.args.path != stamp)
     assert last_file < kinds.index("modeset-purge") < kinds.index("initramfs-update")
     assert steps[kinds.index("initramfs-update")].after_change_of == "/etc/modprobe.d/sparkbase.conf"
     assert "modeset-restore" not in kinds and "file-retire" not in kinds
-    enabled = [s.args["unit"] for s in steps if s.kind == "unit-enabled" and s.section == "host"]
+    enabled = [s.args.unit for s in steps if isinstance(s.args, UnitEnabled) and s.section == "host"]
     assert enabled == ["dgx-fan-control.service"]
 
 
@@ -88,7 +97,7 @@ def test_stock_pages_signs_the_fan_module_without_a_memory_saver(site: Site) -> 
     from sparkbase.deploy.assign import with_assignment
 
     steps = build_steps(with_assignment(site, ["spark1"], STOCK_PAGES), "spark1", LAB_MOK)
-    assert [s.args["dkms_name"] for s in steps if s.kind == "dkms-install"] == ["dgx-spark-fan-control"]
+    assert [s.args.dkms_name for s in steps if isinstance(s.args, DkmsInstall)] == ["dgx-spark-fan-control"]
     assert "mok-import" in _kinds(steps)
 
 
@@ -96,11 +105,10 @@ def test_moving_back_to_the_site_retires_fan_control_and_restores_the_override(s
     steps = build_steps(site, "spark1", LAB_MOK)
     kinds = _kinds(steps)
     retire = steps[kinds.index("file-retire")]
-    assert retire.args == {"path": MODULES_LOAD}
-    assert ("dgx-spark-fan-control", "0.1.3") in [(s.args["dkms_name"], s.args["version"])
-                                                  for s in steps if s.kind == "dkms-retire"]
+    assert retire.args == FileRetire(path=MODULES_LOAD)
+    assert DkmsRetire(dkms_name="dgx-spark-fan-control", version="0.1.3") in [s.args for s in steps]
     restore = steps[kinds.index("modeset-restore")]
-    assert restore.args == {"package": PURGE} and restore.reboot
+    assert restore.args == ModesetRestore(package=PURGE) and restore.reboot
     assert kinds.index("unit-retire") < kinds.index("dkms-retire") < kinds.index("file")
     assert kinds.index("modeset-restore") < kinds.index("initramfs-update")
     assert "modeset-purge" not in kinds and "dkms-install" not in kinds

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkbase_lab import faults, image
+from sparkbase_lab import image
 from sparkbase_lab.shims import cmd_secureboot, cmd_systemd, modfile
 
 REAL = Path(__file__).parent.parent / "fixtures" / "real"
@@ -135,12 +135,6 @@ def test_dgx_release_has_the_real_shape() -> None:
 
     assert shape(ours) == shape(real)
     assert 'DGX_OTA_VERSION="7.' in ours and ours != image.dgx_release("spark2")
-
-
-def test_the_cli_offers_every_fault() -> None:
-    from sparkbase.cli.lab import FAULT_KINDS
-
-    assert FAULT_KINDS == faults.KINDS
 
 
 def test_nvidia_smi_summary_is_the_real_gb10_table() -> None:

@@ -20,6 +20,7 @@ from sparkbase.audit.expected import expected_for
 from sparkbase.audit.run import judge_node
 from sparkbase.cli.main import main
 from sparkbase.deploy.assign import with_assignment
+from sparkbase.deploy.kinds import AptUpdate, DkmsInstall, File, Packages, PackagesRetire
 from sparkbase.deploy.reboot import reboot_reasons
 from sparkbase.deploy.steps import MokFiles, Step, build_steps
 from sparkbase.facts.model import NodeFacts
@@ -80,7 +81,7 @@ def test_every_step_of_the_shipped_baselines_belongs_to_one_section(
     steps = _steps(shipped, node, baseline, mok)
     *sectioned, stamp = steps
     assert {step.kind for step in sectioned if step.section not in SECTIONS} == set()
-    assert (stamp.kind, stamp.args["path"], stamp.section) == ("file", STAMP_PATH, None)
+    assert isinstance(stamp.args, File) and (stamp.args.path, stamp.section) == (STAMP_PATH, None)
     assert len({s.section for s in sectioned}) >= 6  # the mapping is really used, not one bucket
 
 
@@ -98,9 +99,9 @@ def test_one_managed_section_builds_exactly_its_steps(
     assert [(s.kind, s.name) for s in alone if s.section == section and s.kind != "apt-update"] == own
     assert {s.section for s in alone} <= {section, None}
     assert [s.kind for s in alone if s.section is None] == ["file"]  # the stamp, last
-    assert alone[-1].args["path"] == STAMP_PATH
+    assert isinstance(alone[-1].args, File) and alone[-1].args.path == STAMP_PATH
     pins = shipped.baselines[name].pins_by_section().get(section, [])
-    assert [s.args["pins"] for s in alone if s.kind == "apt-update"] == (
+    assert [s.args.pins for s in alone if isinstance(s.args, AptUpdate)] == (
         [[f"{p.name}={p.version}" for p in pins]] if pins else [])
 
 
@@ -147,7 +148,7 @@ def test_a_managed_section_signs_its_module_with_the_key_the_site_keeps(site_wit
     site = with_assignment(site_with({VARIANT: ["memory"]}), ["spark2"], VARIANT)
     steps = build_steps(site, "spark2", None)
     assert [s.kind for s in steps if s.kind in ("directory", "upload", "mok-import")] == []
-    assert [s.args["module"] for s in steps if s.kind == "dkms-install"] == ["nvidia_uvm"]
+    assert [s.args.module for s in steps if isinstance(s.args, DkmsInstall)] == ["nvidia_uvm"]
 
 
 def _judged(site: Site, drift: Callable[[NodeFacts], NodeFacts] | None = None
@@ -244,13 +245,13 @@ def test_a_site_provided_library_is_checked_never_pinned(site_with: SiteWith, si
     library = site.baselines[SITE_BASELINE].nccl.library
     assert (library.provided_by, library.package, library.pin()) == ("site", None, None)
     steps = build_steps(site, "spark1")
-    pinned = [pin for s in steps if s.kind == "packages" for pin in s.args["pins"]]
+    pinned = [pin for s in steps if isinstance(s.args, Packages) for pin in s.args.pins]
     assert pinned and not [pin for pin in pinned if pin.startswith("nccl-site-ring4=")]
     assert "nccl" not in {s.section for s in steps if s.kind in ("packages", "hold")}
     # a library another baseline installs from a package is that baseline's to retire, unless
     # that package ships the very file this baseline takes as the site's (the variant's own
     # site-ring4 package at the same path: purging it would delete the library lanes load)
-    retired = [s.args["names"] for s in steps if s.kind == "packages-retire" and s.section == "nccl"]
+    retired = [s.args.names for s in steps if isinstance(s.args, PackagesRetire) and s.section == "nccl"]
     assert retired == [["libnccl2"]]
     variant = site.baselines[STOCK_PAGES].nccl.library
     assert (variant.package, variant.path) == ("libnccl2", "/usr/lib/aarch64-linux-gnu/libnccl.so.2.28.9")

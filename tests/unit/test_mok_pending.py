@@ -13,6 +13,7 @@ import pytest
 from test_audit_support import converged_node, shipped
 
 from sparkbase.audit.run import judge_node
+from sparkbase.deploy import kinds
 from sparkbase.deploy.reboot import module_mismatches, mok_enrolment, reboot_reasons
 from sparkbase.deploy.results import NodeResult, NodeStatus, Report
 from sparkbase.deploy.steps import Step
@@ -101,7 +102,8 @@ def test_a_reboot_does_not_load_what_a_pending_key_signed(site: Site) -> None:
     assert module_mismatches(baseline, boot, enrolled, KEY) == ["nvidia_uvm is not loaded",
                                                                 "dgx_ec_fan_control is not loaded"]
     assert mok_enrolment(baseline, enrolled, KEY) is None
-    staged = Step("mok-import", "enrol", reboot=True, section="secure_boot")
+    staged = Step(kinds.MokImport(certificate="/var/lib/shim-signed/mok/MOK.der", fingerprint=KEY), "enrol",
+                  reboot=True, section="secure_boot")
     assert reboot_reasons(baseline, boot, mok, [staged], KEY) == ["enrol changes"]
 
 

@@ -93,12 +93,13 @@ def test_callbacks_for_a_host_without_the_operation_say_nothing() -> None:
     whose baseline has fewer steps: its progress and failures must not break the run."""
     from types import SimpleNamespace
 
+    from sparkbase.deploy.kinds import File
     from sparkbase.deploy.pyinfra_deploy import AddedOp
     from sparkbase.deploy.session import Prepared, Session, _callbacks
     from sparkbase.deploy.steps import Step
 
     meta = OperationMeta("h1", is_change=True)
-    step = Step("file", "file /etc/nccl.conf", {"path": "/etc/nccl.conf"}, section="nccl")
+    step = Step(File(path="/etc/nccl.conf", content="", mode=0o644), "file /etc/nccl.conf", section="nccl")
     said: list[str] = []
     session = Session.__new__(Session)
     session.state = StubState({"spark1": {"h1": SimpleNamespace(operation_meta=meta)}, "spark2": {}})  # type: ignore[assignment]

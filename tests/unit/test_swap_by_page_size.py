@@ -17,6 +17,7 @@ from test_audit_support import converged_node, shipped
 
 from sparkbase.audit.run import judge_node
 from sparkbase.deploy.assign import with_assignment
+from sparkbase.deploy.kinds import DaemonReload, File, FileRetire, FstabLineAbsent, UnitEnabled, UnitRetire
 from sparkbase.deploy.steps import MokFiles, build_steps
 from sparkbase.facts.model import SwapEntry, UnitState
 from sparkbase.model.baseline import Baseline
@@ -167,19 +168,22 @@ def test_apply_makes_the_file_drops_the_old_line_and_enables_the_unit(site: Site
     steps = build_steps(with_assignment(site, ["spark1"], VARIANT), "spark1", LAB_MOK)
     kinds = [s.kind for s in steps]
     assert "fstab-line" not in kinds
-    absent = steps[kinds.index("fstab-line-absent")]
-    match = str(absent.args["match"])
+    absent = steps[kinds.index("fstab-line-absent")].args
+    assert isinstance(absent, FstabLineAbsent)
+    match = absent.match
     assert re.fullmatch(match, "/swap-64k.img none swap sw 0 0")  # what sparkbase 1.4.0 wrote
     for other in ("/swap-64k.img none swap sw,pri=5 0 0", "/swap-64k.img\tnone\tswap\tsw\t0\t0",
                   "#/swap-64k.img none swap sw 0 0", "/swap-64kXimg none swap sw 0 0"):
         assert not re.fullmatch(match, other), other  # anything else is the site's line
-    reload = next(s for s in steps if s.kind == "daemon-reload" and s.args["unit"] == BOOT_SWAP_UNIT)
+    reload = next(s for s in steps if s.args == DaemonReload(unit=BOOT_SWAP_UNIT))
     assert reload.after_change_of == UNIT_FILE and reload.section == "memory"
-    enable = next(s for s in steps if s.kind == "unit-enabled" and s.args["unit"] == BOOT_SWAP_UNIT)
-    assert enable.section == "memory" and enable.args["baseline"] == VARIANT  # recorded
+    # recorded, under the baseline's name
+    enable = next(s for s in steps if s.args == UnitEnabled(unit=BOOT_SWAP_UNIT, baseline=VARIANT))
+    assert enable.section == "memory"
     order = [kinds.index("swap-file"), kinds.index("swapon"), steps.index(reload), steps.index(enable)]
     assert order == sorted(order)
-    assert max(i for i, s in enumerate(steps) if s.kind == "file" and s.args["path"] == UNIT_FILE) < order[2]
+    unit_file = max(i for i, s in enumerate(steps) if isinstance(s.args, File) and s.args.path == UNIT_FILE)
+    assert unit_file < order[2]
 
 
 @pytest.mark.parametrize("name", [SITE_BASELINE, STOCK_PAGES])
@@ -187,8 +191,8 @@ def test_other_baselines_nodes_retire_the_unit_then_its_files(site: Site, name: 
     assert foreign_for(site, name).boot_swap == (VARIANT,)
     assert foreign_for(site, VARIANT).boot_swap == ()
     steps = build_steps(with_assignment(site, ["spark1"], name), "spark1", LAB_MOK)
-    retired = [(s.kind, s.args["unit"] if s.kind == "unit-retire" else s.args["path"], s.section)
-               for s in steps if s.kind in ("unit-retire", "file-retire") and s.section == "memory"]
+    retired = [(s.kind, s.args.unit if isinstance(s.args, UnitRetire) else s.args.path, s.section)
+               for s in steps if isinstance(s.args, UnitRetire | FileRetire) and s.section == "memory"]
     assert retired == [("unit-retire", BOOT_SWAP_UNIT, "memory"), ("file-retire", UNIT_FILE, "memory"),
                        ("file-retire", BOOT_SWAP_SCRIPT, "memory")]
 

@@ -17,7 +17,6 @@ import sys
 import time
 import traceback
 from collections.abc import Sequence
-from importlib.util import find_spec
 from pathlib import Path
 from typing import IO
 
@@ -45,8 +44,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "triggers": ("triggers", "evaluate the re-open triggers with evidence"),
     "capture": ("capture", "write a baseline read from a live node, each value marked captured"),
     "adopt": ("adopt", "write a complete site read from a running fleet; list what no node can tell"),
-    "lab": ("lab", "the emulated fleet: four DGX Sparks on this machine"),
 }
+#: the emulated fleet's command: its module is the lab's own (`sparkbase-lab`, a distribution
+#: of its own so that a site's install holds no emulator), listed here by name only
+LAB_COMMAND = ("lab", "sparkbase_lab.cli", "the emulated fleet: four DGX Sparks on this machine")
+#: what `sparkbase lab ...` says when the lab's distribution is not installed
+LAB_NOT_INSTALLED = ("sparkbase lab: the emulated fleet is not installed: pip install sparkbase-lab "
+                     "(in a checkout: ./scripts/bootstrap)")
 
 EXIT_CODES = """\
 exit status:
@@ -120,16 +124,17 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     add_global_options(parser, with_defaults=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     wanted = None if argv is None else invoked_command(argv)
-    for name, (module_name, help_text) in COMMANDS.items():
+    modules = [(name, f"sparkbase.cli.{module}", help_text) for name, (module, help_text) in COMMANDS.items()]
+    for name, module_name, help_text in [*modules, LAB_COMMAND]:
         if argv is not None and name != wanted:
-            if _available(module_name):
-                sub.add_parser(name, help=help_text)  # listed; never parsed on this run
+            sub.add_parser(name, help=help_text)  # listed; never parsed on this run
             continue
         try:
-            module = importlib.import_module(f"sparkbase.cli.{module_name}")
+            module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
-            if exc.name != f"sparkbase.cli.{module_name}":
-                raise
+            if name != LAB_COMMAND[0] or exc.name not in ("sparkbase_lab", module_name):
+                raise  # a product module missing, or the lab installed but broken
+            _add_lab_not_installed(sub, help_text)
             continue
         command = sub.add_parser(
             name,
@@ -144,10 +149,20 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def _available(module_name: str) -> bool:
-    """Whether the command module `sparkbase.cli.<module_name>` is installed (found, not
-    imported)."""
-    return find_spec(f"sparkbase.cli.{module_name}") is not None
+def _add_lab_not_installed(sub: argparse._SubParsersAction[argparse.ArgumentParser], help_text: str) -> None:
+    """`sparkbase lab ...` without the lab installed: whatever follows, one line saying how
+    to install it, exit 2."""
+
+    def not_installed(_: argparse.Namespace) -> int:
+        print(LAB_NOT_INSTALLED, file=sys.stderr)
+        return 2
+
+    # no option prefix of its own: every word after `lab` (`--help`, `--dir X` included) is
+    # taken as it comes, never refused as an unknown option
+    command = sub.add_parser(LAB_COMMAND[0], help=help_text, description=LAB_NOT_INSTALLED, add_help=False,
+                             prefix_chars="\0")
+    command.add_argument("words", nargs=argparse.REMAINDER)
+    command.set_defaults(_run=not_installed)
 
 
 def restrict_umask() -> None:

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Protocol
 
-from sparkbase.deploy.steps import Step
 from sparkbase.model.baseline import Baseline
 from sparkbase.policy.mok import PendingEnrolment, pending_enrolment
 from sparkbase.render import kernel_cmdline
@@ -21,6 +20,17 @@ from sparkbase.render import kernel_cmdline
 #: what an apply has staged for the next boot (step names, one a line): written before it
 #: runs a step that acts only after a reboot, in /run so that the reboot itself clears it
 STAGED_PATH = "/run/sparkbase/reboot-staged"
+
+
+class Change(Protocol):
+    """What this module reads of a step that will change a node: a `steps.Step`, not imported
+    here (steps -> kinds -> operations -> facts -> `STAGED_PATH` here would be a cycle)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def reboot(self) -> bool: ...
 
 
 def _flag(value: bool) -> str:
@@ -88,7 +98,7 @@ def module_mismatches(baseline: Baseline, boot: dict[str, Any], mok: dict[str, A
 
 
 def reboot_reasons(
-    baseline: Baseline, boot: dict[str, Any], mok: dict[str, Any], changing: Iterable[Step],
+    baseline: Baseline, boot: dict[str, Any], mok: dict[str, Any], changing: Iterable[Change],
     signing: str | None = None,
 ) -> list[str]:
     """Every reason the node needs a reboot to run its baseline (empty: no reboot): what it
@@ -103,7 +113,7 @@ def reboot_reasons(
     return list(dict.fromkeys(reasons))
 
 
-def staged(changing: Iterable[Step]) -> list[str]:
+def staged(changing: Iterable[Change]) -> list[str]:
     """What running `changing` stages for the next boot: the steps that act after a reboot."""
     return [step.name for step in changing if step.reboot]
 

@@ -34,11 +34,12 @@ from sparkbase.deploy.drain import (
     runs_on,
     serving_on,
 )
+from sparkbase.deploy.kinds import File, MokImport, NetplanTakeover, Writes
 from sparkbase.deploy.locks import Owner, acquire_node_lock, remote_release_command
 from sparkbase.deploy.reboot import mok_enrolment, reboot_reasons, stage_command, staged
 from sparkbase.deploy.results import NodeResult, NodeStatus, OpResult, Report
 from sparkbase.deploy.sources import source_mirror
-from sparkbase.deploy.steps import WRITING_KINDS, MokFiles, Step, build_steps, signing_key
+from sparkbase.deploy.steps import MokFiles, Step, build_steps, signing_key
 from sparkbase.model.site import Site
 from sparkbase.transport import FailureKind, NodeFailure, SshTarget, TransportError, ssh_targets
 from sparkbase.transport.feeds import pyinfra_host_data
@@ -208,12 +209,12 @@ class Session:
                 for op in added:
                     if not op.meta.will_change:
                         continue
-                    path = str(op.step.args.get("path", ""))
-                    if op.step.kind == "file":
-                        old = fact(FileText, path=path)
-                        prepared.diffs[path] = _unified(path, old, str(op.step.args["content"]))
-                    elif op.step.kind == "netplan-takeover":
-                        prepared.diffs[path] = takeover_diff(path, op.step.args["fabric"])
+                    args = op.step.args
+                    if isinstance(args, File):
+                        old = fact(FileText, path=args.path)
+                        prepared.diffs[args.path] = _unified(args.path, old, args.content)
+                    elif isinstance(args, NetplanTakeover):
+                        prepared.diffs[args.path] = takeover_diff(args.path, args.fabric)
         logging.getLogger(__name__).debug(
             "%s: facts read in %d batch round trip(s) (%d answers) and %d single one(s) %s; %d served "
             "from the memo; not answered in the batch: %s; read, never asked: %s", node, stats.batches,
@@ -280,9 +281,9 @@ class Session:
                 status = "would change" if meta.will_change else "unchanged"
             if meta.will_change:
                 will.append(op.step)
-            diff = [] if op.step.secret else prepared.diffs.get(str(op.step.args.get("path", "")), [])
-            if op.step.kind not in WRITING_KINDS:
-                diff = []
+            diff: list[str] = []
+            if isinstance(op.step.args, Writes) and not op.step.secret:
+                diff = prepared.diffs.get(op.step.args.path, [])
             out.operations.append(OpResult(op.step.name, op.step.kind, status, op.reason, diff,
                                            op.step.section))
         signing = signing_key(baseline, self.options.mok)
@@ -307,7 +308,7 @@ class Session:
     def mok_after(prepared: Prepared, will: list[Step], signing: str | None) -> dict[str, Any]:
         """The MOK state once this run's steps ran: a `mok-import` that will run (or ran)
         leaves the signing key pending."""
-        imports = signing is not None and any(step.kind == "mok-import" for step in will)
+        imports = signing is not None and any(isinstance(step.args, MokImport) for step in will)
         if not imports or signing in prepared.mok["pending"]:
             return prepared.mok
         return {**prepared.mok, "pending": [*prepared.mok["pending"], signing]}

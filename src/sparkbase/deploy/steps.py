@@ -1,10 +1,10 @@
 """From a node's baseline to the ordered list of things the deploy must ensure.
 
-A `Step` is plain data: a kind (which operation ensures it), a name a person reads in a
-plan, the operation's arguments and the baseline section it belongs to. Building steps
-needs no host and no pyinfra, so the whole deploy order is tested as data
-(`tests/unit/deploy_cases/`). Every setting comes from the typed baseline and the renderer:
-nothing here repeats a value.
+A `Step` is plain data: its kind's typed arguments (`sparkbase.deploy.kinds`: the kind
+adds the operation that ensures it), a name a person reads in a plan and the baseline
+section it belongs to. Building steps needs no host and loads no pyinfra, so the whole
+deploy order is tested as data (`tests/unit/deploy_cases/`). Every setting comes from the
+typed baseline and the renderer: nothing here repeats a value.
 
 Every step belongs to exactly one section of the baseline (`Step.section`, see
 `sparkbase.model.sections`), the stamp alone to none (sparkbase's own record, written when
@@ -18,11 +18,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sparkbase.deploy import kinds
 from sparkbase.model.boot_swap import BOOT_SWAP_SCRIPT, BOOT_SWAP_UNIT, BOOT_SWAP_UNIT_FILE
 from sparkbase.model.dgxos import GOVERNOR_UNIT, NVME_COALESCING_UNIT
 from sparkbase.model.sections import SECTIONS
@@ -51,14 +51,6 @@ if TYPE_CHECKING:
 
 #: the display manager alias every desktop image enables (gdm3, lightdm, ...)
 DISPLAY_MANAGER_UNIT = "display-manager.service"
-#: step kinds whose operation records what it creates on the node, under the baseline's name
-#: (`sparkbase.policy.ownership`): only recorded things are ever retired
-RECORDING_KINDS = frozenset({"packages", "directory", "upload", "dkms-source", "dkms-install", "file",
-                             "swap-file", "factory-swap", "modeset-purge",
-                             "unit-enabled", "nvme-coalescing", "netplan-takeover"})
-#: step kinds that write a whole file, or their part of one, at `args["path"]` (a later
-#: follow-up step may name the path in `after_change_of`)
-WRITING_KINDS = frozenset({"file", "netplan-takeover"})
 
 
 class DeployConfigError(ValueError):
@@ -87,9 +79,9 @@ class MokFiles:
 class Step:
     """One thing the deploy ensures on a node, in order."""
 
-    kind: str
+    #: the kind's arguments (their class is the kind)
+    args: kinds.StepArgs
     name: str
-    args: Mapping[str, Any] = field(default_factory=dict)
     #: a change made by this step only takes effect after a reboot
     reboot: bool = False
     #: the step handles a secret: never diff, print or log its content
@@ -99,10 +91,15 @@ class Step:
     #: the baseline section the step belongs to (None: the stamp, sparkbase's own record)
     section: Section | None = field(kw_only=True)
 
+    @property
+    def kind(self) -> str:
+        """The kind's name (`kinds.KINDS`), as plans and results show it."""
+        return self.args.kind
+
     def summary(self) -> dict[str, Any]:
         """The step as JSON-able data with file contents replaced by their sha256."""
         args: dict[str, Any] = {}
-        for key, value in sorted(self.args.items()):
+        for key, value in sorted(self.args.as_dict().items()):
             if key == "content":
                 args["sha256"] = hashlib.sha256(str(value).encode()).hexdigest()
             else:
@@ -135,18 +132,21 @@ def build_steps(site: Site, node: str, mok: MokFiles | None = None, mirror: str 
         *_modeset_steps(foreign, baseline),
         *_activation_steps(baseline, files, site.inventory.nodes[node].addresses()),
         *_swap_steps(site, baseline),
-        Step("thp", f"transparent hugepages {baseline.memory.transparent_hugepages} (live)",
-             {"value": baseline.memory.transparent_hugepages}, section="memory"),
+        Step(kinds.Thp(value=baseline.memory.transparent_hugepages),
+             f"transparent hugepages {baseline.memory.transparent_hugepages} (live)", section="memory"),
         *_service_steps(baseline),
         *(_file_step(f) for f in files if f.path == STAMP_PATH),
     ]
     built = [step for step in steps if step.section is None or baseline.manages(step.section)]
-    return [_recorded_as(step, name) if step.kind in RECORDING_KINDS else step for step in built]
+    return [_recorded_as(step, name) for step in built]
 
 
 def _recorded_as(step: Step, baseline: str) -> Step:
-    """The step, telling its operation which baseline to record what it creates under."""
-    return dataclasses.replace(step, args={**step.args, "baseline": baseline})
+    """The step, telling its operation which baseline to record what it creates under (when
+    it records: `kinds.Recorded`)."""
+    if not isinstance(step.args, kinds.Recorded):
+        return step
+    return dataclasses.replace(step, args=dataclasses.replace(step.args, baseline=baseline))
 
 
 def _package_steps(baseline: Baseline) -> list[Step]:
@@ -158,14 +158,13 @@ def _package_steps(baseline: Baseline) -> list[Step]:
         return []
     every = [_pin_text(pin) for pins in by_section.values() for pin in pins]
     first = next(iter(by_section))
-    steps = [Step("apt-update", "apt-get update (only when a pin is missing)", {"pins": every},
-                  section=first)]
+    steps = [Step(kinds.AptUpdate(pins=every), "apt-get update (only when a pin is missing)", section=first)]
     for section, pins in by_section.items():
         count = f"{len(pins)} pinned packages at exact versions" if len(pins) > 1 else \
             "1 pinned package at its exact version"
         steps += [
-            Step("packages", f"{section}: {count}", {"pins": [_pin_text(p) for p in pins]}, section=section),
-            Step("hold", f"{section}: hold its pinned packages", {"names": [pin.name for pin in pins]},
+            Step(kinds.Packages(pins=[_pin_text(p) for p in pins]), f"{section}: {count}", section=section),
+            Step(kinds.Hold(names=[pin.name for pin in pins]), f"{section}: hold its pinned packages",
                  section=section),
         ]
     return steps
@@ -192,17 +191,18 @@ def retire_steps(foreign: Foreign, baseline: Baseline) -> list[Step]:
     reboot), so neither the running kernel nor the next one to boot is ever removed.
     """
     steps = [
-        Step("unit-retire", f"retire: {unit} disabled and stopped (run only by {_owners(owners)})",
-             {"unit": unit}, section="host")
+        Step(kinds.UnitRetire(unit=unit), f"retire: {unit} disabled and stopped (run only by "
+             f"{_owners(owners)})", section="host")
         for unit, owners in foreign.services
     ]
     steps += [
-        Step("dkms-retire", f"retire: dkms remove {d.name}/{d.version} --all ({_owners(d.baselines)}'s "
-             "module)", {"dkms_name": d.name, "version": d.version}, section=d.section)
+        Step(kinds.DkmsRetire(dkms_name=d.name, version=d.version),
+             f"retire: dkms remove {d.name}/{d.version} --all ({_owners(d.baselines)}'s module)",
+             section=d.section)
         for d in foreign.dkms
     ]
     steps += [
-        Step("file-retire", f"retire: {path} (rendered only by {_owners(owners)})", {"path": path},
+        Step(kinds.FileRetire(path=path), f"retire: {path} (rendered only by {_owners(owners)})",
              section="host")
         for path, owners in foreign.files
     ]
@@ -216,9 +216,9 @@ def _retire_boot_swap(owners: tuple[str, ...]) -> list[Step]:
     if not owners:
         return []
     return [
-        Step("unit-retire", f"retire: {BOOT_SWAP_UNIT} disabled (run only by {_owners(owners)})",
-             {"unit": BOOT_SWAP_UNIT}, section="memory"),
-        *(Step("file-retire", f"retire: {path} (rendered only by {_owners(owners)})", {"path": path},
+        Step(kinds.UnitRetire(unit=BOOT_SWAP_UNIT),
+             f"retire: {BOOT_SWAP_UNIT} disabled (run only by {_owners(owners)})", section="memory"),
+        *(Step(kinds.FileRetire(path=path), f"retire: {path} (rendered only by {_owners(owners)})",
                section="memory") for path in (BOOT_SWAP_UNIT_FILE, BOOT_SWAP_SCRIPT)),
     ]
 
@@ -231,18 +231,18 @@ def _retire_packages(foreign: Foreign, target: str) -> list[Step]:
     for section in sections:
         plain = [pin.name for pin in foreign.pins if pin.kernel is None and pin.section == section]
         if plain:
-            steps.append(Step("packages-retire", f"retire: unhold and purge {', '.join(plain)} (pinned only "
-                              "by other baselines)", {"names": plain, "target_kernel": None},
+            steps.append(Step(kinds.PackagesRetire(names=plain, target_kernel=None),
+                              f"retire: unhold and purge {', '.join(plain)} (pinned only by other baselines)",
                               section=section))
     for kernel in sorted({pin.kernel for pin in foreign.pins if pin.kernel is not None}):
         names = [pin.name for pin in foreign.pins if pin.kernel == kernel]
-        steps.append(Step("packages-retire", f"retire: unhold and purge the {kernel} kernel packages "
-                          f"({len(names)}; once {target} runs)", {"names": names, "target_kernel": target},
-                          section="kernel"))
+        steps.append(Step(kinds.PackagesRetire(names=names, target_kernel=target),
+                          f"retire: unhold and purge the {kernel} kernel packages ({len(names)}; once "
+                          f"{target} runs)", section="kernel"))
     for section in sections:
         names = [pin.name for pin in foreign.pins if pin.section == section]
-        steps.append(Step("packages-kept", f"keep: other baselines' {section} packages sparkbase did not "
-                          "install (reported)", {"names": names}, section=section))
+        steps.append(Step(kinds.PackagesKept(names=names), f"keep: other baselines' {section} packages "
+                          "sparkbase did not install (reported)", section=section))
     return steps
 
 
@@ -251,12 +251,13 @@ def _retire_mok(foreign: Foreign) -> list[Step]:
     steps = []
     fingerprints: list[str] = []
     for mok in foreign.mok_dirs:
-        steps.append(Step("mok-dir-retire", f"retire: MOK key directory {mok.path} ({_owners(mok.baselines)} "
-                          "signs with it)", {"path": mok.path}, section="secure_boot"))
+        steps.append(Step(kinds.MokDirRetire(path=mok.path), f"retire: MOK key directory {mok.path} "
+                          f"({_owners(mok.baselines)} signs with it)", section="secure_boot"))
         fingerprints += [key for key in mok.fingerprints if key not in fingerprints]
     if fingerprints:
-        steps.append(Step("mok-kept", "keep: MOK keys other baselines enrolled stay in firmware (reported)",
-                          {"fingerprints": fingerprints}, section="secure_boot"))
+        steps.append(Step(kinds.MokKept(fingerprints=fingerprints),
+                          "keep: MOK keys other baselines enrolled stay in firmware (reported)",
+                          section="secure_boot"))
     return steps
 
 
@@ -287,25 +288,22 @@ def _secure_boot_steps(baseline: Baseline, mok: MokFiles | None, mirror: str | N
             )
         key_dir = str(Path(secure.mok_private_key).parent)
         steps += [
-            Step("directory", f"MOK directory {key_dir} (0700)", {"path": key_dir, "mode": 0o700},
+            Step(kinds.Directory(path=key_dir, mode=0o700), f"MOK directory {key_dir} (0700)",
                  section="secure_boot"),
             Step(
-                "upload",
+                kinds.Upload(path=secure.mok_certificate, local=str(mok.certificate), mode=0o644),
                 f"MOK certificate {secure.mok_certificate}",
-                {"path": secure.mok_certificate, "local": str(mok.certificate), "mode": 0o644},
                 section="secure_boot",
             ),
             Step(
-                "upload",
+                kinds.Upload(path=secure.mok_private_key, local=str(mok.private_key), mode=0o600),
                 f"MOK private key {secure.mok_private_key} (secret)",
-                {"path": secure.mok_private_key, "local": str(mok.private_key), "mode": 0o600},
                 secret=True,
                 section="secure_boot",
             ),
             Step(
-                "mok-import",
+                kinds.MokImport(certificate=secure.mok_certificate, fingerprint=mok.fingerprint()),
                 "import the MOK certificate (a person at the console enrols it at the next boot)",
-                {"certificate": secure.mok_certificate, "fingerprint": mok.fingerprint()},
                 reboot=True,
                 section="secure_boot",
             ),
@@ -315,16 +313,10 @@ def _secure_boot_steps(baseline: Baseline, mok: MokFiles | None, mirror: str | N
               if build.source is not None and baseline.manages(build.section)]
     steps += [
         Step(
-            "dkms-install",
+            kinds.DkmsInstall(dkms_name=build.dkms_name, version=build.dkms_version,
+                              kernel=baseline.kernel.release, module=build.module, fingerprint=fingerprint),
             f"build and sign {build.dkms_name}/{build.dkms_version} for {baseline.kernel.release} "
             f"({build.purpose})",
-            {
-                "dkms_name": build.dkms_name,
-                "version": build.dkms_version,
-                "kernel": baseline.kernel.release,
-                "module": build.module,
-                "fingerprint": fingerprint,
-            },
             reboot=True,
             section=build.section,
         )
@@ -347,11 +339,10 @@ def _source_step(build: DkmsBuild, mirror: str | None) -> Step:
     source = build.source
     assert source is not None
     return Step(
-        "dkms-source",
+        kinds.DkmsSource(dkms_name=build.dkms_name, version=build.dkms_version, url=source_url(build, mirror),
+                         sha256=source.sha256),
         f"{build.purpose} source: {source.repository} at {source.revision[:12]} in "
         f"/usr/src/{build.dkms_name}-{build.dkms_version} (sha256 checked, dkms add; recorded)",
-        {"dkms_name": build.dkms_name, "version": build.dkms_version, "url": source_url(build, mirror),
-         "sha256": source.sha256},
         section=build.section,
     )
 
@@ -370,11 +361,11 @@ def _modeset_steps(foreign: Foreign, baseline: Baseline) -> list[Step]:
     """Purge the nvidia-drm modeset options package the baseline names (recorded), or put
     back the one other baselines had sparkbase purge; either rebuilds every initramfs."""
     purge = baseline.host.nvidia_drm.purge
-    steps = [Step("modeset-purge", f"purge {purge} and rebuild the initramfs (nvidia-drm modeset on)",
-                  {"package": purge}, reboot=True, section="host")] if purge is not None else []
+    steps = [Step(kinds.ModesetPurge(package=purge), f"purge {purge} and rebuild the initramfs (nvidia-drm "
+                  "modeset on)", reboot=True, section="host")] if purge is not None else []
     steps += [
-        Step("modeset-restore", f"put back {package} at the version sparkbase purged, rebuild the initramfs "
-             f"({_owners(owners)} purged it)", {"package": package}, reboot=True, section="host")
+        Step(kinds.ModesetRestore(package=package), f"put back {package} at the version sparkbase purged, "
+             f"rebuild the initramfs ({_owners(owners)} purged it)", reboot=True, section="host")
         for package, owners in foreign.restore
     ]
     return steps
@@ -384,21 +375,19 @@ def netplan_files_step(baseline: Baseline) -> Step:
     """Only the fabric's netplan file configures the fabric ports: what sparkbase changed in
     other netplan files is put back first, and another file that configures one is refused."""
     path = fabric_netplan_path(baseline)
-    return Step("netplan-files", f"netplan: only {path} configures the fabric ports (sparkbase's edits "
-                "elsewhere put back)", {"path": path, "interfaces": baseline.fabric.netdevs()},
+    return Step(kinds.NetplanFiles(path=path, interfaces=baseline.fabric.netdevs()),
+                f"netplan: only {path} configures the fabric ports (sparkbase's edits elsewhere put back)",
                 section="fabric")
 
 
 def _file_step(file: RenderedFile, fabric: dict[str, dict[str, object]] | None = None) -> Step:
     if file.merged:
-        return Step("netplan-takeover", f"{file.path} ({file.purpose}: the fabric ports' keys merged in, "
-                    "the site's other keys kept; recorded)",
-                    {"path": file.path, "fabric": fabric or {}, "mode": file.mode}, reboot=file.needs_reboot,
-                    section=file.section)
+        return Step(kinds.NetplanTakeover(path=file.path, fabric=fabric or {}, mode=file.mode),
+                    f"{file.path} ({file.purpose}: the fabric ports' keys merged in, the site's other keys "
+                    "kept; recorded)", reboot=file.needs_reboot, section=file.section)
     return Step(
-        "file",
+        kinds.File(path=file.path, content=file.content, mode=file.mode),
         f"{file.path} ({file.purpose})" if file.purpose else file.path,
-        {"path": file.path, "content": file.content, "mode": file.mode},
         reboot=file.needs_reboot,
         section=file.section,
     )
@@ -416,40 +405,36 @@ def _activation_steps(baseline: Baseline, files: list[RenderedFile], addresses: 
     modprobe = next((f for f in files if f.path == MODPROBE_PATH), None)
     return [
         Step(
-            "grub-update",
+            kinds.GrubUpdate(
+                release=kernel.release,
+                default_entry=kernel.grub_entry if kernel.pin_grub_default else None,
+                cmdline=kernel_cmdline(baseline),
+                forbid=list(kernel.cmdline_forbid),
+                fallback=kernel.fallback.release if kernel.fallback is not None else None,
+                dropin=GRUB_DROPIN_PATH,
+            ),
             "update-grub (grub.cfg is older than the GRUB drop-in, or does not boot the baseline as it says)",
-            {
-                "release": kernel.release,
-                "default_entry": kernel.grub_entry if kernel.pin_grub_default else None,
-                "cmdline": kernel_cmdline(baseline),
-                "forbid": list(kernel.cmdline_forbid),
-                "fallback": kernel.fallback.release if kernel.fallback is not None else None,
-                "dropin": GRUB_DROPIN_PATH,
-            },
             reboot=True,
             after_change_of=GRUB_DROPIN_PATH,
             section="kernel",
         ),
         Step(
-            "sysctl-apply",
+            kinds.SysctlApply(file=SYSCTL_PATH, values=sysctls(baseline)),
             f"sysctl -p {SYSCTL_PATH} (live values differ)",
-            {"file": SYSCTL_PATH, "values": sysctls(baseline)},
             section="memory",
         ),
         *([Step(
-            "daemon-reload",
+            kinds.DaemonReload(unit=baseline.cpuset.slice),
             f"systemctl daemon-reload (systemd has not loaded {baseline.cpuset.slice} as on disk)",
-            {"unit": baseline.cpuset.slice},
             after_change_of=f"/etc/systemd/system/{baseline.cpuset.slice}",
             section="cpuset",
         )] if baseline.cpuset.pinned_by == "slice" else []),
-        Step("netplan-apply", "netplan apply (the live fabric addresses or MTU are not the netplan's)",
-             {"links": links}, after_change_of=fabric_netplan_path(baseline), section="fabric"),
+        Step(kinds.NetplanApply(links=links), "netplan apply (the live fabric addresses or MTU are not the "
+             "netplan's)", after_change_of=fabric_netplan_path(baseline), section="fabric"),
         # nvidia-drm is loaded from the initramfs: its options act once the image is rebuilt
-        Step("initramfs-update", f"update-initramfs -u -k all (the {kernel.release} initramfs lacks the "
-             "nvidia-drm options)",
-             {"release": kernel.release, "path": MODPROBE_PATH,
-              "sha256": modprobe.sha256 if modprobe is not None else None},
+        Step(kinds.InitramfsUpdate(release=kernel.release, path=MODPROBE_PATH,
+                                   sha256=modprobe.sha256 if modprobe is not None else None),
+             f"update-initramfs -u -k all (the {kernel.release} initramfs lacks the nvidia-drm options)",
              after_change_of=MODPROBE_PATH, reboot=True, section="host"),
     ]
 
@@ -464,34 +449,31 @@ def _swap_steps(site: Site, baseline: Baseline) -> list[Step]:
     other baselines' swap files retired, then this baseline's swap file (all memory)."""
     swap = baseline.memory.swap
     steps = [
-        Step("factory-swap-restore", f"retire: the {path} line of /etc/fstab as sparkbase found it "
-             "(another baseline had it marked noauto)", {"path": path}, section="memory")
+        Step(kinds.FactorySwapRestore(path=path), f"retire: the {path} line of /etc/fstab as sparkbase "
+             "found it (another baseline had it marked noauto)", section="memory")
         for path in foreign_fstab_edits(site, baseline)
     ]
     steps += _factory_swap_steps(baseline)
     steps += [
-        Step("swap-retire", f"retire: swap file {path} (another baseline's)", {"path": path},
-             section="memory")
+        Step(kinds.SwapRetire(path=path), f"retire: swap file {path} (another baseline's)", section="memory")
         for path in foreign_swap_files(site, baseline)
     ]
     if swap is None:
         return steps
     steps.append(Step(
-        "swap-file",
+        kinds.SwapFile(path=swap.path, size_gib=swap.size_gib, header_page_size=swap.header_page_size),
         f"swap file {swap.path} ({swap.size_gib} GiB, {swap.header_page_size}-byte header)",
-        {"path": swap.path, "size_gib": swap.size_gib, "header_page_size": swap.header_page_size},
         section="memory",
     ))
     if baseline.memory.swap_by_page_size:
         steps += _boot_swap_line_steps(swap.path)
     else:
         line = managed_lines(baseline)[0]
-        steps.append(Step("fstab-line", f"{line.path}: {line.line}",
-                          {"path": line.path, "line": line.line, "match": line.match}, section=line.section))
+        steps.append(Step(kinds.FstabLine(path=line.path, line=line.line, match=line.match),
+                          f"{line.path}: {line.line}", section=line.section))
     steps.append(Step(
-        "swapon",
+        kinds.Swapon(path=swap.path, header_page_size=swap.header_page_size),
         f"swapon {swap.path} (when running {swap.header_page_size}-byte pages)",
-        {"path": swap.path, "header_page_size": swap.header_page_size},
         section="memory",
     ))
     if baseline.memory.swap_by_page_size:
@@ -503,8 +485,8 @@ def _boot_swap_line_steps(path: str) -> list[Step]:
     """Under `swap_by_page_size` the boot unit activates the swap file: the exact /etc/fstab
     line sparkbase wrote for it before (`PATH none swap sw 0 0`) goes, any other line is kept."""
     line = swap_fstab_line(path)
-    return [Step("fstab-line-absent", f"{FSTAB_PATH}: no '{line}' line (the boot unit swaps on {path})",
-                 {"path": FSTAB_PATH, "match": f"^{_ere_literal(line)}$"}, section="memory")]
+    return [Step(kinds.FstabLineAbsent(path=FSTAB_PATH, match=f"^{_ere_literal(line)}$"),
+                 f"{FSTAB_PATH}: no '{line}' line (the boot unit swaps on {path})", section="memory")]
 
 
 def _ere_literal(text: str) -> str:
@@ -517,11 +499,11 @@ def _boot_swap_unit_steps(baseline: Baseline) -> list[Step]:
     """systemd loads the boot swap unit as rendered, then it is enabled (recorded)."""
     choices = ", ".join(f"{path} on {size}-byte pages" for size, path in baseline.memory.swap_files().items())
     return [
-        Step("daemon-reload", f"systemctl daemon-reload (systemd has not loaded {BOOT_SWAP_UNIT} as on disk)",
-             {"unit": BOOT_SWAP_UNIT}, after_change_of=BOOT_SWAP_UNIT_FILE,
-             section="memory"),
-        Step("unit-enabled", f"{BOOT_SWAP_UNIT} enabled and run (swap at boot: {choices})",
-             {"unit": BOOT_SWAP_UNIT}, section="memory"),
+        Step(kinds.DaemonReload(unit=BOOT_SWAP_UNIT),
+             f"systemctl daemon-reload (systemd has not loaded {BOOT_SWAP_UNIT} as on disk)",
+             after_change_of=BOOT_SWAP_UNIT_FILE, section="memory"),
+        Step(kinds.UnitEnabled(unit=BOOT_SWAP_UNIT),
+             f"{BOOT_SWAP_UNIT} enabled and run (swap at boot: {choices})", section="memory"),
     ]
 
 
@@ -533,26 +515,26 @@ def _factory_swap_steps(baseline: Baseline) -> list[Step]:
         return []
     if factory.fstab == "noauto":
         off = ", switched off when active" if factory.swapoff else ""
-        args = {"path": factory.path, "fstab": factory.fstab, "swapoff": factory.swapoff}
+        args = kinds.FactorySwap(path=factory.path, fstab=factory.fstab, swapoff=factory.swapoff)
         name = f"{factory.path} kept, its /etc/fstab line marked noauto{off} (recorded)"
-        return [Step("factory-swap", name, args, section="memory")]
-    return [Step("factory-swapon", f"swapon {factory.path} (the installer's swap, when the running page "
-                 "size is its header's)", {"path": factory.path}, section="memory")]
+        return [Step(args, name, section="memory")]
+    return [Step(kinds.FactorySwapon(path=factory.path), f"swapon {factory.path} (the installer's swap, when "
+                 "the running page size is its header's)", section="memory")]
 
 
 def _service_steps(baseline: Baseline) -> list[Step]:
     host = baseline.host
     steps = [
-        Step("default-target", f"boot into {host.boot_target}", {"target": host.boot_target}, section="host"),
+        Step(kinds.DefaultTarget(target=host.boot_target), f"boot into {host.boot_target}", section="host"),
     ]
     disable = list(host.disable_services)
     if not host.display_manager and DISPLAY_MANAGER_UNIT not in disable:
         disable.insert(0, DISPLAY_MANAGER_UNIT)
-    steps += [Step("unit-disabled", f"{unit} disabled and stopped", {"unit": unit}, section="host")
+    steps += [Step(kinds.UnitDisabled(unit=unit), f"{unit} disabled and stopped", section="host")
               for unit in disable]
     if host.fan_control is not None:
         unit = host.fan_control.service
-        steps.append(Step("unit-enabled", f"{unit} enabled and running", {"unit": unit}, section="host"))
+        steps.append(Step(kinds.UnitEnabled(unit=unit), f"{unit} enabled and running", section="host"))
     return [*steps, *tuning_steps(baseline)]
 
 
@@ -562,16 +544,10 @@ def tuning_steps(baseline: Baseline) -> list[Step]:
     host = baseline.host
     steps: list[Step] = []
     if host.cpu_governor is not None:
-        steps.append(Step("cpu-governor", f"every CPU runs {host.cpu_governor} ({GOVERNOR_UNIT})",
-                          {"governor": host.cpu_governor, "release": baseline.kernel.release},
-                          section="host"))
+        steps.append(Step(kinds.CpuGovernor(governor=host.cpu_governor, release=baseline.kernel.release),
+                          f"every CPU runs {host.cpu_governor} ({GOVERNOR_UNIT})", section="host"))
     on = host.nvme.interrupt_coalescing
-    steps.append(Step("nvme-coalescing",
+    steps.append(Step(kinds.NvmeCoalescing(on=on),
                       f"NVMe interrupt coalescing {'on (0x107)' if on else 'off (0, unit masked)'} "
-                      f"({NVME_COALESCING_UNIT})", {"on": on}, section="host"))
+                      f"({NVME_COALESCING_UNIT})", section="host"))
     return steps
-
-
-def step_paths(steps: list[Step]) -> dict[str, Step]:
-    """File steps (and the step merging the fabric into a site file) by path."""
-    return {str(s.args["path"]): s for s in steps if s.kind in WRITING_KINDS}

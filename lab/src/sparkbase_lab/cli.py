@@ -15,32 +15,26 @@ the node disks so the next `up` resumes the same nodes; `down --purge` or `up --
 makes them factory-fresh. Everything listens on 127.0.0.1 only.
 """
 
+# The lab's own command module: the product's `sparkbase` lists it under `lab`
+# (`sparkbase.cli.main.LAB_COMMAND`) and imports it only when the lab is installed.
+
 from __future__ import annotations
 
 import argparse
 import json
 import os
 import sys
-import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sparkbase.cli.common import add_global_options
-from sparkbase.console import Column, Table, print_table
-from sparkbase.errors import ConfigError
-from sparkbase.model.site import Site, load_site
-from sparkbase.model.site_files import find_site_root
+from sparkbase_lab import faults
+from sparkbase_lab.fleet import Lab, LabError
 
 if TYPE_CHECKING:
+    from sparkbase.console import Table
+    from sparkbase.model.site import Site
     from sparkbase_lab.fleet import NodeStatus
-
-FAULT_KINDS = ("gpu-latch", "gpu-busy", "gid-moved", "link-down", "unreachable", "hang", "kernel-panic",
-               "governor", "sb-not-enforcing", "sb-disabled", "sb-setup-mode", "no-efi", "pxe-first",
-               "drm-master", "console-graphics", "dkms-noise", "lane-env", "lane-worker-env",
-               "lane-conf-twice", "lane-private-nccl", "lane-outside-slice",
-               "lane-sessions", "build-changes-output", "build-slower", "build-noisy", "other-traffic",
-               "container-env", "container-image", "stale-address")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -75,7 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     ssh.add_argument("command", nargs=argparse.REMAINDER)
     fault = sub.add_parser("fault", help="inject (or --clear) an emulated hardware fault")
     fault.add_argument("node")
-    fault.add_argument("kind", choices=FAULT_KINDS)
+    fault.add_argument("kind", choices=faults.KINDS)
     fault.add_argument("arg", nargs="?", help="HCA/netdev for link-down, RELEASE for kernel-panic, "
                        "CONTAINER for container-env/-image, netdev for stale-address, the build (a lane "
                        "unit) for build-* (default: every build)")
@@ -93,28 +87,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         add_global_options(action.add_argument_group("global options"), with_defaults=False)
 
 
-#: what `sparkbase lab ACTION` says when the emulated fleet's distribution is not installed
-NOT_INSTALLED = "sparkbase lab: the emulated fleet is not installed: pip install sparkbase-lab"
-
-
 def run(args: argparse.Namespace) -> int:
-    """Run one `sparkbase lab` action (the lab is its own distribution, `sparkbase-lab`,
-    imported here only: a site's install of sparkbase has no lab)."""
-    try:
-        from sparkbase_lab import faults
-        from sparkbase_lab.fleet import Lab, LabError
-    except ModuleNotFoundError as exc:
-        if exc.name != "sparkbase_lab":
-            raise  # the lab is there but broken: not a missing install
-        print(NOT_INSTALLED, file=sys.stderr)
-        return 2
-
+    """Run one `sparkbase lab` action."""
     try:
         lab = Lab(args.dir, getattr(args, "port_base", None))
         action = args.lab_command
         if action == "up" and args.as_found:
             return _up_as_found(lab, args)
         if action == "up":
+            import time
+
             started = time.monotonic()
             if lab.up(args.nodes, fresh=args.fresh, timeout=args.timeout):
                 print(f"lab up: {args.nodes} nodes in {time.monotonic() - started:.1f}s "
@@ -136,6 +118,8 @@ def run(args: argparse.Namespace) -> int:
                                   "nodes": [n.to_json() for n in nodes]}, indent=2))
                 return 0
             print(f"lab {lab.dir}: {'up' if lab.is_up() else 'down'}")
+            from sparkbase.console import print_table
+
             print_table(status_table(nodes))
             return 0
         if action == "reboot":
@@ -175,6 +159,8 @@ def run(args: argparse.Namespace) -> int:
 def status_table(nodes: Sequence[NodeStatus]) -> Table:
     """`lab status` as a table: one row per node, `-` where a value is unknown; a node's
     state in colour on a terminal."""
+    from sparkbase.console import Column, Table
+
     return Table(
         (
             Column("NODE", wrap=False),
@@ -204,6 +190,12 @@ def status_table(nodes: Sequence[NodeStatus]) -> Table:
 
 def _site_of(args: argparse.Namespace) -> Site | None:
     """The site `--site` names, or None after saying on stderr that it is invalid."""
+    from pathlib import Path
+
+    from sparkbase.errors import ConfigError
+    from sparkbase.model.site import load_site
+    from sparkbase.model.site_files import find_site_root
+
     try:
         return load_site(find_site_root(Path(args.site)))
     except ConfigError as exc:
@@ -212,12 +204,12 @@ def _site_of(args: argparse.Namespace) -> Site | None:
         return None
 
 
-def _up_as_found(lab: object, args: argparse.Namespace) -> int:
+def _up_as_found(lab: Lab, args: argparse.Namespace) -> int:
     """`lab up --as-found`: the site's fleet as it runs today (sparkbase_lab.as_found)."""
-    from sparkbase_lab import as_found
-    from sparkbase_lab.fleet import Lab
+    import time
 
-    assert isinstance(lab, Lab)
+    from sparkbase_lab import as_found
+
     site = _site_of(args)
     if site is None:
         return 2
@@ -232,13 +224,10 @@ def _up_as_found(lab: object, args: argparse.Namespace) -> int:
     return 0
 
 
-def _lane(lab: object, args: argparse.Namespace) -> int:
+def _lane(lab: Lab, args: argparse.Namespace) -> int:
     """`lab lane start|stop|restart LANE`: the lane's unit on each of its nodes."""
-
     from sparkbase_lab import lanes
-    from sparkbase_lab.fleet import Lab
 
-    assert isinstance(lab, Lab)
     site = _site_of(args)
     if site is None:
         return 2
