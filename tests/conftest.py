@@ -20,12 +20,12 @@ SITE_GLOBS = ("baselines/*.yaml", "baselines/sparkbase.lock", "inventory/*.yaml"
 #: wait for it, so the image builders (test_deploy_apply: converged; test_fan_modeset_e2e:
 #: variant) come before the modules that only clone. Order only: every file still runs.
 SLOWEST_FIRST = (
-    "test_deploy_apply", "test_hardening_apply", "test_tuning_apply", "test_audit_converged",
-    "test_hardening_secrets", "test_lane_runtime", "test_fact_batch_e2e", "test_ownership_apply",
-    "test_wheel",
-    "test_fan_modeset_e2e", "test_invalid_corpus", "test_lane_safety", "test_capture_lab",
-    "test_facts_real_formats", "test_hardening_hostkeys", "test_factory_swap_fallback_e2e",
-    "test_properties", "test_lab_reboots", "test_hardening_nonroot",
+    "test_deploy_apply", "test_lab_as_found_e2e", "test_hardening_links", "test_hardening_apply",
+    "test_fact_batch_e2e", "test_ownership_apply", "test_tuning_apply", "test_hardening_secrets",
+    "test_wheel", "test_qualify_containers_e2e", "test_hardening_switch", "test_fan_modeset_e2e",
+    "test_hardening_converge", "test_hardening_bounds", "test_hardening_disk", "test_day_one_e2e",
+    "test_capture_lab", "test_lane_runtime", "test_factory_swap_fallback_e2e", "test_lane_safety",
+    "test_mok_pending_e2e", "test_swap_by_page_size_e2e", "test_properties", "test_invalid_corpus",
 )
 
 

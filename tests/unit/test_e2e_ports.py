@@ -107,7 +107,9 @@ def test_the_suite_hands_out_files_in_the_slowest_first_order() -> None:
     import xdist.plugin  # type: ignore[import-untyped]
 
     root = Path(__file__).resolve().parents[2]
-    assert "--dist loadfile --no-loadscope-reorder" in (root / "scripts" / "test").read_text()
+    command = (root / "scripts" / "test").read_text().replace("\\\n", " ")
+    run = next(line for line in command.splitlines() if ".venv/bin/pytest" in line)
+    assert "--dist loadfile" in run and "--no-loadscope-reorder" in run.split()
     assert '"--no-loadscope-reorder"' in inspect.getsource(xdist.plugin.pytest_addoption)
 
 
