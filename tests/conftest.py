@@ -12,17 +12,20 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 #: the parts of the repository that make up the shipped site
 SITE_GLOBS = ("baselines/*.yaml", "baselines/sparkbase.lock", "inventory/*.yaml", "lanes/*.yaml")
-#: the slowest test files, slowest first (their time in a `./scripts/test` run with 4 workers on
-#: the 2-core machine, docs/benchmarks/suite.md). pytest-xdist hands whole files to workers in
-#: collection order, so these start first and the short files fill the gaps at the end instead
-#: of one long file running alone on a machine otherwise idle. Order only: every file still runs.
+#: the slowest test files, slowest first (each file's time run alone, docs/benchmarks/suite.md,
+#: "Two speeds"). pytest-xdist hands whole files to workers in collection order when told
+#: `--no-loadscope-reorder` (scripts/test), so these start first and the short files fill the
+#: gaps at the end instead of one long file running alone on a machine otherwise idle. The
+#: first module to ask for a shared image (conftest.py in tests/e2e) builds it and the others
+#: wait for it, so the image builders (test_deploy_apply: converged; test_fan_modeset_e2e:
+#: variant) come before the modules that only clone. Order only: every file still runs.
 SLOWEST_FIRST = (
-    "test_deploy_apply", "test_hardening_apply", "test_tuning_apply", "test_audit_converged",
-    "test_hardening_secrets", "test_lane_runtime", "test_fact_batch_e2e", "test_ownership_apply",
-    "test_wheel",
-    "test_fan_modeset_e2e", "test_invalid_corpus", "test_lane_safety", "test_capture_lab",
-    "test_facts_real_formats", "test_hardening_hostkeys", "test_factory_swap_fallback_e2e",
-    "test_properties", "test_lab_reboots", "test_hardening_nonroot",
+    "test_deploy_apply", "test_lab_as_found_e2e", "test_hardening_links", "test_hardening_apply",
+    "test_fact_batch_e2e", "test_ownership_apply", "test_tuning_apply", "test_hardening_secrets",
+    "test_wheel", "test_qualify_containers_e2e", "test_hardening_switch", "test_fan_modeset_e2e",
+    "test_hardening_converge", "test_hardening_bounds", "test_hardening_disk", "test_day_one_e2e",
+    "test_capture_lab", "test_lane_runtime", "test_factory_swap_fallback_e2e", "test_lane_safety",
+    "test_mok_pending_e2e", "test_swap_by_page_size_e2e", "test_properties", "test_invalid_corpus",
 )
 
 

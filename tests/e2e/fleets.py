@@ -6,6 +6,11 @@
 - `ConvergedImage` / `converge_image`: four nodes converged ONCE by a real
   `sparkbase apply --allow-reboot --yes --json` from the factory state, then brought down
   (the e2e conftest's session fixture `converged_image` makes one per run).
+- `variant_image`: two nodes, spark1 as the factory left it and spark2 (`VARIANT_NODE`)
+  converged ONCE to the variant by a real `apply --limit spark2 --baseline ds41f-7x-64k
+  --allow-reboot --override-policy ...` (a person at its console enrols the MOK), then
+  brought down (the session fixture `variant_image`): the modules that read a factory node
+  and a node on the variant clone it instead of each converging its own.
 - `clone_fleet(image, directory, port_base, nodes)`: an independent copy of the image's node
   disks (`Lab.clone`), booted on the module's own ports, for modules that start from a
   converged fleet; brought down after. Booting the copy is a reboot of a converged node.
@@ -33,6 +38,11 @@ NODES = ["spark1", "spark2", "spark3", "spark4"]
 SITE_KERNEL = "6.17.0-1032-nvidia"
 FACTORY_KERNEL = "6.17.0-1008-nvidia"
 VARIANT_KERNEL = "7.0.0-1019-nvidia-64k"
+VARIANT = "ds41f-7x-64k"
+#: the variant image's node on the variant (spark1 beside it stays as the factory left it)
+VARIANT_NODE = "spark2"
+#: the override reason the variant image's apply records (the variant breaks the site contract)
+VARIANT_REASON = "e2e: the variant image"
 #: the parts of the repository that make up the shipped site
 SITE_PARTS = ("baselines", "inventory", "lanes")
 
@@ -188,7 +198,8 @@ def one_node_lab(tmp_path_factory: pytest.TempPathFactory, name: str, port_base:
 
 @dataclass(frozen=True)
 class ConvergedImage:
-    """A down lab whose four nodes were converged to the shipped site: clone it, never start it."""
+    """A down lab whose nodes were converged by a real `apply` (`converge_image`: four nodes to
+    the shipped site; `variant_image`: spark2 to the variant): clone it, never start it."""
 
     lab: Lab
     site: Path
@@ -214,6 +225,41 @@ def converge_image(directory: Path, port_base: int) -> ConvergedImage:
         raise RuntimeError(f"apply did not converge the image fleet:\n{done.stdout}\n{done.stderr}")
     report: dict[str, Any] = json.loads(done.stdout)
     return ConvergedImage(fleet.lab, fleet.site, report)
+
+
+def variant_image(directory: Path, port_base: int) -> ConvergedImage:
+    """Two factory-fresh nodes in `directory`; spark2 converged to the variant by `apply`
+    (reboot included, its MOK enrolled by a person at the console), spark1 left as the
+    factory made it; then brought down. The report is the apply's (`--json`).
+
+    Raises RuntimeError (with apply's output) when the apply fails or spark2 does not run
+    the variant's kernel after it.
+    """
+    require_root()
+    os.environ.setdefault("SPARKBASE_LAB_BOOT_DELAY", "0.3")
+    fleet = Fleet(Lab(directory / "lab", port_base=port_base), copy_site(directory / "site"))
+    fleet.lab.up(2, fresh=True)
+    try:
+        fleet.console(VARIANT_NODE)
+        done = fleet.sparkbase("apply", "--limit", VARIANT_NODE, "--baseline", VARIANT, "--allow-reboot",
+                               "--yes", "--override-policy", VARIANT_REASON, "--json")
+        running = fleet.lab.run(VARIANT_NODE, "uname -r")[1].strip()
+    finally:
+        fleet.lab.down()
+    if done.returncode != 0 or running != VARIANT_KERNEL:
+        raise RuntimeError(f"apply did not move {VARIANT_NODE} of the variant image to {VARIANT} "
+                           f"(running {running!r}):\n{done.stdout}\n{done.stderr}")
+    report: dict[str, Any] = json.loads(done.stdout)
+    return ConvergedImage(fleet.lab, fleet.site, report)
+
+
+def image_fleet(image: ConvergedImage, directory: Path, port_base: int, nodes: int = 4) -> Iterator[Fleet]:
+    """`clone_fleet` with a copy of the image's site (its local state and override log
+    included) beside it, as one `Fleet`; brought down after."""
+    site = directory / "site"
+    shutil.copytree(image.site, site)
+    for lab in clone_fleet(image, directory / "lab", port_base, nodes):
+        yield Fleet(lab, site)
 
 
 def clone_fleet(image: ConvergedImage, directory: Path, port_base: int, nodes: int = 4) -> Iterator[Lab]:

@@ -1,9 +1,11 @@
-"""Issue 24 point 4 end to end: the recipe's doctor checks of boot and console on one lab node
-(own lab, port base SPARKBASE_TEST_DOCTOR_PORT_BASE).
+"""Issue 24 point 4 end to end: the recipe's doctor checks of boot and console on lab nodes
+(own lab, port base SPARKBASE_TEST_DOCTOR_PORT_BASE: a clone of the run's variant image,
+conftest.py `variant_image`: spark1 as the factory left it, spark2 moved from the factory
+state to the variant by a real apply).
 
-- factory, judged against the variant: the console is in graphics mode (DGX OS boots with
-  `splash`, and Plymouth leaves the console so) and systemd's runtime watchdog is off;
-- variant (apply --baseline, reboot): no splash, the watchdog drop-in written and read by PID 1
+- factory (spark1), judged against the variant: the console is in graphics mode (DGX OS boots
+  with `splash`, and Plymouth leaves the console so) and systemd's runtime watchdog is off;
+- variant (spark2; apply --baseline, reboot): no splash, the watchdog drop-in written and read by PID 1
   at boot: the four checks (UEFI boot order, DRM card, console mode, watchdog) pass, read
   as a real Spark shows them (efibootmgr, /sys/class/drm, KDGETMODE on the active console,
   systemctl show);
@@ -14,7 +16,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -35,8 +36,10 @@ from sparkbase_lab import faults
 pytestmark = pytest.mark.end_to_end
 
 PORT_BASE = port_base("SPARKBASE_TEST_DOCTOR_PORT_BASE", 3451)
-NODE = "spark2"
-VARIANT = "ds41f-7x-64k"
+NODE = fleets.VARIANT_NODE
+#: the image's node as the factory left it
+FACTORY_NODE = "spark1"
+VARIANT = fleets.VARIANT
 CHECKS = ("host.uefi_first", "host.drm_card", "host.drm_master", "host.drm_master.readable",
           "host.console_text", "host.console_text.readable", "host.watchdog")
 
@@ -48,35 +51,33 @@ class Fleet(fleets.Fleet):
         """Run a shell command on NODE; fail the test if it fails."""
         return self.sh(NODE, command)
 
-    def judged(self) -> dict[str, CheckResult]:
-        """NODE's audit against the variant: check id -> result, for the four checks."""
+    def judged(self, node: str = NODE) -> dict[str, CheckResult]:
+        """`node`'s audit against the variant: check id -> result, for the four checks."""
         site = load_site(self.site)
-        expected = expected_for(site, NODE, VARIANT)
-        found = gather_fleet(ssh_targets(site, self.lab.dir), {NODE: expected.plan()})[NODE]
+        expected = expected_for(site, node, VARIANT)
+        found = gather_fleet(ssh_targets(site, self.lab.dir), {node: expected.plan()})[node]
         assert isinstance(found, NodeFacts), found
         return {r.id: r for r in judge_node(expected, found) if r.id in CHECKS}
 
 
 @pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
-    for shared in fleets.fleet_for_module(tmp_path_factory, "doctor", PORT_BASE):
+def fleet(tmp_path_factory: pytest.TempPathFactory, variant_image: fleets.ConvergedImage) -> Iterator[Fleet]:
+    for shared in fleets.image_fleet(variant_image, tmp_path_factory.mktemp("doctor"), PORT_BASE, nodes=2):
         yield Fleet(shared.lab, shared.site)
 
 
 @pytest.fixture(scope="module")
 def factory(fleet: Fleet) -> dict[str, CheckResult]:
-    """NODE as the lab makes it, judged against the variant (before anything is applied)."""
-    return fleet.judged()
+    """FACTORY_NODE as the lab makes it, judged against the variant (nothing applied to it)."""
+    return fleet.judged(FACTORY_NODE)
 
 
 @pytest.fixture(scope="module")
-def variant(fleet: Fleet, factory: dict[str, CheckResult]) -> dict[str, Any]:
-    """NODE converged to the variant (reboot included; a person at its console enrols the MOK)."""
-    fleet.console(NODE)
-    done = fleet.sparkbase("apply", "--limit", NODE, "--allow-reboot", "--yes", "--json",
-                           "--baseline", VARIANT, "--override-policy", "e2e: the recipe's doctor checks")
-    assert done.returncode == 0, done.stdout + done.stderr
-    result: dict[str, Any] = json.loads(done.stdout)["nodes"][0]
+def variant(variant_image: fleets.ConvergedImage, factory: dict[str, CheckResult]) -> dict[str, Any]:
+    """NODE converged to the variant (reboot included; a person at its console enrolled the
+    MOK): the variant image's apply, as its JSON result for NODE."""
+    result: dict[str, Any] = variant_image.report["nodes"][0]
+    assert result["node"] == NODE and result["status"] == "changed", result
     return result
 
 

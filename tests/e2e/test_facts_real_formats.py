@@ -1,7 +1,9 @@
 """Issue 11 end to end: the emulated fleet prints what real tools print, and sparkbase reads
 it right. The five misjudgements (cpuset by set, signature by serial, Secure Boot not
 enforcing, dkms noise, real grub.cfg) on a node converged to the variant, which then audits
-clean and applies no change. Own lab (port base SPARKBASE_TEST_FACTS_PORT_BASE)."""
+clean and applies no change. Own lab (port base SPARKBASE_TEST_FACTS_PORT_BASE): a clone of
+the run's variant image (conftest.py `variant_image`), whose spark2 a real apply moved from the
+factory state to the variant."""
 
 from __future__ import annotations
 
@@ -25,9 +27,9 @@ from sparkbase_lab import faults
 pytestmark = pytest.mark.end_to_end
 
 PORT_BASE = port_base("SPARKBASE_TEST_FACTS_PORT_BASE", 2871)
-NODE = "spark2"
-VARIANT = "ds41f-7x-64k"
-VARIANT_KERNEL = "7.0.0-1019-nvidia-64k"
+NODE = fleets.VARIANT_NODE
+VARIANT = fleets.VARIANT
+VARIANT_KERNEL = fleets.VARIANT_KERNEL
 SAVER = "nvidia_uvm"  # the memory saver is a patched nvidia-uvm (under updates/dkms)
 
 
@@ -52,21 +54,18 @@ class Fleet(fleets.Fleet):
 
 
 @pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
-    for shared in fleets.fleet_for_module(tmp_path_factory, "facts", PORT_BASE):
+def fleet(tmp_path_factory: pytest.TempPathFactory, variant_image: fleets.ConvergedImage) -> Iterator[Fleet]:
+    for shared in fleets.image_fleet(variant_image, tmp_path_factory.mktemp("facts"), PORT_BASE, nodes=2):
         yield Fleet(shared.lab, shared.site)
 
 
 @pytest.fixture(scope="module")
-def variant(fleet: Fleet) -> dict[str, Any]:
-    """spark2 converged to the variant (policy override), as the apply's JSON report."""
-    fleet.console(NODE)  # a person at the console enrols the MOK at the apply's reboot
-    done = fleet.sparkbase("apply", "--limit", NODE, "--baseline", VARIANT, "--allow-reboot", "--yes",
-                           "--override-policy", "e2e: real formats on the variant", "--json")
-    assert done.returncode == 0, done.stdout + done.stderr
+def variant(fleet: Fleet, variant_image: fleets.ConvergedImage) -> dict[str, Any]:
+    """spark2 converged to the variant (policy override, its MOK enrolled at the console), as
+    the apply's JSON report: the variant image's apply, the node booted again in the clone."""
+    assert [n["status"] for n in variant_image.report["nodes"]] == ["changed"]
     assert fleet.sh("uname -r").strip() == VARIANT_KERNEL
-    report: dict[str, Any] = json.loads(done.stdout)
-    return report
+    return variant_image.report
 
 
 def test_the_node_prints_kmod_signatures_as_kmod_does(fleet: Fleet, variant: dict[str, Any]) -> None:

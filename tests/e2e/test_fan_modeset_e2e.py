@@ -1,10 +1,12 @@
 """Issue 12 end to end: fan control as a signed DKMS module with its modules-load.d entry and
 daemon, and nvidia-drm modeset by purging DGX OS's override package, on one lab node moved
-to the variant and back (own lab, port base SPARKBASE_TEST_FAN_MODESET_PORT_BASE).
+to the variant and back (own lab, port base SPARKBASE_TEST_FAN_MODESET_PORT_BASE: a clone of
+the run's variant image, conftest.py `variant_image`: spark1 as the factory left it, spark2
+moved from the factory state to the variant by a real apply).
 
-- factory: `nvidia-drm-options-modeset0` 25.07-1 installed, its
+- factory (spark1): `nvidia-drm-options-modeset0` 25.07-1 installed, its
   /etc/modprobe.d/zz-nvidia-drm-override.conf packed in the initramfs: modeset N;
-- variant (apply --baseline, reboot): the package is purged and its version recorded, every
+- variant (spark2; apply --baseline, reboot): the package is purged and its version recorded, every
   initramfs rebuilt (modeset Y), the fan module built for the variant's kernel, signed with
   the lab's MOK, loaded at boot from modules-load.d, its daemon enabled and running; the
   audit's fan and modeset checks pass;
@@ -33,9 +35,11 @@ from sparkbase.transport import ssh_targets
 pytestmark = pytest.mark.end_to_end
 
 PORT_BASE = port_base("SPARKBASE_TEST_FAN_MODESET_PORT_BASE", 2971)
-NODE = "spark3"
-VARIANT = "ds41f-7x-64k"
-VARIANT_KERNEL = "7.0.0-1019-nvidia-64k"
+NODE = fleets.VARIANT_NODE
+#: the image's node as the factory left it
+FACTORY_NODE = "spark1"
+VARIANT = fleets.VARIANT
+VARIANT_KERNEL = fleets.VARIANT_KERNEL
 OVERRIDE = "nvidia-drm-options-modeset0"
 OVERRIDE_FILE = "/etc/modprobe.d/zz-nvidia-drm-override.conf"
 MODULE = "dgx_ec_fan_control"
@@ -51,9 +55,10 @@ class Fleet(fleets.Fleet):
         """Run a shell command on NODE; fail the test if it fails."""
         return self.sh(NODE, command)
 
-    def installed(self, package: str) -> str:
-        """The installed version of `package` on NODE ('' when not installed)."""
-        out = self.on(f"dpkg-query -W -f='${{db:Status-Abbrev}} ${{Version}}' {package} 2>/dev/null || true")
+    def installed(self, package: str, node: str = NODE) -> str:
+        """The installed version of `package` on `node` ('' when not installed)."""
+        query = f"dpkg-query -W -f='${{db:Status-Abbrev}} ${{Version}}' {package} 2>/dev/null || true"
+        out = self.sh(node, query)
         return out.split()[1] if out.startswith("ii ") else ""
 
     def apply(self, *extra: str) -> dict[str, Any]:
@@ -74,17 +79,20 @@ class Fleet(fleets.Fleet):
 
 
 @pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
-    for shared in fleets.fleet_for_module(tmp_path_factory, "fan-modeset", PORT_BASE):
+def fleet(tmp_path_factory: pytest.TempPathFactory, variant_image: fleets.ConvergedImage) -> Iterator[Fleet]:
+    directory = tmp_path_factory.mktemp("fan-modeset")
+    for shared in fleets.image_fleet(variant_image, directory, PORT_BASE, nodes=2):
         yield Fleet(shared.lab, shared.site)
 
 
 @pytest.fixture(scope="module")
-def variant(fleet: Fleet) -> dict[str, Any]:
-    """The factory state first, then NODE converged to the variant (reboot included)."""
-    assert fleet.installed(OVERRIDE) == "25.07-1"
-    assert fleet.on(f"cat {MODESET}").strip() == "N"
-    result = fleet.apply("--baseline", VARIANT, "--override-policy", "e2e: fan control and modeset")
+def variant(fleet: Fleet, variant_image: fleets.ConvergedImage) -> dict[str, Any]:
+    """The factory state (FACTORY_NODE), then NODE converged to the variant (reboot included,
+    the MOK enrolled at its console): the variant image's apply, as its JSON result for NODE."""
+    assert fleet.installed(OVERRIDE, FACTORY_NODE) == "25.07-1"
+    assert fleet.sh(FACTORY_NODE, f"cat {MODESET}").strip() == "N"
+    result: dict[str, Any] = variant_image.report["nodes"][0]
+    assert result["node"] == NODE and result["status"] == "changed", result
     assert fleet.on("uname -r").strip() == VARIANT_KERNEL
     return result
 

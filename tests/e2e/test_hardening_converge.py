@@ -7,7 +7,8 @@ made live first, then the rendered file written back by hand, as the cut-short r
 it), and shows that `plan` names the follow-up, `apply` runs it (rebooting and verifying
 when it is staged for a reboot), and a further `plan` is empty.
 
-One lab (port base 3171) for the module; spark1 is converged first, in file order.
+One lab (port base 3171) for the module: spark1 and spark2 of a clone of the run's converged
+image (conftest.py `converged_image`: a real apply from the factory state, reboot included).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from fleets import Fleet, fleet_for_module
+from fleets import ConvergedImage, Fleet, image_fleet
 from ports import port_base
 
 from sparkbase.deploy.steps import build_steps
@@ -35,15 +36,14 @@ FBDEV = "/sys/module/nvidia_drm/parameters/fbdev"
 
 
 @pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
-    yield from fleet_for_module(tmp_path_factory, "hardening-converge", PORT_BASE)
+def fleet(tmp_path_factory: pytest.TempPathFactory, converged_image: ConvergedImage) -> Iterator[Fleet]:
+    directory = tmp_path_factory.mktemp("hardening-converge")
+    yield from image_fleet(converged_image, directory, PORT_BASE, nodes=2)
 
 
 @pytest.fixture(scope="module")
 def converged(fleet: Fleet) -> Fleet:
-    """NODE converged from the factory (reboot included), its plan empty."""
-    done = fleet.sparkbase("apply", "--limit", NODE, "--allow-reboot", "--yes", "--json")
-    assert done.returncode == 0, done.stdout + done.stderr
+    """NODE converged from the factory (reboot included: the image's apply), its plan empty."""
     assert _would(_plan(fleet)) == {}
     return fleet
 

@@ -1,5 +1,7 @@
 """Issue 24, point 7, end to end: a node converged to the variant, read over SSH the way a
-tool written for real Sparks reads one (own lab, port base SPARKBASE_TEST_LAB_FIDELITY_PORT_BASE).
+tool written for real Sparks reads one (own lab, port base SPARKBASE_TEST_LAB_FIDELITY_PORT_BASE:
+a clone of the run's variant image, conftest.py `variant_image`, whose spark2 a real apply moved
+from the factory state to the variant; spark1 beside it is as the factory left it).
 
 The reads are the ones the variant recipe's own tooling makes (spark-ds41f bin/spark
 0161d716 `HOST_FACTS_QUERY`, scripts/kernel_readiness.py 0ad64e14, scripts/host-recovery
@@ -27,8 +29,10 @@ from sparkbase_lab.shims import registry
 pytestmark = pytest.mark.end_to_end
 
 PORT_BASE = port_base("SPARKBASE_TEST_LAB_FIDELITY_PORT_BASE", 3421)
-NODE = "spark1"
-VARIANT = "ds41f-7x-64k"
+NODE = fleets.VARIANT_NODE
+#: the image's node as the factory left it
+FACTORY_NODE = "spark1"
+VARIANT = fleets.VARIANT
 KERNEL_64K = "7.0.0-1019-nvidia-64k"
 KERNEL_4K = "7.0.0-1019-nvidia"
 
@@ -103,28 +107,26 @@ class Fleet(fleets.Fleet):
 
 
 @pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
-    for shared in fleets.fleet_for_module(tmp_path_factory, "lab-fidelity", PORT_BASE):
+def fleet(tmp_path_factory: pytest.TempPathFactory, variant_image: fleets.ConvergedImage) -> Iterator[Fleet]:
+    directory = tmp_path_factory.mktemp("lab-fidelity")
+    for shared in fleets.image_fleet(variant_image, directory, PORT_BASE, nodes=2):
         yield Fleet(shared.lab, shared.site)
 
 
 @pytest.fixture(scope="module")
-def variant(fleet: Fleet) -> Fleet:
+def variant(fleet: Fleet, variant_image: fleets.ConvergedImage) -> Fleet:
     """NODE converged to the variant (its kernels, memory saver, fan control), rebooted (a
-    person at its console enrols the MOK)."""
-    fleet.console(NODE)
-    done = fleet.sparkbase("apply", "--limit", NODE, "--baseline", VARIANT, "--allow-reboot", "--yes",
-                           "--json", "--override-policy", "e2e: lab fidelity")
-    assert done.returncode == 0, done.stdout + done.stderr
+    person at its console enrolled the MOK): the variant image's apply, booted again here."""
+    assert [n["status"] for n in variant_image.report["nodes"]] == ["changed"]
     assert fleet.on("uname -r").strip() == KERNEL_64K
     return fleet
 
 
 def test_the_factory_node_has_proc_modules_consistent_with_lsmod(fleet: Fleet) -> None:
-    lsmod = sorted(line.split()[0] for line in fleet.on("lsmod").splitlines()[1:])
-    proc = sorted(line.split()[0] for line in fleet.on("cat /proc/modules").splitlines())
+    lsmod = sorted(line.split()[0] for line in fleet.sh(FACTORY_NODE, "lsmod").splitlines()[1:])
+    proc = sorted(line.split()[0] for line in fleet.sh(FACTORY_NODE, "cat /proc/modules").splitlines())
     assert proc == lsmod and "nvidia" in proc
-    assert fleet.on("test -e /proc/modules && echo yes").strip() == "yes"
+    assert fleet.sh(FACTORY_NODE, "test -e /proc/modules && echo yes").strip() == "yes"
 
 
 def test_the_recipes_host_reads_answer_as_on_a_spark(variant: Fleet) -> None:

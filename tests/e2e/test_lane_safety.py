@@ -25,6 +25,8 @@ from ports import port_base
 
 from sparkbase_lab import faults
 
+pytestmark = pytest.mark.end_to_end
+
 PORT_BASE = port_base("SPARKBASE_TEST_LANE_SAFETY_PORT_BASE", 2891)
 
 

@@ -1,7 +1,8 @@
 """End to end: swap chosen at boot by the booted kernel's page size (issue 24, point 2).
 
 One factory-fresh lab node goes to the variant (`ds41f-7x-64k`, `memory.swap_by_page_size`:
-the recipe's spark3-kernel-memory, host/kernel-memory/ at spark-ds41f db98392f):
+the recipe's spark3-kernel-memory, host/kernel-memory/ at spark-ds41f db98392f): spark2 of a
+clone of the run's variant image (conftest.py `variant_image`, moved there by a real apply):
 
 - on its 64 KiB kernel it swaps on /swap-64k.img, activated by sparkbase-swap.service (no
   /etc/fstab line for it; the installer's /swap.img line is noauto);
@@ -28,15 +29,15 @@ from sparkbase_lab import boot
 pytestmark = pytest.mark.end_to_end
 
 PORT_BASE = port_base("SPARKBASE_TEST_SWAP_BY_PAGE_PORT_BASE", 3401)
-VARIANT = "ds41f-7x-64k"
-KERNEL = "7.0.0-1019-nvidia-64k"
+VARIANT = fleets.VARIANT
+KERNEL = fleets.VARIANT_KERNEL
 FALLBACK = "7.0.0-1019-nvidia"
 UNIT = "sparkbase-swap.service"
-NODE = "spark1"
+NODE = fleets.VARIANT_NODE
 
 
 class Fleet(fleets.Fleet):
-    """The one-node fleet, with what this module asks of its node."""
+    """The module's fleet, with what this module asks of its node on the variant."""
 
     def audit(self) -> dict[str, dict[str, Any]]:
         """`audit --baseline VARIANT --limit NODE --format json`: the node's checks by id."""
@@ -57,18 +58,17 @@ class Fleet(fleets.Fleet):
 
 
 @pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
-    for lab in fleets.one_node_lab(tmp_path_factory, "swap-by-page", PORT_BASE):
-        site = fleets.copy_site(lab.dir.parent / f"{lab.dir.name}-site")
-        yield Fleet(lab, site)
+def fleet(tmp_path_factory: pytest.TempPathFactory, variant_image: fleets.ConvergedImage) -> Iterator[Fleet]:
+    directory = tmp_path_factory.mktemp("swap-by-page")
+    for shared in fleets.image_fleet(variant_image, directory, PORT_BASE, nodes=2):
+        yield Fleet(shared.lab, shared.site)
 
 
 @pytest.fixture(scope="module")
-def on_variant(fleet: Fleet) -> Fleet:
-    fleet.console(NODE)  # a person at its console enrols the MOK at the reboot
-    done = fleet.sparkbase("apply", "--limit", NODE, "--baseline", VARIANT, "--allow-reboot", "--yes",
-                           "--override-policy", "e2e: swap by page size", "--json")
-    assert done.returncode == 0, done.stdout + done.stderr
+def on_variant(fleet: Fleet, variant_image: fleets.ConvergedImage) -> Fleet:
+    """NODE moved to the variant (a person at its console enrolled the MOK at the reboot): the
+    variant image's apply."""
+    assert [n["status"] for n in variant_image.report["nodes"]] == ["changed"]
     return fleet
 
 

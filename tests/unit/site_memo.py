@@ -1,10 +1,13 @@
-"""Parse each distinct site file once: for unit modules that load hundreds of sites which
-differ from the shipped one in a file or two (the invalid corpus, the property tests).
+"""Parse each distinct site file once: the unit tier loads the shipped site thousands of
+times, and hundreds of sites which differ from it in a file or two (the invalid corpus, the
+property tests).
 
 `load_yaml` is a pure function of a file's bytes (only the file name in its result is the
 file's), and ruamel's round-trip parse is most of what a site load costs, so a kept parse is
-handed out again as a deep copy relocated to the file asked for. tests/unit/conftest.py
-offers it as the module-scoped fixture `parsed_once`.
+handed out again as a deep copy relocated to the file asked for. tests/unit/conftest.py puts
+it in front of the site loader for the whole unit run (`pytest_configure`; the module-scoped
+fixture `parsed_once` does the same for one module). test_invalid_corpus.py runs a sample of
+cases without it and checks they print the same.
 """
 
 from __future__ import annotations

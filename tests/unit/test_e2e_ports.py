@@ -98,6 +98,30 @@ def test_every_slowest_first_name_is_a_test_file() -> None:
     assert missing == []
 
 
+def test_the_suite_hands_out_files_in_the_slowest_first_order() -> None:
+    """pytest-xdist sorts `--dist loadfile` work by how many tests a file holds unless told
+    `--no-loadscope-reorder`: without it SLOWEST_FIRST has no effect and the long e2e modules
+    of a few tests each start last. scripts/test passes it and the installed xdist knows it."""
+    import inspect
+
+    import xdist.plugin  # type: ignore[import-untyped]
+
+    root = Path(__file__).resolve().parents[2]
+    command = (root / "scripts" / "test").read_text().replace("\\\n", " ")
+    run = next(line for line in command.splitlines() if ".venv/bin/pytest" in line)
+    assert "--dist loadfile" in run and "--no-loadscope-reorder" in run.split()
+    assert '"--no-loadscope-reorder"' in inspect.getsource(xdist.plugin.pytest_addoption)
+
+
+def test_every_e2e_module_is_marked_end_to_end() -> None:
+    """`./scripts/test --quick` deselects the e2e tier by its marker (`-m "not end_to_end or
+    smoke"`): a module without it runs its lab in the inner loop (test_lane_safety did:
+    four minutes of the quick run)."""
+    unmarked = [path.name for path in sorted(E2E.glob("test_*.py"))
+                if not re.search(r"^pytestmark = .*pytest\.mark\.end_to_end", path.read_text(), re.MULTILINE)]
+    assert unmarked == []
+
+
 def test_test_file_basenames_are_unique_across_tiers() -> None:
     """pytest imports each test file by its basename (rootdir-relative, no packages): two
     tiers with one name make the second fail to collect ("import file mismatch")."""
