@@ -128,3 +128,17 @@ def test_test_file_basenames_are_unique_across_tiers() -> None:
     root = Path(__file__).resolve().parents[2] / "tests"
     names = [path.name for path in root.glob("*/test_*.py")]
     assert sorted(name for name in set(names) if names.count(name) > 1) == []
+
+
+def test_a_base_in_the_ephemeral_ports_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An offset that moves a lab among the ports outgoing connections take is refused with
+    the reason, before any lab comes up; the bases of a run without an offset are fine."""
+    monkeypatch.setattr(ports, "ephemeral_ports", lambda: (32768, 60999))
+    monkeypatch.delenv("SPARKBASE_TEST_PORT_OFFSET", raising=False)
+    assert ports.port_base("SPARKBASE_TEST_NO_SUCH_BASE", 3301) == 3301
+    monkeypatch.setenv("SPARKBASE_TEST_PORT_OFFSET", "30000")
+    with pytest.raises(RuntimeError, match=r"port base 33301 .* ephemeral ports 32768-60999"):
+        ports.port_base("SPARKBASE_TEST_NO_SUCH_BASE", 3301)
+    monkeypatch.setenv("SPARKBASE_TEST_PORT_OFFSET", "29000")
+    with pytest.raises(RuntimeError, match="keep every base below 32348"):
+        ports.port_base("SPARKBASE_TEST_NO_SUCH_BASE", 3451)  # its metrics ports reach 32851
