@@ -18,7 +18,7 @@ SITE_GLOBS = ("baselines/*.yaml", "baselines/sparkbase.lock", "inventory/*.yaml"
 #: of one long file running alone on a machine otherwise idle. Order only: every file still runs.
 SLOWEST_FIRST = (
     "test_deploy_apply", "test_hardening_apply", "test_tuning_apply", "test_audit_converged",
-    "test_hardening_secrets", "test_lane_runtime", "test_fact_batch_e2e", "test_ownership_apply",
+    "test_hardening_secrets", "test_lane_runtime", "test_fact_read_e2e", "test_ownership_apply",
     "test_wheel",
     "test_fan_modeset_e2e", "test_invalid_corpus", "test_lane_safety", "test_capture_lab",
     "test_facts_real_formats", "test_hardening_hostkeys", "test_factory_swap_fallback_e2e",
