@@ -7,15 +7,19 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from lab_mok_pair import lab_mok_dir
+from pyinfra.context import ctx_host, ctx_state
 
+from sparkbase.deploy import node
 from sparkbase.deploy.assign import with_assignment
 from sparkbase.deploy.reads import fact_plan
 from sparkbase.deploy.reboot import STAGED_PATH
 from sparkbase.deploy.steps import MokFiles, Step, build_steps
-from sparkbase.facts.script import FSTAB, section_names
+from sparkbase.facts.model import InitramfsCopy, NodeFacts
+from sparkbase.facts.script import FSTAB, FactPlan, section_names
 from sparkbase.model.site import Site, load_site
 
 REPO = Path(__file__).resolve().parents[2]
@@ -58,3 +62,59 @@ def test_the_fstab_editors_read_fstab_whole_and_each_path_once() -> None:
     assert plan.file_texts == (FSTAB, "/etc/x.conf")
     assert plan.file_states == (FSTAB, "/etc/x.conf")
     assert plan.swap_files == ("/swapfile",)
+
+
+class FakeHost:
+    """A host as the read keeps it: its name and its operations in order."""
+
+    name = "spark1"
+    op_hash_order = ("a", "b")
+
+
+class Meta:
+    """An operation's result as pyinfra keeps it: complete or not, changed or not."""
+
+    def __init__(self, complete: bool, changed: bool) -> None:
+        self.complete, self.changed = complete, changed
+
+    def is_complete(self) -> bool:
+        return self.complete
+
+    def did_change(self) -> bool:
+        return self.changed
+
+
+def test_executing_operations_read_the_node_again_only_after_a_change(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """While operations are added they all see the facts read first; while they execute, the
+    node is read again once (and only once) after an operation changed it."""
+    metas = {"a": Meta(False, False), "b": Meta(False, False)}
+    host = FakeHost()
+    state = SimpleNamespace(is_executing=False,
+                            get_op_data_for_host=lambda h, op: SimpleNamespace(operation_meta=metas[op]))
+    plan = FactPlan(core_only=True, initramfs=(("7.0", "/etc/m.conf"),))
+    first = NodeFacts("spark1", containers={}, kernel_release="old",
+                      initramfs={("7.0", "/etc/m.conf"): InitramfsCopy(True, "c" * 64)})
+    reads: list[FactPlan] = []
+
+    def read(asked: FactPlan) -> NodeFacts:
+        reads.append(asked)
+        return NodeFacts("spark1", containers={}, kernel_release=f"read {len(reads)}")
+
+    monkeypatch.setattr(node, "read_node", read)
+    old_state, old_host = ctx_state.get(), ctx_host.get()  # type: ignore[no-untyped-call]
+    try:
+        with ctx_state.use(state), ctx_host.use(host):
+            node.use_facts(first, plan)
+            assert node.node_facts() is first
+            state.is_executing = True
+            metas["a"] = Meta(True, False)  # executed, changed nothing
+            assert node.node_facts() is first and reads == []
+            metas["a"] = Meta(True, True)
+            again = node.node_facts()
+            assert again.kernel_release == "read 1" and node.node_facts() is again
+            # the initramfs is not unpacked again: its copy as first read is kept
+            assert reads == [FactPlan(core_only=True)] and again.initramfs == first.initramfs
+    finally:
+        ctx_state.set(old_state)  # type: ignore[no-untyped-call]
+        ctx_host.set(old_host)  # type: ignore[no-untyped-call]

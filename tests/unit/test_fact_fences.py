@@ -258,7 +258,7 @@ def test_a_section_that_hangs_fails_the_read_at_the_command_timeout(local: Any,
         node.read_node(CORE)
     assert 1.5 < time.monotonic() - started < 6
     assert caught.value.failure.kind is FailureKind.TIMEOUT
-    assert "no answer to the fact script within 2s" in caught.value.failure.message
+    assert "no answer to a fact read within 2s" in caught.value.failure.message
 
 
 def test_bytes_that_are_not_utf8_reach_the_parsers_escaped(local: Any,
@@ -307,4 +307,4 @@ def test_a_fact_read_takes_the_command_deadline_not_the_operations(monkeypatch: 
           pytest.raises(node.FactReadFailed) as caught):
         node.read_node(CORE)
     assert time.monotonic() - started < 10
-    assert "no answer to the fact script within 2s" in caught.value.failure.message
+    assert "no answer to a fact read within 2s" in caught.value.failure.message

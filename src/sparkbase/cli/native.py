@@ -68,8 +68,9 @@ def deploy_current_host() -> None:
     mok_files = mok_dir_from_env(lab_from_env())
     steps = build_steps(site, node, mok_files, source_mirror(lab_from_env()))
     # pyinfra adds every host's operations before it executes any: the node is read once, first
-    facts = read_node(fact_plan(steps))
-    use_facts(facts)
+    plan = fact_plan(steps)
+    facts = read_node(plan)
+    use_facts(facts, plan)
     boot, mok = boot_state(facts), mok_state(facts)
     added = add_steps(steps)
     will = [op.step for op in added if op.meta.will_change]

@@ -15,10 +15,12 @@ steps) as one pyinfra command, like any fact (the inventory's sudo, the command 
   node fails with that reason (`FactReadFailed`), the others go on.
 
 Operations read the node with `node_facts()`: the facts the session (or the native deploy)
-set for the host in context with `use_facts`, read before anything executed. pyinfra runs
-an operation's body again when it executes it; the body then sees the same facts, so it
-yields what the plan showed. The one thing read live at execution is the ownership record
-(`owned_record`), which the operations before it may have written.
+set for the host in context with `use_facts`, read before anything executed, so while the
+operations are added no answer can go stale. pyinfra runs an operation's body again when it
+executes it: once an operation of the host has changed something, the next body to read the
+node reads it again (the same plan, one round trip), so each decides on the node as it is
+then, as pyinfra's own facts would; the initramfs' copy is not unpacked again. The ownership
+record is read live whenever an executing operation writes it (`owned_record`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import binascii
 import math
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 from weakref import WeakKeyDictionary
 
@@ -108,7 +111,7 @@ def read_node(plan: FactPlan, limit: int = MAX_ANSWER_BYTES) -> NodeFacts:
     decoded = decode_answer(lines, limit)
     if isinstance(decoded, NodeFailure):
         if timeout is not None and time.monotonic() - started >= timeout - 0.5:
-            decoded = failure(FailureKind.TIMEOUT, f"no answer to the fact script within {timeout}s "
+            decoded = failure(FailureKind.TIMEOUT, f"no answer to a fact read within {timeout}s "
                                                    "(ssh.command_timeout)")
         raise FactReadFailed(decoded)
     stdout, stderr, cut = decoded
@@ -122,17 +125,45 @@ def read_node(plan: FactPlan, limit: int = MAX_ANSWER_BYTES) -> NodeFacts:
     return found
 
 
-_FACTS: WeakKeyDictionary[Any, NodeFacts] = WeakKeyDictionary()
+@dataclass
+class _Read:
+    """A host's facts, the plan they were read by, and how many of its operations had
+    executed a change when they were read."""
+
+    facts: NodeFacts
+    plan: FactPlan | None
+    changes: int = 0
 
 
-def use_facts(facts: NodeFacts) -> None:
-    """What the current host's operations read from now on (`node_facts`)."""
-    _FACTS[ctx_host.get()] = facts  # type: ignore[no-untyped-call]
+_READS: WeakKeyDictionary[Any, _Read] = WeakKeyDictionary()
+
+
+def use_facts(facts: NodeFacts, plan: FactPlan | None = None) -> None:
+    """What the current host's operations read from now on (`node_facts`); with `plan` (what
+    `facts` were read by), read again once an executed operation changed the node."""
+    _READS[ctx_host.get()] = _Read(facts, plan)  # type: ignore[no-untyped-call]
+
+
+def _changes_executed() -> int:
+    """How many operations of the current host executed and changed something."""
+    current = ctx_host.get()  # type: ignore[no-untyped-call]
+    count = 0
+    for op_hash in current.op_hash_order:
+        meta = state.get_op_data_for_host(current, op_hash).operation_meta
+        count += bool(meta.is_complete() and meta.did_change())
+    return count
 
 
 def node_facts() -> NodeFacts:
-    """The facts set for the current host (`use_facts`): the node before anything executed."""
-    return _FACTS[ctx_host.get()]  # type: ignore[no-untyped-call]
+    """The current host's facts (`use_facts`): the node before anything executed, or while
+    executing, as it is after the operations that ran before."""
+    read = _READS[ctx_host.get()]  # type: ignore[no-untyped-call]
+    if state.is_executing and read.plan is not None:
+        changes = _changes_executed()
+        if changes != read.changes:
+            fresh = read_node(replace(read.plan, initramfs=()))
+            read.facts, read.changes = replace(fresh, initramfs=read.facts.initramfs), changes
+    return read.facts
 
 
 def owned_record() -> OwnershipRecord:

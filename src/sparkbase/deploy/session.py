@@ -199,8 +199,9 @@ class Session:
         from sparkbase.deploy.reads import fact_plan
 
         steps = build_steps(self.site, node, self.options.mok, source_mirror(self.options.lab))
-        facts = read_node(fact_plan(steps))
-        use_facts(facts)
+        plan = fact_plan(steps)
+        facts = read_node(plan)
+        use_facts(facts, plan)
         logging.getLogger(__name__).debug("%s: facts read in %d round trip(s), %.2fs; unreadable: %s", node,
                                           facts.round_trips, facts.elapsed_seconds, sorted(facts.errors))
         added = add_steps(steps)
