@@ -1,7 +1,7 @@
 """netplan operations: one file configures the fabric ports (others refused, sparkbase's own
 earlier edits put back), and the site's file taken over when the baseline names it.
 
-Both read the node's netplan files once (`NetplanFiles`, in the plan's one fact batch) and hand
+Both read the node's netplan files from its one read (`NodeFacts.netplan_files`) and hand
 them to the pure decisions of `sparkbase.policy.netplan`; a refusal fails the node while it is
 planned, before anything on it is written.
 """
