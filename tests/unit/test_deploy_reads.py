@@ -6,21 +6,30 @@ did not ask for fails with a KeyError)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from lab_mok_pair import lab_mok_dir
+from pyinfra.api.config import Config
+from pyinfra.api.inventory import Inventory
+from pyinfra.api.state import State
 from pyinfra.context import ctx_host, ctx_state
 
 from sparkbase.deploy import node
 from sparkbase.deploy.assign import with_assignment
+from sparkbase.deploy.pyinfra_deploy import ADDERS
 from sparkbase.deploy.reads import fact_plan
 from sparkbase.deploy.reboot import STAGED_PATH
 from sparkbase.deploy.steps import MokFiles, Step, build_steps
+from sparkbase.facts.assemble import assemble
 from sparkbase.facts.model import InitramfsCopy, NodeFacts
-from sparkbase.facts.script import FSTAB, FactPlan, section_names
+from sparkbase.facts.parsers.netplan import NetplanListing
+from sparkbase.facts.script import FSTAB, FactPlan, Sections, section_names
 from sparkbase.model.site import Site, load_site
+from sparkbase.policy.ownership import OwnershipRecord
 
 REPO = Path(__file__).resolve().parents[2]
 CASES = sorted((Path(__file__).parent / "deploy_cases").glob("*.json"))
@@ -118,3 +127,34 @@ def test_executing_operations_read_the_node_again_only_after_a_change(
     finally:
         ctx_state.set(old_state)  # type: ignore[no-untyped-call]
         ctx_host.set(old_host)  # type: ignore[no-untyped-call]
+
+
+#: pyinfra's own operation reads its own facts (`files.line` of /etc/fstab)
+PYINFRAS_OWN = {"fstab-line", "fstab-line-absent"}
+
+
+@pytest.mark.parametrize("case_file", CASES, ids=[c.stem for c in CASES])
+def test_every_operation_finds_what_it_reads_in_the_one_read(site: Site, case_file: Path) -> None:
+    """Each step's operation, added on a node read by the plan of its steps (here a node that
+    answered nothing: every value empty), finds every path, unit, kernel and tree it reads
+    in that read: no operation reads the node any other way."""
+    case = json.loads(case_file.read_text())
+    if case["baseline"]:
+        site = with_assignment(site, [case["node"]], case["baseline"])
+    steps = build_steps(site, case["node"], MokFiles.from_dir(lab_mok_dir()) if case["mok"] else None)
+    plan = fact_plan(steps)
+    facts = replace(assemble(case["node"], plan, Sections()), ownership=OwnershipRecord(),
+                    netplan_files=NetplanListing(), containers={})
+    inventory = Inventory(([case["node"]], {}))  # type: ignore[no-untyped-call]
+    state = State(inventory, Config())  # type: ignore[no-untyped-call]
+    host = inventory.get_host(case["node"])
+    added = 0
+    with ctx_state.use(state), ctx_host.use(host):
+        node.use_facts(facts, plan)
+        by_path: dict[str, Any] = {}
+        for step in steps:
+            if step.kind in PYINFRAS_OWN:
+                continue
+            by_path[str(step.args.get("path", ""))] = ADDERS[step.kind](step, by_path)
+            added += 1
+    assert added >= 20
