@@ -21,7 +21,7 @@ SITE_GLOBS = ("baselines/*.yaml", "baselines/sparkbase.lock", "inventory/*.yaml"
 #: variant) come before the modules that only clone. Order only: every file still runs.
 SLOWEST_FIRST = (
     "test_deploy_apply", "test_lab_as_found_e2e", "test_hardening_links", "test_hardening_apply",
-    "test_fact_batch_e2e", "test_ownership_apply", "test_tuning_apply", "test_hardening_secrets",
+    "test_fact_read_e2e", "test_ownership_apply", "test_tuning_apply", "test_hardening_secrets",
     "test_wheel", "test_qualify_containers_e2e", "test_hardening_switch", "test_fan_modeset_e2e",
     "test_hardening_converge", "test_hardening_bounds", "test_hardening_disk", "test_day_one_e2e",
     "test_capture_lab", "test_lane_runtime", "test_factory_swap_fallback_e2e", "test_lane_safety",

@@ -17,15 +17,7 @@ from typing import Any
 import pytest
 
 from sparkbase.deploy import kinds, reboot
-from sparkbase.deploy.facts import (
-    NO_IMAGE,
-    UNPACKED,
-    UNREADABLE,
-    InitramfsCopy,
-    boot_state,
-    parse_initramfs_copy,
-    parse_staged,
-)
+from sparkbase.deploy.node import boot_state
 from sparkbase.deploy.operations import (
     Decision,
     decide_daemon_reload,
@@ -33,12 +25,15 @@ from sparkbase.deploy.operations import (
     decide_initramfs_update,
     decide_netplan_apply,
 )
-from sparkbase.deploy.pyinfra_deploy import ASKS
+from sparkbase.deploy.reads import fact_plan
 from sparkbase.deploy.reboot import boot_mismatches, reboot_reasons, stage_command, staged
 from sparkbase.deploy.steps import Step, build_steps
-from sparkbase.facts.model import Interface
+from sparkbase.facts.assemble import assemble
+from sparkbase.facts.model import InitramfsCopy, Interface
 from sparkbase.facts.parsers import parse_grub, parse_need_daemon_reload
-from sparkbase.facts.script import Section, Sections
+from sparkbase.facts.parsers.files import parse_initramfs_copy, parse_staged
+from sparkbase.facts.script import FactPlan, Section, Sections
+from sparkbase.facts.state import NO_IMAGE, UNPACKED, UNREADABLE
 from sparkbase.model.site import load_site
 from sparkbase.render import MODPROBE_PATH, kernel_cmdline, render_node
 
@@ -104,8 +99,10 @@ def test_follow_up_steps_carry_what_the_node_state_is_compared_with() -> None:
         netdev: [address] for netdev, address in addresses.items()}
     assert {link["mtu"] for link in links.values()} == {site.baseline_of("spark1").fabric.mtu}
     assert steps["daemon-reload"].args == kinds.DaemonReload(unit=site.baseline_of("spark1").cpuset.slice)
-    for kind in ("initramfs-update", "netplan-apply", "daemon-reload"):
-        assert ASKS[kind](**steps[kind].args.as_dict()), f"{kind} reads the node's state"
+    # each reads the node's state: the initramfs' copy, the live addresses, systemd's reload flag
+    plan = fact_plan(list(steps.values()))
+    assert plan.initramfs == ((initramfs.args.release, MODPROBE_PATH),)
+    assert plan.need_reload == (site.baseline_of("spark1").cpuset.slice,)
 
 
 @pytest.mark.parametrize(("lines", "expected"), [
@@ -116,7 +113,7 @@ def test_follow_up_steps_carry_what_the_node_state_is_compared_with() -> None:
     ([], InitramfsCopy(False, problem="unmkinitramfs could not unpack the image")),
 ])
 def test_initramfs_copy_parser(lines: list[str], expected: InitramfsCopy) -> None:
-    assert parse_initramfs_copy(lines) == expected
+    assert parse_initramfs_copy("".join(f"{line}\n" for line in lines)) == expected
 
 
 @pytest.mark.parametrize(("text", "expected"), [
@@ -174,10 +171,11 @@ def test_what_a_run_stages_is_noted_and_read_back(tmp_path: Path, monkeypatch: p
     assert staged(steps) == ["update-initramfs (it's)", "update-grub $(touch /tmp/x)"]
     for _ in range(2):  # appended; read back once each
         subprocess.run(["sh", "-c", stage_command(staged(steps))], check=True)
-    assert parse_staged(path.read_text()) == staged(steps)
+    assert list(parse_staged(path.read_text())) == staged(steps)
+    plan = FactPlan(staged_path=str(path))
     found = Sections()
     found.by_name["staged"] = Section(path.read_text(), 0, "")
-    assert boot_state(found)["staged"] == staged(steps)
+    assert boot_state(assemble("spark1", plan, found))["staged"] == staged(steps)
     missing = Sections()
-    missing.by_name["staged"] = Section("", 1, "cat: /run/sparkbase/reboot-staged: No such file or directory")
-    assert boot_state(missing)["staged"] == []
+    missing.by_name["staged"] = Section("", 2, f"grep: {path}: No such file or directory")
+    assert boot_state(assemble("spark1", plan, missing))["staged"] == []

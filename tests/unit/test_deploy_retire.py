@@ -18,7 +18,6 @@ from lab_mok_pair import lab_mok_dir
 
 from sparkbase.cli.deploying import print_report
 from sparkbase.deploy.assign import with_assignment
-from sparkbase.deploy.facts import parse_dkms_builds
 from sparkbase.deploy.kinds import PackagesRetire, UnitRetire
 from sparkbase.deploy.operations import Decision, NotSparkbases, decide_swap_file
 from sparkbase.deploy.results import KEPT, NodeResult, NodeStatus, OpResult, Report
@@ -30,8 +29,10 @@ from sparkbase.deploy.retire import (
     decide_packages_retire,
     decide_swap_retire,
     decide_unit_retire,
+    dkms_builds,
 )
 from sparkbase.deploy.steps import MokFiles, build_steps
+from sparkbase.facts.parsers import parse_dkms_status
 from sparkbase.model.site import Site, load_site
 from sparkbase.policy import ownership
 from sparkbase.policy.foreign import foreign_for
@@ -192,8 +193,9 @@ def test_dkms_builds_parser() -> None:
     lines = ["uvm-memory-saver/0.4.2, 7.0.0-1019-nvidia-64k, aarch64: installed",
              "uvm-memory-saver/0.4.20, 6.17.0-1032-nvidia, aarch64: built",
              "other/1.0: added", "uvm-memory-saver/0.4.2: added"]
-    assert parse_dkms_builds(lines, "uvm-memory-saver", "0.4.2") == ["7.0.0-1019-nvidia-64k", ""]
-    assert parse_dkms_builds([], "uvm-memory-saver", "0.4.2") == []
+    entries = parse_dkms_status("\n".join(lines)).entries
+    assert dkms_builds(entries, "uvm-memory-saver", "0.4.2") == ["7.0.0-1019-nvidia-64k", ""]
+    assert dkms_builds((), "uvm-memory-saver", "0.4.2") == []
 
 
 def test_plan_shows_deferred_and_kept_notes_only_beside_changes(capsys: pytest.CaptureFixture[str]) -> None:

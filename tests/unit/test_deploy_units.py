@@ -10,22 +10,26 @@ from pathlib import Path
 import pytest
 
 from sparkbase.deploy import kinds
-from sparkbase.deploy.facts import (
-    boot_state,
-    dkms_state,
-    grub_state,
-    mok_state,
-    parse_file_state,
-    parse_sysctls,
-    swap_file_state,
-)
 from sparkbase.deploy.locks import LockHeld, Owner, local_locks, parse_acquire
+from sparkbase.deploy.node import boot_state, mok_state
 from sparkbase.deploy.operations import decide_dkms_install, grub_stale, missing_pins
+from sparkbase.deploy.operations.dkms import dkms_state
 from sparkbase.deploy.reboot import boot_mismatches, reboot_reasons
 from sparkbase.deploy.results import NodeResult, NodeStatus, OpResult, Report
 from sparkbase.deploy.steps import Step
-from sparkbase.facts.model import MokCertificate, SecureBoot
-from sparkbase.facts.script import Section, Sections, fenced_script, marker_stdin, new_marker, split_sections
+from sparkbase.facts.assemble import assemble
+from sparkbase.facts.model import GrubBoot, MokCertificate, NodeFacts, SecureBoot
+from sparkbase.facts.parsers import parse_sysctl_output
+from sparkbase.facts.parsers.files import parse_file_state
+from sparkbase.facts.script import (
+    FactPlan,
+    Section,
+    Sections,
+    fenced_script,
+    marker_stdin,
+    new_marker,
+    split_sections,
+)
 from sparkbase.model.site import load_site
 from sparkbase.transport import FailureKind
 
@@ -64,18 +68,34 @@ def answered(outputs: dict[str, Answer]) -> Sections:
     return found
 
 
+#: what plan and apply read of the boot (`deploy/reads.fact_plan`)
+PLAN = FactPlan(module_params=(("nvidia_drm", "modeset"), ("nvidia_drm", "fbdev")), dkms_status=True,
+                kernel_modinfo=(("7.0.0-1019-nvidia-64k", "uvm_memory_saver"),), swap_files=("/x",))
+
+
+def facts_of(outputs: dict[str, Answer]) -> NodeFacts:
+    """The NodeFacts plan and apply decide on, from sections as a node answers them."""
+    return assemble("spark1", PLAN, answered(outputs))
+
+
+def grub_of(outputs: dict[str, Answer]) -> GrubBoot:
+    grub = facts_of(outputs).grub
+    assert grub is not None
+    return grub
+
+
 def test_deploy_facts_go_through_the_audits_fencing_and_parsers() -> None:
     marker = new_marker()
     named = [("uname", "echo 7.0.0-1019-nvidia-64k aarch64"), ("thp", "echo 'always [never]'")]
     script = fenced_script(named)
     out = subprocess.run(["sh", "-c", script], input=marker_stdin(marker), capture_output=True, text=True,
                          check=True).stdout
-    state = boot_state(split_sections(out, marker))
+    state = boot_state(assemble("spark1", PLAN, split_sections(out, marker)))
     assert (state["kernel"], state["thp"], state["page_size"]) == ("7.0.0-1019-nvidia-64k", "never", 0)
 
 
 def test_grub_state_parse_and_staleness() -> None:
-    grub = grub_state(answered({"grub-cfg": GRUB_CFG, "grubenv": ("", 1)}))
+    grub = grub_of({"grub-cfg": GRUB_CFG, "grubenv": ("", 1)})
     entry = "Advanced options for Ubuntu>Ubuntu, with Linux 6.17.0-1032-nvidia"
     assert grub.default == entry
     wanted = ["quiet", "transparent_hugepage=madvise"]
@@ -85,27 +105,27 @@ def test_grub_state_parse_and_staleness() -> None:
     assert "forbidden" in str(grub_stale(grub, "6.17.0-1008-nvidia", None, [], ["splash"]))
     # the default is judged by what it boots, however GRUB names it
     assert "default" in str(grub_stale(grub, "6.17.0-1008-nvidia", "x", [], []))
-    by_id = grub_state(answered({"grub-cfg": GRUB_CFG.replace(entry, "${saved_entry}"),
-                                 "grubenv": "saved_entry=1>1\n"}))
+    by_id = grub_of({"grub-cfg": GRUB_CFG.replace(entry, "${saved_entry}"),
+                                 "grubenv": "saved_entry=1>1\n"})
     assert grub_stale(by_id, "6.17.0-1008-nvidia", "pinned", [], []) is None
 
 
 def test_grub_state_on_a_real_separate_boot_grub_cfg() -> None:
     cfg = (REAL / "boot_grub_grub.cfg__ubuntu24.04_separate_boot__otus-hw07.txt").read_text()
-    grub = grub_state(answered({"grub-cfg": cfg, "grubenv": ("", 1)}))
+    grub = grub_of({"grub-cfg": cfg, "grubenv": ("", 1)})
     assert grub_stale(grub, "6.8.0-88-generic", "0", ["ro"], ["splash"]) is None
     assert "lacks quiet" in str(grub_stale(grub, "6.8.0-88-generic", None, ["quiet"], []))
 
 
 def test_mok_state_reads_every_sb_state_and_the_certificates() -> None:
     enrolled = (REAL / "mokutil_--list-enrolled__ubuntu22.04_linux-surface-906.txt").read_text()
-    mok = mok_state(answered({"sb-state": "SecureBoot enabled\nSecureBoot validation is disabled in shim\n",
-                              "mok-enrolled": enrolled, "mok-pending": ("MokNew is empty\n", 1)}))
+    mok = mok_state(facts_of({"sb-state": "SecureBoot enabled\nSecureBoot validation is disabled in shim\n",
+                              "mok-enrolled": enrolled, "mok-new": ("MokNew is empty\n", 1)}))
     assert mok["secure_boot"] is SecureBoot.NOT_ENFORCING
     assert mok["enrolled"][0] == "76:a0:92:06:58:00:bf:37:69:01:c3:72:cd:55:a9:0e:1f:de:d2:e0"
     assert mok["certificates"][0].serial == "b94124a0182c9267" and mok["pending"] == []
     no_efi = ("", 255, "EFI variables are not supported on this system\n")
-    unsupported = mok_state(answered({"sb-state": no_efi}))
+    unsupported = mok_state(facts_of({"sb-state": no_efi}))
     assert unsupported["secure_boot"] is SecureBoot.UNSUPPORTED and unsupported["enrolled"] == []
 
 
@@ -117,8 +137,8 @@ MOK = MokCertificate("de:68:7c:66:aa:de:f7:ac:da:f7:f1:c7:c8:0f:80:9d:81:86:73:f
 def _dkms(modinfo: str, dkms: str = "uvm-memory-saver/0.4.2, 7.0.0-1019-nvidia-64k, aarch64: installed\n",
           ) -> dict[str, object]:
     noisy = (dkms, 0, "Deprecated feature: REMAKE_INITRD\n")
-    return dkms_state(answered({"dkms": noisy, "modinfo": modinfo}),
-                      "uvm-memory-saver", "0.4.2", "7.0.0-1019-nvidia-64k")
+    facts = facts_of({"dkms": noisy, "modinfo-k:7.0.0-1019-nvidia-64k:uvm_memory_saver": modinfo})
+    return dkms_state(facts, "uvm-memory-saver", "0.4.2", "7.0.0-1019-nvidia-64k", "uvm_memory_saver")
 
 
 MODINFO = (f"filename: /lib/modules/7.0.0-1019-nvidia-64k/updates/dkms/uvm.ko\n"
@@ -155,14 +175,14 @@ def test_dkms_install_decision_judges_the_signature_like_the_audit(
 def test_file_swap_and_sysctl_parsers() -> None:
     assert parse_file_state(["600", "ab" * 32 + "  /x"]) == (0o600, "ab" * 32)
     assert parse_file_state(["__sparkbase_missing__"]) is None
-    swap = swap_file_state(answered({"stat": "17179869184 600 regular file\n", "hdr:4096": "..........\n",
-                                     "hdr:65536": "SWAPSPACE2\n"}))
+    swap = facts_of({"swapstat:/x": "17179869184 600 regular file\n", "swaphdr:4096:/x": "..........\n",
+                     "swaphdr:65536:/x": "SWAPSPACE2\n"}).swap_files["/x"]
     assert swap == {"size": 17179869184, "header_page_size": 65536, "mode": 0o600, "kind": "regular file"}
-    link = swap_file_state(answered({"stat": "11 777 symbolic link\n"}))
+    link = facts_of({"swapstat:/x": "11 777 symbolic link\n"}).swap_files["/x"]
     assert link is not None and link["kind"] == "symbolic link"
     missing = ("stat: cannot statx '/x': No such file or directory", 1)
-    assert swap_file_state(answered({"stat": missing})) is None
-    assert parse_sysctls(["vm.min_free_kbytes = 1048576", "bad"]) == {"vm.min_free_kbytes": "1048576"}
+    assert facts_of({"swapstat:/x": missing}).swap_files["/x"] is None
+    assert parse_sysctl_output("vm.min_free_kbytes = 1048576\nbad\n") == {"vm.min_free_kbytes": "1048576"}
 
 
 def test_missing_pins_compare_exact_versions() -> None:
@@ -173,13 +193,13 @@ def test_missing_pins_compare_exact_versions() -> None:
 def test_reboot_reasons_come_from_what_runs_not_only_from_this_run() -> None:
     site = load_site(REPO)
     baseline = site.baseline_of("spark1")
-    running = boot_state(answered({
+    running = boot_state(facts_of({
         "uname": "6.17.0-1032-nvidia aarch64\n", "pagesize": "4096\n",
         "cmdline": "BOOT_IMAGE=/boot/vmlinuz root=/dev/nvme0n1p2 ro quiet transparent_hugepage=madvise\n",
-        "modules": "nvidia 1 0 - Live 0x0\nnvidia_drm 1 0 - Live 0x0\n", "drm_modeset": "N\n",
-        "drm_fbdev": "N\n",
+        "modules": "nvidia 1 0 - Live 0x0\nnvidia_drm 1 0 - Live 0x0\n", "param:nvidia_drm.modeset": "N\n",
+        "param:nvidia_drm.fbdev": "N\n",
     }))
-    mok = mok_state(Sections())
+    mok = mok_state(NodeFacts("spark1", containers={}))
     assert reboot_reasons(baseline, running, mok, []) == []
     staged = {**running, "kernel": "6.17.0-1008-nvidia"}
     assert boot_mismatches(baseline, staged) == [
@@ -246,6 +266,6 @@ def test_report_json_contract_and_exit_codes() -> None:
 
 
 def test_boot_state_reads_modules_from_sys_module_when_proc_modules_is_missing() -> None:
-    state = boot_state(answered({"modules": ("cat: /proc/modules: No such file or directory\n", 1),
+    state = boot_state(facts_of({"modules": ("cat: /proc/modules: No such file or directory\n", 1),
                                  "modules-sys": "mlx5_core\nuvm_memory_saver\n"}))
     assert state["modules"] == ["mlx5_core", "uvm_memory_saver"]

@@ -15,11 +15,11 @@ import pytest
 from lab_mok_pair import lab_mok_dir
 
 from sparkbase.deploy.assign import with_assignment
-from sparkbase.deploy.facts import parse_dkms_source
 from sparkbase.deploy.kinds import DkmsSource
 from sparkbase.deploy.operations.dkms import decide_dkms_source, place_source_script
 from sparkbase.deploy.sources import LAB_MIRROR, source_mirror
 from sparkbase.deploy.steps import MokFiles, build_steps
+from sparkbase.facts.parsers.files import parse_dkms_source
 from sparkbase.model.site import Site, load_site
 from sparkbase_lab import packages
 
@@ -124,7 +124,7 @@ def test_the_placing_script_checks_the_sha256_before_it_unpacks() -> None:
 
 
 def test_the_fact_reads_tree_stamp_and_registration() -> None:
-    assert parse_dkms_source(["dkms "]) == _state(False, None, False)
-    assert parse_dkms_source(["tree present", "dkms "]) == _state(True, None, False)
-    assert parse_dkms_source(["tree present", f"stamp {SHA}", f"dkms {NAME}/{VERSION}: added"]) == \
+    assert parse_dkms_source("", False) == _state(False, None, False)
+    assert parse_dkms_source("tree present\n", False) == _state(True, None, False)
+    assert parse_dkms_source(f"tree present\nstamp {SHA}\n", True) == \
         _state(True, SHA, True)

@@ -4,9 +4,9 @@ answer is bounded in size and time and never breaks on bytes that are not UTF-8.
 - Lines: node text is cut at `\\n` only (U+2028, U+0085, `\\v`, `\\f`, `\\x1c`-`\\x1e` are
   not line ends), so a forged `/proc/cmdline` line inside an fstab comment stays in fstab.
 - Fences: the marker is sent on stdin, never on a command line (the audit's own client and
-  pyinfra's fact batch); a repeated or unexpected section refuses the answer, naming it.
+  plan and apply's read over pyinfra); a repeated or unexpected section refuses the answer, naming it.
 - Bounds: sparkbase's client gives up on output over its cap (a real SSH server that prints
-  without end, `sshd_stub.py`), the fact batch is capped on the node (pyinfra's `@local`
+  without end, `sshd_stub.py`), plan and apply's read is capped on the node (pyinfra's `@local`
   host: the same shell text) and times out at pyinfra's `_timeout`; bytes that are not
   UTF-8 come back escaped.
 """
@@ -25,15 +25,12 @@ import paramiko
 import pytest
 from pyinfra.api.config import Config
 from pyinfra.api.connect import connect_all
-from pyinfra.api.facts import FactBase
 from pyinfra.api.inventory import Inventory
 from pyinfra.api.state import State
 from pyinfra.context import ctx_host, ctx_state
 from sshd_stub import SshStub
 
-from sparkbase.deploy.fact_batch import Ask, FactBatch, FactReadFailed
-from sparkbase.deploy.fact_memo import fact, read_batch
-from sparkbase.deploy.facts import BootState
+from sparkbase.deploy import node
 from sparkbase.facts import parsers as p
 from sparkbase.facts.collect import gather_node
 from sparkbase.facts.model import NodeFacts, Unreachable
@@ -42,12 +39,13 @@ from sparkbase.facts.script import (
     SectionError,
     build_script,
     expand_files,
+    fenced_script,
     marker_stdin,
     new_marker,
     split_sections,
     unfinished_section,
 )
-from sparkbase.transport import FailureKind, TransportError
+from sparkbase.transport import FailureKind, NodeFailure, TransportError
 from sparkbase.transport.client import connect, run_command
 from sparkbase.transport.feeds import pyinfra_host_data
 
@@ -207,17 +205,7 @@ def test_bytes_that_are_not_utf8_come_back_escaped(stub: SshStub) -> None:
     assert answer.stdout == "caf\\xe9 \\xff\n"
 
 
-# --- pyinfra's fact batch: fences, size, time, decoding ---------------------------------
-
-
-class Shell(FactBase[Any]):
-    """Runs the shell text it is given; answers its stdout lines."""
-
-    def command(self, script: str) -> str:
-        return script
-
-    def process(self, output: list[str]) -> Any:
-        return output
+# --- plan and apply's read over pyinfra: fences, size, time, decoding ---------------------
 
 
 @pytest.fixture(scope="module")
@@ -231,47 +219,72 @@ def local() -> Iterator[Any]:
         yield host
 
 
-def _batch(host: Any, asks: list[Ask], limit: int) -> Any:
-    marker = new_marker()
-    return host.get_fact(FactBatch, asks=asks, fence=marker, limit=limit, _stdin=marker_stdin(marker),
-                         _ignore_errors=True)
+def _script(monkeypatch: pytest.MonkeyPatch, *named: tuple[str, str]) -> None:
+    """The fact script `read_node` sends: `named` sections instead of the plan's."""
+    monkeypatch.setattr(node, "build_script", lambda plan: fenced_script(named))
 
 
-def test_a_fact_that_prints_without_end_fails_the_batch_naming_it(local: Any) -> None:
+CORE = FactPlan(core_only=True)
+
+
+def test_plan_reads_the_node_with_the_audits_script_and_parsers(local: Any) -> None:
+    facts = node.read_node(FactPlan(core_only=True, ownership=True))
+    assert facts.kernel_release == subprocess.run(["uname", "-r"], capture_output=True, text=True,
+                                                  check=True).stdout.strip()
+    assert facts.round_trips == 1
+
+
+def test_the_read_holds_no_marker_on_its_command_line() -> None:
+    command = node.FactScript().command(script=build_script(FactPlan(core_only=True, ownership=True)))
+    assert "@@sparkbase-facts-" not in command and "read -r M" in command
+
+
+def test_a_section_that_prints_without_end_fails_the_node_naming_it(local: Any,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    _script(monkeypatch, ("uname", "echo r m"), ("pagesize", "yes"))
     started = time.monotonic()
-    found = _batch(local, [Ask.of(Shell, script="echo ok"), Ask.of(Shell, script="yes")], limit=100_000)
+    with pytest.raises(node.FactReadFailed) as caught:
+        node.read_node(CORE, limit=100_000)
     assert time.monotonic() - started < 2
-    assert found.failure is not None and found.failure.kind is FailureKind.COMMAND
-    assert found.failure.message.startswith("fact output over 100000 bytes (in Shell(script='yes')")
+    assert caught.value.failure.kind is FailureKind.COMMAND
+    assert caught.value.failure.message.startswith("fact output over 100000 bytes (in section 'pagesize'")
 
 
-def test_a_fact_that_hangs_fails_the_read_at_the_command_timeout(local: Any) -> None:
+def test_a_section_that_hangs_fails_the_read_at_the_command_timeout(local: Any,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    _script(monkeypatch, ("uname", "echo r m"), ("pagesize", "sleep 8"))
     started = time.monotonic()
-    with pytest.raises(FactReadFailed) as caught:
-        read_batch([Ask.of(Shell, script="echo ok"), Ask.of(Shell, script="sleep 8")])
+    with pytest.raises(node.FactReadFailed) as caught:
+        node.read_node(CORE)
     assert 1.5 < time.monotonic() - started < 6
     assert caught.value.failure.kind is FailureKind.TIMEOUT
     assert "no answer to a fact read within 2s" in caught.value.failure.message
 
 
-def test_bytes_that_are_not_utf8_reach_the_fact_escaped(local: Any) -> None:
-    assert fact(Shell, script=r"printf 'caf\351\n\377\n'") == ["caf\\xe9", "\\xff"]
+def test_bytes_that_are_not_utf8_reach_the_parsers_escaped(local: Any,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    _script(monkeypatch, ("uname", r"printf 'caf\351 \377\n'"), ("pagesize", "echo 4096"))
+    facts = node.read_node(CORE)
+    assert (facts.kernel_release, facts.machine) == ("caf\\xe9", "\\xff")
 
 
-def test_a_fenced_fact_in_the_batch_reads_its_own_marker_from_stdin(local: Any) -> None:
-    """BootState's command is itself fenced: inside a batch it gets a marker derived from
-    the batch's secret on its stdin, and its answer is read by it."""
-    state = fact(BootState)
-    assert state["kernel"] == subprocess.run(["uname", "-r"], capture_output=True, text=True,
-                                             check=True).stdout.strip()
+def test_a_forged_section_refuses_the_answer_and_fails_the_node(local: Any,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    # a command that could print fences (here the script's own functions) forges a second uname
+    forge = "echo 4096; e pagesize 0; b uname; echo x y; e uname 0; b pagesize"
+    _script(monkeypatch, ("uname", "echo r m"), ("pagesize", forge))
+    with pytest.raises(node.FactReadFailed) as caught:
+        node.read_node(CORE)
+    assert caught.value.failure.kind is FailureKind.COMMAND
+    assert "'uname' appears twice" in caught.value.failure.message
 
 
-def test_a_forged_section_in_a_batch_refuses_it() -> None:
-    batch = FactBatch()
-    batch.command([Ask.of(Shell, script="a")], fence="@@m@@")
-    text = "@@m@@ BEGIN 0\na\n@@m@@ END 0 0\n@@m@@ BEGIN 0\nb\n@@m@@ END 0 0\n"
-    found = batch.process(base64.encodebytes(text.encode()).decode().split("\n"))
-    assert found.failure is not None and "'0' appears twice" in found.failure.message
+def test_an_answer_that_is_not_the_scripts_fails_the_node() -> None:
+    assert isinstance(node.decode_answer(["garbage"]), NodeFailure)
+    assert isinstance(node.decode_answer(["!!", node.STDERR_FOLLOWS, ""]), NodeFailure)
+    encoded = base64.b64encode(b"x" * 11).decode()
+    decoded = node.decode_answer([encoded, node.STDERR_FOLLOWS, ""], limit=10)
+    assert not isinstance(decoded, NodeFailure) and decoded[2] is True
 
 
 def test_plan_and_apply_get_the_audits_command_deadline(stub: SshStub) -> None:
@@ -283,14 +296,15 @@ def test_plan_and_apply_get_the_audits_command_deadline(stub: SshStub) -> None:
     assert data["_timeout"] == 901 and isinstance(data["_timeout"], int)  # pyinfra takes an int
 
 
-def test_a_fact_read_takes_the_command_deadline_not_the_operations() -> None:
+def test_a_fact_read_takes_the_command_deadline_not_the_operations(monkeypatch: pytest.MonkeyPatch) -> None:
     data = {"_timeout": 600, "sparkbase_command_timeout": 1.5}
     inventory = Inventory(([("@local", data)], {}))  # type: ignore[no-untyped-call]
     state = State(inventory, Config())  # type: ignore[no-untyped-call]
     connect_all(state)
+    _script(monkeypatch, ("uname", "sleep 30"))
     started = time.monotonic()
     with (ctx_state.use(state), ctx_host.use(inventory.get_host("@local")),
-          pytest.raises(FactReadFailed) as caught):
-        read_batch([Ask.of(Shell, script="sleep 30")])
+          pytest.raises(node.FactReadFailed) as caught):
+        node.read_node(CORE)
     assert time.monotonic() - started < 10
     assert "no answer to a fact read within 2s" in caught.value.failure.message

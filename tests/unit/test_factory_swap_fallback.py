@@ -243,8 +243,8 @@ def test_a_format_1_record_is_still_read() -> None:
 def test_fstab_is_rewritten_only_when_it_reads_back_byte_for_byte() -> None:
     import hashlib
 
-    from sparkbase.deploy.facts import FileInfo
     from sparkbase.deploy.operations.fstab import exact_text
+    from sparkbase.facts.model import FileInfo
 
     def info(data: bytes) -> FileInfo:
         return FileInfo(0o644, hashlib.sha256(data).hexdigest())

@@ -1,23 +1,23 @@
-"""`FileText` reads a file's text whatever its bytes: base64 on the wire (paramiko decodes a
+"""A file's text section (`state.file_text_command`, `parsers.files.parse_file_text`) reads
+the file whatever its bytes: base64 on the wire (paramiko decodes a
 command's output as strict UTF-8, and one Latin-1 byte cut pyinfra's reading short, so
 `plan` showed an empty diff), the text as a `cat` of a UTF-8 file always gave it."""
 
 from __future__ import annotations
 
 import base64
+import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
-from pyinfra.api.exceptions import FactProcessError
 
-from sparkbase.deploy.facts import MISSING, TEXT_FOLLOWS, FileText, file_text
+from sparkbase.facts.parsers.files import file_text, parse_file_text
+from sparkbase.facts.state import MISSING, TEXT_FOLLOWS, file_text_command
 
 
-def answer(data: bytes) -> list[str]:
+def answer(data: bytes) -> str:
     """What the node prints for an existing file holding `data` (base64 wraps at 76)."""
-    encoded = base64.encodebytes(data).decode()
-    return [TEXT_FOLLOWS, *encoded.splitlines()]
+    return f"{TEXT_FOLLOWS}\n{base64.encodebytes(data).decode()}"
 
 
 CASES = [
@@ -34,18 +34,18 @@ CASES = [
 @pytest.mark.parametrize("data,text", [(data, text) for _, data, text in CASES],
                          ids=[name for name, _, _ in CASES])
 def test_the_text_is_the_files_bytes_as_lines(data: bytes, text: str) -> None:
-    assert FileText().process(answer(data)) == text
+    assert parse_file_text(answer(data)) == text
     assert file_text(data) == text
 
 
 def test_a_missing_file_is_none() -> None:
-    assert FileText().process([MISSING]) is None
+    assert parse_file_text(f"{MISSING}\n") is None
 
 
-@pytest.mark.parametrize("output", [["plain text, no marker"], [TEXT_FOLLOWS, "not base64!"]])
-def test_an_answer_that_is_not_the_commands_is_a_fact_error(output: list[str]) -> None:
-    with pytest.raises(FactProcessError):
-        FileText().process(output)
+@pytest.mark.parametrize("output", ["plain text, no marker\n", f"{TEXT_FOLLOWS}\nnot base64!\n"])
+def test_an_answer_that_is_not_the_commands_is_unreadable(output: str) -> None:
+    with pytest.raises(ValueError):
+        parse_file_text(output)
 
 
 def test_a_byte_that_is_not_utf8_no_longer_hashes_as_the_file() -> None:
@@ -56,10 +56,16 @@ def test_a_byte_that_is_not_utf8_no_longer_hashes_as_the_file() -> None:
 
 @pytest.mark.parametrize("data,text", [(data, text) for _, data, text in CASES],
                          ids=[name for name, _, _ in CASES])
-def test_pyinfra_reads_the_file_through_the_real_command(
-    local: Any, tmp_path: Path, data: bytes, text: str
-) -> None:
+def test_the_real_command_reads_the_file(tmp_path: Path, data: bytes, text: str) -> None:
     path = tmp_path / "file name with spaces"
     path.write_bytes(data)
-    assert local.get_fact(FileText, path=str(path)) == text
-    assert local.get_fact(FileText, path=str(tmp_path / "absent")) is None
+
+    def read(at: Path) -> str | None:
+        done = subprocess.run(["sh", "-c", file_text_command(str(at))], capture_output=True, text=True,
+                              check=True)
+        return parse_file_text(done.stdout)
+
+    assert read(path) == text
+    assert read(tmp_path / "absent") is None
+    (tmp_path / "link").symlink_to(path)
+    assert read(tmp_path / "link") is None  # a link is never read through

@@ -1,6 +1,6 @@
 """Writes and reads on a node never follow a link (issue 20, point 4).
 
-- The facts a write decides on (`FileState`) and a diff reads (`FileText`) answer what is at
+- The facts a write decides on (`file_states`) and a diff reads (`file_texts`) answer what is at
   the path itself: a symbolic link is reported with where it points, as text, and its
   target is never read; a directory or a FIFO is named by its kind.
 - `refusal` names the path and what is there; `file` and `upload` refuse before any command,
@@ -27,29 +27,29 @@ import pytest
 from pyinfra.api.command import FileUploadCommand, StringCommand
 from pyinfra.api.exceptions import OperationError
 from pyinfra.context import ctx_host, ctx_state
-from pyinfra.facts.files import Directory
 
-from sparkbase.deploy.fact_batch import Ask, BatchAnswer, FactBatch
-from sparkbase.deploy.fact_memo import read_batch
-from sparkbase.deploy.facts import (
-    LEFTOVER,
-    LINK,
-    MISSING,
-    OTHER,
-    TEMP_SUFFIX,
-    TEXT_FOLLOWS,
-    UNREAD,
-    FileInfo,
-    FileState,
-    FileText,
-    Found,
-    parse_file_info,
-)
+from sparkbase.deploy.node import read_node, use_facts
 from sparkbase.deploy.operations import NotSparkbases, atomic_upload, decide_swap_file
 from sparkbase.deploy.operations.base import refusal, remove_leftovers
 from sparkbase.deploy.operations.files import directory, file, upload
 from sparkbase.deploy.operations.fstab import exact_text
-from sparkbase.deploy.ownership_fact import NOT_A_FILE, OwnedRecord, parse_owned
+from sparkbase.facts.model import FileInfo, Found, NodeFacts
+from sparkbase.facts.parsers.files import parse_file_info, parse_file_text
+from sparkbase.facts.parsers.ownership import parse_owned
+from sparkbase.facts.script import FactPlan
+from sparkbase.facts.state import (
+    LEFTOVER,
+    LINK,
+    MISSING,
+    NOT_A_FILE,
+    OTHER,
+    TEMP_SUFFIX,
+    TEXT_FOLLOWS,
+    UNREAD,
+    file_state_command,
+    file_text_command,
+    ownership_command,
+)
 from sparkbase.policy.ownership import OWNERSHIP_DIR, OwnershipRecord, RecordUnreadable
 
 SECRET = "root:$6$linksafe-secret-hash:19000:0:99999:7:::"
@@ -66,11 +66,28 @@ def secret(tmp_path: Path) -> Path:
     return path
 
 
-def _raw(local: Any, fact: Any, path: Path) -> str:
-    """What the node prints for `fact` of `path` (as one text)."""
-    status, output = local.run_shell_command(StringCommand(fact().command(path=str(path))))
+def _raw(local: Any, command: Any, path: Path) -> str:
+    """What the node prints for the section `command` of `path` (as one text)."""
+    status, output = local.run_shell_command(StringCommand(command(str(path))))
     assert status
     return "\n".join(output.stdout_lines)
+
+
+def _found(path: Path) -> FileInfo:
+    """What is at `path`, which must be something."""
+    found = _state(path)
+    assert found is not None
+    return found
+
+
+def _state(path: Path) -> FileInfo | None:
+    """What is at `path`, read as plan reads it (the fact script over pyinfra)."""
+    return read_node(FactPlan(core_only=True, file_states=(str(path),))).file_states[str(path)]
+
+
+def _text(path: Path) -> str | None:
+    """The text at `path`, read as plan reads it for a diff."""
+    return read_node(FactPlan(core_only=True, file_texts=(str(path),))).file_texts[str(path)]
 
 
 # --- reads --------------------------------------------------------------------------------
@@ -81,20 +98,20 @@ def test_a_symlinked_file_reads_as_a_link_and_its_target_is_never_read(
 ) -> None:
     link = tmp_path / "nccl.conf"
     link.symlink_to(secret)
-    state = local.get_fact(FileState, path=str(link))
+    state = _state(link)
     assert state == FileInfo(0, "", False, Found.SYMLINK, str(secret))
-    assert local.get_fact(FileText, path=str(link)) is None
-    for fact in (FileState, FileText):
-        raw = _raw(local, fact, link)
+    assert _text(link) is None
+    for command in (file_state_command, file_text_command):
+        raw = _raw(local, command, link)
         assert SECRET not in raw and base64.b64encode(SECRET.encode()).decode()[:20] not in raw
-    assert hashlib.sha256(secret.read_bytes()).hexdigest() not in _raw(local, FileState, link)
+    assert hashlib.sha256(secret.read_bytes()).hexdigest() not in _raw(local, file_state_command, link)
 
 
 def test_a_dangling_link_is_still_a_link(local: Any, tmp_path: Path) -> None:
     link = tmp_path / "nccl.conf"
     link.symlink_to(tmp_path / "nowhere")
-    assert local.get_fact(FileState, path=str(link)).found is Found.SYMLINK
-    assert local.get_fact(FileText, path=str(link)) is None
+    assert _found(link).found is Found.SYMLINK
+    assert _text(link) is None
 
 
 def test_a_directory_and_a_fifo_are_named_by_their_kind(local: Any, tmp_path: Path) -> None:
@@ -103,20 +120,21 @@ def test_a_directory_and_a_fifo_are_named_by_their_kind(local: Any, tmp_path: Pa
     (directory / "inside").write_text(SECRET)
     fifo = tmp_path / "fifo.conf"
     os.mkfifo(fifo)
-    directory_found = FileInfo(0, "", False, Found.DIRECTORY, "directory")
-    assert local.get_fact(FileState, path=str(directory)) == directory_found
-    assert local.get_fact(FileState, path=str(fifo)) == FileInfo(0, "", False, Found.OTHER, "fifo")
+    directory.chmod(0o750)
+    directory_found = FileInfo(0o750, "", False, Found.DIRECTORY, "directory")
+    assert _state(directory) == directory_found
+    assert _state(fifo) == FileInfo(0, "", False, Found.OTHER, "fifo")
     for path in (directory, fifo):
-        assert local.get_fact(FileText, path=str(path)) is None
+        assert _text(path) is None
 
 
 def test_a_regular_file_reads_as_before(local: Any, tmp_path: Path) -> None:
     path = tmp_path / "nccl.conf"
     path.write_text(CONTENT)
     path.chmod(0o644)
-    assert local.get_fact(FileState, path=str(path)) == FileInfo(0o644, SHA)
-    assert local.get_fact(FileText, path=str(path)) == CONTENT
-    assert local.get_fact(FileState, path=str(tmp_path / "absent")) is None
+    assert _state(path) == FileInfo(0o644, SHA)
+    assert _text(path) == CONTENT
+    assert _state(tmp_path / "absent") is None
 
 
 def _interrupted(path: Path, shape: str) -> None:
@@ -134,10 +152,10 @@ def test_an_interrupted_upload_of_either_shape_is_seen_and_removed(local: Any, t
     path = tmp_path / "nccl.conf"
     path.write_text(CONTENT)
     _interrupted(path, left)
-    assert local.get_fact(FileState, path=str(path)).leftover
+    assert _found(path).leftover
     assert local.run_shell_command(remove_leftovers(str(path)))[0]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["nccl.conf"]
-    assert not local.get_fact(FileState, path=str(path)).leftover
+    assert not _found(path).leftover
 
 
 def test_what_is_not_sparkbases_at_a_temp_name_is_kept(local: Any, tmp_path: Path) -> None:
@@ -153,7 +171,7 @@ def test_what_is_not_sparkbases_at_a_temp_name_is_kept(local: Any, tmp_path: Pat
     (theirs / "new").write_text("keep me too")
     Path(f"{path}{TEMP_SUFFIX}.bak").write_text("keep")
     before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
-    assert not local.get_fact(FileState, path=str(path)).leftover
+    assert not _found(path).leftover
     assert local.run_shell_command(remove_leftovers(str(path)))[0]
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before
 
@@ -161,20 +179,20 @@ def test_what_is_not_sparkbases_at_a_temp_name_is_kept(local: Any, tmp_path: Pat
 @pytest.mark.parametrize("lines,found", [
     ([LINK, base64.b64encode(b"/etc/shadow").decode()], FileInfo(0, "", False, Found.SYMLINK, "/etc/shadow")),
     ([LINK, base64.b64encode(b"a\nb").decode(), LEFTOVER], FileInfo(0, "", True, Found.SYMLINK, "a\nb")),
-    ([OTHER, "directory"], FileInfo(0, "", False, Found.DIRECTORY, "directory")),
+    ([OTHER, "directory", "700"], FileInfo(0o700, "", False, Found.DIRECTORY, "directory")),
     ([OTHER, "character special file"], FileInfo(0, "", False, Found.OTHER, "character special file")),
     ([MISSING], None),
     (["644", SHA + "  /etc/nccl.conf", LEFTOVER], FileInfo(0o644, SHA, True)),
 ])
 def test_file_state_answers_parse(lines: list[str], found: FileInfo | None) -> None:
-    assert parse_file_info(lines) == found
+    assert parse_file_info("".join(f"{line}\n" for line in lines)) == found
 
 
 def test_a_linked_ownership_record_is_neither_read_nor_trusted() -> None:
-    command = OwnedRecord().command()
+    command = ownership_command()
     assert command.index("[ -L") < command.index("cat ")
     with pytest.raises(RecordUnreadable, match="symbolic link"):
-        parse_owned([NOT_A_FILE])
+        parse_owned(f"{NOT_A_FILE}\n")
 
 
 # --- decisions ------------------------------------------------------------------------------
@@ -211,30 +229,28 @@ def test_a_link_at_the_swap_path_is_refused_by_name() -> None:
 
 
 class FakeHost:
-    """What an operation's body needs of a host: canned facts and `noop`."""
+    """What an operation's body needs of a host: a name and `noop`."""
 
     name = "spark1"
-
-    def __init__(self, facts: dict[type[Any], Any]) -> None:
-        self.facts = facts
-
-    def get_fact(self, cls: type[Any], **kwargs: Any) -> Any:
-        if cls is not FactBatch:
-            return self.facts[cls]
-        # a fact read outside a prepare's memo is a bounded batch of one (fact_memo._read)
-        return BatchAnswer(values={ask.key(): self.facts[ask.cls] for ask in kwargs["asks"]})
 
     def noop(self, reason: str) -> None:
         self.reason = reason
 
 
-def _run_op(op: Any, facts: dict[type[Any], Any], **kwargs: Any) -> list[Any]:
-    """The commands an operation's body yields against canned facts (as pyinfra runs it)."""
-    state = SimpleNamespace(config=SimpleNamespace(DIFF=False))
+def node_with(path: str, found: FileInfo | None) -> NodeFacts:
+    """A node where `found` is at `path` (and sparkbase recorded nothing)."""
+    return NodeFacts("spark1", containers={}, file_states={path: found}, file_texts={path: None},
+                     ownership=OwnershipRecord())
+
+
+def _run_op(op: Any, facts: NodeFacts, **kwargs: Any) -> list[Any]:
+    """The commands an operation's body yields on a node with `facts` (as pyinfra adds it)."""
+    state = SimpleNamespace(config=SimpleNamespace(DIFF=False), is_executing=False)
     # pyinfra's `use` does not put the old host back when the body raises: do it here
     old_state, old_host = ctx_state.get(), ctx_host.get()  # type: ignore[no-untyped-call]
     try:
-        with ctx_state.use(state), ctx_host.use(FakeHost(facts)):
+        with ctx_state.use(state), ctx_host.use(FakeHost()):
+            use_facts(facts)
             return list(op._inner(**kwargs))
     finally:
         ctx_state.set(old_state)  # type: ignore[no-untyped-call]
@@ -256,25 +272,28 @@ def _shell(commands: list[Any]) -> list[str]:
 def test_a_refused_write_yields_no_command_and_records_nothing(found: FileInfo, op: Any,
                                                                  kwargs: dict[str, Any]) -> None:
     with pytest.raises(OperationError, match=r"^/etc/nccl\.conf is a"):
-        _run_op(op, {FileState: found, OwnedRecord: OwnershipRecord()}, path="/etc/nccl.conf", mode=0o644,
+        _run_op(op, node_with("/etc/nccl.conf", found), path="/etc/nccl.conf", mode=0o644,
                 sha256=SHA, baseline="site", **kwargs)
 
 
 def test_a_link_or_file_where_a_directory_belongs_is_refused_and_not_recorded() -> None:
-    """pyinfra's `Directory` fact answers False for a link (or a file) there: `install -d`
-    would change the mode of the link's target, and the record would claim it."""
-    with pytest.raises(OperationError, match="/var/lib/shim-signed/mok exists and is not a directory"):
-        _run_op(directory, {Directory: False, OwnedRecord: OwnershipRecord()},
-                path="/var/lib/shim-signed/mok", mode=0o700, baseline="site")
+    """A link (or a file) where a directory belongs: `install -d` would change the mode of the
+    link's target, and the record would claim it."""
+    mok = "/var/lib/shim-signed/mok"
+    for found in (FileInfo(0, "", False, Found.SYMLINK, "/etc"), FileInfo(0o600, SHA)):
+        with pytest.raises(OperationError, match="/var/lib/shim-signed/mok exists and is not a directory"):
+            _run_op(directory, node_with(mok, found), path=mok, mode=0o700, baseline="site")
+    assert _run_op(directory, node_with(mok, FileInfo(0o700, "", False, Found.DIRECTORY, "directory")),
+                   path=mok, mode=0o700, baseline="site") == []
 
 
 def test_a_read_that_met_a_link_after_the_test_gives_no_text() -> None:
-    assert FileText().process([TEXT_FOLLOWS, UNREAD]) is None
-    assert FileText().process([LINK, base64.b64encode(b"/etc/shadow").decode()]) is None
+    assert parse_file_text(f"{TEXT_FOLLOWS}\n{UNREAD}\n") is None
+    assert parse_file_text(f"{LINK}\n{base64.b64encode(b'/etc/shadow').decode()}\n") is None
 
 
 def test_a_new_file_is_recorded_only_after_it_is_moved_into_place() -> None:
-    shell = _shell(_run_op(file, {FileState: None, OwnedRecord: OwnershipRecord()}, path="/etc/nccl.conf",
+    shell = _shell(_run_op(file, node_with("/etc/nccl.conf", None), path="/etc/nccl.conf",
                            content=CONTENT, mode=0o644, sha256=SHA, baseline="site"))
     moved = next(i for i, line in enumerate(shell) if re.search(r"mv -T -f -- \S+ /etc/nccl.conf$", line))
     recorded = next(i for i, line in enumerate(shell) if OWNERSHIP_DIR in line)
@@ -369,19 +388,17 @@ def test_mv_t_never_moves_into_a_directory_even_past_the_guard(local: Any, tmp_p
     assert list(target.iterdir()) == [] and new.exists()
 
 
-def test_the_reads_still_work_in_one_batched_round_trip(local: Any, tmp_path: Path, secret: Path) -> None:
-    """`FileText` and `FileState` read by the fact batch (one round trip, each fenced), as
+def test_the_reads_still_work_in_one_round_trip(local: Any, tmp_path: Path, secret: Path) -> None:
+    """File states and texts read by the one fact script (one round trip, each fenced), as
     `plan` reads them: the link is reported, its target never read."""
     (tmp_path / "reg").write_text(CONTENT)
     (tmp_path / "link").symlink_to(secret)
     (tmp_path / "dir").mkdir()
-    names = ("reg", "link", "dir", "none")
-    asks = [Ask.of(cls, path=str(tmp_path / name)) for cls in (FileText, FileState) for name in names]
-    found = read_batch(asks)
-    assert found.failure is None, found.failure
-    assert not found.unanswered
-    answers = [found.values[ask.key()] for ask in asks]
-    assert answers[:4] == [CONTENT, None, None, None]
+    paths = tuple(str(tmp_path / name) for name in ("reg", "link", "dir", "none"))
+    facts = read_node(FactPlan(core_only=True, file_states=paths, file_texts=paths))
+    assert [facts.file_texts[path] for path in paths] == [CONTENT, None, None, None]
     kinds = [Found.REGULAR, Found.SYMLINK, Found.DIRECTORY, None]
-    assert [info.found if info else None for info in answers[4:]] == kinds
-    assert answers[5].detail == str(secret)
+    states = [facts.file_states[path] for path in paths]
+    assert [info.found if info else None for info in states] == kinds
+    link = states[1]
+    assert link is not None and link.detail == str(secret)

@@ -26,10 +26,8 @@ from sparkbase.audit.expected import expected_for
 from sparkbase.audit.registry import Subject
 from sparkbase.deploy import kinds as step_kinds
 from sparkbase.deploy.assign import with_assignment
-from sparkbase.deploy.facts import FileState, NetplanFiles
 from sparkbase.deploy.operations import netplan as netplan_operations
-from sparkbase.deploy.ownership_fact import OwnedRecord
-from sparkbase.deploy.pyinfra_deploy import asks_for
+from sparkbase.deploy.reads import fact_plan
 from sparkbase.deploy.steps import build_steps
 from sparkbase.errors import ConfigError
 from sparkbase.facts.model import NodeFacts
@@ -368,13 +366,11 @@ def test_with_netplan_file_the_site_file_is_taken_over_and_no_own_file_written(t
     assert next(s for s in steps if s.kind == "netplan-apply").after_change_of == SITE_FILE
 
 
-def test_the_netplan_files_are_read_in_the_plans_one_batch(site: Site, takeover_site: Site) -> None:
+def test_the_netplan_files_are_read_in_the_plans_one_read(site: Site, takeover_site: Site) -> None:
     for steps in (build_steps(site, "spark1"), build_steps(takeover_site, "spark1")):
-        asks = asks_for(steps)
-        assert all(ask.batchable() for ask in asks)
-        read = {(ask.cls, dict(ask.kwargs).get("path")) for ask in asks}
-        assert {(NetplanFiles, None), (OwnedRecord, None)} <= read
-    assert (FileState, SITE_FILE) in read
+        plan = fact_plan(steps)
+        assert plan.netplan_files and plan.ownership
+    assert SITE_FILE in plan.file_states
 
 
 def _judge(takeover_site: Site, text: str | None) -> tuple[str, str | None]:

@@ -6,13 +6,9 @@ import json
 
 import pytest
 
-from sparkbase.deploy.ownership_fact import (
-    ABSENT,
-    HASHES,
-    parse_directory_entries,
-    parse_owned,
-    parse_swap_uuid,
-)
+from sparkbase.facts.parsers.ownership import parse_directory_entries, parse_owned, parse_swap_uuid
+from sparkbase.facts.state import HASHES
+from sparkbase.facts.state import MISSING as ABSENT
 from sparkbase.policy.ownership import (
     RECORD_FORMAT,
     Entry,
@@ -36,8 +32,8 @@ def test_record_round_trips_through_its_file_with_a_format_version() -> None:
     text = record.to_json()
     assert json.loads(text)["format"] == RECORD_FORMAT
     assert parse_record(text) == record
-    assert parse_owned(text.splitlines()) == record
-    assert parse_owned([ABSENT]) == OwnershipRecord()
+    assert parse_owned(text) == record
+    assert parse_owned(f"{ABSENT}\n") == OwnershipRecord()
     assert parse_record(OwnershipRecord().to_json()) == OwnershipRecord()
 
 
@@ -75,22 +71,22 @@ def test_identity_decides_whether_a_recorded_item_is_still_sparkbases() -> None:
 
 
 def test_swap_uuid_parser_reads_od_output() -> None:
-    assert parse_swap_uuid([" 0b 6c 3d 52 8f 0e 4d 36 9a 51 2f 7f 5b 0c 9e 11"]) == SWAP.uuid
-    assert parse_swap_uuid([]) is None
-    assert parse_swap_uuid([" 00" * 16]) is None  # no UUID written
-    assert parse_swap_uuid([" 0b 6c"]) is None
+    assert parse_swap_uuid(" 0b 6c 3d 52 8f 0e 4d 36 9a 51 2f 7f 5b 0c 9e 11\n") == SWAP.uuid
+    assert parse_swap_uuid("") is None
+    assert parse_swap_uuid(" 00" * 16) is None  # no UUID written
+    assert parse_swap_uuid(" 0b 6c\n") is None
 
 
 def test_directory_entries_parser_keeps_odd_names_as_not_sparkbases() -> None:
     digest = "a" * 64
     lines = ["f MOK.der", "l current", "d sub", "weird-line-without-type", HASHES, f"{digest}  MOK.der",
              "\\" + digest + "  odd\\nname"]
-    assert parse_directory_entries(lines) == [
+    assert parse_directory_entries("\n".join(lines) + "\n") == (
         Entry("MOK.der", "f", digest), Entry("current", "l"), Entry("sub", "d"),
         Entry("weird-line-without-type", "?"),
-    ]
-    assert parse_directory_entries([ABSENT]) is None
-    assert parse_directory_entries([HASHES]) == []
+    )
+    assert parse_directory_entries(f"{ABSENT}\n") is None
+    assert parse_directory_entries(f"{HASHES}\n") == ()
 
 
 def test_packages_are_judged_on_pyinfras_sets_of_installed_versions() -> None:

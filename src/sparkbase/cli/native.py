@@ -55,10 +55,10 @@ def deploy_current_host() -> None:
     from pyinfra import logger
     from pyinfra.context import host
 
-    from sparkbase.deploy.fact_memo import fact, fact_scope
-    from sparkbase.deploy.facts import BootState, MokState
     from sparkbase.deploy.mok_keys import mok_dir_from_env
-    from sparkbase.deploy.pyinfra_deploy import add_steps, asks_for
+    from sparkbase.deploy.node import boot_state, mok_state, read_node, use_facts
+    from sparkbase.deploy.pyinfra_deploy import add_steps
+    from sparkbase.deploy.reads import fact_plan
     from sparkbase.deploy.reboot import mok_enrolment, reboot_reasons
     from sparkbase.deploy.sources import source_mirror
     from sparkbase.deploy.steps import build_steps, signing_key
@@ -67,11 +67,12 @@ def deploy_current_host() -> None:
     node = str(host.data.get("sparkbase_node") or host.name)
     mok_files = mok_dir_from_env(lab_from_env())
     steps = build_steps(site, node, mok_files, source_mirror(lab_from_env()))
-    # pyinfra adds every host's operations before it executes any: one memo per host's adding
-    with fact_scope(asks_for(steps)):
-        boot = fact(BootState)
-        mok = fact(MokState)
-        added = add_steps(steps)
+    # pyinfra adds every host's operations before it executes any: the node is read once, first
+    plan = fact_plan(steps)
+    facts = read_node(plan)
+    use_facts(facts, plan)
+    boot, mok = boot_state(facts), mok_state(facts)
+    added = add_steps(steps)
     will = [op.step for op in added if op.meta.will_change]
     baseline = site.baseline_of(node)
     signing = signing_key(baseline, mok_files)

@@ -1,4 +1,5 @@
-"""Every kind of deploy step, declared once: its name, typed arguments and pyinfra operation.
+"""Every kind of deploy step, declared once: its name, typed arguments, what its operation
+reads of the node, and the pyinfra operation it adds.
 
 A kind is a frozen dataclass of its operation's arguments, named in its class line
 (`class Thp(StepArgs, kind="thp")`), which registers it in `KINDS`. Two bases say what a
@@ -6,8 +7,10 @@ kind does beyond its operation: `Recorded`, its operation records what it create
 node under the baseline's name (`sparkbase.policy.ownership`: only recorded things are
 ever retired); `Writes`, it writes a whole file, or its part of one, at `path` (a later
 follow-up step names the path in `Step.after_change_of` and is given that file's operation
-as its `trigger`). `add` calls the operation with every argument by name, so mypy checks
-each one from the step builders (`steps.py`) to the operation's signature.
+as its `trigger`). `reads` adds the paths, units, packages and kernels the operation decides
+on to the node's one read (`NodeReads`, made one fact script by `deploy.reads.fact_plan`).
+`add` calls the operation with every argument by name, so mypy checks each one from the
+step builders (`steps.py`) to the operation's signature.
 
 Each `add` imports its operation where it calls it: steps are built with no pyinfra (and
 no host), and `deploy.session` builds them before it lets gevent patch the standard
@@ -19,17 +22,39 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from sparkbase.facts.parsers.netplan import Fabric
+from sparkbase.facts.script import GRUB_CFG
+from sparkbase.policy.fstab import FSTAB
 
 if TYPE_CHECKING:
     from pyinfra.api.operation import OperationMeta
 
 #: kind name -> its arguments' class (every concrete kind, in the order they are declared)
 KINDS: dict[str, type[StepArgs]] = {}
+
+
+@dataclass
+class NodeReads:
+    """What a node's steps read of it while they are planned, collected in step order (each
+    kind adds its own, `StepArgs.reads`); `deploy.reads.fact_plan` makes it one fact script."""
+
+    states: list[str] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    units: list[str] = field(default_factory=list)
+    packages: list[str] = field(default_factory=list)
+    sysctls: list[str] = field(default_factory=list)
+    newer: list[tuple[str, str]] = field(default_factory=list)
+    reload: list[str] = field(default_factory=list)
+    modinfo: list[tuple[str, str]] = field(default_factory=list)
+    sources: list[tuple[str, str]] = field(default_factory=list)
+    swaps: list[str] = field(default_factory=list)
+    initramfs: list[tuple[str, str]] = field(default_factory=list)
+    entries: list[str] = field(default_factory=list)
+    netplan: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,8 +77,14 @@ class StepArgs(ABC):
         """Add the kind's pyinfra operation for the host in context, named `name`; `trigger`
         is the operation of the file step it follows (`Step.after_change_of`), if any."""
 
+    def reads(self, into: NodeReads, secret: bool) -> None:
+        """Add to `into` what the kind's operation reads of the node while it is planned,
+        beyond the state every plan reads (boot, MOK, holds, swaps, the ownership record);
+        `secret`: the step's content must never be read back. Most kinds read nothing more."""
+        return None
+
     def as_dict(self) -> dict[str, Any]:
-        """The arguments by name (what a plan summary shows and the fact asks are given)."""
+        """The arguments by name (what a plan summary shows)."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
 
@@ -81,6 +112,9 @@ class AptUpdate(StepArgs, kind="apt-update"):
 
     pins: list[str]
 
+    def reads(self, into: NodeReads, secret: bool) -> None:
+        into.packages += [pin.partition("=")[0] for pin in self.pins]
+
     def add(self, name: str, trigger: OperationMeta | None) -> OperationMeta:
         from sparkbase.deploy.operations.packages import apt_update_for
         return apt_update_for(name=name, pins=self.pins)
@@ -91,6 +125,9 @@ class Packages(Recorded, kind="packages"):
     """The pinned packages (NAME=VERSION) installed at their exact versions."""
 
     pins: list[str]
+
+    def reads(self, into: NodeReads, secret: bool) -> None:
+        into.packages += [pin.partition("=")[0] for pin in self.pins]
 
     def add(self, name: str, trigger: OperationMeta | None) -> OperationMeta:
         from sparkbase.deploy.operations.packages import pinned_packages
@@ -118,6 +155,9 @@ class Directory(Recorded, kind="directory"):
     path: str
     mode: int
 
+    def reads(self, into: NodeReads, secret: bool) -> None:
+        into.states.append(self.path)
+
     def add(self, name: str, trigger: OperationMeta | None) -> OperationMeta:
         from sparkbase.deploy.operations.files import directory
         return directory(name=name, path=self.path, mode=self.mode, baseline=self.baseline)
@@ -130,6 +170,9 @@ class Upload(Recorded, kind="upload"):
     path: str
     local: str
     mode: int
+
+    def reads(self, into: NodeReads, secret: bool) -> None:
+        into.states.append(self.path)
 
     def add(self, name: str, trigger: OperationMeta | None) -> OperationMeta:
         from sparkbase.deploy.operations.files import upload
@@ -157,6 +200,11 @@ class File(Writes, Recorded, kind="file"):
     content: str
     mode: int
 
+    def reads(self, into: NodeReads, secret: bool) -> None:
+        into.states.append(self.path)
+        if not secret:
+            into.texts.append(self.path)
+
     def add(self, name: str, trigger: OperationMeta | None) -> OperationMeta:
         from sparkbase.deploy.operations.files import file
         return file(name=f"file {self.path}", path=self.path, content=self.content, mode=self.mode,
@@ -175,6 +223,9 @@ class DkmsSource(Recorded, kind="dkms-source"):
     url: str
     sha256: str
 
+    def reads(self, into: NodeReads, secret: bool) -> None:
+        into.sources.append((self.dkms_name, self.version))
+
     def add(self, name: str, trigger: OperationMeta | None) -> OperationMeta:
         from sparkbase.deploy.operations.dkms import dkms_source
         return dkms_source(name=name, dkms_name=self.dkms_name, version=self.version, url=self.url,
@@ -190,6 +241,9 @@ class DkmsInstall(Recorded, kind="dkms-install"):
     kernel: str
     module: str
     fingerprint: str | None
+
+    def reads(self, into: NodeReads, secret: bool) -> None:
+        into.modinfo.append((self.kernel, self.module))
 
     def add(self, name: str, trigger: OperationMeta | None) -> OperationMeta:
         from sparkbase.deploy.operations.dkms import dkms_install
@@ -219,6 +273,9 @@ class PackagesRetire(StepArgs, kind="packages-retire"):
     names: list[str]
     target_kernel: str | None
 
+    def reads(self, into: NodeReads, secret: bool) -> None:
+        into.packages += self.names
+
     def add(self, name: str, trigger: OperationMeta | None) -> OperationMeta:
         from sparkbase.deploy.retire import packages_retire
         return packages_retire(name=name, names=self.names, target_kernel=self.target_kernel)
@@ -230,6 +287,9 @@ class PackagesKept(StepArgs, kind="packages-kept"):
 
     names: list[str]
 
+    def reads(self, into: NodeReads, secret: bool) -> None:
+        into.packages += self.names
+
     def add(self, name: str, trigger: OperationMeta | None) -> OperationMeta:
         from sparkbase.deploy.retire import packages_kept
         return packages_kept(name=name, names=self.names)
@@ -240,6 +300,9 @@ class MokDirRetire(StepArgs, kind="mok-dir-retire"):
     """Another baseline's MOK key directory removed."""
 
     path: str
+
+    def reads(self, into: NodeReads, secret: bool) -> None:
+        into.entries.append(self.path)
 
     def add(self, name: str, trigger: OperationMeta | None) -> OperationMeta:
         from sparkbase.deploy.retire import mok_dir_retire
@@ -263,6 +326,9 @@ class UnitRetire(StepArgs, kind="unit-retire"):
 
     unit: str
 
+    def reads(self, into: NodeReads, secret: bool) -> None:
+        into.units.append(self.unit)
+
     def add(self, name: str, trigger: OperationMeta | None) -> OperationMeta:
         from sparkbase.deploy.retire import unit_retire
         return unit_retire(name=name, unit=self.unit)
@@ -274,6 +340,9 @@ class FileRetire(StepArgs, kind="file-retire"):
 
     path: str
 
+    def reads(self, into: NodeReads, secret: bool) -> None:
+        into.states.append(self.path)
+
     def add(self, name: str, trigger: OperationMeta | None) -> OperationMeta:
         from sparkbase.deploy.retire import file_retire
         return file_retire(name=name, path=self.path)
@@ -284,6 +353,10 @@ class SwapRetire(StepArgs, kind="swap-retire"):
     """Another baseline's swap file switched off, unlisted and deleted."""
 
     path: str
+
+    def reads(self, into: NodeReads, secret: bool) -> None:
+        into.texts.append(FSTAB)
+        into.swaps.append(self.path)
 
     def add(self, name: str, trigger: OperationMeta | None) -> OperationMeta:
         from sparkbase.deploy.retire import swap_retire
@@ -299,6 +372,9 @@ class ModesetPurge(Recorded, kind="modeset-purge"):
 
     package: str
 
+    def reads(self, into: NodeReads, secret: bool) -> None:
+        into.packages.append(self.package)
+
     def add(self, name: str, trigger: OperationMeta | None) -> OperationMeta:
         from sparkbase.deploy.operations.modeset import modeset_purge
         return modeset_purge(name=name, package=self.package, baseline=self.baseline)
@@ -309,6 +385,9 @@ class ModesetRestore(StepArgs, kind="modeset-restore"):
     """The modeset options package sparkbase purged for another baseline, put back."""
 
     package: str
+
+    def reads(self, into: NodeReads, secret: bool) -> None:
+        into.packages.append(self.package)
 
     def add(self, name: str, trigger: OperationMeta | None) -> OperationMeta:
         from sparkbase.deploy.operations.modeset import modeset_restore
@@ -332,6 +411,9 @@ class UnitDisabled(StepArgs, kind="unit-disabled"):
 
     unit: str
 
+    def reads(self, into: NodeReads, secret: bool) -> None:
+        into.units.append(self.unit)
+
     def add(self, name: str, trigger: OperationMeta | None) -> OperationMeta:
         from sparkbase.deploy.operations.host import unit_disabled
         return unit_disabled(name=name, unit=self.unit)
@@ -342,6 +424,9 @@ class UnitEnabled(Recorded, kind="unit-enabled"):
     """A unit enabled and running."""
 
     unit: str
+
+    def reads(self, into: NodeReads, secret: bool) -> None:
+        into.units.append(self.unit)
 
     def add(self, name: str, trigger: OperationMeta | None) -> OperationMeta:
         from sparkbase.deploy.operations.host import unit_enabled
@@ -381,6 +466,9 @@ class NetplanFiles(StepArgs, kind="netplan-files"):
     path: str
     interfaces: list[str]
 
+    def reads(self, into: NodeReads, secret: bool) -> None:
+        into.netplan = True
+
     def add(self, name: str, trigger: OperationMeta | None) -> OperationMeta:
         from sparkbase.deploy.operations.netplan import netplan_files
         return netplan_files(name=name, path=self.path, interfaces=self.interfaces)
@@ -392,6 +480,10 @@ class NetplanTakeover(Writes, Recorded, kind="netplan-takeover"):
 
     fabric: Fabric
     mode: int
+
+    def reads(self, into: NodeReads, secret: bool) -> None:
+        into.states.append(self.path)
+        into.netplan = True
 
     def add(self, name: str, trigger: OperationMeta | None) -> OperationMeta:
         from sparkbase.deploy.operations.netplan import netplan_takeover
@@ -413,6 +505,9 @@ class GrubUpdate(StepArgs, kind="grub-update"):
     fallback: str | None
     dropin: str
 
+    def reads(self, into: NodeReads, secret: bool) -> None:
+        into.newer.append((self.dropin, GRUB_CFG))
+
     def add(self, name: str, trigger: OperationMeta | None) -> OperationMeta:
         from sparkbase.deploy.operations.boot import grub_update
         return grub_update(name=name, trigger=trigger, release=self.release,
@@ -427,6 +522,9 @@ class SysctlApply(StepArgs, kind="sysctl-apply"):
     file: str
     values: dict[str, str]
 
+    def reads(self, into: NodeReads, secret: bool) -> None:
+        into.sysctls += list(self.values)
+
     def add(self, name: str, trigger: OperationMeta | None) -> OperationMeta:
         from sparkbase.deploy.operations.memory import sysctl_apply
         return sysctl_apply(name=name, file=self.file, values=self.values)
@@ -437,6 +535,9 @@ class DaemonReload(StepArgs, kind="daemon-reload"):
     """`systemctl daemon-reload` when systemd has not loaded `unit` as on disk."""
 
     unit: str
+
+    def reads(self, into: NodeReads, secret: bool) -> None:
+        into.reload.append(self.unit)
 
     def add(self, name: str, trigger: OperationMeta | None) -> OperationMeta:
         from sparkbase.deploy.operations.activation import daemon_reload
@@ -462,6 +563,10 @@ class InitramfsUpdate(StepArgs, kind="initramfs-update"):
     path: str
     sha256: str | None
 
+    def reads(self, into: NodeReads, secret: bool) -> None:
+        if self.sha256 is not None:
+            into.initramfs.append((self.release, self.path))
+
     def add(self, name: str, trigger: OperationMeta | None) -> OperationMeta:
         from sparkbase.deploy.operations.activation import initramfs_update
         return initramfs_update(name=name, trigger=trigger, release=self.release, path=self.path,
@@ -480,6 +585,10 @@ class FactorySwap(Recorded, kind="factory-swap"):
     fstab: str
     swapoff: bool
 
+    def reads(self, into: NodeReads, secret: bool) -> None:
+        into.states.append(FSTAB)
+        into.texts.append(FSTAB)
+
     def add(self, name: str, trigger: OperationMeta | None) -> OperationMeta:
         from sparkbase.deploy.operations.fstab import factory_swap
         return factory_swap(name=name, path=self.path, fstab=self.fstab, swapoff=self.swapoff,
@@ -492,6 +601,10 @@ class FactorySwapRestore(StepArgs, kind="factory-swap-restore"):
 
     path: str
 
+    def reads(self, into: NodeReads, secret: bool) -> None:
+        into.states.append(FSTAB)
+        into.texts.append(FSTAB)
+
     def add(self, name: str, trigger: OperationMeta | None) -> OperationMeta:
         from sparkbase.deploy.operations.fstab import factory_swap_restore
         return factory_swap_restore(name=name, path=self.path)
@@ -502,6 +615,9 @@ class FactorySwapon(StepArgs, kind="factory-swapon"):
     """The installer's swap file switched on, when the running page size is its header's."""
 
     path: str
+
+    def reads(self, into: NodeReads, secret: bool) -> None:
+        into.swaps.append(self.path)
 
     def add(self, name: str, trigger: OperationMeta | None) -> OperationMeta:
         from sparkbase.deploy.operations.fstab import factory_swapon
@@ -515,6 +631,9 @@ class SwapFile(Recorded, kind="swap-file"):
     path: str
     size_gib: int
     header_page_size: int
+
+    def reads(self, into: NodeReads, secret: bool) -> None:
+        into.swaps.append(self.path)
 
     def add(self, name: str, trigger: OperationMeta | None) -> OperationMeta:
         from sparkbase.deploy.operations.memory import swap_file

@@ -1,6 +1,6 @@
 """Why a node needs a reboot, and whether it came back as its baseline says.
 
-Pure functions over the `BootState`/`MokState` facts (see `facts.py`) and the steps that
+Pure functions over the boot and MOK state (`node.boot_state`, `node.mok_state`) and the steps that
 will change, so a staged change is still reported as pending on the next run: the reasons
 come from what the node runs and what an earlier apply staged for the next boot (noted in
 /run before the staging steps run, so the reboot clears it), not only from what this run

@@ -10,28 +10,18 @@ found that sparkbase did not create, or that changed since, is kept and reported
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from pyinfra.api.operation import operation
-from pyinfra.facts.deb import DebPackages
-from pyinfra.facts.files import FindInFile
 
-from sparkbase.deploy.fact_memo import Ask, fact
-from sparkbase.deploy.facts import (
-    ActiveSwaps,
-    BootState,
-    DkmsBuilds,
-    FileState,
-    HeldPackages,
-    MokState,
-    SwapFile,
-    UnitState,
-)
+from sparkbase.deploy.node import active_swaps, mok_state, node_facts, owned_record
 from sparkbase.deploy.operations import Decision, carry_out, forget
 from sparkbase.deploy.operations.dkms import source_tree
-from sparkbase.deploy.ownership_fact import DirectoryEntries, OwnedRecord, SwapUuid
+from sparkbase.deploy.operations.host import unit_state
+from sparkbase.deploy.operations.packages import installed_versions
 from sparkbase.deploy.results import DEFERRED, KEPT
+from sparkbase.facts.model import DkmsEntry
 from sparkbase.policy.ownership import (
     Entry,
     Kind,
@@ -183,109 +173,86 @@ def _carry_out_and_forget(decision: Decision) -> Any:
 @operation()
 def swap_retire(path: str) -> Any:
     """Another baseline's swap file, if sparkbase created it: off, out of /etc/fstab, deleted."""
-    info = fact(SwapFile, path=path)
-    lines = fact(FindInFile, path=FSTAB, pattern=f"^{path} ") or []
+    facts = node_facts()
+    info = facts.swap_files[path]
+    lines = fstab_lines(path)
     if info is None and not lines:
         yield from carry_out(Decision([], f"no swap file {path}"))
         return
-    uuid = fact(SwapUuid, path=path) if info is not None else None
-    active = info is not None and path in fact(ActiveSwaps)
-    owned = fact(OwnedRecord)
+    uuid = facts.swap_uuids[path] if info is not None else None
+    active = info is not None and path in active_swaps()
+    owned = owned_record()
     decision = decide_swap_retire(path, info is not None, uuid, active, bool(lines), owned)
     yield from _carry_out_and_forget(decision)
 
 
-def swap_retire_asks(path: str, **_: Any) -> list[Ask]:
-    """The facts `swap_retire` reads while it is planned."""
-    return [Ask.of(SwapFile, path=path), Ask.of(FindInFile, path=FSTAB, pattern=f"^{path} "),
-            Ask.of(SwapUuid, path=path), Ask.of(ActiveSwaps), Ask.of(OwnedRecord)]
+def fstab_lines(path: str) -> list[str]:
+    """The /etc/fstab lines that start with `path` and a space (those `fstab_delete` deletes)."""
+    text = node_facts().file_texts[FSTAB] or ""
+    return [line for line in text.split("\n") if line.startswith(path + " ")]
 
 
 @operation()
 def packages_retire(names: list[str], target_kernel: str | None) -> Any:
     """Unhold and purge packages only other baselines pin, that sparkbase installed."""
-    installed = fact(DebPackages) or {}
+    installed = installed_versions()
     if not any(installed.get(name) for name in names):
         yield from carry_out(Decision([], f"none of {', '.join(names)} is installed"))
         return
-    held: list[str] = fact(HeldPackages)
-    running = fact(BootState)["kernel"] if target_kernel is not None else ""
-    owned = fact(OwnedRecord)
+    held = list(node_facts().held)
+    running = (node_facts().kernel_release or "") if target_kernel is not None else ""
+    owned = owned_record()
     yield from _carry_out_and_forget(decide_packages_retire(names, installed, held, running, target_kernel,
                                                             owned))
-
-
-def packages_retire_asks(target_kernel: str | None, **_: Any) -> list[Ask]:
-    """The facts `packages_retire` reads while it is planned."""
-    boot = [Ask.of(BootState)] if target_kernel is not None else []
-    return [Ask.of(DebPackages), Ask.of(HeldPackages), *boot, Ask.of(OwnedRecord)]
 
 
 @operation()
 def packages_kept(names: list[str]) -> Any:
     """Report the other baselines' packages that are installed but not sparkbase's to purge."""
-    installed = fact(DebPackages) or {}
-    owned = fact(OwnedRecord) if any(installed.get(name) for name in names) else OwnershipRecord()
+    installed = installed_versions()
+    owned = owned_record() if any(installed.get(name) for name in names) else OwnershipRecord()
     yield from carry_out(decide_packages_kept(names, installed, owned))
 
 
-def packages_kept_asks(**_: Any) -> list[Ask]:
-    """The facts `packages_kept` reads while it is planned."""
-    return [Ask.of(DebPackages), Ask.of(OwnedRecord)]
+def dkms_builds(entries: Iterable[DkmsEntry], dkms_name: str, version: str) -> list[str]:
+    """The kernels DKMS has `dkms_name/version` built or installed for (`""` for an
+    added-only tree); empty: DKMS has none."""
+    return [entry.kernel or "" for entry in entries if entry.name == dkms_name and entry.version == version]
 
 
 @operation()
 def dkms_retire(dkms_name: str, version: str) -> Any:
     """Remove another baseline's memory-saver module from DKMS, for every kernel, if sparkbase
     built it."""
-    builds = fact(DkmsBuilds, dkms_name=dkms_name, version=version)
-    owned = fact(OwnedRecord)
+    builds = dkms_builds(node_facts().dkms, dkms_name, version)
+    owned = owned_record()
     yield from _carry_out_and_forget(decide_dkms_retire(dkms_name, version, builds, owned))
-
-
-def dkms_retire_asks(dkms_name: str, version: str, **_: Any) -> list[Ask]:
-    """The facts `dkms_retire` reads while it is planned."""
-    return [Ask.of(DkmsBuilds, dkms_name=dkms_name, version=version), Ask.of(OwnedRecord)]
 
 
 @operation()
 def mok_dir_retire(path: str) -> Any:
     """Remove the MOK key directory sparkbase created for another baseline, if unchanged."""
-    entries = fact(DirectoryEntries, path=path)
-    owned = fact(OwnedRecord) if entries is not None else OwnershipRecord()
+    found = node_facts().dir_entries[path]
+    entries = list(found) if found is not None else None
+    owned = owned_record() if entries is not None else OwnershipRecord()
     yield from _carry_out_and_forget(decide_mok_dir_retire(path, entries, owned))
-
-
-def mok_dir_retire_asks(path: str, **_: Any) -> list[Ask]:
-    """The facts `mok_dir_retire` reads while it is planned."""
-    return [Ask.of(DirectoryEntries, path=path), Ask.of(OwnedRecord)]
 
 
 @operation()
 def unit_retire(unit: str) -> Any:
     """Disable and stop a unit only other baselines run, if sparkbase enabled it."""
-    state = fact(UnitState, unit=unit)
-    owned = fact(OwnedRecord) if state.unit_file_state or state.active_state == "active" \
+    state = unit_state(unit)
+    owned = owned_record() if state.unit_file_state or state.active_state == "active" \
         else OwnershipRecord()
     decision = decide_unit_retire(unit, state.unit_file_state, state.active_state, owned)
     yield from _carry_out_and_forget(decision)
 
 
-def unit_retire_asks(unit: str, **_: Any) -> list[Ask]:
-    """The facts `unit_retire` reads while it is planned."""
-    return [Ask.of(UnitState, unit=unit), Ask.of(OwnedRecord)]
-
-
 @operation()
 def mok_kept(fingerprints: list[str]) -> Any:
     """Report MOK keys other baselines enrolled: firmware state, kept, never removed."""
-    enrolled: list[str] = fact(MokState)["enrolled"]
+    enrolled: list[str] = mok_state(node_facts())["enrolled"]
     yield from carry_out(decide_mok_kept(fingerprints, enrolled))
-
-
-def mok_kept_asks(**_: Any) -> list[Ask]:
-    """The facts `mok_kept` reads while it is planned."""
-    return [Ask.of(MokState)]
 
 
 def decide_file_retire(path: str, sha256: str | None, owned: OwnershipRecord) -> Decision:
@@ -302,12 +269,7 @@ def decide_file_retire(path: str, sha256: str | None, owned: OwnershipRecord) ->
 @operation()
 def file_retire(path: str) -> Any:
     """Delete another baseline's rendered file, if sparkbase wrote it and it is unchanged."""
-    info = fact(FileState, path=path)
-    owned = fact(OwnedRecord) if info is not None else OwnershipRecord()
+    info = node_facts().file_states[path]
+    owned = owned_record() if info is not None else OwnershipRecord()
     sha256 = info.sha256 if info is not None else None
     yield from _carry_out_and_forget(decide_file_retire(path, sha256, owned))
-
-
-def file_retire_asks(path: str, **_: Any) -> list[Ask]:
-    """The facts `file_retire` reads while it is planned."""
-    return [Ask.of(FileState, path=path), Ask.of(OwnedRecord)]

@@ -184,7 +184,7 @@ class Session:
             gevent.joinall(list(greenlets))
         for greenlet, node in greenlets.items():
             result = greenlet.get()
-            if isinstance(result, TransportError):  # facts not read safely (`FactReadFailed`)
+            if isinstance(result, TransportError):  # facts not read safely (`node.FactReadFailed`)
                 self.errors[node] = result.failure
             elif isinstance(result, Exception):
                 self.errors[node] = NodeFailure(FailureKind.COMMAND, f"{type(result).__name__}: {result}")
@@ -192,33 +192,30 @@ class Session:
                 self.prepared[node] = result
 
     def _prepare_host(self, node: str) -> Prepared:
-        """Add the node's operations, reading its facts through one memo (`fact_memo`): nothing
-        executes on the node while the scope is open, so no answer can go stale in it."""
-        from sparkbase.deploy.fact_memo import fact, fact_scope
-        from sparkbase.deploy.facts import BootState, FileText, MokState
+        """Read the node once (`node.read_node`, the fact script of its steps' `reads.fact_plan`),
+        then add its operations, which all decide on those facts."""
+        from sparkbase.deploy.node import boot_state, mok_state, read_node, use_facts
         from sparkbase.deploy.operations.netplan import takeover_diff
-        from sparkbase.deploy.pyinfra_deploy import add_steps, asks_for
+        from sparkbase.deploy.pyinfra_deploy import add_steps
+        from sparkbase.deploy.reads import fact_plan
 
         steps = build_steps(self.site, node, self.options.mok, source_mirror(self.options.lab))
-        with fact_scope(asks_for(steps)) as stats:
-            boot = fact(BootState)
-            mok = fact(MokState)
-            added = add_steps(steps)
-            prepared = Prepared(added, boot, mok)
-            if self.options.diffs:
-                for op in added:
-                    if not op.meta.will_change:
-                        continue
-                    args = op.step.args
-                    if isinstance(args, File):
-                        old = fact(FileText, path=args.path)
-                        prepared.diffs[args.path] = _unified(args.path, old, args.content)
-                    elif isinstance(args, NetplanTakeover):
-                        prepared.diffs[args.path] = takeover_diff(args.path, args.fabric)
-        logging.getLogger(__name__).debug(
-            "%s: facts read in %d batch round trip(s) (%d answers) and %d single one(s) %s; %d served "
-            "from the memo; not answered in the batch: %s; read, never asked: %s", node, stats.batches,
-            stats.prefetched, len(stats.fetched), stats.fetched, stats.served, stats.unanswered, stats.unused)
+        plan = fact_plan(steps)
+        facts = read_node(plan)
+        use_facts(facts, plan)
+        logging.getLogger(__name__).debug("%s: facts read in %d round trip(s), %.2fs; unreadable: %s", node,
+                                          facts.round_trips, facts.elapsed_seconds, sorted(facts.errors))
+        added = add_steps(steps)
+        prepared = Prepared(added, boot_state(facts), mok_state(facts))
+        if self.options.diffs:
+            for op in added:
+                if not op.meta.will_change:
+                    continue
+                args = op.step.args
+                if isinstance(args, File) and not op.step.secret:
+                    prepared.diffs[args.path] = _unified(args.path, facts.file_texts[args.path], args.content)
+                elif isinstance(args, NetplanTakeover):
+                    prepared.diffs[args.path] = takeover_diff(args.path, args.fabric)
         return prepared
 
     def added_op(self, node: str, op_hash: str) -> AddedOp | None:

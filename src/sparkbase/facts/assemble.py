@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from sparkbase.facts import parsers as p
 from sparkbase.facts.model import (
@@ -11,11 +11,14 @@ from sparkbase.facts.model import (
     Gid,
     GpuFacts,
     GrubBoot,
+    InitramfsCopy,
     ModuleInfo,
     MokCertificate,
     NodeFacts,
     SecureBoot,
 )
+from sparkbase.facts.parsers import files as pf
+from sparkbase.facts.parsers import ownership as po
 from sparkbase.facts.parsers.lines import node_lines
 from sparkbase.facts.parsers.netplan import parse_netplan_listing
 from sparkbase.facts.runtime import RUNTIME_SECTION, RuntimeFacts, read_runtime
@@ -23,6 +26,7 @@ from sparkbase.facts.script import (
     GID_TABLE_SECTION,
     LINKS_SECTION,
     NETPLAN_SECTION,
+    SWAP_PAGE_SIZES,
     FactPlan,
     Sections,
     expand_files,
@@ -30,6 +34,7 @@ from sparkbase.facts.script import (
     modules_section,
 )
 from sparkbase.model.dgxos import NVME_COALESCING_FEATURE
+from sparkbase.policy.ownership import OwnershipRecord, RecordUnreadable
 
 T = TypeVar("T")
 
@@ -98,7 +103,8 @@ def assemble(node: str, plan: FactPlan, sections: Sections, elapsed: float = 0.0
     stamp_section = sections.get("stamp")
     stamp = r.parse("stamp", p.parse_stamp, quiet=True) if stamp_section else None
     dpkg = sections.get("dpkg")
-    dkms = _dkms(sections) if plan.memory_saver_module or plan.fan_module else DkmsStatus()
+    dkms_asked = plan.memory_saver_module or plan.fan_module or plan.dkms_status
+    dkms = _dkms(sections) if dkms_asked else DkmsStatus()
     links = (r.parse(LINKS_SECTION, p.parse_links, quiet=True) or {}) if sections.get(LINKS_SECTION) else {}
     hashes = {path: None if path in links else sha for path, sha in _hashes(sections, plan).items()}
     return NodeFacts(
@@ -123,7 +129,7 @@ def assemble(node: str, plan: FactPlan, sections: Sections, elapsed: float = 0.0
         secure_boot=_secure_boot(r, sections),
         mok_certificates=(r.parse("mok-enrolled", p.parse_mok_certificates) or ()) if plan.mok_keys else (),
         mok_pending=_mok_pending(sections) if plan.mok_keys else (),
-        swaps=(r.parse("swapon", p.parse_swapon_show) or ()) if plan.swap_paths else (),
+        swaps=(r.parse("swapon", p.parse_swapon_show) or ()) if plan.swap_paths or plan.swapon else (),
         swap_header_page_size=headers,
         default_target=r.parse("default-target", p.parse_single_line),
         efi_boot=r.parse("efibootmgr", p.parse_efibootmgr) if plan.efi_boot else None,
@@ -155,7 +161,75 @@ def assemble(node: str, plan: FactPlan, sections: Sections, elapsed: float = 0.0
         containers=runtime.containers,
         container_errors=runtime.container_errors,
         netplan_files=r.parse(NETPLAN_SECTION, parse_netplan_listing) if plan.netplan_files else None,
+        **_deploy_reads(r, plan, dkms),
     )
+
+
+def _deploy_reads(r: _Reader, plan: FactPlan, dkms: DkmsStatus) -> dict[str, Any]:
+    """The NodeFacts fields of `FactPlan`'s deploy reads (each command exits 0: an answer
+    that is missing or unreadable is recorded in `errors` and read as nothing found)."""
+    record, problem = _ownership(r) if plan.ownership else (None, None)
+    nothing = InitramfsCopy(False, problem="no answer")
+    registered = {(entry.name, entry.version) for entry in dkms.entries}
+    sources = {}
+    for name, version in plan.dkms_sources:
+        found = r.text(f"dkms-source:{name}/{version}")
+        sources[(name, version)] = pf.parse_dkms_source(found or "", (name, version) in registered)
+    return {
+        "file_states": {path: r.parse(f"state:{path}", pf.parse_file_info) for path in plan.file_states},
+        "file_texts": {path: r.parse(f"text:{path}", pf.parse_file_text) for path in plan.file_texts},
+        "newer": {(path, than): pf.parse_newer(r.text(f"newer:{path}:{than}") or "", path)
+                  for path, than in plan.newer},
+        "need_reload": {unit: p.parse_need_daemon_reload(r.text(f"reload:{unit}") or "", unit)
+                        for unit in plan.need_reload},
+        "kernel_modinfo": {(kernel, module): _modinfo(r.sections, f"modinfo-k:{kernel}:{module}")
+                           or ModuleInfo(error="no modinfo answer")
+                           for kernel, module in plan.kernel_modinfo},
+        "dkms_sources": sources,
+        "held": tuple(r.parse("held", p.parse_showhold) or ()) if plan.held else (),
+        "swap_files": {path: _swap_file(r, path) for path in plan.swap_files},
+        "swap_uuids": {path: r.parse(f"swapuuid:{path}", po.parse_swap_uuid) for path in plan.swap_files},
+        "initramfs": {(release, path): r.parse(f"initramfs:{release}:{path}", pf.parse_initramfs_copy)
+                      or nothing for release, path in plan.initramfs},
+        "dir_entries": {path: r.parse(f"entries:{path}", po.parse_directory_entries)
+                        for path in plan.dir_entries},
+        "ownership": record,
+        "ownership_problem": problem,
+        "staged": (r.parse("staged", pf.parse_staged, quiet=True) or ()) if plan.staged_path else (),
+    }
+
+
+def _ownership(r: _Reader) -> tuple[OwnershipRecord | None, str | None]:
+    """The ownership record, or why it cannot be used (never guessed: a record that cannot
+    be read is no empty record)."""
+    text = r.text("ownership")
+    if text is None:
+        return None, r.errors.get("ownership", "no answer")
+    try:
+        return po.parse_owned(text), None
+    except RecordUnreadable as exc:
+        return None, str(exc)
+
+
+def _swap_file(r: _Reader, path: str) -> dict[str, Any] | None:
+    """Size, mode, header page size and kind (read without following a link) of a swap
+    file; None when it does not exist."""
+    stat = r.sections.get(f"swapstat:{path}")
+    if stat is None or stat.status != 0:
+        return None
+    words = stat.output.split(maxsplit=2)
+    if len(words) < 2 or not words[0].isdigit():
+        return None
+    probes = {size: probe.output for size in SWAP_PAGE_SIZES
+              if (probe := r.sections.get(f"swaphdr:{size}:{path}"))}
+    kind = words[2].strip() if len(words) == 3 else "regular file"
+    return {
+        "size": int(words[0]),
+        "header_page_size": p.parse_swap_header_probes(probes),
+        "mode": int(words[1], 8) if words[1].isdigit() else None,
+        # `stat` never follows a link there: "symbolic link", "directory", "regular file", ...
+        "kind": "regular file" if kind == "regular empty file" else kind,
+    }
 
 
 def _coalescing(text: str) -> int:

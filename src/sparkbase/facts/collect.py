@@ -55,8 +55,16 @@ def gather_node(node: str, target: SshTarget, plan: FactPlan) -> FactsResult:
         return Unreachable(node, f"fact script failed: {exc.failure.message}", exc.failure.kind)
     finally:
         client.close()
+    return read_answer(node, plan, answer.stdout, answer.stderr, marker, time.monotonic() - start)
+
+
+def read_answer(node: str, plan: FactPlan, stdout: str, stderr: str, marker: str,
+                elapsed: float = 0.0) -> FactsResult:
+    """The node's facts from its fact script's answer (pure): `Unreachable` when sections
+    were forged (printed twice, or one the script never prints), none came, or the answer
+    was cut short."""
     try:
-        sections = split_sections(answer.stdout, marker, answer.stderr, expected=section_names(plan))
+        sections = split_sections(stdout, marker, stderr, expected=section_names(plan))
     except SectionError as exc:
         return Unreachable(node, f"the fact script's answer was forged: {exc}", FailureKind.COMMAND)
     if not sections.by_name:
@@ -66,7 +74,7 @@ def gather_node(node: str, target: SshTarget, plan: FactPlan) -> FactsResult:
     if wanted and wanted[-1] not in sections.by_name:
         return Unreachable(node, f"the fact script's answer was cut short ({len(sections.by_name)} of "
                                  f"{len(wanted)} sections)", FailureKind.COMMAND)
-    return assemble(node, plan, sections, elapsed=time.monotonic() - start)
+    return assemble(node, plan, sections, elapsed=elapsed)
 
 
 def gather_fleet(

@@ -8,8 +8,8 @@ node *should* be: that is the baseline's job, and comparing the two is the audit
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import TYPE_CHECKING
+from enum import Enum, StrEnum
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sparkbase.transport.failure import FailureKind
 
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from sparkbase.facts.parsers.docker import Container
     from sparkbase.facts.parsers.netplan import NetplanListing
     from sparkbase.facts.runtime import ServingProcess
+    from sparkbase.policy.ownership import Entry, OwnershipRecord
 
 
 @dataclass(frozen=True)
@@ -237,6 +238,44 @@ class FstabEntry:
     options: str
 
 
+class Found(Enum):
+    """What is at a path, read without following a symbolic link there."""
+
+    REGULAR = "regular file"
+    SYMLINK = "symbolic link"
+    DIRECTORY = "directory"
+    OTHER = "other"
+
+
+class FileInfo(NamedTuple):
+    """What is at a path: a regular file's mode and sha256, or (`found`) a symbolic link
+    (`detail`: where it points, as text; never followed), a directory (`mode` its mode) or
+    another kind (`detail`: its kind as `stat` names it); and whether an interrupted upload
+    of sparkbase sits beside it."""
+
+    mode: int
+    sha256: str
+    leftover: bool = False
+    found: Found = Found.REGULAR
+    detail: str = ""
+
+    @property
+    def regular(self) -> bool:
+        """Whether a regular file is there (the only thing sparkbase writes over)."""
+        return self.found is Found.REGULAR
+
+
+class InitramfsCopy(NamedTuple):
+    """What a kernel's initramfs holds of one file."""
+
+    #: the image exists and was unpacked
+    read: bool
+    #: sha256 of the file as packed; None when the image does not hold it (or was not read)
+    sha256: str | None = None
+    #: why it was not read ("" when it was)
+    problem: str = ""
+
+
 @dataclass(frozen=True)
 class NodeFacts:
     """Everything the audit compares, for one node, from one round trip."""
@@ -314,6 +353,35 @@ class NodeFacts:
     #: every netplan file with its exact text (`FactPlan.netplan_files`); None when not asked or
     #: not read (`errors` says why)
     netplan_files: NetplanListing | None = None
+    # --- what plan and apply read besides (`FactPlan`'s deploy fields) ---
+    #: path -> what is there (None: nothing), never following a link (`FactPlan.file_states`)
+    file_states: dict[str, FileInfo | None] = field(default_factory=dict)
+    #: path -> a regular file's text (None: no regular file, or unreadable without following a link)
+    file_texts: dict[str, str | None] = field(default_factory=dict)
+    #: (path, than) -> whether `path` was modified after `than` (False when either is missing)
+    newer: dict[tuple[str, str], bool] = field(default_factory=dict)
+    #: unit -> systemd's `NeedDaemonReload` (None: systemd did not say)
+    need_reload: dict[str, bool | None] = field(default_factory=dict)
+    #: (kernel, module) -> `modinfo -k KERNEL MODULE` (the module built for a target kernel)
+    kernel_modinfo: dict[tuple[str, str], ModuleInfo] = field(default_factory=dict)
+    #: (name, version) -> the DKMS source tree in /usr/src: {"present", "sha256", "registered"}
+    dkms_sources: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    #: packages marked hold (`apt-mark showhold`)
+    held: tuple[str, ...] = ()
+    #: path -> a swap file's {"size", "mode", "header_page_size", "kind"} (None: nothing there)
+    swap_files: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+    #: path -> the UUID in a swap file's header (None: no file, or no UUID)
+    swap_uuids: dict[str, str | None] = field(default_factory=dict)
+    #: (release, path) -> what `release`'s initramfs holds of `path`
+    initramfs: dict[tuple[str, str], InitramfsCopy] = field(default_factory=dict)
+    #: directory -> everything in it, with each regular file's sha256 (None: no directory)
+    dir_entries: dict[str, tuple[Entry, ...] | None] = field(default_factory=dict)
+    #: what sparkbase recorded creating on the node (None: not read, or `ownership_problem`)
+    ownership: OwnershipRecord | None = None
+    #: why the ownership record cannot be used (a link there, a record of another format)
+    ownership_problem: str | None = None
+    #: what an earlier apply staged for the next boot (`FactPlan.staged_path`), in order
+    staged: tuple[str, ...] = ()
 
     @property
     def mok_fingerprints(self) -> tuple[str, ...]:

@@ -25,6 +25,7 @@ from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from sparkbase.facts import state
 from sparkbase.facts.parsers.gpu import GPU_QUERY
 from sparkbase.facts.parsers.lines import node_lines
 from sparkbase.facts.parsers.netplan import MAX_NETPLAN_BYTES, MAX_NETPLAN_FILES
@@ -98,6 +99,35 @@ class FactPlan:
     console_mode: bool = False
     #: read the systemd manager's watchdog properties
     watchdog: bool = False
+    # --- what plan and apply read besides (`deploy/reads.py` fills these from the steps) ---
+    #: paths whose state is read: what is there, never following a link (`state.file_state_command`)
+    file_states: tuple[str, ...] = ()
+    #: paths whose text is read, regular files only (`state.file_text_command`)
+    file_texts: tuple[str, ...] = ()
+    #: (path, than): whether `path` was modified after `than`
+    newer: tuple[tuple[str, str], ...] = ()
+    #: units whose `NeedDaemonReload` is read
+    need_reload: tuple[str, ...] = ()
+    #: (kernel, module): `modinfo -k KERNEL MODULE` of a module built for a target kernel
+    kernel_modinfo: tuple[tuple[str, str], ...] = ()
+    #: (name, version): the DKMS source tree /usr/src/NAME-VERSION and its stamp
+    dkms_sources: tuple[tuple[str, str], ...] = ()
+    #: read `dkms status` (every module) even when no DKMS module is judged
+    dkms_status: bool = False
+    #: read the packages marked hold (`apt-mark showhold`)
+    held: bool = False
+    #: read the active swap areas even when no swap file is judged
+    swapon: bool = False
+    #: swap files whose size, mode, kind, header page size and header UUID are read
+    swap_files: tuple[str, ...] = ()
+    #: (release, path): the sha256 of `path` as `release`'s initramfs packs it
+    initramfs: tuple[tuple[str, str], ...] = ()
+    #: directories whose entries (and each file's sha256) are read
+    dir_entries: tuple[str, ...] = ()
+    #: read the node's ownership record
+    ownership: bool = False
+    #: the file an apply notes the reboot it staged in (read when set)
+    staged_path: str | None = None
 
 
 def plan_for(baseline: Baseline, file_paths: Sequence[str], stamp_path: str,
@@ -234,6 +264,8 @@ def file_reads(plan: FactPlan) -> list[tuple[str, tuple[str, ...]]]:
         ("nvidia-modules", NVIDIA_MODULE_GLOBS),
     ]
     out += [(f"sysctl:{key}", (sysctl_path(key),)) for key in plan.sysctls]
+    if plan.staged_path is not None:
+        out.append(("staged", (plan.staged_path,)))
     out += [
         (f"param:{module}.{param}", (f"/sys/module/{module}/parameters/{param}",))
         for module, param in plan.module_params
@@ -261,7 +293,7 @@ def sections(plan: FactPlan) -> list[tuple[str, str]]:
         ("pagesize", _cmd("getconf", "PAGESIZE")),
     ]
     if plan.core_only:
-        return out
+        return out + deploy_sections(plan)
     out += [
         ("nvidia-smi", gpu_command(plan)),
         (FILES_SECTION, _files_command(file_reads(plan))),
@@ -298,7 +330,7 @@ def sections(plan: FactPlan) -> list[tuple[str, str]]:
         )
     if plan.hashed_paths:
         out.append(("sha256", _cmd("sha256sum", "--", *plan.hashed_paths)))
-    if plan.memory_saver_module or plan.fan_module:
+    if plan.memory_saver_module or plan.fan_module or plan.dkms_status:
         out.append(("dkms", _cmd("dkms", "status")))
     if plan.memory_saver_module:
         out.append(("modinfo", _cmd("modinfo", plan.memory_saver_module)))
@@ -306,7 +338,7 @@ def sections(plan: FactPlan) -> list[tuple[str, str]]:
         out.append(("modinfo-fan", _cmd("modinfo", plan.fan_module)))
     if plan.nvme_coalescing:
         out.append(("nvme-coalescing", NVME_COALESCING_COMMAND))
-    if plan.swap_paths:
+    if plan.swap_paths or plan.swapon:
         out.append(("swapon", _cmd("swapon", "--show=NAME,SIZE", "--bytes", "--noheadings")))
     for path in plan.swap_paths:
         out.append((f"swaphdr4k:{path}", header_bytes(path, 4096)))
@@ -330,6 +362,35 @@ def sections(plan: FactPlan) -> list[tuple[str, str]]:
         from sparkbase.facts.runtime import RUNTIME_SECTION, probe_command
 
         out.append((RUNTIME_SECTION, probe_command(plan.serving_matches, plan.serving_containers)))
+    return out + deploy_sections(plan)
+
+
+#: page sizes a swap file's header is probed for (4 KiB, 16 KiB, 64 KiB kernels)
+SWAP_PAGE_SIZES = (4096, 16384, 65536)
+
+
+def deploy_sections(plan: FactPlan) -> list[tuple[str, str]]:
+    """The sections plan and apply read besides the audit's (`FactPlan`'s deploy fields)."""
+    out: list[tuple[str, str]] = []
+    out += [(f"state:{path}", state.file_state_command(path)) for path in plan.file_states]
+    out += [(f"text:{path}", state.file_text_command(path)) for path in plan.file_texts]
+    out += [(f"newer:{path}:{than}", state.newer_command(path, than)) for path, than in plan.newer]
+    out += [(f"reload:{unit}", state.need_reload_command(unit)) for unit in plan.need_reload]
+    out += [(f"modinfo-k:{kernel}:{module}", _cmd("modinfo", "-k", kernel, module))
+            for kernel, module in plan.kernel_modinfo]
+    out += [(f"dkms-source:{name}/{version}", state.dkms_source_command(name, version))
+            for name, version in plan.dkms_sources]
+    if plan.held:
+        out.append(("held", "apt-mark showhold 2>/dev/null; true"))
+    for path in plan.swap_files:
+        out.append((f"swapstat:{path}", _cmd("stat", "-c", "%s %a %F", "--", path)))
+        out += [(f"swaphdr:{size}:{path}", header_bytes(path, size)) for size in SWAP_PAGE_SIZES]
+        out.append((f"swapuuid:{path}", state.swap_uuid_command(path)))
+    out += [(f"initramfs:{release}:{path}", state.initramfs_file_command(release, path))
+            for release, path in plan.initramfs]
+    out += [(f"entries:{path}", state.dir_entries_command(path)) for path in plan.dir_entries]
+    if plan.ownership:
+        out.append(("ownership", state.ownership_command()))
     return out
 
 

@@ -17,10 +17,9 @@ from typing import Any
 
 from pyinfra.api.operation import operation
 
-from sparkbase.deploy.fact_memo import Ask, fact
-from sparkbase.deploy.facts import InitramfsCopy, InitramfsFile, LiveInterfaces, NeedDaemonReload
+from sparkbase.deploy.node import node_facts
 from sparkbase.deploy.operations.base import Decision, carry_out, changed
-from sparkbase.facts.model import Interface
+from sparkbase.facts.model import InitramfsCopy, Interface
 
 DAEMON_RELOAD = ["systemctl", "daemon-reload"]
 NETPLAN_APPLY = ["netplan", "apply"]
@@ -89,24 +88,14 @@ def decide_initramfs_update(release: str, sha256: str | None, file_changes: bool
 @operation()
 def daemon_reload(unit: str, trigger: Any = None) -> Any:
     """`systemctl daemon-reload` until systemd has loaded `unit` as it is on disk."""
-    yield from carry_out(decide_daemon_reload(unit, changed(trigger), fact(NeedDaemonReload, unit=unit)))
-
-
-def daemon_reload_asks(unit: str, **_: Any) -> list[Ask]:
-    """The facts `daemon_reload` reads while it is planned."""
-    return [Ask.of(NeedDaemonReload, unit=unit)]
+    yield from carry_out(decide_daemon_reload(unit, changed(trigger), node_facts().need_reload[unit]))
 
 
 @operation()
 def netplan_apply(links: dict[str, dict[str, Any]], trigger: Any = None) -> Any:
     """`netplan apply` until the live fabric netdevs are as the netplan sets them."""
-    live: dict[str, Interface] = fact(LiveInterfaces)
+    live = node_facts().interfaces
     yield from carry_out(decide_netplan_apply(links, changed(trigger), live))
-
-
-def netplan_apply_asks(**_: Any) -> list[Ask]:
-    """The facts `netplan_apply` reads while it is planned."""
-    return [Ask.of(LiveInterfaces)]
 
 
 @operation()
@@ -115,10 +104,5 @@ def initramfs_update(release: str, path: str, sha256: str | None, trigger: Any =
     if sha256 is None:
         yield from carry_out(decide_initramfs_update(release, sha256, changed(trigger), InitramfsCopy(False)))
         return
-    packed = fact(InitramfsFile, release=release, path=path)
+    packed = node_facts().initramfs[(release, path)]
     yield from carry_out(decide_initramfs_update(release, sha256, changed(trigger), packed))
-
-
-def initramfs_update_asks(release: str, path: str, sha256: str | None, **_: Any) -> list[Ask]:
-    """The facts `initramfs_update` reads while it is planned."""
-    return [Ask.of(InitramfsFile, release=release, path=path)] if sha256 is not None else []

@@ -13,7 +13,8 @@ from pyinfra.api.command import FileUploadCommand, StringCommand
 from pyinfra.api.exceptions import OperationError
 from pyinfra.context import host
 
-from sparkbase.deploy.facts import TEMP_NAME, TEMP_SUFFIX, FileInfo, Found, is_leftover, leftovers_glob
+from sparkbase.facts.model import FileInfo, Found
+from sparkbase.facts.state import TEMP_NAME, TEMP_SUFFIX, is_leftover, leftovers_glob
 from sparkbase.policy.ownership import Kind
 from sparkbase.text import shown
 

@@ -7,11 +7,7 @@ from typing import Any
 
 from pyinfra.api.operation import operation
 
-from sparkbase.deploy.fact_memo import Ask, fact
-from sparkbase.deploy.facts import (
-    FileNewer,
-    GrubConfig,
-)
+from sparkbase.deploy.node import node_facts
 from sparkbase.deploy.operations.base import changed, noop
 from sparkbase.facts.model import GrubBoot
 from sparkbase.facts.script import GRUB_CFG
@@ -59,14 +55,11 @@ def grub_update(release: str, default_entry: str | None, cmdline: list[str], for
                 dropin: str, trigger: Any = None, fallback: str | None = None) -> Any:
     """`update-grub` when the drop-in changes or is newer than grub.cfg, or grub.cfg does
     not match the baseline (a fallback kernel installed by this run gets its entry so)."""
-    reason = decide_grub_update(fact(GrubConfig), release, default_entry, cmdline, forbid, fallback,
-                                changed(trigger), fact(FileNewer, path=dropin, than=GRUB_CFG))
+    facts = node_facts()
+    grub = facts.grub or GrubBoot((), "", None)  # no grub.cfg (or none readable): no entry at all
+    reason = decide_grub_update(grub, release, default_entry, cmdline, forbid, fallback,
+                                changed(trigger), facts.newer[(dropin, GRUB_CFG)])
     if reason is None:
         noop(f"grub.cfg boots {release} with the baseline's arguments")
         return
     yield "update-grub"
-
-
-def grub_update_asks(dropin: str, **_: Any) -> list[Ask]:
-    """The facts `grub_update` reads while it is planned."""
-    return [Ask.of(GrubConfig), Ask.of(FileNewer, path=dropin, than=GRUB_CFG)]

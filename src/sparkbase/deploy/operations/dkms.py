@@ -8,22 +8,15 @@ from typing import Any
 
 from pyinfra.api.operation import operation
 
-from sparkbase.deploy.fact_memo import Ask, fact
-from sparkbase.deploy.facts import (
-    SOURCE_STAMP,
-    DkmsSourceState,
-    DkmsState,
-    MokState,
-)
+from sparkbase.deploy.node import mok_state, node_facts, owned_record
 from sparkbase.deploy.operations.base import Decision, carry_out
 from sparkbase.deploy.operations.record import remember
-from sparkbase.deploy.ownership_fact import OwnedRecord
 from sparkbase.deploy.results import KEPT
-from sparkbase.facts.model import MokCertificate
+from sparkbase.facts.model import MokCertificate, NodeFacts
 from sparkbase.facts.signing import judge_signature
+from sparkbase.facts.state import SOURCE_STAMP
 from sparkbase.policy.ownership import (
     Kind,
-    OwnershipRecord,
     created,
     now_utc,
 )
@@ -54,8 +47,9 @@ def decide_dkms_install(dkms_name: str, version: str, kernel: str, current: dict
 def dkms_install(dkms_name: str, version: str, kernel: str, module: str, fingerprint: str | None,
                  baseline: str = "") -> Any:
     """Build, sign and install a DKMS module for `kernel` (the target, not the running one)."""
-    current = fact(DkmsState, dkms_name=dkms_name, version=version, kernel=kernel, module=module)
-    mok = fact(MokState) if fingerprint is not None and current["installed"] else None
+    facts = node_facts()
+    current = dkms_state(facts, dkms_name, version, kernel, module)
+    mok = mok_state(facts) if fingerprint is not None and current["installed"] else None
     # a MOK imported by this run's earlier step is pending until the reboot: it counts
     certificates = [*mok["certificates"], *mok["pending_certificates"]] if mok else []
     yield from carry_out(decide_dkms_install(dkms_name, version, kernel, current, certificates, fingerprint))
@@ -63,10 +57,17 @@ def dkms_install(dkms_name: str, version: str, kernel: str, module: str, fingerp
         yield from remember(created(Kind.DKMS, f"{dkms_name}/{version}", baseline, now_utc()))
 
 
-def dkms_install_asks(dkms_name: str, version: str, kernel: str, module: str, **_: Any) -> list[Ask]:
-    """The facts `dkms_install` reads while it is planned."""
-    return [Ask.of(DkmsState, dkms_name=dkms_name, version=version, kernel=kernel, module=module),
-            Ask.of(MokState)]
+def dkms_state(facts: NodeFacts, dkms_name: str, version: str, kernel: str, module: str) -> dict[str, Any]:
+    """Whether DKMS has `dkms_name/version` installed for `kernel` (`installed`: DKMS installed
+    what it built, no WARNING note beside the state, as the audit judges it; `warnings`: what
+    DKMS says of a tree it lists as installed but did not build), and the target kernel's
+    `modinfo` of the module (its signature as kmod reports it)."""
+    entries = [entry for entry in facts.dkms if entry.name == dkms_name and entry.version == version
+               and entry.kernel == kernel and entry.status == "installed"]
+    return {"installed": any(entry.installed for entry in entries),
+            "present": bool(entries),
+            "warnings": [warning for entry in entries for warning in entry.warnings],
+            "info": facts.kernel_modinfo[(kernel, module)], "noise": list(facts.dkms_noise)}
 
 
 def source_tree(dkms_name: str, version: str) -> str:
@@ -118,16 +119,11 @@ def decide_dkms_source(dkms_name: str, version: str, url: str, sha256: str, stat
 @operation()
 def dkms_source(dkms_name: str, version: str, url: str, sha256: str, baseline: str = "") -> Any:
     """Place a DKMS module's pinned source checkout in /usr/src and register it (recorded)."""
-    state = fact(DkmsSourceState, dkms_name=dkms_name, version=version)
-    owned: OwnershipRecord = fact(OwnedRecord)
+    state = node_facts().dkms_sources[(dkms_name, version)]
+    owned = owned_record()
     tree = source_tree(dkms_name, version)
     decision = decide_dkms_source(dkms_name, version, url, sha256, state,
                                   owned.find(Kind.DKMS_SOURCE, tree) is not None)
     yield from carry_out(decision)
     if decision.commands and decision.commands[-1][0] == "sh":
         yield from remember(created(Kind.DKMS_SOURCE, tree, baseline, now_utc(), sha256=sha256))
-
-
-def dkms_source_asks(dkms_name: str, version: str, **_: Any) -> list[Ask]:
-    """The facts `dkms_source` reads while it is planned."""
-    return [Ask.of(DkmsSourceState, dkms_name=dkms_name, version=version), Ask.of(OwnedRecord)]

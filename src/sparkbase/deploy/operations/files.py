@@ -13,13 +13,8 @@ from pyinfra.api.command import StringCommand
 from pyinfra.api.exceptions import OperationError
 from pyinfra.api.operation import operation
 from pyinfra.context import state
-from pyinfra.facts.files import Directory
 
-from sparkbase.deploy.fact_memo import Ask, fact
-from sparkbase.deploy.facts import (
-    FileState,
-    FileText,
-)
+from sparkbase.deploy.node import node_facts
 from sparkbase.deploy.operations.base import (
     atomic_upload,
     cmd,
@@ -29,6 +24,7 @@ from sparkbase.deploy.operations.base import (
     remove_leftovers,
 )
 from sparkbase.deploy.operations.record import remember
+from sparkbase.facts.model import Found
 from sparkbase.policy.ownership import (
     Kind,
     created,
@@ -81,24 +77,20 @@ def file(path: str, content: str, mode: int, sha256: str, secret: bool = False, 
     once written, recorded as sparkbase's when it created the file). A symbolic link, a
     directory or anything else that is not a regular file at `path` fails the operation
     (`refusal`): nothing is written or recorded."""
-    current = fact(FileState, path=path)
+    facts = node_facts()
+    current = facts.file_states[path]
     refuse_unless_writable(path, current)
     if (yield from _content_in_place(path, current, sha256, mode,
                                      f"{path} is identical (sha256 {sha256[:12]}, mode {mode:o})")):
         return
     if state.config.DIFF and not secret:
-        old = fact(FileText, path=path) if current is not None else None
+        old = facts.file_texts[path] if current is not None else None
         for line in _diff(path, old, content):
             logger.info("    %s", line.rstrip("\n"))
     if current is None:
         yield cmd("mkdir", "-p", "--", posixpath.dirname(path))
     yield from atomic_upload(BytesIO(content.encode()), path, mode, sha256)
     yield from _record_written(path, sha256, baseline, existed=current is not None)
-
-
-def file_asks(path: str, **_: Any) -> list[Ask]:
-    """The facts `file` (and the plan's diff of it) read while it is planned."""
-    return [Ask.of(FileState, path=path), Ask.of(FileText, path=path)]
 
 
 @operation()
@@ -109,7 +101,7 @@ def upload(path: str, local: str, mode: int, sha256: str, baseline: str = "") ->
     target directory, and its mode is set before the rename, so the key is never readable by
     others, even briefly. What is not a regular file at `path` is refused, as by `file`.
     """
-    current = fact(FileState, path=path)
+    current = node_facts().file_states[path]
     refuse_unless_writable(path, current)
     if (yield from _content_in_place(path, current, sha256, mode, f"{path} is in place (mode {mode:o})")):
         return
@@ -117,26 +109,16 @@ def upload(path: str, local: str, mode: int, sha256: str, baseline: str = "") ->
     yield from _record_written(path, sha256, baseline, existed=current is not None)
 
 
-def upload_asks(path: str, **_: Any) -> list[Ask]:
-    """The facts `upload` reads while it is planned (never the file's text)."""
-    return [Ask.of(FileState, path=path)]
-
-
 @operation()
 def directory(path: str, mode: int, baseline: str = "") -> Any:
     """A directory owned by root with exactly `mode` (recorded as sparkbase's when it created it)."""
-    info = fact(Directory, path=path)
-    if info is False:  # pyinfra's answer for something there that is not a directory (a link)
+    info = node_facts().file_states[path]
+    if info is not None and info.found is not Found.DIRECTORY:
         raise OperationError(f"{path} exists and is not a directory (a symbolic link, or a file): sparkbase "
                              "never follows a link; nothing was written. Move it away, then apply again")
-    if info and info.get("mode") == int(f"{mode:o}"):
+    if info is not None and info.mode == mode:
         noop(f"{path} exists with mode {mode:o}")
         return
     yield cmd("install", "-d", "-m", f"{mode:o}", "--", path)
-    if not info:
+    if info is None:
         yield from remember(created(Kind.DIRECTORY, path, baseline, now_utc()))
-
-
-def directory_asks(path: str, **_: Any) -> list[Ask]:
-    """The facts `directory` reads while it is planned."""
-    return [Ask.of(Directory, path=path)]

@@ -17,18 +17,10 @@ from typing import Any
 from pyinfra.api.command import StringCommand
 from pyinfra.api.operation import operation
 
-from sparkbase.deploy.fact_memo import Ask, fact
-from sparkbase.deploy.facts import (
-    ActiveSwaps,
-    BootState,
-    FileInfo,
-    FileState,
-    FileText,
-    SwapFile,
-)
+from sparkbase.deploy.node import active_swaps, node_facts, owned_record
 from sparkbase.deploy.operations.base import Decision, atomic_upload, carry_out, cmd, noop, obstacle
 from sparkbase.deploy.operations.record import forget, remember
-from sparkbase.deploy.ownership_fact import OwnedRecord
+from sparkbase.facts.model import FileInfo
 from sparkbase.policy.fstab import FSTAB, FstabEdit, decide_noauto, decide_restore
 from sparkbase.policy.ownership import KEPT, now_utc
 
@@ -61,13 +53,10 @@ def write_fstab(new: str, read: FileInfo) -> Any:
 
 
 def _read() -> tuple[str | None, FileInfo | None]:
-    info = fact(FileState, path=FSTAB)
-    text = fact(FileText, path=FSTAB) if info is not None else None
+    facts = node_facts()
+    info = facts.file_states[FSTAB]
+    text = facts.file_texts[FSTAB] if info is not None else None
     return text, info
-
-
-def _read_asks() -> list[Ask]:
-    return [Ask.of(FileState, path=FSTAB), Ask.of(FileText, path=FSTAB)]
 
 
 @operation()
@@ -78,11 +67,11 @@ def factory_swap(path: str, fstab: str, swapoff: bool, baseline: str = "") -> An
     if fstab != "noauto":
         noop(f"{path} stays as installed")
         return
-    active = swapoff and path in fact(ActiveSwaps)
+    active = swapoff and path in active_swaps()
     text, info = _read()
     unreadable = exact_text(text, info)
     edit = FstabEdit(None, unreadable) if unreadable else \
-        decide_noauto(path, text, fact(OwnedRecord), baseline, now_utc())
+        decide_noauto(path, text, owned_record(), baseline, now_utc())
     if edit.text is None and not active:
         noop(edit.reason)
         return
@@ -92,13 +81,6 @@ def factory_swap(path: str, fstab: str, swapoff: bool, baseline: str = "") -> An
         yield from write_fstab(edit.text, info)
         if edit.record is not None:
             yield from remember(edit.record)
-
-
-def factory_swap_asks(fstab: str, swapoff: bool, **_: Any) -> list[Ask]:
-    """The facts `factory_swap` reads while it is planned."""
-    if fstab != "noauto":
-        return []
-    return [*([Ask.of(ActiveSwaps)] if swapoff else []), *_read_asks(), Ask.of(OwnedRecord)]
 
 
 def decide_factory_swapon(path: str, found: dict[str, Any] | None, active: bool, running: int) -> Decision:
@@ -121,15 +103,10 @@ def decide_factory_swapon(path: str, found: dict[str, Any] | None, active: bool,
 @operation()
 def factory_swapon(path: str) -> Any:
     """The installer's swap file active, as the node's swap (its fstab line brings it back at boot)."""
-    active = path in fact(ActiveSwaps)
-    found = None if active else fact(SwapFile, path=path)
-    running = fact(BootState)["page_size"] if found is not None else 0
+    active = path in active_swaps()
+    found = None if active else node_facts().swap_files[path]
+    running = (node_facts().page_size or 0) if found is not None else 0
     yield from carry_out(decide_factory_swapon(path, found, active, running))
-
-
-def factory_swapon_asks(path: str, **_: Any) -> list[Ask]:
-    """The facts `factory_swapon` reads while it is planned."""
-    return [Ask.of(ActiveSwaps), Ask.of(SwapFile, path=path), Ask.of(BootState)]
 
 
 @operation()
@@ -139,14 +116,9 @@ def factory_swap_restore(path: str) -> Any:
     text, info = _read()
     unreadable = exact_text(text, info)
     edit = FstabEdit(None, unreadable) if unreadable else \
-        decide_restore(path, text, fact(OwnedRecord))
+        decide_restore(path, text, owned_record())
     if edit.text is None or info is None:
         noop(edit.reason)
         return
     yield from write_fstab(edit.text, info)
     yield from forget(edit.forget)
-
-
-def factory_swap_restore_asks(**_: Any) -> list[Ask]:
-    """The facts `factory_swap_restore` reads while it is planned."""
-    return [*_read_asks(), Ask.of(OwnedRecord)]

@@ -6,13 +6,10 @@ from typing import Any
 
 from pyinfra.api.operation import operation
 
-from sparkbase.deploy.fact_memo import Ask, fact
-from sparkbase.deploy.facts import (
-    DefaultTarget,
-    UnitState,
-)
+from sparkbase.deploy.node import node_facts
 from sparkbase.deploy.operations.base import cmd, noop
 from sparkbase.deploy.operations.record import remember
+from sparkbase.facts.model import UnitState
 from sparkbase.policy.ownership import (
     Kind,
     created,
@@ -23,21 +20,16 @@ from sparkbase.policy.ownership import (
 @operation()
 def default_target(target: str) -> Any:
     """`systemctl set-default`."""
-    if fact(DefaultTarget) == target:
+    if node_facts().default_target == target:
         noop(f"default target is {target}")
         return
     yield cmd("systemctl", "set-default", target)
 
 
-def default_target_asks(**_: Any) -> list[Ask]:
-    """The facts `default_target` reads while it is planned."""
-    return [Ask.of(DefaultTarget)]
-
-
 @operation()
 def unit_disabled(unit: str) -> Any:
     """The unit is neither enabled nor running (`disable --now`)."""
-    current = fact(UnitState, unit=unit)
+    current = unit_state(unit)
     # `static` units cannot be disabled, only stopped (the audit's `enabled` counts them)
     enabled = current.unit_file_state in ("enabled", "enabled-runtime", "alias")
     active = current.active_state == "active"
@@ -54,7 +46,7 @@ def unit_disabled(unit: str) -> Any:
 def unit_enabled(unit: str, baseline: str = "") -> Any:
     """The unit is enabled and running (`enable --now`); recorded as sparkbase's when it was
     not enabled before (so other baselines' nodes disable it only then)."""
-    current = fact(UnitState, unit=unit)
+    current = unit_state(unit)
     if current.unit_file_state == "enabled" and current.active_state == "active":
         noop(f"{unit} is enabled and active")
         return
@@ -63,6 +55,7 @@ def unit_enabled(unit: str, baseline: str = "") -> Any:
         yield from remember(created(Kind.UNIT, unit, baseline, now_utc()))
 
 
-def unit_asks(unit: str, **_: Any) -> list[Ask]:
-    """The facts `unit_disabled` and `unit_enabled` read while they are planned."""
-    return [Ask.of(UnitState, unit=unit)]
+def unit_state(unit: str) -> UnitState:
+    """A unit's state on the node; a unit that does not exist (or was not read) has an
+    empty UnitFileState."""
+    return node_facts().units.get(unit) or UnitState("", "")

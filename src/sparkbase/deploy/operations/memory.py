@@ -10,17 +10,9 @@ from pyinfra.api.command import StringCommand
 from pyinfra.api.exceptions import OperationError
 from pyinfra.api.operation import operation
 
-from sparkbase.deploy.fact_memo import Ask, fact
-from sparkbase.deploy.facts import (
-    ActiveSwaps,
-    BootState,
-    SwapFile,
-    Sysctls,
-    ThpMode,
-)
+from sparkbase.deploy.node import active_swaps, node_facts, owned_record
 from sparkbase.deploy.operations.base import Decision, carry_out, cmd, noop, refused_kind
 from sparkbase.deploy.operations.record import remember
-from sparkbase.deploy.ownership_fact import OwnedRecord, SwapUuid
 from sparkbase.policy.ownership import (
     Kind,
     OwnershipRecord,
@@ -68,10 +60,11 @@ def decide_swap_file(path: str, size_gib: int, header_page_size: int, found: dic
 def swap_file(path: str, size_gib: int, header_page_size: int, baseline: str = "") -> Any:
     """The swap file exists at its size, mode 0600, with a header for `header_page_size`;
     recorded (with the UUID in its header) as sparkbase's when sparkbase makes it."""
-    info = fact(SwapFile, path=path)
-    uuid_now = fact(SwapUuid, path=path) if info is not None else None
-    active = info is not None and path in fact(ActiveSwaps)
-    owned = fact(OwnedRecord) if info is not None else OwnershipRecord()
+    facts = node_facts()
+    info = facts.swap_files[path]
+    uuid_now = facts.swap_uuids[path] if info is not None else None
+    active = info is not None and path in active_swaps()
+    owned = owned_record() if info is not None else OwnershipRecord()
     new_uuid = str(uuid.uuid4())
     try:
         decision = decide_swap_file(path, size_gib, header_page_size, info, uuid_now, active, owned, new_uuid)
@@ -82,19 +75,13 @@ def swap_file(path: str, size_gib: int, header_page_size: int, baseline: str = "
         yield from remember(created(Kind.SWAP, path, baseline, now_utc(), uuid=new_uuid))
 
 
-def swap_file_asks(path: str, **_: Any) -> list[Ask]:
-    """The facts `swap_file` reads while it is planned."""
-    return [Ask.of(SwapFile, path=path), Ask.of(SwapUuid, path=path), Ask.of(ActiveSwaps),
-            Ask.of(OwnedRecord)]
-
-
 @operation()
 def swapon(path: str, header_page_size: int) -> Any:
     """`swapon` the file, only when the running page size matches its header."""
-    if path in fact(ActiveSwaps):
+    if path in active_swaps():
         noop(f"{path} is active")
         return
-    running = fact(BootState)["page_size"]
+    running = node_facts().page_size or 0
     if running != header_page_size:
         noop(f"running page size {running} differs from the {header_page_size}-byte header: "
               "the swap activates at boot (reboot pending)")
@@ -102,24 +89,14 @@ def swapon(path: str, header_page_size: int) -> Any:
     yield cmd("swapon", path)
 
 
-def swapon_asks(**_: Any) -> list[Ask]:
-    """The facts `swapon` reads while it is planned."""
-    return [Ask.of(ActiveSwaps), Ask.of(BootState)]
-
-
 @operation()
 def thp(value: str) -> Any:
     """Transparent hugepages set live (the kernel command line sets it at boot)."""
-    current = fact(ThpMode)
+    current = node_facts().thp or ""
     if current == value:
         noop(f"transparent hugepages are {value}")
         return
     yield StringCommand(f"echo {shlex.quote(value)} > /sys/kernel/mm/transparent_hugepage/enabled")
-
-
-def thp_asks(**_: Any) -> list[Ask]:
-    """The facts `thp` reads while it is planned."""
-    return [Ask.of(ThpMode)]
 
 
 @operation()
@@ -128,14 +105,10 @@ def sysctl_apply(file: str, values: dict[str, str]) -> Any:
     if not values:
         noop("the baseline sets no sysctls")
         return
-    live = fact(Sysctls, keys=tuple(values))
-    differ = [key for key, value in values.items() if live.get(key) != " ".join(value.split())]
+    live = node_facts().sysctls
+    differ = [key for key, value in values.items()
+              if " ".join((live.get(key) or "").split()) != " ".join(value.split())]
     if not differ:
         noop(f"all {len(values)} sysctls hold their values")
         return
     yield cmd("sysctl", "-p", file)
-
-
-def sysctl_apply_asks(values: dict[str, str], **_: Any) -> list[Ask]:
-    """The facts `sysctl_apply` reads while it is planned."""
-    return [Ask.of(Sysctls, keys=tuple(values))] if values else []

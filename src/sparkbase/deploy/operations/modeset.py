@@ -15,14 +15,11 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from pyinfra.api.operation import operation
-from pyinfra.facts.deb import DebPackages
 
-from sparkbase.deploy.fact_memo import Ask, fact
-from sparkbase.deploy.facts import HeldPackages
+from sparkbase.deploy.node import node_facts, owned_record
 from sparkbase.deploy.operations.base import Decision, carry_out
-from sparkbase.deploy.operations.packages import APT_INSTALL
+from sparkbase.deploy.operations.packages import APT_INSTALL, installed_versions
 from sparkbase.deploy.operations.record import forget, remember
-from sparkbase.deploy.ownership_fact import OwnedRecord
 from sparkbase.policy.ownership import KEPT, Kind, OwnershipRecord, created, now_utc
 
 #: the initramfs of every installed kernel, rebuilt after the options package comes or goes
@@ -45,18 +42,13 @@ def decide_modeset_purge(package: str, installed: Mapping[str, Collection[str]],
 def modeset_purge(package: str, baseline: str = "") -> Any:
     """Purge DGX OS's nvidia-drm modeset options package and rebuild the initramfs; the
     version removed is recorded so that a move back can reinstall exactly it."""
-    installed = fact(DebPackages) or {}
-    held: list[str] = fact(HeldPackages) if installed.get(package) else []
+    installed = installed_versions()
+    held = list(node_facts().held) if installed.get(package) else []
     decision = decide_modeset_purge(package, installed, held)
     yield from carry_out(decision)
     if decision.commands:
         version = sorted(installed[package])[0]
         yield from remember(created(Kind.PURGED, package, baseline, now_utc(), version=version))
-
-
-def modeset_purge_asks(**_: Any) -> list[Ask]:
-    """The facts `modeset_purge` reads while it is planned."""
-    return [Ask.of(DebPackages), Ask.of(HeldPackages)]
 
 
 def decide_modeset_restore(package: str, installed: Mapping[str, Collection[str]],
@@ -78,14 +70,9 @@ def decide_modeset_restore(package: str, installed: Mapping[str, Collection[str]
 @operation()
 def modeset_restore(package: str) -> Any:
     """Put back the nvidia-drm modeset options package another baseline had sparkbase purge."""
-    installed = fact(DebPackages) or {}
-    owned = fact(OwnedRecord)
+    installed = installed_versions()
+    owned = owned_record()
     decision = decide_modeset_restore(package, installed, owned)
     yield from carry_out(decision)
     if decision.commands:
         yield from forget(decision.forget)
-
-
-def modeset_restore_asks(**_: Any) -> list[Ask]:
-    """The facts `modeset_restore` reads while it is planned."""
-    return [Ask.of(DebPackages), Ask.of(OwnedRecord)]

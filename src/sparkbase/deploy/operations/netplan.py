@@ -1,7 +1,7 @@
 """netplan operations: one file configures the fabric ports (others refused, sparkbase's own
 earlier edits put back), and the site's file taken over when the baseline names it.
 
-Both read the node's netplan files once (`NetplanFiles`, in the plan's one fact batch) and hand
+Both read the node's netplan files from its one read (`NodeFacts.netplan_files`) and hand
 them to the pure decisions of `sparkbase.policy.netplan`; a refusal fails the node while it is
 planned, before anything on it is written.
 """
@@ -17,12 +17,11 @@ from pyinfra.api.command import StringCommand
 from pyinfra.api.exceptions import OperationError
 from pyinfra.api.operation import operation
 
-from sparkbase.deploy.fact_memo import Ask, fact
-from sparkbase.deploy.facts import FileState, NetplanFiles
+from sparkbase.deploy.node import node_facts, owned_record
 from sparkbase.deploy.operations.base import atomic_upload, cmd, guard, noop, refuse_unless_writable
 from sparkbase.deploy.operations.record import forget, remember
-from sparkbase.deploy.ownership_fact import OwnedRecord
 from sparkbase.facts.parsers.netplan import Fabric, NetplanListing
+from sparkbase.facts.script import NETPLAN_SECTION
 from sparkbase.policy.netplan import (
     NetplanFilesDecision,
     TakeoverDecision,
@@ -54,8 +53,7 @@ def netplan_files(path: str, interfaces: Sequence[str]) -> Any:
     """Only `path` configures the fabric's `interfaces` once this apply is done: what sparkbase
     changed in other netplan files is put back (recorded, unchanged), and another file that
     configures a fabric port (or may: it does not parse) fails the node, naming both files."""
-    listing: NetplanListing = fact(NetplanFiles)
-    decision = decide_netplan_files(path, list(interfaces), listing, fact(OwnedRecord))
+    decision = decide_netplan_files(path, list(interfaces), netplan_listing(), owned_record())
     if decision.refusal is not None:
         raise OperationError(decision.refusal)
     if not decision.changes:
@@ -64,22 +62,25 @@ def netplan_files(path: str, interfaces: Sequence[str]) -> Any:
     yield from carry_out_files(decision)
 
 
-def netplan_files_asks(**_: Any) -> list[Ask]:
-    """The facts `netplan_files` reads while it is planned."""
-    return [Ask.of(NetplanFiles), Ask.of(OwnedRecord)]
+def netplan_listing() -> NetplanListing:
+    """Every netplan file of the node; `OperationError` (the node fails) when they could not
+    be listed: no decision is made on files it cannot see."""
+    facts = node_facts()
+    if facts.netplan_files is None:
+        problem = facts.errors.get(NETPLAN_SECTION, "not read")
+        raise OperationError(f"the node's netplan files could not be listed: {problem}")
+    return facts.netplan_files
 
 
 def takeover_decision(path: str, fabric: Fabric, baseline: str = "") -> TakeoverDecision:
     """What `netplan_takeover` decides from the node's facts (also used for the plan's diff)."""
-    listing: NetplanListing = fact(NetplanFiles)
-    return decide_takeover(path, fabric, listing.get(path), fact(OwnedRecord), baseline, now_utc())
+    return decide_takeover(path, fabric, netplan_listing().get(path), owned_record(), baseline, now_utc())
 
 
 def takeover_diff(path: str, fabric: Fabric) -> list[str]:
     """The plan's diff of the site file sparkbase would rewrite (empty: no rewrite)."""
     decision = takeover_decision(path, fabric)
-    listing: NetplanListing = fact(NetplanFiles)
-    source = listing.get(path)
+    source = netplan_listing().get(path)
     if decision.text is None or source is None or source.text is None:
         return []
     return [line.rstrip("\n") for line in difflib.unified_diff(
@@ -95,7 +96,7 @@ def netplan_takeover(path: str, fabric: Fabric, mode: int, baseline: str = "") -
     The record is written before the file: a run cut short between the two leaves the site's
     text on the node and in the record, and the next run writes the file (the other order
     would lose the site's text for good)."""
-    refuse_unless_writable(path, fact(FileState, path=path))
+    refuse_unless_writable(path, node_facts().file_states[path])
     decision = takeover_decision(path, fabric, baseline)
     if decision.refusal is not None:
         raise OperationError(decision.refusal)
@@ -105,8 +106,3 @@ def netplan_takeover(path: str, fabric: Fabric, mode: int, baseline: str = "") -
     if decision.record is not None:
         yield from remember(decision.record)
     yield from _put(path, decision.text, mode)
-
-
-def netplan_takeover_asks(path: str, **_: Any) -> list[Ask]:
-    """The facts `netplan_takeover` reads while it is planned."""
-    return [Ask.of(FileState, path=path), Ask.of(NetplanFiles), Ask.of(OwnedRecord)]

@@ -5,12 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from pyinfra.api.operation import operation
-from pyinfra.facts.deb import DebPackages
 
-from sparkbase.deploy.fact_memo import Ask, fact
-from sparkbase.deploy.facts import (
-    HeldPackages,
-)
+from sparkbase.deploy.node import node_facts
 from sparkbase.deploy.operations.base import cmd, noop
 from sparkbase.deploy.operations.record import remember
 from sparkbase.policy.ownership import (
@@ -30,19 +26,19 @@ def missing_pins(pins: list[str], installed: dict[str, list[str]]) -> list[str]:
     return missing
 
 
+def installed_versions() -> dict[str, list[str]]:
+    """The node's installed packages (of those the steps name) and their versions."""
+    return {name: [version] for name, version in node_facts().packages.items()}
+
+
 @operation()
 def apt_update_for(pins: list[str]) -> Any:
     """`apt-get update`, only when a pinned package is not installed at its version."""
-    missing = missing_pins(pins, fact(DebPackages) or {})
+    missing = missing_pins(pins, installed_versions())
     if not missing:
         noop(f"all {len(pins)} pinned packages are installed at their versions")
         return
     yield "DEBIAN_FRONTEND=noninteractive apt-get update -q"
-
-
-def packages_asks(**_: Any) -> list[Ask]:
-    """The facts `apt_update_for` and `pinned_packages` read while they are planned."""
-    return [Ask.of(DebPackages)]
 
 
 #: apt-get install options: keep local config files, allow a pin to move a held package up or down
@@ -55,7 +51,7 @@ APT_INSTALL = ["env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "-y", "-q",
 def pinned_packages(pins: list[str], baseline: str = "") -> Any:
     """Install `name=version` pins not installed at that version; the packages that were not
     installed at all before are recorded as sparkbase's (a package it only moved is not)."""
-    installed = fact(DebPackages) or {}
+    installed = installed_versions()
     missing = missing_pins(pins, installed)
     if not missing:
         noop(f"all {len(pins)} pinned packages are installed at their versions")
@@ -70,15 +66,9 @@ def pinned_packages(pins: list[str], baseline: str = "") -> Any:
 @operation()
 def hold(names: list[str]) -> Any:
     """`apt-mark hold` the pinned packages that are not held yet."""
-    holds: list[str] = fact(HeldPackages)
-    held = set(holds)
+    held = set(node_facts().held)
     todo = [name for name in names if name not in held]
     if not todo:
         noop(f"all {len(names)} pinned packages are held")
         return
     yield cmd("apt-mark", "hold", *todo)
-
-
-def hold_asks(**_: Any) -> list[Ask]:
-    """The facts `hold` reads while it is planned."""
-    return [Ask.of(HeldPackages)]

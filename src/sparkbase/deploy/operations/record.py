@@ -1,6 +1,5 @@
-"""The ownership record on the node: read live after the commands that created or removed
-something ran (code after an operation's first yield only runs when it executes), then
-written atomically."""
+"""The ownership record on the node: read live once the commands that created or removed
+something ran (`node.owned_record`), then written atomically."""
 
 from __future__ import annotations
 
@@ -11,9 +10,8 @@ from typing import Any
 
 from pyinfra.api.command import StringCommand
 
-from sparkbase.deploy.fact_memo import fact
+from sparkbase.deploy.node import owned_record
 from sparkbase.deploy.operations.base import atomic_upload, cmd, guard_directory
-from sparkbase.deploy.ownership_fact import OwnedRecord
 from sparkbase.policy.ownership import (
     OWNERSHIP_DIR,
     OWNERSHIP_PATH,
@@ -34,7 +32,7 @@ def write_record(record: OwnershipRecord) -> Any:
 def remember(*items: OwnedItem, only_if_recorded: bool = False) -> Any:
     """Record `items` as created by sparkbase (with `only_if_recorded`: update them only where
     the record already holds them, e.g. a file sparkbase rewrote but did not create)."""
-    record: OwnershipRecord = fact(OwnedRecord)
+    record = owned_record()
     if only_if_recorded:
         items = tuple(item for item in items if record.find(item.kind, item.target) is not None)
     if items:
@@ -43,7 +41,7 @@ def remember(*items: OwnedItem, only_if_recorded: bool = False) -> Any:
 
 def forget(keys: Iterable[tuple[Kind, str]]) -> Any:
     """Drop removed items from the record."""
-    record: OwnershipRecord = fact(OwnedRecord)
+    record = owned_record()
     updated = record.without(keys)
     if updated != record:
         yield from write_record(updated)

@@ -6,10 +6,7 @@ from typing import Any
 
 from pyinfra.api.operation import operation
 
-from sparkbase.deploy.fact_memo import Ask, fact
-from sparkbase.deploy.facts import (
-    MokState,
-)
+from sparkbase.deploy.node import mok_state, node_facts
 from sparkbase.deploy.operations.base import cmd, noop
 from sparkbase.deploy.results import DEFERRED
 from sparkbase.policy.mok import console_text
@@ -18,7 +15,7 @@ from sparkbase.policy.mok import console_text
 @operation()
 def mok_import(certificate: str, fingerprint: str) -> Any:
     """`mokutil --import` the certificate unless enrolled or already pending."""
-    mok = fact(MokState)
+    mok = mok_state(node_facts())
     if fingerprint in mok["enrolled"]:
         noop(f"MOK {fingerprint[:11]}… is enrolled")
         return
@@ -27,8 +24,3 @@ def mok_import(certificate: str, fingerprint: str) -> Any:
              f"console at the next boot: {console_text()}")
         return
     yield cmd("mokutil", "--import", certificate, "--root-pw")
-
-
-def mok_import_asks(**_: Any) -> list[Ask]:
-    """The facts `mok_import` reads while it is planned."""
-    return [Ask.of(MokState)]

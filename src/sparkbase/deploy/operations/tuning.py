@@ -15,12 +15,10 @@ from typing import Any
 
 from pyinfra.api.operation import operation
 
-from sparkbase.deploy.fact_memo import Ask, fact
-from sparkbase.deploy.facts import UnitState
+from sparkbase.deploy.node import node_facts, owned_record
 from sparkbase.deploy.operations.base import Decision, carry_out
+from sparkbase.deploy.operations.host import unit_state
 from sparkbase.deploy.operations.record import forget, remember
-from sparkbase.deploy.ownership_fact import OwnedRecord
-from sparkbase.deploy.tuning_facts import TuningState
 from sparkbase.facts.model import UnitState as UnitStateValue
 from sparkbase.model.dgxos import (
     GOVERNOR_UNIT,
@@ -30,7 +28,7 @@ from sparkbase.model.dgxos import (
     NVME_DEVICE,
     coalescing_value,
 )
-from sparkbase.policy.ownership import KEPT, Kind, OwnedItem, OwnershipRecord, now_utc
+from sparkbase.policy.ownership import KEPT, Kind, OwnedItem, now_utc
 
 #: what a masked unit's UnitFileState reads
 MASKED = "masked"
@@ -58,14 +56,9 @@ def decide_governor(governor: str, release: str, running: str, unit: UnitStateVa
 @operation()
 def cpu_governor(governor: str, release: str) -> Any:
     """Every CPU runs `governor`, as nv-cpu-governor.service sets it."""
-    tuning = fact(TuningState)
-    unit = fact(UnitState, unit=GOVERNOR_UNIT)
-    yield from carry_out(decide_governor(governor, release, tuning.release, unit, tuning.governors))
-
-
-def cpu_governor_asks(**_: Any) -> list[Ask]:
-    """The facts `cpu_governor` reads while it is planned."""
-    return [Ask.of(TuningState), Ask.of(UnitState, unit=GOVERNOR_UNIT)]
+    facts = node_facts()
+    running, unit = facts.kernel_release or "", unit_state(GOVERNOR_UNIT)
+    yield from carry_out(decide_governor(governor, release, running, unit, facts.governors))
 
 
 def _set_feature(value: int) -> list[str]:
@@ -112,22 +105,13 @@ def decide_coalescing_on(unit: UnitStateValue, value: int | None, mask: OwnedIte
 @operation()
 def nvme_coalescing(on: bool, baseline: str = "") -> Any:
     """NVMe interrupt coalescing as the baseline says (see the module docstring)."""
-    tuning = fact(TuningState)
-    unit = fact(UnitState, unit=NVME_COALESCING_UNIT)
-    record: OwnershipRecord = fact(OwnedRecord)
-    mask = record.find(Kind.MASK, NVME_COALESCING_UNIT)
-    if on:
-        decision = decide_coalescing_on(unit, tuning.nvme_coalescing, mask)
-    else:
-        decision = decide_coalescing_off(unit, tuning.nvme_coalescing)
+    value = node_facts().nvme_coalescing
+    unit = unit_state(NVME_COALESCING_UNIT)
+    mask = owned_record().find(Kind.MASK, NVME_COALESCING_UNIT)
+    decision = decide_coalescing_on(unit, value, mask) if on else decide_coalescing_off(unit, value)
     yield from carry_out(decision)
     if not on and decision.commands and unit.unit_file_state not in ("", MASKED) and mask is None:
         yield from remember(OwnedItem(kind=Kind.MASK, target=NVME_COALESCING_UNIT, baseline=baseline,
                                       recorded_at=now_utc(), original=unit.unit_file_state, written=MASKED))
     if decision.forget:
         yield from forget(decision.forget)
-
-
-def nvme_coalescing_asks(**_: Any) -> list[Ask]:
-    """The facts `nvme_coalescing` reads while it is planned."""
-    return [Ask.of(TuningState), Ask.of(UnitState, unit=NVME_COALESCING_UNIT), Ask.of(OwnedRecord)]

@@ -1,7 +1,7 @@
 """Pure parsers: one command's output or file in, one typed value out; no host needed.
 
 One parser per command or file, used by the audit (`facts/assemble.py`), by plan/apply
-(the pyinfra facts in `deploy/facts.py` are thin adapters over these), and by `checks/`.
+(through the same fact script and `facts/assemble.py`: `deploy/node.py`), and by `checks/`.
 Each reads what a real DGX OS node prints (samples with sources in
 `tests/fixtures/real/`) and raises `ValueError` on text it cannot read, so a garbled
 answer is recorded, never guessed at. One module per domain; every name is re-exported

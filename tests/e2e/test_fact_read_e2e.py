@@ -1,9 +1,9 @@
-"""End to end: plan and apply read a node's facts in one batched round trip, and the batch
-is a pure speed-up: every fact a prepare reads answers the same in the batch as alone, on
-factory-fresh nodes (every baseline of the site) and on converged ones.
+"""End to end: plan and apply read a node's facts in one round trip, by the audit's fact
+script, and read the same facts as the audit's own SSH client does, on factory-fresh nodes
+(every baseline of the site) and on converged ones.
 
 The probe (fact_probe.py, its own process: pyinfra patches the interpreter with gevent)
-asks both ways and counts the SSH commands pyinfra runs on each node; plan's own debug log
+reads both ways and counts the SSH commands pyinfra runs on each node; plan's own debug log
 says how each node's facts were read (`session._prepare_host`).
 """
 
@@ -28,10 +28,9 @@ PORT_BASE = port_base("SPARKBASE_TEST_FACT_BATCH_PORT_BASE", 3101)
 CONVERGED_PORT_BASE = port_base("SPARKBASE_TEST_FACT_BATCH_CONVERGED_PORT_BASE", 3111)
 PROBE = Path(__file__).with_name("fact_probe.py")
 NODES = ["spark1", "spark2", "spark3", "spark4"]
-READ = re.compile(r"(?P<node>spark\d): facts read in (?P<batches>\d+) batch round trip\(s\) "
-                  r"\((?P<answers>\d+) answers\) and (?P<singles>\d+) single one\(s\) (?P<which>\[.*?\]);")
-#: a plan of one node before the memo made ~49 round trips (one per fact asked); with it: the
-#: batch, and at most pyinfra's own `files.line` fact and a lane check
+READ = re.compile(r"(?P<node>spark\d): facts read in (?P<trips>\d+) round trip\(s\)")
+#: a plan of one node before the memo made ~49 round trips (one per fact asked); with the one
+#: read: the fact script, and at most pyinfra's own `files.line` fact and a lane check
 MOST_PLAN_ROUND_TRIPS = 3
 #: a no-op apply adds taking and releasing the node lock
 MOST_NOOP_APPLY_ROUND_TRIPS = 5
@@ -67,23 +66,21 @@ def compared(fleet: Fleet, tmp_path: Path, baseline: str, nodes: list[str]) -> d
 def assert_same_both_ways(found: dict[str, Any], nodes: list[str]) -> None:
     assert sorted(found) == sorted(nodes)
     for node, result in found.items():
-        assert result["asks"] >= 30, (node, result)
-        assert result["unanswered"] == {}, (node, result)
-        assert result["mismatches"] == [], (node, result)
+        assert result["sections"] >= 30, (node, result)
+        assert result["differences"] == [], (node, result)
 
 
-def facts_read(fleet: Fleet, *args: str) -> dict[str, dict[str, Any]]:
-    """How `plan ARGS` read each node's facts (its debug log)."""
+def facts_read(fleet: Fleet, *args: str) -> dict[str, int]:
+    """How many round trips `plan ARGS` took to read each node's facts (its debug log)."""
     done = fleet.sparkbase("plan", "--log-level", "debug", *args)
     assert done.returncode in (0, 1), done.stdout + done.stderr
-    return {m["node"]: {"batches": int(m["batches"]), "singles": m["which"]}
-            for m in READ.finditer(done.stderr)}
+    return {m["node"]: int(m["trips"]) for m in READ.finditer(done.stderr)}
 
 
-def round_trips(fleet: Fleet, tmp_path: Path, memo: bool, *args: str) -> dict[str, int]:
-    """SSH commands pyinfra ran on each node during `sparkbase ARGS` (with or without the memo)."""
+def round_trips(fleet: Fleet, tmp_path: Path, *args: str) -> dict[str, int]:
+    """SSH commands pyinfra ran on each node during `sparkbase ARGS`."""
     argv = [args[0], "--site", str(fleet.site), "--lab-dir", str(fleet.lab.dir), *args[1:]]
-    return probe(tmp_path, "count", *([] if memo else ["--no-memo"]), "--", *argv)  # type: ignore[no-any-return]
+    return probe(tmp_path, "count", "--", *argv)  # type: ignore[no-any-return]
 
 
 @pytest.mark.parametrize(("baseline", "nodes"), [
@@ -91,39 +88,31 @@ def round_trips(fleet: Fleet, tmp_path: Path, memo: bool, *args: str) -> dict[st
     ("ds41f-7x-64k", ["spark2"]),
     ("ds41f-stock-pages-262k", ["spark3"]),
 ])
-def test_on_factory_nodes_every_fact_answers_the_same_batched_as_alone(
+def test_on_factory_nodes_plan_reads_what_the_audit_reads(
     factory: Fleet, tmp_path: Path, baseline: str, nodes: list[str],
 ) -> None:
     assert_same_both_ways(compared(factory, tmp_path, baseline, nodes), nodes)
 
 
-def test_a_factory_plan_reads_every_fact_in_its_batch(factory: Fleet) -> None:
+def test_a_factory_plan_reads_each_node_once(factory: Fleet) -> None:
     site = facts_read(factory)
     variant = facts_read(factory, "--limit", "spark2", "--baseline", "ds41f-7x-64k")
-    assert site == {node: {"batches": 1, "singles": "[]"} for node in NODES}
-    assert variant == {"spark2": {"batches": 1, "singles": "[]"}}
+    assert site == dict.fromkeys(NODES, 1)
+    assert variant == {"spark2": 1}
 
 
 def test_a_factory_plan_makes_a_few_round_trips_not_one_per_fact(factory: Fleet, tmp_path: Path) -> None:
-    before = round_trips(factory, tmp_path, False, "plan", "--limit", "spark1")
-    after = round_trips(factory, tmp_path, True, "plan", "--limit", "spark1")
-    assert before["spark1"] >= 40, before  # every fact its own round trip
-    assert after["spark1"] <= MOST_PLAN_ROUND_TRIPS, after
+    found = round_trips(factory, tmp_path, "plan", "--limit", "spark1")
+    assert found["spark1"] <= MOST_PLAN_ROUND_TRIPS, found
 
 
-def test_on_converged_nodes_every_fact_answers_the_same_batched_as_alone(
-    converged: Fleet, tmp_path: Path,
-) -> None:
+def test_on_converged_nodes_plan_reads_what_the_audit_reads(converged: Fleet, tmp_path: Path) -> None:
     assert_same_both_ways(compared(converged, tmp_path, "-", ["spark1", "spark2"]), ["spark1", "spark2"])
 
 
-def test_a_noop_apply_of_a_converged_node_reads_its_facts_in_one_batch(
-    converged: Fleet, tmp_path: Path,
-) -> None:
-    assert facts_read(converged, "--limit", "spark1", "spark2") == {
-        node: {"batches": 1, "singles": "[]"} for node in ("spark1", "spark2")
-    }
-    found = round_trips(converged, tmp_path, True, "apply", "--limit", "spark1", "--yes", "--json")
+def test_a_noop_apply_of_a_converged_node_reads_its_facts_once(converged: Fleet, tmp_path: Path) -> None:
+    assert facts_read(converged, "--limit", "spark1", "spark2") == {"spark1": 1, "spark2": 1}
+    found = round_trips(converged, tmp_path, "apply", "--limit", "spark1", "--yes", "--json")
     assert found["spark1"] <= MOST_NOOP_APPLY_ROUND_TRIPS, found
     again = converged.apply("spark1")
     assert all(op["status"] == "unchanged" for op in again.values()), again

@@ -1,0 +1,112 @@
+"""Parsers of what is at the paths sparkbase writes: a file's state and text, whether one is
+newer than another, what an initramfs packs, what an apply staged for the next boot, a DKMS
+source tree (the commands are in `facts/state.py`)."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any
+
+from sparkbase.facts.model import FileInfo, Found, InitramfsCopy
+from sparkbase.facts.parsers.lines import node_lines
+from sparkbase.facts.parsers.os_release import parse_sha256sum
+from sparkbase.facts.state import (
+    LEFTOVER,
+    LINK,
+    MISSING,
+    NO_IMAGE,
+    OTHER,
+    TEXT_FOLLOWS,
+    UNPACKED,
+    UNREAD,
+)
+
+
+def _decoded(lines: list[str]) -> str:
+    try:
+        return base64.b64decode("".join(lines), validate=True).decode("utf-8", errors="replace")
+    except binascii.Error:
+        return "?"
+
+
+def parse_file_state(lines: list[str]) -> tuple[int, str] | None:
+    """`stat -c %a` then `sha256sum` -> (mode, sha256); None when the file is missing."""
+    if not lines or lines[0] == MISSING or len(lines) < 2 or not lines[0].isdigit():
+        return None
+    digests = [digest for digest in parse_sha256sum("\n".join(lines[1:])).values() if digest]
+    return (int(lines[0], 8), digests[0]) if digests else None
+
+
+def parse_file_info(text: str) -> FileInfo | None:
+    """`state.file_state_command`'s answer -> FileInfo; None when nothing is at the path."""
+    lines = node_lines(text)
+    leftover = LEFTOVER in lines
+    lines = [line for line in lines if line != LEFTOVER]
+    if lines[:1] == [LINK]:
+        return FileInfo(0, "", leftover, Found.SYMLINK, _decoded(lines[1:]))
+    if lines[:1] == [OTHER]:
+        kind = lines[1].strip() if len(lines) > 1 and lines[1].strip() else "not a regular file"
+        if kind == "directory":
+            mode = lines[2].strip() if len(lines) > 2 else ""
+            return FileInfo(int(mode, 8) if mode.isdigit() else 0, "", leftover, Found.DIRECTORY, kind)
+        return FileInfo(0, "", leftover, Found.OTHER, kind)
+    found_file = parse_file_state(lines)
+    if found_file is None:
+        return None
+    return FileInfo(found_file[0], found_file[1], leftover)
+
+
+def file_text(data: bytes) -> str:
+    """A file's bytes as text: UTF-8 (a byte that is not shows as U+FFFD, so the text no
+    longer hashes to the file's sha256 and the fstab editor keeps the file), each line
+    ended by a newline."""
+    lines = data.decode("utf-8", errors="replace").split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return "".join(f"{line}\n" for line in lines)
+
+
+def parse_file_text(text: str) -> str | None:
+    """`state.file_text_command`'s answer -> the file's text; None when no regular file is
+    there or it could not be read without following a link. `ValueError` on anything else."""
+    lines = node_lines(text)
+    if lines[:1] in ([MISSING], [LINK], [OTHER]) or UNREAD in lines:
+        return None
+    if not lines or lines[0] != TEXT_FOLLOWS:
+        raise ValueError(f"unexpected answer {lines[:1]!r}")
+    try:
+        data = base64.b64decode("".join(lines[1:]), validate=True)
+    except binascii.Error as exc:
+        raise ValueError(f"the file's base64 does not decode: {exc}") from exc
+    return file_text(data)
+
+
+def parse_newer(text: str, path: str) -> bool:
+    """`find PATH -maxdepth 0 -newer THAN -print` -> whether it printed `path`."""
+    return path in node_lines(text)
+
+
+def parse_initramfs_copy(text: str) -> InitramfsCopy:
+    """`state.initramfs_file_command`'s answer -> what the image holds of the file."""
+    lines = node_lines(text)
+    if NO_IMAGE in lines:
+        return InitramfsCopy(False, problem="no initramfs image")
+    if UNPACKED not in lines:
+        return InitramfsCopy(False, problem="unmkinitramfs could not unpack the image")
+    digests = [d for d in parse_sha256sum("\n".join(lines[lines.index(UNPACKED) + 1:])).values() if d]
+    return InitramfsCopy(True, digests[0] if digests else None)
+
+
+def parse_staged(text: str) -> tuple[str, ...]:
+    """The staged-reboot file -> what was staged for the next boot, each once, in order."""
+    return tuple(dict.fromkeys(line.strip() for line in text.split("\n") if line.strip()))
+
+
+def parse_dkms_source(text: str, registered: bool) -> dict[str, Any]:
+    """`state.dkms_source_command`'s answer -> {"present": the tree exists, "sha256": its
+    stamp (None: none), "registered": DKMS knows NAME/VERSION (from `dkms status`)}."""
+    lines = node_lines(text)
+    stamp = next((line.removeprefix("stamp ").strip() for line in lines if line.startswith("stamp ")), "")
+    present = "tree present" in lines or bool(stamp)
+    return {"present": present, "sha256": stamp or None, "registered": registered}
