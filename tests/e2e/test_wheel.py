@@ -23,6 +23,8 @@ from pathlib import Path
 import pytest
 from ports import port_base
 
+from sparkbase.cli.main import LAB_NOT_INSTALLED
+
 pytestmark = pytest.mark.end_to_end
 
 REPO = Path(__file__).resolve().parents[2]
@@ -43,6 +45,7 @@ MUST_CARRY = (
 #: what the lab's wheel must carry: its modules and the node shims' package data
 LAB_MUST_CARRY = (
     "sparkbase_lab/fleet.py",
+    "sparkbase_lab/cli.py",  # the `sparkbase lab` command
     "sparkbase_lab/shims/shim.py",
     "sparkbase_lab/shims/client.c",  # the node commands' C client, built at `lab up`
     "sparkbase_lab/preload.py",  # the preload library's C source
@@ -217,8 +220,7 @@ def test_the_cli_runs_without_the_checks_extra(
     assert no_lab.returncode != 0 and "No module named 'sparkbase_lab'" in no_lab.stderr
     lab_status = run(venv_without_checks, "sparkbase", "lab", "--dir", str(lab_dir), "status")
     assert lab_status.returncode == 2, lab_status.stdout + lab_status.stderr
-    assert lab_status.stderr.strip() == (
-        "sparkbase lab: the emulated fleet is not installed: pip install sparkbase-lab")
+    assert lab_status.stderr.strip() == LAB_NOT_INSTALLED
     site = tmp_path / "site"
     for argv in (("sparkbase", "--help"), ("sparkbase", "init", str(site)),
                  ("sparkbase", "validate", "--site", str(site))):
