@@ -1,5 +1,6 @@
-"""netplan operations: one file configures the fabric ports (others refused, sparkbase's own
-earlier edits put back), and the site's file taken over when the baseline names it.
+"""Fabric operations (section `fabric`), by netplan: one file configures the fabric ports
+(others refused, sparkbase's own earlier edits put back), and the site's file taken over when
+the baseline names it.
 
 Both read the node's netplan files from its one read (`NodeFacts.netplan_files`) and hand
 them to the pure decisions of `sparkbase.policy.netplan`; a refusal fails the node while it is
