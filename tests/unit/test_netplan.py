@@ -30,11 +30,9 @@ from sparkbase.deploy.operations import fabric as fabric_operations
 from sparkbase.deploy.reads import fact_plan
 from sparkbase.deploy.steps import build_steps
 from sparkbase.errors import ConfigError
-from sparkbase.facts.model import NodeFacts
-from sparkbase.facts.parsers.netplan import (
+from sparkbase.facts.model import NetplanListing, NetplanSource, NodeFacts
+from sparkbase.facts.parsers.fabric import (
     MAX_NETPLAN_BYTES,
-    NetplanListing,
-    NetplanSource,
     effective_sources,
     ethernet_settings,
     load_netplan_yaml,

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from sparkbase.facts.parsers.netplan import Fabric
+from sparkbase.facts.parsers.fabric import Fabric
 from sparkbase.facts.script import GRUB_CFG
 from sparkbase.policy.fstab import FSTAB
 

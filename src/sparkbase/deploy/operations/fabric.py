@@ -21,7 +21,8 @@ from pyinfra.api.operation import operation
 from sparkbase.deploy.node import node_facts, owned_record
 from sparkbase.deploy.operations.base import atomic_upload, cmd, guard, noop, refuse_unless_writable
 from sparkbase.deploy.operations.record import forget, remember
-from sparkbase.facts.parsers.netplan import Fabric, NetplanListing
+from sparkbase.facts.model import NetplanListing
+from sparkbase.facts.parsers.fabric import Fabric
 from sparkbase.facts.script import NETPLAN_SECTION
 from sparkbase.policy.netplan import (
     NetplanFilesDecision,
