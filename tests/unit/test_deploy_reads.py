@@ -25,8 +25,7 @@ from sparkbase.deploy.reads import fact_plan
 from sparkbase.deploy.reboot import STAGED_PATH
 from sparkbase.deploy.steps import MokFiles, Step, build_steps
 from sparkbase.facts.assemble import assemble
-from sparkbase.facts.model import InitramfsCopy, NodeFacts
-from sparkbase.facts.parsers.netplan import NetplanListing
+from sparkbase.facts.model import InitramfsCopy, NetplanListing, NodeFacts
 from sparkbase.facts.script import FSTAB, FactPlan, Sections, section_names
 from sparkbase.model.site import Site, load_site
 from sparkbase.policy.ownership import OwnershipRecord

@@ -243,7 +243,7 @@ def test_a_format_1_record_is_still_read() -> None:
 def test_fstab_is_rewritten_only_when_it_reads_back_byte_for_byte() -> None:
     import hashlib
 
-    from sparkbase.deploy.operations.fstab import exact_text
+    from sparkbase.deploy.operations.memory import exact_text
     from sparkbase.facts.model import FileInfo
 
     def info(data: bytes) -> FileInfo:
@@ -257,7 +257,7 @@ def test_fstab_is_rewritten_only_when_it_reads_back_byte_for_byte() -> None:
 
 
 def test_update_grub_runs_until_the_fallback_has_an_entry() -> None:
-    from sparkbase.deploy.operations.boot import grub_stale
+    from sparkbase.deploy.operations.kernel import grub_stale
     from sparkbase.facts.model import GrubBoot, GrubEntry
 
     advanced = "Advanced options for Ubuntu>Ubuntu, with Linux "
@@ -367,7 +367,7 @@ SWAPON_CASES = [
                          ids=[c[0] for c in SWAPON_CASES])
 def test_the_factory_swap_is_switched_on_only_as_it_is(found: dict[str, Any] | None, active: bool,
                                                        running: int, swapon: bool, reason: str) -> None:
-    from sparkbase.deploy.operations.fstab import decide_factory_swapon
+    from sparkbase.deploy.operations.memory import decide_factory_swapon
 
     decision = decide_factory_swapon("/swap.img", found, active, running)
     assert decision.commands == ([["swapon", "/swap.img"]] if swapon else [])

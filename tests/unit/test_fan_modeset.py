@@ -19,7 +19,7 @@ from sparkbase.deploy.kinds import (
     UnitEnabled,
 )
 from sparkbase.deploy.operations import APT_INSTALL
-from sparkbase.deploy.operations.modeset import UPDATE_INITRAMFS, decide_modeset_purge, decide_modeset_restore
+from sparkbase.deploy.operations.host import UPDATE_INITRAMFS, decide_modeset_purge, decide_modeset_restore
 from sparkbase.deploy.retire import decide_file_retire
 from sparkbase.deploy.steps import MokFiles, build_steps
 from sparkbase.model.site import Site

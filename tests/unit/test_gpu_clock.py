@@ -87,7 +87,7 @@ def test_the_lab_answers_the_fact_query_as_each_state(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """The emulated GB10's answer to the audit's own query is judged as the state it emulates."""
-    from sparkbase.facts.parsers.gpu import GPU_QUERY
+    from sparkbase.facts.parsers.driver import GPU_QUERY
     from sparkbase_lab.shims import cmd_gpu
 
     monkeypatch.setattr(cmd_gpu, "_utils_version", lambda: "580.95.05")

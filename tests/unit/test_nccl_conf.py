@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from sparkbase.audit.runtime import conf_notes, conf_problems, nccl_env_problems
-from sparkbase.facts.parsers.nccl_conf import ConfAssignment, parse_kv_conf, parse_nccl_conf
+from sparkbase.facts.parsers.nccl import ConfAssignment, parse_kv_conf, parse_nccl_conf
 from sparkbase.facts.runtime import ServingProcess
 
 KEY = "NCCL_IB_MERGE_NICS"

@@ -26,15 +26,13 @@ from sparkbase.audit.expected import expected_for
 from sparkbase.audit.registry import Subject
 from sparkbase.deploy import kinds as step_kinds
 from sparkbase.deploy.assign import with_assignment
-from sparkbase.deploy.operations import netplan as netplan_operations
+from sparkbase.deploy.operations import fabric as fabric_operations
 from sparkbase.deploy.reads import fact_plan
 from sparkbase.deploy.steps import build_steps
 from sparkbase.errors import ConfigError
-from sparkbase.facts.model import NodeFacts
-from sparkbase.facts.parsers.netplan import (
+from sparkbase.facts.model import NetplanListing, NetplanSource, NodeFacts
+from sparkbase.facts.parsers.fabric import (
     MAX_NETPLAN_BYTES,
-    NetplanListing,
-    NetplanSource,
     effective_sources,
     ethernet_settings,
     load_netplan_yaml,
@@ -278,7 +276,7 @@ def test_a_takeover_cut_short_after_its_record_is_finished_by_the_next_run() -> 
 
 
 def test_the_takeover_records_before_it_writes() -> None:
-    source = inspect.getsource(netplan_operations.netplan_takeover)
+    source = inspect.getsource(fabric_operations.netplan_takeover)
     assert source.index("remember(decision.record)") < source.index("_put(path, decision.text, mode)")
 
 

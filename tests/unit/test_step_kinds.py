@@ -24,8 +24,8 @@ REPO = Path(__file__).resolve().parents[2]
 #: every module whose operations a kind adds
 OPERATION_MODULES = [
     *(f"sparkbase.deploy.operations.{name}" for name in (
-        "activation", "boot", "dkms", "files", "fstab", "host", "memory", "modeset", "netplan",
-        "packages", "secure_boot", "tuning")),
+        "activation", "dkms", "fabric", "files", "host", "kernel", "memory", "packages",
+        "secure_boot", "units")),
     "sparkbase.deploy.retire",
     "pyinfra.operations.files",
 ]

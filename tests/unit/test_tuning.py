@@ -12,7 +12,7 @@ from test_audit_support import converged_node, shipped
 from sparkbase.audit.checks import node_checks
 from sparkbase.audit.expected import Expected
 from sparkbase.audit.registry import CheckResult
-from sparkbase.deploy.operations.tuning import decide_coalescing_off, decide_coalescing_on, decide_governor
+from sparkbase.deploy.operations.host import decide_coalescing_off, decide_coalescing_on, decide_governor
 from sparkbase.facts.model import NodeFacts, UnitState
 from sparkbase.facts.parsers import parse_nvme_feature
 from sparkbase.model.dgxos import GOVERNOR_UNIT, NVME_COALESCING_SCRIPT, NVME_COALESCING_UNIT

@@ -33,9 +33,9 @@ from sparkbase.capture import (
     write_captured,
 )
 from sparkbase.facts.model import NodeFacts
-from sparkbase.facts.parsers.cpus import format_cpu_list
-from sparkbase.facts.parsers.nccl_conf import parse_nccl_conf
-from sparkbase.facts.parsers.netplan import effective_sources
+from sparkbase.facts.parsers.cpuset import format_cpu_list
+from sparkbase.facts.parsers.fabric import effective_sources
+from sparkbase.facts.parsers.nccl import parse_nccl_conf
 from sparkbase.facts.script import FactPlan, plan_for
 from sparkbase.model.baseline import TYPED_NCCL_KEYS, Baseline
 from sparkbase.model.netplan import SPARKBASE_NETPLAN_PATH

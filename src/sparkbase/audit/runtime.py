@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sparkbase.audit.registry import CheckResult
-from sparkbase.facts.parsers.cpus import format_cpu_list
+from sparkbase.facts.parsers.cpuset import format_cpu_list
 from sparkbase.facts.parsers.runtime import nccl_file_version
 from sparkbase.facts.runtime import LaneGroup, lane_group
 from sparkbase.policy.images import parse_reference, pin_problem, running_digests, short_digest

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from sparkbase.facts.parsers.netplan import Fabric
+from sparkbase.facts.parsers.fabric import Fabric
 from sparkbase.facts.script import GRUB_CFG
 from sparkbase.policy.fstab import FSTAB
 
@@ -376,7 +376,7 @@ class ModesetPurge(Recorded, kind="modeset-purge"):
         into.packages.append(self.package)
 
     def add(self, name: str, trigger: OperationMeta | None) -> OperationMeta:
-        from sparkbase.deploy.operations.modeset import modeset_purge
+        from sparkbase.deploy.operations.host import modeset_purge
         return modeset_purge(name=name, package=self.package, baseline=self.baseline)
 
 
@@ -390,7 +390,7 @@ class ModesetRestore(StepArgs, kind="modeset-restore"):
         into.packages.append(self.package)
 
     def add(self, name: str, trigger: OperationMeta | None) -> OperationMeta:
-        from sparkbase.deploy.operations.modeset import modeset_restore
+        from sparkbase.deploy.operations.host import modeset_restore
         return modeset_restore(name=name, package=self.package)
 
 
@@ -415,7 +415,7 @@ class UnitDisabled(StepArgs, kind="unit-disabled"):
         into.units.append(self.unit)
 
     def add(self, name: str, trigger: OperationMeta | None) -> OperationMeta:
-        from sparkbase.deploy.operations.host import unit_disabled
+        from sparkbase.deploy.operations.units import unit_disabled
         return unit_disabled(name=name, unit=self.unit)
 
 
@@ -429,7 +429,7 @@ class UnitEnabled(Recorded, kind="unit-enabled"):
         into.units.append(self.unit)
 
     def add(self, name: str, trigger: OperationMeta | None) -> OperationMeta:
-        from sparkbase.deploy.operations.host import unit_enabled
+        from sparkbase.deploy.operations.units import unit_enabled
         return unit_enabled(name=name, unit=self.unit, baseline=self.baseline)
 
 
@@ -441,7 +441,7 @@ class CpuGovernor(StepArgs, kind="cpu-governor"):
     release: str
 
     def add(self, name: str, trigger: OperationMeta | None) -> OperationMeta:
-        from sparkbase.deploy.operations.tuning import cpu_governor
+        from sparkbase.deploy.operations.host import cpu_governor
         return cpu_governor(name=name, governor=self.governor, release=self.release)
 
 
@@ -452,7 +452,7 @@ class NvmeCoalescing(Recorded, kind="nvme-coalescing"):
     on: bool
 
     def add(self, name: str, trigger: OperationMeta | None) -> OperationMeta:
-        from sparkbase.deploy.operations.tuning import nvme_coalescing
+        from sparkbase.deploy.operations.host import nvme_coalescing
         return nvme_coalescing(name=name, on=self.on, baseline=self.baseline)
 
 
@@ -470,7 +470,7 @@ class NetplanFiles(StepArgs, kind="netplan-files"):
         into.netplan = True
 
     def add(self, name: str, trigger: OperationMeta | None) -> OperationMeta:
-        from sparkbase.deploy.operations.netplan import netplan_files
+        from sparkbase.deploy.operations.fabric import netplan_files
         return netplan_files(name=name, path=self.path, interfaces=self.interfaces)
 
 
@@ -486,7 +486,7 @@ class NetplanTakeover(Writes, Recorded, kind="netplan-takeover"):
         into.netplan = True
 
     def add(self, name: str, trigger: OperationMeta | None) -> OperationMeta:
-        from sparkbase.deploy.operations.netplan import netplan_takeover
+        from sparkbase.deploy.operations.fabric import netplan_takeover
         return netplan_takeover(name=name, path=self.path, fabric=self.fabric, mode=self.mode,
                                 baseline=self.baseline)
 
@@ -509,7 +509,7 @@ class GrubUpdate(StepArgs, kind="grub-update"):
         into.newer.append((self.dropin, GRUB_CFG))
 
     def add(self, name: str, trigger: OperationMeta | None) -> OperationMeta:
-        from sparkbase.deploy.operations.boot import grub_update
+        from sparkbase.deploy.operations.kernel import grub_update
         return grub_update(name=name, trigger=trigger, release=self.release,
                            default_entry=self.default_entry, cmdline=self.cmdline, forbid=self.forbid,
                            fallback=self.fallback, dropin=self.dropin)
@@ -590,7 +590,7 @@ class FactorySwap(Recorded, kind="factory-swap"):
         into.texts.append(FSTAB)
 
     def add(self, name: str, trigger: OperationMeta | None) -> OperationMeta:
-        from sparkbase.deploy.operations.fstab import factory_swap
+        from sparkbase.deploy.operations.memory import factory_swap
         return factory_swap(name=name, path=self.path, fstab=self.fstab, swapoff=self.swapoff,
                             baseline=self.baseline)
 
@@ -606,7 +606,7 @@ class FactorySwapRestore(StepArgs, kind="factory-swap-restore"):
         into.texts.append(FSTAB)
 
     def add(self, name: str, trigger: OperationMeta | None) -> OperationMeta:
-        from sparkbase.deploy.operations.fstab import factory_swap_restore
+        from sparkbase.deploy.operations.memory import factory_swap_restore
         return factory_swap_restore(name=name, path=self.path)
 
 
@@ -620,7 +620,7 @@ class FactorySwapon(StepArgs, kind="factory-swapon"):
         into.swaps.append(self.path)
 
     def add(self, name: str, trigger: OperationMeta | None) -> OperationMeta:
-        from sparkbase.deploy.operations.fstab import factory_swapon
+        from sparkbase.deploy.operations.memory import factory_swapon
         return factory_swapon(name=name, path=self.path)
 
 

@@ -195,7 +195,7 @@ class Session:
         """Read the node once (`node.read_node`, the fact script of its steps' `reads.fact_plan`),
         then add its operations, which all decide on those facts."""
         from sparkbase.deploy.node import boot_state, mok_state, read_node, use_facts
-        from sparkbase.deploy.operations.netplan import takeover_diff
+        from sparkbase.deploy.operations.fabric import takeover_diff
         from sparkbase.deploy.pyinfra_deploy import add_steps
         from sparkbase.deploy.reads import fact_plan
 

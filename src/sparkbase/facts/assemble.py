@@ -19,8 +19,8 @@ from sparkbase.facts.model import (
 )
 from sparkbase.facts.parsers import files as pf
 from sparkbase.facts.parsers import ownership as po
+from sparkbase.facts.parsers.fabric import parse_netplan_listing
 from sparkbase.facts.parsers.lines import node_lines
-from sparkbase.facts.parsers.netplan import parse_netplan_listing
 from sparkbase.facts.runtime import RUNTIME_SECTION, RuntimeFacts, read_runtime
 from sparkbase.facts.script import (
     GID_TABLE_SECTION,

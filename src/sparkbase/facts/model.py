@@ -7,6 +7,7 @@ node *should* be: that is the baseline's job, and comparing the two is the audit
 
 from __future__ import annotations
 
+import posixpath
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -14,9 +15,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from sparkbase.transport.failure import FailureKind
 
 if TYPE_CHECKING:
-    from sparkbase.facts.parsers.console import ConsoleMode, DrmClient, EfiBoot
     from sparkbase.facts.parsers.docker import Container
-    from sparkbase.facts.parsers.netplan import NetplanListing
+    from sparkbase.facts.parsers.host import ConsoleMode, DrmClient, EfiBoot
     from sparkbase.facts.runtime import ServingProcess
     from sparkbase.policy.ownership import Entry, OwnershipRecord
 
@@ -199,6 +199,37 @@ class GidEntry:
     def roce_v2_ipv4(self) -> str | None:
         """The IPv4 address this entry carries when it is a RoCE v2 entry, else None."""
         return self.gid.ipv4 if self.gid.type == "RoCE v2" else None
+
+
+@dataclass(frozen=True)
+class NetplanSource:
+    """One `*.yaml` entry of a netplan directory: its exact text (None when not read: `problem`
+    says why), the sha256 of its bytes, its mode and whether the name is a symbolic link."""
+
+    path: str
+    text: str | None
+    sha256: str | None = None
+    mode: int | None = None
+    link: bool = False
+    problem: str = ""
+
+    @property
+    def name(self) -> str:
+        """The file's name, by which netplan shadows and orders it."""
+        return posixpath.basename(self.path)
+
+
+@dataclass(frozen=True)
+class NetplanListing:
+    """What the node's netplan directories hold, in the order listed, and whether more files
+    were there than read (`more`: they are unknown, so anything may be configured)."""
+
+    sources: tuple[NetplanSource, ...] = ()
+    more: bool = False
+
+    def get(self, path: str) -> NetplanSource | None:
+        """The entry at `path`, if listed."""
+        return next((source for source in self.sources if source.path == path), None)
 
 
 @dataclass(frozen=True)

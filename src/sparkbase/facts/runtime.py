@@ -34,7 +34,7 @@ from sparkbase.facts.parsers.docker import (
     split_answer,
     with_images,
 )
-from sparkbase.facts.parsers.nccl_conf import NcclConf, parse_nccl_conf
+from sparkbase.facts.parsers.nccl import NcclConf, parse_nccl_conf
 from sparkbase.facts.parsers.runtime import (
     MappedFile,
     ProbeRecords,

@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sparkbase.facts import state
-from sparkbase.facts.parsers.gpu import GPU_QUERY
+from sparkbase.facts.parsers.driver import GPU_QUERY
+from sparkbase.facts.parsers.fabric import MAX_NETPLAN_BYTES, MAX_NETPLAN_FILES
 from sparkbase.facts.parsers.lines import node_lines
-from sparkbase.facts.parsers.netplan import MAX_NETPLAN_BYTES, MAX_NETPLAN_FILES
 from sparkbase.model.boot_swap import BOOT_SWAP_UNIT
 from sparkbase.model.dgxos import GOVERNOR_UNIT, NVME_COALESCING_FEATURE, NVME_COALESCING_UNIT, NVME_DEVICE
 from sparkbase.model.netplan import NETPLAN_DIRS
@@ -443,7 +443,7 @@ GID_TABLE_COMMAND = (
     "printf '%s\\t%s\\t%s\\t%s\\n' \"$f\" \"$g\" \"$t\" \"$n\"; "
     "done 2>/dev/null; true"
 )
-#: the section listing every netplan file (`facts.parsers.netplan.parse_netplan_listing`)
+#: the section listing every netplan file (`facts.parsers.fabric.parse_netplan_listing`)
 NETPLAN_SECTION = "netplan"
 
 

@@ -1,7 +1,7 @@
 """One netplan file configures the fabric ports, never two: what apply may write, refuses, or
 puts back.
 
-netplan merges all its files (`facts.parsers.netplan`): a port two files configure carries
+netplan merges all its files (`facts.parsers.fabric`): a port two files configure carries
 both files' addresses, and two paths then share a subnet. So the fabric's interfaces are
 configured in one file only: sparkbase's own `/etc/netplan/60-sparkbase-fabric.yaml`, or the
 site's file the baseline names (`fabric.netplan_file`), which sparkbase then takes over.
@@ -31,12 +31,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from io import StringIO
 
-from sparkbase.facts.parsers.netplan import (
+from sparkbase.facts.model import NetplanListing, NetplanSource
+from sparkbase.facts.parsers.fabric import (
     MAX_NETPLAN_FILES,
     Fabric,
     NetplanConfig,
-    NetplanListing,
-    NetplanSource,
     effective_sources,
     ethernet_settings,
     fabric_differences,

@@ -48,7 +48,7 @@ OWNERSHIP_PATH = f"{OWNERSHIP_DIR}/owned.json"
 #: 3 `edited-file` with its `mode`)
 RECORD_FORMAT = 3
 #: the longest text an `edited-file` item keeps (a netplan file sparkbase takes over is read
-#: whole up to this size: `facts.parsers.netplan.MAX_NETPLAN_BYTES`)
+#: whole up to this size: `facts.parsers.fabric.MAX_NETPLAN_BYTES`)
 MAX_EDITED_BYTES = 64 * 1024
 #: no-op reasons that start so are shown in plan and apply (deploy/results.KEPT)
 KEPT = "kept: "

@@ -1,7 +1,9 @@
 """Every check sparkbase runs: a pure function of what a node should be (the typed model)
 and its facts.
 
-Ids read as the drift they name. One module per area (after the prior `doctor`);
+Ids read as the drift they name. One module per baseline section (`model/sections.py`:
+`kernel.py`, `driver.py`, ..., `cpuset.py`), plus the cross-cutting `files.py`,
+`packages.py` and `fleet.py` (after the prior `doctor`);
 importing this package registers them all, in the order below (the report order). The
 package knows every module, so it lists every check; `sparkbase.audit.registry` only
 registers them (each check module imports it, it imports none of them).
@@ -13,18 +15,17 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from sparkbase.audit.checks import (
-    console,  # noqa: F401 - registers on import
+    cpuset,  # noqa: F401 - registers on import
+    driver,  # noqa: F401 - registers on import
     fabric,  # noqa: F401 - registers on import
     files,  # noqa: F401 - registers on import
     fleet,  # noqa: F401 - registers on import
-    gpu,  # noqa: F401 - registers on import
     host,  # noqa: F401 - registers on import
     kernel,  # noqa: F401 - registers on import
     memory,  # noqa: F401 - registers on import
     nccl,  # noqa: F401 - registers on import
     packages,  # noqa: F401 - registers on import
     secure_boot,  # noqa: F401 - registers on import
-    tuning,  # noqa: F401 - registers on import
 )
 from sparkbase.audit.registry import FLEET_CHECKS, NODE_CHECKS, FleetCheck, NodeCheck, PlannedCheck
 

@@ -1,4 +1,7 @@
-"""pyinfra operations sparkbase needs beyond pyinfra's own, one module per domain.
+"""pyinfra operations sparkbase needs beyond pyinfra's own: one module per baseline section
+(`model/sections.py`: `kernel.py`, `fabric.py`, `memory.py`, `secure_boot.py`, `host.py`) and
+one per mechanism the sections share (`base.py`, `files.py`, `packages.py`, `dkms.py`,
+`units.py`, `activation.py`, `record.py`).
 
 Each reads facts, compares with what the baseline wants, then yields commands, or records
 a no-op with its reason. Commands are built from quoted arguments. Follow-up operations
@@ -26,10 +29,10 @@ from sparkbase.deploy.operations.base import (
     noop,
     noop_reasons,
 )
-from sparkbase.deploy.operations.boot import decide_grub_update, grub_stale, grub_update
 from sparkbase.deploy.operations.dkms import decide_dkms_install, dkms_install
 from sparkbase.deploy.operations.files import directory, file, upload
-from sparkbase.deploy.operations.host import default_target, unit_disabled, unit_enabled
+from sparkbase.deploy.operations.host import default_target
+from sparkbase.deploy.operations.kernel import decide_grub_update, grub_stale, grub_update
 from sparkbase.deploy.operations.memory import (
     NotSparkbases,
     decide_swap_file,
@@ -47,6 +50,7 @@ from sparkbase.deploy.operations.packages import (
 )
 from sparkbase.deploy.operations.record import forget, remember, write_record
 from sparkbase.deploy.operations.secure_boot import mok_import
+from sparkbase.deploy.operations.units import unit_disabled, unit_enabled
 
 __all__ = [
     "APT_INSTALL",

@@ -4,14 +4,37 @@ One parser per command or file, used by the audit (`facts/assemble.py`), by plan
 (through the same fact script and `facts/assemble.py`: `deploy/node.py`), and by `checks/`.
 Each reads what a real DGX OS node prints (samples with sources in
 `tests/fixtures/real/`) and raises `ValueError` on text it cannot read, so a garbled
-answer is recorded, never guessed at. One module per domain; every name is re-exported
-here, so `from sparkbase.facts.parsers import parse_grub` keeps working.
+answer is recorded, never guessed at. One module per baseline section (`kernel.py`,
+`driver.py`, `nccl.py`, `fabric.py`, `memory.py`, `secure_boot.py`, `host.py`, `cpuset.py`)
+and one per cross-cutting source (units, packages, modules, files, ownership, the OS image,
+Docker, serving processes); every name is re-exported here, so
+`from sparkbase.facts.parsers import parse_grub` keeps working.
 """
 
 from __future__ import annotations
 
-from sparkbase.facts.parsers.boot import parse_grub, parse_grubenv
-from sparkbase.facts.parsers.console import (
+from sparkbase.facts.parsers.cpuset import (
+    FAST_CPU_PART,
+    format_cpu_list,
+    parse_cpu_list,
+    parse_fast_cpus,
+)
+from sparkbase.facts.parsers.docker import (
+    container_id,
+    parse_cgroup_container_id,
+    parse_container_inspect,
+    parse_image_inspect,
+)
+from sparkbase.facts.parsers.driver import parse_event_reasons, parse_nvidia_smi_csv, parse_nvidia_smi_query
+from sparkbase.facts.parsers.fabric import (
+    parse_gid_table,
+    parse_ip_addr_json,
+    parse_ls,
+    parse_netplan_listing,
+    parse_netplan_yaml,
+)
+from sparkbase.facts.parsers.files import parse_links, parse_sha256sum, parse_stamp
+from sparkbase.facts.parsers.host import (
     ConsoleMode,
     DrmClient,
     EfiBoot,
@@ -21,31 +44,21 @@ from sparkbase.facts.parsers.console import (
     parse_drm_clients_file,
     parse_drm_drivers,
     parse_efibootmgr,
-    parse_manager_properties,
-)
-from sparkbase.facts.parsers.cpus import (
-    FAST_CPU_PART,
-    format_cpu_list,
-    parse_cpu_list,
-    parse_fast_cpus,
     parse_governors,
+    parse_manager_properties,
+    parse_nvme_feature,
 )
-from sparkbase.facts.parsers.docker import (
-    container_id,
-    parse_cgroup_container_id,
-    parse_container_inspect,
-    parse_image_inspect,
-)
-from sparkbase.facts.parsers.fabric import parse_gid_table, parse_ip_addr_json, parse_ls
-from sparkbase.facts.parsers.gpu import parse_event_reasons, parse_nvidia_smi_csv, parse_nvidia_smi_query
 from sparkbase.facts.parsers.kernel import (
     parse_cmdline,
+    parse_grub,
+    parse_grubenv,
     parse_page_size,
     parse_single_line,
     parse_uname_rm,
 )
 from sparkbase.facts.parsers.memory import (
     SWAP_MAGIC,
+    parse_fstab,
     parse_proc_swaps,
     parse_swap_header,
     parse_swap_header_probes,
@@ -60,17 +73,8 @@ from sparkbase.facts.parsers.modules import (
     parse_module_attrs,
     parse_proc_modules,
 )
-from sparkbase.facts.parsers.nccl_conf import parse_kv_conf, parse_nccl_conf
-from sparkbase.facts.parsers.netplan import parse_netplan_listing, parse_netplan_yaml
-from sparkbase.facts.parsers.nvme import parse_nvme_feature
-from sparkbase.facts.parsers.os_release import (
-    dgx_os_version,
-    parse_fstab,
-    parse_links,
-    parse_os_release,
-    parse_sha256sum,
-    parse_stamp,
-)
+from sparkbase.facts.parsers.nccl import parse_kv_conf, parse_nccl_conf
+from sparkbase.facts.parsers.os_release import dgx_os_version, parse_os_release
 from sparkbase.facts.parsers.packages import parse_dpkg_query, parse_showhold
 from sparkbase.facts.parsers.runtime import (
     parse_cgroup,

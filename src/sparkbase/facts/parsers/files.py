@@ -1,16 +1,18 @@
-"""Parsers of what is at the paths sparkbase writes: a file's state and text, whether one is
-newer than another, what an initramfs packs, what an apply staged for the next boot, a DKMS
-source tree (the commands are in `facts/state.py`)."""
+"""Parsers of what is at the paths sparkbase writes: a file's state and text, its sha256
+(`sha256sum`), whether it is a link, the stamp, whether one is newer than another, what an
+initramfs packs, what an apply staged for the next boot, a DKMS source tree (the commands are
+in `facts/state.py`)."""
 
 from __future__ import annotations
 
 import base64
 import binascii
+import json
+import re
 from typing import Any
 
 from sparkbase.facts.model import FileInfo, Found, InitramfsCopy
 from sparkbase.facts.parsers.lines import node_lines
-from sparkbase.facts.parsers.os_release import parse_sha256sum
 from sparkbase.facts.state import (
     LEFTOVER,
     LINK,
@@ -110,3 +112,35 @@ def parse_dkms_source(text: str, registered: bool) -> dict[str, Any]:
     stamp = next((line.removeprefix("stamp ").strip() for line in lines if line.startswith("stamp ")), "")
     present = "tree present" in lines or bool(stamp)
     return {"present": present, "sha256": stamp or None, "registered": registered}
+
+
+def parse_stamp(text: str) -> dict[str, object]:
+    """The stamp JSON sparkbase writes on a converged node."""
+    data = json.loads(text)
+    if not isinstance(data, dict):
+        raise ValueError("the stamp is not a JSON object")
+    return data
+
+
+def parse_links(text: str) -> dict[str, str]:
+    """`PATH<TAB>TARGET` lines (the fact script's link section) → path → where it points."""
+    links: dict[str, str] = {}
+    for line in node_lines(text):
+        path, tab, target = line.partition("\t")
+        if tab and path.startswith("/"):
+            links[path] = target
+    return links
+
+
+def parse_sha256sum(text: str) -> dict[str, str | None]:
+    """`sha256sum P1 P2…` (errors merged in) → path → hash, None for unreadable files."""
+    hashes: dict[str, str | None] = {}
+    for line in node_lines(text):
+        match = re.match(r"^\\?([0-9a-f]{64}) [ *](.+)$", line)
+        if match:
+            hashes[match[2]] = match[1]
+            continue
+        missing = re.match(r"^sha256sum: (.+?): ", line)
+        if missing:
+            hashes[missing[1]] = None
+    return hashes

@@ -1,10 +1,11 @@
-"""Memory settings: transparent huge pages, swap areas and swap headers, sysctls."""
+"""Memory settings (section `memory`): transparent huge pages, swap areas and swap headers,
+sysctls, /etc/fstab."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from sparkbase.facts.model import SwapEntry
+from sparkbase.facts.model import FstabEntry, SwapEntry
 from sparkbase.facts.parsers.lines import node_lines
 
 SWAP_MAGIC = "SWAPSPACE2"
@@ -70,3 +71,16 @@ def parse_sysctl_output(text: str) -> dict[str, str]:
         if sep:
             out[key.strip()] = " ".join(value.split())
     return out
+
+
+def parse_fstab(text: str) -> tuple[FstabEntry, ...]:
+    """/etc/fstab → its entries (comments and blank lines skipped; fields by whitespace)."""
+    entries: list[FstabEntry] = []
+    for line in node_lines(text):
+        words = line.split("#", 1)[0].split()
+        if not words:
+            continue
+        if len(words) < 3:
+            raise ValueError(f"unreadable fstab line: {line!r}")
+        entries.append(FstabEntry(words[0], words[1], words[2], words[3] if len(words) > 3 else "defaults"))
+    return tuple(entries)

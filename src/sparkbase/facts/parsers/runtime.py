@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from sparkbase.facts.parsers.cpus import parse_cpu_list
+from sparkbase.facts.parsers.cpuset import parse_cpu_list
 from sparkbase.facts.parsers.lines import node_lines
 
 

@@ -1,5 +1,5 @@
-"""CPUs: which are the GB10's fast cores, CPU lists as systemd and the kernel print them,
-and the cpufreq governors."""
+"""CPUs (section `cpuset`): which are the GB10's fast cores, CPU lists as systemd and the
+kernel print them (the cpufreq governors: `host.py`)."""
 
 from __future__ import annotations
 
@@ -56,13 +56,3 @@ def format_cpu_list(cpus: frozenset[int] | set[int]) -> str:
         else:
             ranges.append(str(cpu))
     return ",".join(ranges)
-
-
-def parse_governors(text: str) -> dict[int, str]:
-    """`grep . /sys/devices/system/cpu/cpu*/cpufreq/scaling_governor` → CPU → governor."""
-    governors: dict[int, str] = {}
-    for line in node_lines(text):
-        match = re.match(r"^/sys/devices/system/cpu/cpu(\d+)/cpufreq/scaling_governor:(.+)$", line)
-        if match:
-            governors[int(match[1])] = match[2].strip()
-    return governors

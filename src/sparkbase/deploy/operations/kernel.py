@@ -1,5 +1,5 @@
-"""Boot operations: grub.cfg regenerated when it does not boot the baseline's kernel as it wants,
-or is older than the drop-in it is generated from."""
+"""Kernel operations (section `kernel`): grub.cfg regenerated when it does not boot the
+baseline's kernel as it wants, or is older than the drop-in it is generated from."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""netplan operations: one file configures the fabric ports (others refused, sparkbase's own
-earlier edits put back), and the site's file taken over when the baseline names it.
+"""Fabric operations (section `fabric`), by netplan: one file configures the fabric ports
+(others refused, sparkbase's own earlier edits put back), and the site's file taken over when
+the baseline names it.
 
 Both read the node's netplan files from its one read (`NodeFacts.netplan_files`) and hand
 them to the pure decisions of `sparkbase.policy.netplan`; a refusal fails the node while it is
@@ -20,7 +21,8 @@ from pyinfra.api.operation import operation
 from sparkbase.deploy.node import node_facts, owned_record
 from sparkbase.deploy.operations.base import atomic_upload, cmd, guard, noop, refuse_unless_writable
 from sparkbase.deploy.operations.record import forget, remember
-from sparkbase.facts.parsers.netplan import Fabric, NetplanListing
+from sparkbase.facts.model import NetplanListing
+from sparkbase.facts.parsers.fabric import Fabric
 from sparkbase.facts.script import NETPLAN_SECTION
 from sparkbase.policy.netplan import (
     NetplanFilesDecision,
