@@ -78,7 +78,6 @@ class FakeHost:
 
     name = "spark1"
     op_hash_order = ("a", "b")
-    executing_op_hash: str | None = None
 
 
 class Meta:
@@ -128,85 +127,6 @@ def test_executing_operations_read_the_node_again_only_after_a_change(
     finally:
         ctx_state.set(old_state)  # type: ignore[no-untyped-call]
         ctx_host.set(old_host)  # type: ignore[no-untyped-call]
-
-
-def test_an_executing_operation_reads_again_what_its_own_step_reads(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """After a change, an operation registered with its step's plan (`reads_again`) reads
-    that plan, once per change; one not registered reads the whole plan, which then serves all."""
-    metas = {"a": Meta(True, True), "b": Meta(False, False)}
-    host = FakeHost()
-    state = SimpleNamespace(is_executing=False,
-                            get_op_data_for_host=lambda h, op: SimpleNamespace(operation_meta=metas[op]))
-    whole = FactPlan(core_only=True, units=("a.service", "b.service"))
-    own = FactPlan(core_only=True, units=("b.service",))
-    reads: list[FactPlan] = []
-
-    def read(asked: FactPlan) -> NodeFacts:
-        reads.append(asked)
-        return NodeFacts("spark1", containers={})
-
-    monkeypatch.setattr(node, "read_node", read)
-    old_state, old_host = ctx_state.get(), ctx_host.get()  # type: ignore[no-untyped-call]
-    try:
-        with ctx_state.use(state), ctx_host.use(host):
-            node.use_facts(NodeFacts("spark1", containers={}), whole)
-            node.reads_again(SimpleNamespace(_hash="b"), own)  # type: ignore[arg-type]
-            state.is_executing = True
-            host.executing_op_hash = "b"
-            node.node_facts()
-            node.node_facts()
-            assert reads == [own]
-            host.executing_op_hash = "c"  # no step registered it
-            node.node_facts()
-            host.executing_op_hash = "b"
-            node.node_facts()
-            assert reads == [own, whole]
-            metas["b"] = Meta(True, True)  # a second change: read again
-            node.node_facts()
-            assert reads == [own, whole, own]
-    finally:
-        ctx_state.set(old_state)  # type: ignore[no-untyped-call]
-        ctx_host.set(old_host)  # type: ignore[no-untyped-call]
-
-
-def test_a_read_again_keeps_what_other_steps_read() -> None:
-    """What one step's plan asked is taken from the new read (an entry now missing is gone);
-    other steps' entries, the netplan listing and errors of other sections are kept."""
-    old = NodeFacts("spark1", containers={}, kernel_release="old",
-                    packages={"a": "1", "b": "1"}, file_states={"/etc/x": None, "/etc/y": None},
-                    netplan_files=NetplanListing(), errors={"dpkg": "timed out", "swapon": "no"})
-    fresh = NodeFacts("spark1", containers={}, kernel_release="new", packages={}, errors={})
-    plan = FactPlan(packages=("a",), file_states=("/etc/x",))
-    merged = node.refreshed(old, fresh, plan)
-    assert merged.kernel_release == "new"
-    assert merged.packages == {"b": "1"}
-    assert merged.file_states == {"/etc/y": None}
-    assert merged.netplan_files == NetplanListing()
-    assert "dpkg" not in merged.errors and merged.errors["swapon"] == "no"
-
-
-@pytest.mark.parametrize("case_file", CASES, ids=[c.stem for c in CASES])
-def test_every_operation_finds_what_it_reads_in_its_own_steps_read(site: Site, case_file: Path) -> None:
-    """Each step's operation, added alone on a node read by its own step's plan (what it reads
-    again while executing), finds every path, unit, kernel and tree it reads there: no step
-    reads what only another step declared, so none decides on an entry left from before."""
-    case = json.loads(case_file.read_text())
-    if case["baseline"]:
-        site = with_assignment(site, [case["node"]], case["baseline"])
-    steps = build_steps(site, case["node"], MokFiles.from_dir(lab_mok_dir()) if case["mok"] else None)
-    inventory = Inventory(([case["node"]], {}))  # type: ignore[no-untyped-call]
-    state = State(inventory, Config())  # type: ignore[no-untyped-call]
-    host = inventory.get_host(case["node"])
-    with ctx_state.use(state), ctx_host.use(host):
-        for step in steps:
-            if step.kind in PYINFRAS_OWN:
-                continue
-            plan = fact_plan([step])
-            facts = replace(assemble(case["node"], plan, Sections()), ownership=OwnershipRecord(),
-                            netplan_files=NetplanListing(), containers={})
-            node.use_facts(facts, plan)
-            step.args.add(step.name, None)
 
 
 #: pyinfra's own operation reads its own facts (`files.line` of /etc/fstab)

@@ -17,12 +17,10 @@ steps) as one pyinfra command, like any fact (the inventory's sudo, the command 
 Operations read the node with `node_facts()`: the facts the session (or the native deploy)
 set for the host in context with `use_facts`, read before anything executed, so while the
 operations are added no answer can go stale. pyinfra runs an operation's body again when it
-executes it: once an operation of the host has changed something, each body that reads the
-node after it reads it again, one round trip, by what its own step reads (`reads_again`,
-`reads.fact_plan` of that step; the whole plan for an operation no step registered), so
-each decides on the node as it is then, as pyinfra's own facts would. What other steps read
-is kept as last read (`refreshed`); the initramfs' copy is not unpacked again. The
-ownership record is read live whenever an executing operation writes it (`owned_record`).
+executes it: once an operation of the host has changed something, the next body to read the
+node reads it again (the same plan, one round trip), so each decides on the node as it is
+then, as pyinfra's own facts would; the initramfs' copy is not unpacked again. The ownership
+record is read live whenever an executing operation writes it (`owned_record`).
 """
 
 from __future__ import annotations
@@ -32,24 +30,16 @@ import binascii
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 from weakref import WeakKeyDictionary
 
 from pyinfra.api.facts import FactBase
-from pyinfra.api.operation import OperationMeta
 from pyinfra.context import ctx_host, host, state
 
 from sparkbase.facts.collect import read_answer
 from sparkbase.facts.model import NodeFacts, Unreachable
-from sparkbase.facts.script import (
-    FactPlan,
-    build_script,
-    marker_stdin,
-    new_marker,
-    section_names,
-    unfinished_section,
-)
+from sparkbase.facts.script import FactPlan, build_script, marker_stdin, new_marker, unfinished_section
 from sparkbase.policy.ownership import OwnershipRecord, RecordUnreadable
 from sparkbase.transport.failure import FailureKind, NodeFailure, TransportError, failure
 
@@ -138,38 +128,11 @@ def read_node(plan: FactPlan, limit: int = MAX_ANSWER_BYTES) -> NodeFacts:
 @dataclass
 class _Read:
     """A host's facts, the plan they were read by, and how many of its operations had
-    executed a change when they were read (and which operations' reads were read again since)."""
+    executed a change when they were read."""
 
     facts: NodeFacts
     plan: FactPlan | None
     changes: int = 0
-    #: operation hash -> what its step reads (`reads_again`)
-    op_plans: dict[str, FactPlan] = field(default_factory=dict)
-    #: the plans read again after the last change (`plan` itself: everything is fresh)
-    fresh: set[FactPlan] = field(default_factory=set)
-
-
-#: `NodeFacts` fields keyed by what a step reads -> the `FactPlan` field that asks for the keys
-_KEYED = {"sysctls": "sysctls", "units": "units", "packages": "packages", "file_states": "file_states",
-          "file_texts": "file_texts", "newer": "newer", "need_reload": "need_reload",
-          "kernel_modinfo": "kernel_modinfo", "dkms_sources": "dkms_sources",
-          "swap_files": "swap_files", "swap_uuids": "swap_files", "dir_entries": "dir_entries"}
-
-
-def refreshed(old: NodeFacts, fresh: NodeFacts, plan: FactPlan) -> NodeFacts:
-    """`old` brought up to date by `fresh`, read by `plan` (one step's reads): the entries
-    `plan` asked for and everything every plan reads are `fresh`'s; other steps' entries, the
-    netplan listing (unless asked), the initramfs' copies and the errors of sections `plan`
-    did not print are `old`'s."""
-    keyed: dict[str, Any] = {}
-    for name, asks in _KEYED.items():
-        asked = set(getattr(plan, asks))
-        kept = {key: value for key, value in getattr(old, name).items() if key not in asked}
-        keyed[name] = kept | getattr(fresh, name)
-    printed = section_names(plan)
-    errors = {section: why for section, why in old.errors.items() if section not in printed} | fresh.errors
-    return replace(fresh, **keyed, errors=errors, initramfs=old.initramfs,
-                   netplan_files=fresh.netplan_files if plan.netplan_files else old.netplan_files)
 
 
 _READS: WeakKeyDictionary[Any, _Read] = WeakKeyDictionary()
@@ -191,28 +154,15 @@ def _changes_executed() -> int:
     return count
 
 
-def reads_again(meta: OperationMeta, plan: FactPlan) -> None:
-    """While operations execute, the one behind `meta` reads the node again by `plan` (its
-    own step's reads), not the whole node's plan."""
-    read = _READS.get(ctx_host.get())  # type: ignore[no-untyped-call]
-    if read is not None:
-        read.op_plans[meta._hash] = plan
-
-
 def node_facts() -> NodeFacts:
     """The current host's facts (`use_facts`): the node before anything executed, or while
     executing, as it is after the operations that ran before."""
-    current = ctx_host.get()  # type: ignore[no-untyped-call]
-    read = _READS[current]
+    read = _READS[ctx_host.get()]  # type: ignore[no-untyped-call]
     if state.is_executing and read.plan is not None:
         changes = _changes_executed()
         if changes != read.changes:
-            read.changes, read.fresh = changes, set()
-        plan = read.op_plans.get(current.executing_op_hash, read.plan)
-        if changes and plan not in read.fresh and read.plan not in read.fresh:
-            asked = replace(plan, initramfs=())
-            read.facts = refreshed(read.facts, read_node(asked), asked)
-            read.fresh.add(plan)
+            fresh = read_node(replace(read.plan, initramfs=()))
+            read.facts, read.changes = replace(fresh, initramfs=read.facts.initramfs), changes
     return read.facts
 
 

@@ -12,8 +12,6 @@ from pyinfra.api.operation import OperationMeta
 
 from sparkbase.deploy import operations as ops
 from sparkbase.deploy.kinds import Writes
-from sparkbase.deploy.node import reads_again
-from sparkbase.deploy.reads import fact_plan
 from sparkbase.deploy.steps import Step
 
 
@@ -29,13 +27,12 @@ class AddedOp:
 
 def add_steps(steps: list[Step]) -> list[AddedOp]:
     """Add one pyinfra operation per step for the current host, in order, each with the
-    reason it changes nothing (if it says one) and, for when it executes, what it reads."""
+    reason it changes nothing (if it says one)."""
     added: list[AddedOp] = []
     by_path: dict[str, OperationMeta] = {}
     for step in steps:
         with ops.noop_reasons() as reasons:
             meta = step.args.add(step.name, by_path.get(step.after_change_of or ""))
-        reads_again(meta, fact_plan([step]))
         if isinstance(step.args, Writes):
             by_path[step.args.path] = meta
         added.append(AddedOp(step, meta, reasons[-1] if reasons else ""))
