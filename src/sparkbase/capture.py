@@ -22,8 +22,10 @@ from ruamel.yaml.representer import RoundTripRepresenter
 from sparkbase.facts.model import NodeFacts, SecureBoot
 from sparkbase.facts.parsers.os_release import dgx_os_version
 from sparkbase.facts.script import FactPlan
-from sparkbase.model.baseline import Baseline, CpusetSpec
-from sparkbase.model.dgxos import TOOLS_PACKAGE_STEM, coalescing_value
+from sparkbase.model.baseline import Baseline
+from sparkbase.model.cpuset import CpusetSpec
+from sparkbase.model.host import coalescing_value
+from sparkbase.model.kernel import TOOLS_PACKAGE_STEM
 from sparkbase.model.yamlio import PathKey, dotted
 
 #: packages whose installed versions tell the kernel's, its tools' and the driver's package

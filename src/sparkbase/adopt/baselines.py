@@ -37,7 +37,8 @@ from sparkbase.facts.parsers.cpuset import format_cpu_list
 from sparkbase.facts.parsers.fabric import effective_sources
 from sparkbase.facts.parsers.nccl import parse_nccl_conf
 from sparkbase.facts.script import FactPlan, plan_for
-from sparkbase.model.baseline import TYPED_NCCL_KEYS, Baseline
+from sparkbase.model.baseline import Baseline
+from sparkbase.model.nccl import TYPED_NCCL_KEYS
 from sparkbase.model.netplan import SPARKBASE_NETPLAN_PATH
 from sparkbase.model.provenance import covers, dotted_key, leaf_paths
 from sparkbase.policy.netplan import clashes_of
