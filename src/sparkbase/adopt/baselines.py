@@ -24,14 +24,8 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from sparkbase.adopt.fabric import NodeFabric
 from sparkbase.adopt.lanes import ENGINE_MATCHES, FoundLane
-from sparkbase.capture import (
-    Capture,
-    Captured,
-    capture_plan,
-    captured_values,
-    round_trip_yaml,
-    write_captured,
-)
+from sparkbase.capture import capture_plan, captured_values, round_trip_yaml, write_captured
+from sparkbase.capture.core import Capture, Captured
 from sparkbase.facts.model import NodeFacts
 from sparkbase.facts.parsers.cpuset import format_cpu_list
 from sparkbase.facts.parsers.fabric import effective_sources
