@@ -100,6 +100,18 @@ class MemorySaverSpec(StrictModel):
     packing: bool = Field(description="packing on (Y) or off (N)")
 
 
+#: `swap_by_page_size`: a header is written for one page size, so a kernel of another page size
+#: refuses the file; the recipe's answer (spark-ds41f host/kernel-memory/spark3-kernel-memory and
+#: its service, db98392f) is a oneshot unit before `swap.target` that swaps on the file made for
+#: `getconf PAGESIZE`; sparkbase renders its own. The unit (oneshot, before swap.target, wanted by
+#: swap.target):
+BOOT_SWAP_UNIT = "sparkbase-swap.service"
+#: where it lives (sparkbase writes it whole, with its ownership record)
+BOOT_SWAP_UNIT_FILE = f"/etc/systemd/system/{BOOT_SWAP_UNIT}"
+#: the script it runs
+BOOT_SWAP_SCRIPT = "/usr/local/sbin/sparkbase-swap"
+
+
 class MemorySpec(StrictModel):
     """Memory policy: swap, THP, sysctls, memory-saver, display carve-out."""
 
