@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from pydantic import Field
 
+from sparkbase.model.kernel import KernelSpec
 from sparkbase.model.types import PackagePin, PackageVersion, StrictModel
-
-if TYPE_CHECKING:
-    from sparkbase.model.kernel import KernelSpec
 
 
 class DriverSpec(StrictModel):
