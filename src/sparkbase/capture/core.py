@@ -52,6 +52,7 @@ class Collector:
         self.dropped: list[str] = []
 
     def put(self, path: PathKey, value: object, why_missing: str) -> None:
+        """Set `path` to `value`; None is a field the node could not tell (`why_missing`)."""
         if value is None:
             self.missing.append(f"{dotted(path)}: {why_missing}")
         else:
