@@ -23,7 +23,7 @@ import pytest
 from ports import port_base
 
 from sparkbase.facts.parsers import parse_governors, parse_nvme_feature
-from sparkbase.model.dgxos import GOVERNOR_UNIT, NVME_COALESCING_UNIT
+from sparkbase.model.host import GOVERNOR_UNIT, NVME_COALESCING_UNIT
 from sparkbase.policy.ownership import OWNERSHIP_PATH, Kind, parse_record
 
 pytestmark = pytest.mark.end_to_end

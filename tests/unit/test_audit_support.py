@@ -22,8 +22,8 @@ from sparkbase.facts.model import (
 )
 from sparkbase.facts.parsers import ConsoleMode, EfiBoot, EfiEntry, parse_grub
 from sparkbase.model.baseline import Baseline
-from sparkbase.model.boot_swap import BOOT_SWAP_UNIT
-from sparkbase.model.dgxos import GOVERNOR_UNIT, NVME_COALESCING_UNIT, coalescing_value
+from sparkbase.model.host import GOVERNOR_UNIT, NVME_COALESCING_UNIT, coalescing_value
+from sparkbase.model.memory import BOOT_SWAP_UNIT
 from sparkbase.model.site import Site, load_site
 from sparkbase.model.types import GB10_FAST_CPUS
 from sparkbase.render import kernel_cmdline

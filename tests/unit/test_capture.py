@@ -230,7 +230,7 @@ def test_a_service_the_node_runs_is_dropped(shipped: Baseline) -> None:
 
 def test_writer_keeps_comments_and_adds_sources_to_a_file_without() -> None:
     text = "# head comment\nversion: 1.0.0  # keep me\nkernel:\n  release: 6.17.0-1032-nvidia  # old\n"
-    from sparkbase.capture import Capture, Captured
+    from sparkbase.capture.core import Capture, Captured
 
     capture = Capture((Captured(("kernel", "release"), "6.17.0-1040-nvidia"),
                        Captured(("memory", "sysctls"), {"vm.max_map_count": 1048576})), ())
@@ -243,7 +243,7 @@ def test_writer_keeps_comments_and_adds_sources_to_a_file_without() -> None:
 
 def test_a_more_specific_source_under_a_captured_field_goes() -> None:
     text = "version: 1.0.0\nsources:\n  memory.sysctls.vm.x: {kind: seed}\n  memory: {kind: seed}\n"
-    from sparkbase.capture import Capture, Captured
+    from sparkbase.capture.core import Capture, Captured
 
     out = write_captured(text, Capture((Captured(("memory", "sysctls"), {"vm.x": 1}),), ()), "spark1", TIME)
     assert "memory.sysctls.vm.x" not in out
@@ -392,7 +392,7 @@ def test_cli_unreachable_node_is_exit_3(
 
 
 def test_a_new_block_goes_where_the_model_orders_it() -> None:
-    from sparkbase.capture import Capture, Captured
+    from sparkbase.capture.core import Capture, Captured
 
     text = ("extends: x\nversion: 1.0.0\nkernel:\n  page_size: 4096\n"
             "host:\n  boot_target: multi-user.target\nsources: {}\n")
@@ -630,7 +630,7 @@ def test_modeset_purge_kept_where_the_package_is_gone_dropped_where_installed(va
 
 
 def test_a_null_capture_is_written_as_null_and_other_nulls_stay_null() -> None:
-    from sparkbase.capture import Capture, Captured
+    from sparkbase.capture.core import Capture, Captured
 
     text = ("version: 1.0.0\nsecure_boot:\n  mok_fingerprint: null  # none yet\n"
             "host:\n  cpu_governor: performance  # keep\n")

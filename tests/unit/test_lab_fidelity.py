@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from sparkbase.facts.parsers.kernel import parse_grub
-from sparkbase.model.baseline import KernelSpec
+from sparkbase.model.kernel import KernelSpec
 from sparkbase_lab import boot, image, kconfig, packages
 from sparkbase_lab.shims import cmd_grub, cmd_modules, common, sysfs
 

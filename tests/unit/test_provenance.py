@@ -10,8 +10,10 @@ from typing import Any
 import pytest
 
 from sparkbase.cli.main import main
-from sparkbase.model.baseline import Baseline, DriverSpec, KernelSpec
+from sparkbase.model.baseline import Baseline
 from sparkbase.model.coverage import unconfirmed
+from sparkbase.model.driver import DriverSpec
+from sparkbase.model.kernel import KernelSpec
 from sparkbase.model.provenance import PlaceholderSource, RecipeSource, covering_key, merge_sources, source_of
 from sparkbase.model.site import Site, load_site
 

@@ -91,7 +91,7 @@ def test_a_dkms_note_pushed_onto_its_own_line_stays_with_its_entry() -> None:
 
 
 def test_capture_does_not_take_a_warned_module_for_the_installed_version() -> None:
-    from sparkbase.capture import _dkms_version
+    from sparkbase.capture.core import dkms_version as _dkms_version
 
     facts = NodeFacts(node="spark1", kernel_release="6.17.0-1032-nvidia", dkms=(
         DkmsEntry("m", "1.0", "6.17.0-1032-nvidia", "aarch64", "installed", WARNED.notes),))

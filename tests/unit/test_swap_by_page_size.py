@@ -21,7 +21,7 @@ from sparkbase.deploy.kinds import DaemonReload, File, FileRetire, FstabLineAbse
 from sparkbase.deploy.steps import MokFiles, build_steps
 from sparkbase.facts.model import SwapEntry, UnitState
 from sparkbase.model.baseline import Baseline
-from sparkbase.model.boot_swap import BOOT_SWAP_SCRIPT, BOOT_SWAP_UNIT
+from sparkbase.model.memory import BOOT_SWAP_SCRIPT, BOOT_SWAP_UNIT
 from sparkbase.model.provenance import RecipeSource
 from sparkbase.model.rules import baseline_findings
 from sparkbase.model.site import Site

@@ -26,14 +26,8 @@ from pathlib import Path
 from sparkbase.atomicfile import write_atomic
 from sparkbase.audit.expected import expected_for
 from sparkbase.boundedfile import FileRefused
-from sparkbase.capture import (
-    Capture,
-    NotABaseline,
-    capture_plan,
-    captured_values,
-    check_baseline_text,
-    write_captured,
-)
+from sparkbase.capture import NotABaseline, capture_plan, captured_values, check_baseline_text, write_captured
+from sparkbase.capture.core import Capture
 from sparkbase.cli.common import add_lab_arguments, add_site_arguments, lab_path, load_site_or_exit
 from sparkbase.errors import ConfigError
 from sparkbase.facts.collect import gather_node

@@ -11,7 +11,7 @@ from sparkbase.deploy.kinds import NodeReads
 from sparkbase.deploy.reboot import STAGED_PATH
 from sparkbase.deploy.steps import Step
 from sparkbase.facts.script import FactPlan
-from sparkbase.model.dgxos import GOVERNOR_UNIT, NVME_COALESCING_UNIT
+from sparkbase.model.host import GOVERNOR_UNIT, NVME_COALESCING_UNIT
 
 
 def _once(items: Iterable[str]) -> tuple[str, ...]:

@@ -1,7 +1,7 @@
 """Where the nodes fetch DKMS source tarballs: a site's mirror, the lab's, or the repository host.
 
 A baseline pins each DKMS source by repository, revision and the tarball's sha256
-(`model.baseline.DkmsSource`). A site without a route to the repository host names a mirror
+(`model.memory.DkmsSource`). A site without a route to the repository host names a mirror
 holding `NAME-REVISION.tar.gz` files with $SPARKBASE_DKMS_MIRROR (a URL prefix: https:// or
 file:// on the node); the lab serves them beside its apt repository, at the same local path
 in every node. The sha256 is checked on the node whatever the URL.

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkbase.deploy import kinds
-from sparkbase.model.boot_swap import BOOT_SWAP_SCRIPT, BOOT_SWAP_UNIT, BOOT_SWAP_UNIT_FILE
-from sparkbase.model.dgxos import GOVERNOR_UNIT, NVME_COALESCING_UNIT
+from sparkbase.model.host import GOVERNOR_UNIT, NVME_COALESCING_UNIT
+from sparkbase.model.memory import BOOT_SWAP_SCRIPT, BOOT_SWAP_UNIT, BOOT_SWAP_UNIT_FILE
 from sparkbase.model.sections import SECTIONS
 from sparkbase.policy.foreign import Foreign, foreign_for, foreign_fstab_edits, foreign_swap_files
 from sparkbase.render import (
@@ -45,9 +45,10 @@ from sparkbase.render import (
 )
 
 if TYPE_CHECKING:
-    from sparkbase.model.baseline import Baseline, DkmsBuild, PackagePin
+    from sparkbase.model.baseline import Baseline, DkmsBuild
     from sparkbase.model.sections import Section
     from sparkbase.model.site import Site
+    from sparkbase.model.types import PackagePin
 
 #: the display manager alias every desktop image enables (gdm3, lightdm, ...)
 DISPLAY_MANAGER_UNIT = "display-manager.service"

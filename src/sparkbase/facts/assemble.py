@@ -33,7 +33,7 @@ from sparkbase.facts.script import (
     file_reads,
     modules_section,
 )
-from sparkbase.model.dgxos import NVME_COALESCING_FEATURE
+from sparkbase.model.host import NVME_COALESCING_FEATURE
 from sparkbase.policy.ownership import OwnershipRecord, RecordUnreadable
 
 T = TypeVar("T")

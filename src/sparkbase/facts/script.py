@@ -29,8 +29,8 @@ from sparkbase.facts import state
 from sparkbase.facts.parsers.driver import GPU_QUERY
 from sparkbase.facts.parsers.fabric import MAX_NETPLAN_BYTES, MAX_NETPLAN_FILES
 from sparkbase.facts.parsers.lines import node_lines
-from sparkbase.model.boot_swap import BOOT_SWAP_UNIT
-from sparkbase.model.dgxos import GOVERNOR_UNIT, NVME_COALESCING_FEATURE, NVME_COALESCING_UNIT, NVME_DEVICE
+from sparkbase.model.host import GOVERNOR_UNIT, NVME_COALESCING_FEATURE, NVME_COALESCING_UNIT, NVME_DEVICE
+from sparkbase.model.memory import BOOT_SWAP_UNIT
 from sparkbase.model.netplan import NETPLAN_DIRS
 
 if TYPE_CHECKING:

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sparkbase.audit.run import AuditReport
-from sparkbase.model.baseline import SHAPE_NODES
 from sparkbase.model.lanes import Lane
 from sparkbase.model.rules import contract_breaches
+from sparkbase.model.shapes import SHAPE_NODES
 from sparkbase.model.site import Site
 from sparkbase.text import shown
 from sparkbase.transport import FailureKind

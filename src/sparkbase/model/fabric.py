@@ -1,4 +1,5 @@
-"""Fabric rules over the inventory: cables between ring neighbours, one subnet per RDMA path.
+"""The fabric section (ConnectX-7 views, MTU, RoCE GID), and its rules over the inventory:
+cables between ring neighbours, one subnet per RDMA path.
 
 The rule is the variant's (ds41f `docs/switchless-topology.md`, 0fbd7b76): "Each
 cable/stripe has its own subnet, present at exactly its two endpoints. Two PCIe-root
@@ -11,21 +12,69 @@ subnet, and no other interface of any host shares or overlaps that subnet.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from sparkbase.model.baseline import SHAPE_NODES
+from pydantic import Field
+
 from sparkbase.model.findings import DocRef, Finding
+from sparkbase.model.paths import SiteNetplanFile
+from sparkbase.model.shapes import SHAPE_NODES
+from sparkbase.model.types import Name, Netdev, StrictModel, ZeroOrOne
 from sparkbase.model.yamlio import dotted
 
 if TYPE_CHECKING:
-    from sparkbase.model.baseline import Baseline
     from sparkbase.model.inventory import FabricPath, Inventory, Link, Node
     from sparkbase.model.lanes import Lane
+    from sparkbase.model.shapes import Shape
     from sparkbase.model.yamlio import PathKey
 
 INVENTORY: DocRef = ("inventory", "")
+
+
+class FabricPort(StrictModel):
+    """One PCIe view of a ConnectX-7 port: a netdev and its RDMA device."""
+
+    netdev: Netdev = Field(description="network device name, e.g. enp1s0f0np0")
+    hca: Name = Field(description="RDMA device name, e.g. rocep1s0f0")
+    port: ZeroOrOne = Field(description="physical 200 GbE port (cable) this view belongs to")
+
+
+class FabricSpec(StrictModel):
+    """The ring fabric: ConnectX-7 views, MTU and the RoCE GID NCCL must use."""
+
+    mtu: int = Field(ge=1280, le=9216, description="MTU of every fabric netdev")
+    ports: list[FabricPort] = Field(
+        min_length=1, description="every PCIe view of the ConnectX-7 ports (four on a Spark)"
+    )
+    gid_index: int = Field(ge=0, le=255, description="GID index that must hold the IPv4 RoCE v2 address")
+    netplan_file: SiteNetplanFile | None = Field(
+        default=None,
+        description="the site's own netplan file that configures the fabric ports: sparkbase manages the "
+        "fabric's interfaces in it (the first apply records its content, which moving the node to a "
+        "baseline without it puts back) and writes no file of its own; unset: sparkbase writes "
+        "/etc/netplan/60-sparkbase-fabric.yaml and refuses while another netplan file configures a "
+        "fabric port",
+    )
+
+    def netdevs(self) -> list[str]:
+        """Netdev names of every port view."""
+        return [port.netdev for port in self.ports]
+
+    def hca_names(self) -> list[str]:
+        """RDMA device names of every port view."""
+        return [port.hca for port in self.ports]
+
+
+class Qualified(Protocol):
+    """What the fabric rules read of a baseline (`Baseline`, which imports this module)."""
+
+    @property
+    def fabric(self) -> FabricSpec: ...
+    @property
+    def shapes(self) -> list[Shape]: ...
+    def shape(self, name: str) -> Shape | None: ...
 
 
 @dataclass(frozen=True)
@@ -70,12 +119,12 @@ def ring_neighbours(inventory: Inventory) -> dict[str, set[str]]:
     }
 
 
-def node_gid_index(node: Node, baseline: Baseline) -> int:
+def node_gid_index(node: Node, baseline: Qualified) -> int:
     """The GID index of the node's IPv4 RoCE v2 address: its own, else the baseline's."""
     return baseline.fabric.gid_index if node.gid_index is None else node.gid_index
 
 
-def node_shape(inventory: Inventory, node: str, baseline: Baseline) -> str | None:
+def node_shape(inventory: Inventory, node: str, baseline: Qualified) -> str | None:
     """The serving shape `node` takes under `baseline`, which picks its NCCL settings
     (`nccl.shapes`): the inventory's `shape:` for the node; else the baseline's only shape;
     else the ring the inventory's nodes form, when the baseline is qualified for it. None:
@@ -90,7 +139,7 @@ def node_shape(inventory: Inventory, node: str, baseline: Baseline) -> str | Non
     return ring if ring in qualified else None
 
 
-def fabric_findings(inventory: Inventory, baselines: dict[str, Baseline]) -> Iterator[Finding]:
+def fabric_findings(inventory: Inventory, baselines: Mapping[str, Qualified]) -> Iterator[Finding]:
     """Every fabric rule: cabling per node, then subnets and addresses across the fleet.
 
     A node whose baseline is missing or broken (reported elsewhere) is checked without its
@@ -109,7 +158,7 @@ def fabric_findings(inventory: Inventory, baselines: dict[str, Baseline]) -> Ite
     yield from _address_findings(ends)
 
 
-def _views(baseline: Baseline | None, port: int) -> dict[str, str]:
+def _views(baseline: Qualified | None, port: int) -> dict[str, str]:
     """Netdev -> HCA of every PCIe view of `port` (empty without a baseline)."""
     if baseline is None:
         return {}
@@ -117,7 +166,7 @@ def _views(baseline: Baseline | None, port: int) -> dict[str, str]:
 
 
 def _node_findings(
-    name: str, inventory: Inventory, baselines: dict[str, Baseline], neighbours: dict[str, set[str]]
+    name: str, inventory: Inventory, baselines: Mapping[str, Qualified], neighbours: dict[str, set[str]]
 ) -> Iterator[Finding]:
     node = inventory.nodes[name]
     baseline = baselines.get(node.baseline)

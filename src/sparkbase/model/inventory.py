@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from sparkbase.model.baseline import ShapeName
+from sparkbase.model.shapes import ShapeName
 from sparkbase.model.types import IPv4Interface, IPv4Network, Name, Netdev, SshAlias, StrictModel
 
 

@@ -13,7 +13,7 @@ from pydantic import (
     model_validator,
 )
 
-from sparkbase.model.baseline import ShapeName
+from sparkbase.model.shapes import ShapeName
 from sparkbase.model.types import Name, SemVer, StrictModel, SystemdUnit
 from sparkbase.policy.images import pinned_reference
 

@@ -13,11 +13,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sparkbase.errors import Severity
-from sparkbase.model.baseline import FACTORY_SWAP_HEADER, ONESHOT_SHAPES, SHAPE_NODES, Baseline
+from sparkbase.model.baseline import Baseline
 from sparkbase.model.coverage import key_problem, placeholders, uncovered
 from sparkbase.model.fabric import fabric_findings, lane_cabling_findings
 from sparkbase.model.findings import DocRef, Finding
+from sparkbase.model.memory import FACTORY_SWAP_HEADER
 from sparkbase.model.rendered_rules import rendered_findings
+from sparkbase.model.shapes import ONESHOT_SHAPES, SHAPE_NODES
 from sparkbase.model.types import GB10_FAST_CPUS
 from sparkbase.model.yamlio import PathKey
 

@@ -11,8 +11,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from sparkbase.model.baseline import Transport
 from sparkbase.model.provenance import Source
+from sparkbase.model.shapes import Transport
 from sparkbase.model.types import Name, PackageVersion, PageSize, StrictModel, ZeroOrOne
 
 

@@ -119,3 +119,18 @@ IPv4Network = Annotated[str, AfterValidator(_ipv4_network)]
 #: GB10 fast cores (Cortex-X925): CPUs 5-9 and 15-19
 GB10_FAST_CPUS: frozenset[int] = frozenset([*range(5, 10), *range(15, 20)])
 
+
+def text_value(value: object) -> object:
+    """YAML gives ints and bools for values like 0 or yes; sysctl/NCCL files want text."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int):
+        return str(value)
+    return value
+
+
+class PackagePin(StrictModel):
+    """A Debian package held at one exact version."""
+
+    name: PackageName = Field(description="Debian package name")
+    version: PackageVersion = Field(description="exact Debian version to install and hold")

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING
 
-from sparkbase.model.boot_swap import BOOT_SWAP_SCRIPT, BOOT_SWAP_UNIT, BOOT_SWAP_UNIT_FILE
 from sparkbase.model.cmdline import rendered_kernel_args
 from sparkbase.model.fabric import node_gid_index, node_shape
+from sparkbase.model.memory import BOOT_SWAP_SCRIPT, BOOT_SWAP_UNIT, BOOT_SWAP_UNIT_FILE
 from sparkbase.model.netplan import SPARKBASE_NETPLAN_PATH
 from sparkbase.model.sections import SECTIONS, Section
 

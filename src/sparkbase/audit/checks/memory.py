@@ -14,8 +14,7 @@ from sparkbase.audit.checks.common import (
 from sparkbase.audit.expected import Expected
 from sparkbase.audit.registry import Outcome, Subject, fail, node_check, ok, skip
 from sparkbase.facts.model import NodeFacts
-from sparkbase.model.baseline import SwapSpec
-from sparkbase.model.boot_swap import BOOT_SWAP_UNIT
+from sparkbase.model.memory import BOOT_SWAP_UNIT, SwapSpec
 
 
 @node_check("memory.thp", "memory", "transparent huge pages in the baseline's mode",

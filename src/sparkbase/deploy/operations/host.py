@@ -32,7 +32,7 @@ from sparkbase.deploy.operations.packages import APT_INSTALL, installed_versions
 from sparkbase.deploy.operations.record import forget, remember
 from sparkbase.deploy.operations.units import unit_state
 from sparkbase.facts.model import UnitState as UnitStateValue
-from sparkbase.model.dgxos import (
+from sparkbase.model.host import (
     GOVERNOR_UNIT,
     NVME_COALESCING_FEATURE,
     NVME_COALESCING_SCRIPT,
