@@ -32,13 +32,13 @@ from sshd_stub import SshStub
 
 from sparkbase.deploy import node
 from sparkbase.facts import parsers as p
+from sparkbase.facts.areas import build_script
 from sparkbase.facts.collect import gather_node
 from sparkbase.facts.model import NodeFacts, Unreachable
+from sparkbase.facts.parsers.files import expand_files
 from sparkbase.facts.script import (
     FactPlan,
     SectionError,
-    build_script,
-    expand_files,
     fenced_script,
     marker_stdin,
     new_marker,

@@ -121,7 +121,8 @@ def test_the_reading_is_taken_under_the_lanes_probe(tmp_path: Path) -> None:
     import subprocess
     import time
 
-    from sparkbase.facts.script import FactPlan, gpu_command
+    from sparkbase.facts.parsers.driver import gpu_command
+    from sparkbase.facts.script import FactPlan
 
     (tmp_path / "nvidia-smi").write_text(FAKE_SMI)
     (tmp_path / "nvidia-smi").chmod(0o755)

@@ -53,9 +53,9 @@ from sparkbase.facts.parsers.kernel import (
     parse_grub,
     parse_grubenv,
     parse_page_size,
-    parse_single_line,
     parse_uname_rm,
 )
+from sparkbase.facts.parsers.lines import parse_single_line
 from sparkbase.facts.parsers.memory import (
     SWAP_MAGIC,
     parse_fstab,

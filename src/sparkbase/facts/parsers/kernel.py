@@ -7,17 +7,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from sparkbase.facts.model import GrubBoot, GrubEntry
-from sparkbase.facts.parsers.lines import node_lines
+from sparkbase.facts.parsers.lines import node_lines, parse_single_line
+from sparkbase.facts.script import FactPlan, FileRead, Read, Reader, cmd
 
-
-def parse_single_line(text: str) -> str:
-    """A command that prints one word/line (`uname -r`, a sysfs file): stripped, non-empty."""
-    value = text.strip()
-    if not value or "\n" in value:
-        raise ValueError(f"expected one line, got {text!r}")
-    return value
+GRUB_CFG = "/boot/grub/grub.cfg"
+GRUBENV = "/boot/grub/grubenv"
 
 
 def parse_uname_rm(text: str) -> tuple[str, str]:
@@ -217,3 +214,45 @@ def parse_grub(cfg: str, grubenv: str) -> GrubBoot:
         oneshot=oneshot,
         oneshot_entry=oneshot_item.entry() if oneshot_item else None,
     )
+
+
+def core_sections(plan: FactPlan) -> list[Read]:
+    """The running kernel's release, machine and page size (every plan asks them)."""
+    return [("uname", cmd("uname", "-r", "-m")), ("pagesize", cmd("getconf", "PAGESIZE"))]
+
+
+def cmdline_files(plan: FactPlan) -> list[FileRead]:
+    """The running kernel's command line."""
+    return [("cmdline", ("/proc/cmdline",))]
+
+
+def grub_files(plan: FactPlan) -> list[FileRead]:
+    """GRUB's menu and environment block."""
+    return [("grub-cfg", (GRUB_CFG,)), ("grubenv", (GRUBENV,))]
+
+
+def facts(r: Reader, plan: FactPlan) -> dict[str, Any]:
+    """The kernel's `NodeFacts` fields."""
+    uname = r.parse("uname", parse_uname_rm)
+    return {
+        "kernel_release": uname[0] if uname else None,
+        "machine": uname[1] if uname else None,
+        "page_size": r.parse("pagesize", parse_page_size),
+        "cmdline": r.parse("cmdline", parse_cmdline) or (),
+        "grub": _grub(r, plan),
+    }
+
+
+def _grub(r: Reader, plan: FactPlan) -> GrubBoot | None:
+    """GRUB's boot choice; no grubenv is an empty environment, as GRUB reads it."""
+    if plan.core_only:
+        return None
+    cfg = r.text("grub-cfg")
+    if cfg is None:
+        return None
+    env = r.text("grubenv", quiet=True) or ""
+    try:
+        return parse_grub(cfg, env)
+    except ValueError as exc:
+        r.errors["grub-cfg"] = f"unreadable output: {exc}"
+        return None
