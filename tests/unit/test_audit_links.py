@@ -13,8 +13,7 @@ from test_audit_support import converged_node, shipped
 
 from sparkbase.audit.run import judge_node
 from sparkbase.facts.assemble import assemble
-from sparkbase.facts.parsers import parse_links
-from sparkbase.facts.parsers.files import LINKS_SECTION, links_command, written_paths
+from sparkbase.facts.parsers.files import LINKS_SECTION, links_command, parse_links, written_paths
 from sparkbase.facts.script import Section, Sections, plan_for
 from sparkbase.render import NCCL_CONF_PATH, render_node
 

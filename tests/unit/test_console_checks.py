@@ -13,7 +13,7 @@ from sparkbase.audit.expected import expected_for
 from sparkbase.audit.run import judge_node
 from sparkbase.facts.areas import sections
 from sparkbase.facts.model import NodeFacts
-from sparkbase.facts.parsers import (
+from sparkbase.facts.parsers.host import (
     ConsoleMode,
     DrmClient,
     EfiBoot,

@@ -1,17 +1,15 @@
-"""Every area's reads, in the fact script's order: the one registry of what a node is asked.
+"""The one registry of what a node is asked: every area's reads, in the fact script's order.
 
-Each baseline section (`model/sections.py`: kernel, driver, nccl, fabric, memory,
-secure_boot, host, cpuset) and each shared mechanism (files, modules, units, packages, the
-deploy's reads, the serving runtime) says in its own module (`facts/parsers/AREA.py`,
-`facts/runtime.py`) what it reads: its sections (name and command line), the plain files the
-one `files` section greps, and `facts`, which turns its part of the answer into `NodeFacts`
-fields. The lists below only order them: the script's text is this order (changing it
-changes every node's script), so a new read goes into its area's functions, not here.
+Each baseline section (`model/sections.py`) and each shared mechanism (files, modules, units,
+packages, the deploy's reads, the serving runtime) says in its own module what it reads (its
+sections, and the plain files the one `files` section greps) and how its answer becomes
+`NodeFacts` fields (`facts`). The lists below only order them: the script's text is this order,
+so a new read goes into its area's functions (`facts/parsers/AREA.py`), not here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sparkbase.facts import runtime
@@ -33,7 +31,7 @@ from sparkbase.facts.parsers import (
 from sparkbase.facts.script import FILES_SECTION, FactPlan, FileRead, Read, Reader, fenced_script
 
 #: the plain files of the `files` section, in the order grep reads them
-FILE_READS: tuple[Callable[[FactPlan], list[FileRead]], ...] = (
+FILE_READS: tuple[Callable[[FactPlan], Sequence[FileRead]], ...] = (
     kernel.cmdline_files, cpuset.cpuinfo_files, memory.thp_files, modules.proc_files, host.governor_files,
     files.stamp_files, nccl.conf_files, kernel.grub_files, memory.fstab_files, host.release_files,
     driver.module_files, memory.sysctl_files, deploy.staged_files, modules.param_files, fabric.gid_files,
@@ -51,14 +49,13 @@ def _files(plan: FactPlan) -> list[Read]:
 
 
 #: the sections after the kernel's (a `core_only` plan asks only the kernel's and the deploy's)
-SECTIONS: tuple[Callable[[FactPlan], list[Read]], ...] = (
+SECTIONS: tuple[Callable[[FactPlan], Sequence[Read]], ...] = (
     driver.sections, _files, modules.sys_sections, secure_boot.state_sections, host.target_sections,
     fabric.address_sections, files.link_sections, secure_boot.key_sections, units.sections,
     files.hash_sections, modules.dkms_sections, host.nvme_sections, memory.swap_sections, packages.sections,
     host.boot_sections, fabric.table_sections, runtime.sections,
 )
-#: each area's `NodeFacts` fields, read in this order (nccl reads the files', the deploy's
-#: reads DKMS's)
+#: each area's `NodeFacts` fields, in this order (nccl reads the files', deploy DKMS's)
 FACTS: tuple[Callable[[Reader, FactPlan], dict[str, Any]], ...] = (
     kernel.facts, driver.facts, files.facts, nccl.facts, fabric.facts, memory.facts, secure_boot.facts,
     host.facts, cpuset.facts, units.facts, packages.facts, modules.facts, runtime.facts, deploy.facts,

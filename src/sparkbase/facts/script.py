@@ -1,12 +1,10 @@
 """The one-round-trip fact script: what to ask a node, as one POSIX sh script, and its answer.
 
 `plan_for` turns a baseline (and the files rendered for the node) into a `FactPlan`: the
-exact paths, sysctls, units, HCAs and packages to read. Each area's module
-(`facts/parsers/AREA.py`, listed in script order by `facts/areas.py`) turns a plan into its
-sections, each a command built from separately quoted words; `fenced_script` wraps them so
-that the output reads `<marker> BEGIN name`, the command's output (stderr merged),
-`<marker> END name rc`. `split_sections` is the pure inverse, and `Reader` applies an
-area's parsers to the sections it answered.
+exact paths, sysctls, units, HCAs and packages to read. Each area (`facts/areas.py`) turns a
+plan into sections, each a command of separately quoted words; `fenced_script` wraps them so
+the output reads `<marker> BEGIN name`, the command's output (stderr merged), `<marker> END
+name rc`. `split_sections` is the pure inverse; `Reader` applies parsers to the sections.
 
 The marker carries a random nonce, and no process on the node can learn it: the script's
 text (on the remote `sh -c` command line, which every process can read in
@@ -174,6 +172,11 @@ def plan_for(baseline: Baseline, file_paths: Sequence[str], stamp_path: str,
         console_mode=host.console_text,
         watchdog=host.watchdog is not None,
     )
+
+
+def fixed(*reads: T) -> Callable[[FactPlan], Sequence[T]]:
+    """An area's reads that are the same whatever the plan, as a registry entry."""
+    return lambda _plan: reads
 
 
 def cmd(*argv: str) -> str:

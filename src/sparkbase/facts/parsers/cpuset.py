@@ -7,7 +7,7 @@ import re
 from typing import Any
 
 from sparkbase.facts.parsers.lines import node_lines
-from sparkbase.facts.script import FactPlan, FileRead, Reader
+from sparkbase.facts.script import FactPlan, Reader, fixed
 
 #: `CPU part` of the GB10's Cortex-X925 (fast) cores
 FAST_CPU_PART = "0xd85"
@@ -60,9 +60,8 @@ def format_cpu_list(cpus: frozenset[int] | set[int]) -> str:
     return ",".join(ranges)
 
 
-def cpuinfo_files(plan: FactPlan) -> list[FileRead]:
-    """/proc/cpuinfo (the slice's CPUs are read with the units: `units.facts`)."""
-    return [("cpuinfo", ("/proc/cpuinfo",))]
+#: /proc/cpuinfo (the slice's CPUs are read with the units: `units.facts`)
+cpuinfo_files = fixed(("cpuinfo", ("/proc/cpuinfo",)))
 
 
 def facts(r: Reader, plan: FactPlan) -> dict[str, Any]:

@@ -1,9 +1,6 @@
-"""What plan and apply read besides the audit (`FactPlan`'s deploy fields, which
-`deploy/reads.py` fills from the steps): the state and text of the paths they write, which
-is newer, units' pending reloads, modules built for a target kernel, DKMS source trees, held
-packages, swap files, initramfs copies, directories' entries, the ownership record and the
-reboot an apply staged. The commands are in `facts/state.py`; every one exits 0, so an
-answer that is missing or unreadable is recorded in `errors` and read as nothing found."""
+"""What plan and apply read besides the audit (`FactPlan`'s deploy fields, filled by
+`deploy/reads.py`), with the commands of `facts/state.py`: each exits 0, so an answer that is
+missing or unreadable is recorded in `errors` and read as nothing found."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ from typing import Any
 from sparkbase.facts.model import GpuFacts
 from sparkbase.facts.parsers.lines import node_lines
 from sparkbase.facts.parsers.modules import parse_module_attrs
-from sparkbase.facts.script import FactPlan, FileRead, Read, Reader, cmd
+from sparkbase.facts.script import FactPlan, Read, Reader, cmd, fixed
 
 #: version and source hash of every loaded NVIDIA module (`MODULE_VERSION` modules only)
 NVIDIA_MODULE_GLOBS = ("/sys/module/nvidia*/version", "/sys/module/nvidia*/srcversion")
@@ -118,9 +118,8 @@ def sections(plan: FactPlan) -> list[Read]:
     return [("nvidia-smi", gpu_command(plan))]
 
 
-def module_files(plan: FactPlan) -> list[FileRead]:
-    """The loaded NVIDIA modules' versions."""
-    return [("nvidia-modules", NVIDIA_MODULE_GLOBS)]
+#: the loaded NVIDIA modules' versions
+module_files = fixed(("nvidia-modules", NVIDIA_MODULE_GLOBS))
 
 
 def facts(r: Reader, plan: FactPlan) -> dict[str, Any]:

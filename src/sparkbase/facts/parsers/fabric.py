@@ -37,7 +37,7 @@ from typing import Any
 
 from sparkbase.facts.model import Gid, GidEntry, Interface, NetplanListing, NetplanSource
 from sparkbase.facts.parsers.lines import node_lines, parse_single_line
-from sparkbase.facts.script import FactPlan, FileRead, Read, Reader, cmd
+from sparkbase.facts.script import FactPlan, FileRead, Read, Reader, cmd, fixed
 from sparkbase.model.netplan import NETPLAN_DIRS
 from sparkbase.model.yamlio import MAX_DEPTH, flow_too_deep
 
@@ -391,12 +391,6 @@ def parse_gid_table(text: str) -> tuple[GidEntry, ...]:
     return tuple(sorted(entries, key=lambda e: (e.hca, e.port, e.index)))
 
 
-def gid_paths(hca: str, index: int) -> tuple[str, str]:
-    """The GID text and GID type files of port 1 of `hca` at `index`."""
-    port = f"{RDMA_CLASS}/{hca}/ports/1"
-    return f"{port}/gids/{index}", f"{port}/gid_attrs/types/{index}"
-
-
 #: every filled GID entry of every port of every RDMA device, as `FILE<TAB>GID<TAB>TYPE<TAB>NDEV`
 #: lines: shell builtins only (`read` of each sysfs file, no process per entry), empty slots
 #: (the all-zero GID) skipped; the type and netdev files of a slot the kernel will not describe
@@ -433,9 +427,9 @@ def netplan_files_command() -> str:
 NETPLAN_FILES_COMMAND = netplan_files_command()
 
 
-def address_sections(plan: FactPlan) -> list[Read]:
-    """The netdevs with their addresses, and the RDMA devices."""
-    return [("ip-addr", cmd("ip", "-j", "addr", "show")), ("rdma", cmd("ls", "-1", RDMA_CLASS))]
+#: the netdevs with their addresses, and the RDMA devices
+address_sections = fixed(("ip-addr", cmd("ip", "-j", "addr", "show")),
+                         ("rdma", cmd("ls", "-1", RDMA_CLASS)))
 
 
 def table_sections(plan: FactPlan) -> list[Read]:
@@ -445,11 +439,12 @@ def table_sections(plan: FactPlan) -> list[Read]:
 
 
 def gid_files(plan: FactPlan) -> list[FileRead]:
-    """The GID and GID type the plan's index names, of each HCA."""
+    """The GID and GID type at the plan's index, of port 1 of each HCA."""
     out: list[FileRead] = []
     for hca in plan.hcas:
-        gid, gid_type = gid_paths(hca, plan.gid_index)
-        out += [(f"gid:{hca}", (gid,)), (f"gidtype:{hca}", (gid_type,))]
+        port, index = f"{RDMA_CLASS}/{hca}/ports/1", plan.gid_index
+        out += [(f"gid:{hca}", (f"{port}/gids/{index}",)),
+                (f"gidtype:{hca}", (f"{port}/gid_attrs/types/{index}",))]
     return out
 
 

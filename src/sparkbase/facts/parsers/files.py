@@ -199,11 +199,10 @@ def hash_sections(plan: FactPlan) -> list[Read]:
 
 def facts(r: Reader, plan: FactPlan) -> dict[str, Any]:
     """The files' `NodeFacts` fields: no file is hashed or read through a link."""
-    sections = r.sections
-    links = (r.parse(LINKS_SECTION, parse_links, quiet=True) or {}) if sections.get(LINKS_SECTION) else {}
-    sha256 = sections.get("sha256")
+    links = (r.parse(LINKS_SECTION, parse_links, quiet=True) or {}) if r.sections.get(LINKS_SECTION) else {}
+    sha256 = r.sections.get("sha256")
     found = parse_sha256sum(sha256.output) if sha256 is not None else {}
-    stamp = r.parse("stamp", parse_stamp, quiet=True) if sections.get("stamp") else None
+    stamp = r.parse("stamp", parse_stamp, quiet=True) if r.sections.get("stamp") else None
     return {
         "links": links,
         "file_sha256": {path: None if path in links else found.get(path) for path in plan.hashed_paths},

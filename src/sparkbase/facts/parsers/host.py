@@ -13,7 +13,7 @@ from typing import Any
 
 from sparkbase.facts.parsers.lines import node_lines, node_words, parse_single_line
 from sparkbase.facts.parsers.os_release import parse_os_release
-from sparkbase.facts.script import FactPlan, FileRead, Read, Reader, cmd
+from sparkbase.facts.script import FactPlan, Read, Reader, cmd, fixed
 from sparkbase.model.dgxos import NVME_COALESCING_FEATURE, NVME_DEVICE
 
 GOVERNOR_GLOB = "/sys/devices/system/cpu/cpu[0-9]*/cpufreq/scaling_governor"
@@ -263,19 +263,12 @@ CONSOLE_COMMAND = cmd("python3", "-c", CONSOLE_PROGRAM)
 WATCHDOG_COMMAND = cmd("systemctl", "show", "-p", "RuntimeWatchdogUSec", "-p", "RebootWatchdogUSec")
 
 
-def governor_files(plan: FactPlan) -> list[FileRead]:
-    """Every CPU's cpufreq governor."""
-    return [("governors", (GOVERNOR_GLOB,))]
-
-
-def release_files(plan: FactPlan) -> list[FileRead]:
-    """DGX OS's release file."""
-    return [("dgx-release", (DGX_RELEASE,))]
-
-
-def target_sections(plan: FactPlan) -> list[Read]:
-    """systemd's default target."""
-    return [("default-target", cmd("systemctl", "get-default"))]
+#: every CPU's cpufreq governor
+governor_files = fixed(("governors", (GOVERNOR_GLOB,)))
+#: DGX OS's release file
+release_files = fixed(("dgx-release", (DGX_RELEASE,)))
+#: systemd's default target
+target_sections = fixed(("default-target", cmd("systemctl", "get-default")))
 
 
 def nvme_sections(plan: FactPlan) -> list[Read]:
@@ -293,13 +286,10 @@ def boot_sections(plan: FactPlan) -> list[Read]:
             *([("watchdog", WATCHDOG_COMMAND)] if plan.watchdog else [])]
 
 
-def _coalescing(text: str) -> int:
-    """NVMe feature 0x08 as `nvme get-feature` prints it."""
-    return parse_nvme_feature(text, NVME_COALESCING_FEATURE)
-
-
 def facts(r: Reader, plan: FactPlan) -> dict[str, Any]:
     """The host's `NodeFacts` fields."""
+    coalescing = (r.parse("nvme-coalescing", lambda out: parse_nvme_feature(out, NVME_COALESCING_FEATURE))
+                  if plan.nvme_coalescing else None)
     return {
         "default_target": r.parse("default-target", parse_single_line),
         "efi_boot": r.parse("efibootmgr", parse_efibootmgr) if plan.efi_boot else None,
@@ -308,6 +298,6 @@ def facts(r: Reader, plan: FactPlan) -> dict[str, Any]:
         "console": r.parse("console", parse_console_mode) if plan.console_mode else None,
         "watchdog": (r.parse("watchdog", parse_manager_properties) or {}) if plan.watchdog else {},
         "governors": r.parse("governors", parse_governors, quiet=True) or {},
-        "nvme_coalescing": r.parse("nvme-coalescing", _coalescing) if plan.nvme_coalescing else None,
+        "nvme_coalescing": coalescing,
         "dgx_release": r.parse("dgx-release", parse_os_release, quiet=True) if not plan.core_only else None,
     }

@@ -11,7 +11,7 @@ from typing import Any
 
 from sparkbase.facts.model import GrubBoot, GrubEntry
 from sparkbase.facts.parsers.lines import node_lines, parse_single_line
-from sparkbase.facts.script import FactPlan, FileRead, Read, Reader, cmd
+from sparkbase.facts.script import FactPlan, Reader, cmd, fixed
 
 GRUB_CFG = "/boot/grub/grub.cfg"
 GRUBENV = "/boot/grub/grubenv"
@@ -216,19 +216,12 @@ def parse_grub(cfg: str, grubenv: str) -> GrubBoot:
     )
 
 
-def core_sections(plan: FactPlan) -> list[Read]:
-    """The running kernel's release, machine and page size (every plan asks them)."""
-    return [("uname", cmd("uname", "-r", "-m")), ("pagesize", cmd("getconf", "PAGESIZE"))]
-
-
-def cmdline_files(plan: FactPlan) -> list[FileRead]:
-    """The running kernel's command line."""
-    return [("cmdline", ("/proc/cmdline",))]
-
-
-def grub_files(plan: FactPlan) -> list[FileRead]:
-    """GRUB's menu and environment block."""
-    return [("grub-cfg", (GRUB_CFG,)), ("grubenv", (GRUBENV,))]
+#: the running kernel's release, machine and page size (every plan asks them)
+core_sections = fixed(("uname", cmd("uname", "-r", "-m")), ("pagesize", cmd("getconf", "PAGESIZE")))
+#: the running kernel's command line
+cmdline_files = fixed(("cmdline", ("/proc/cmdline",)))
+#: GRUB's menu and environment block
+grub_files = fixed(("grub-cfg", (GRUB_CFG,)), ("grubenv", (GRUBENV,)))
 
 
 def facts(r: Reader, plan: FactPlan) -> dict[str, Any]:

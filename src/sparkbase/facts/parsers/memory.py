@@ -8,7 +8,7 @@ from typing import Any
 
 from sparkbase.facts.model import FstabEntry, SwapEntry
 from sparkbase.facts.parsers.lines import node_lines, parse_single_line
-from sparkbase.facts.script import FactPlan, FileRead, Read, Reader, cmd
+from sparkbase.facts.script import FactPlan, FileRead, Read, Reader, cmd, fixed
 
 THP_PATH = "/sys/kernel/mm/transparent_hugepage/enabled"
 FSTAB = "/etc/fstab"
@@ -91,11 +91,6 @@ def parse_fstab(text: str) -> tuple[FstabEntry, ...]:
     return tuple(entries)
 
 
-def sysctl_path(key: str) -> str:
-    """`vm.min_free_kbytes` → `/proc/sys/vm/min_free_kbytes`."""
-    return "/proc/sys/" + key.replace(".", "/")
-
-
 def header_bytes(path: str, end: int) -> str:
     """The 10 bytes ending at `end` in `path`, non-alphanumerics shown as dots."""
     return cmd("dd", f"if={path}", "bs=1", f"skip={end - 10}", "count=10", "status=none") + (
@@ -103,19 +98,15 @@ def header_bytes(path: str, end: int) -> str:
     )
 
 
-def thp_files(plan: FactPlan) -> list[FileRead]:
-    """Transparent huge pages."""
-    return [("thp", (THP_PATH,))]
-
-
-def fstab_files(plan: FactPlan) -> list[FileRead]:
-    """/etc/fstab."""
-    return [("fstab", (FSTAB,))]
+#: transparent huge pages
+thp_files = fixed(("thp", (THP_PATH,)))
+#: /etc/fstab
+fstab_files = fixed(("fstab", (FSTAB,)))
 
 
 def sysctl_files(plan: FactPlan) -> list[FileRead]:
-    """The plan's sysctls."""
-    return [(f"sysctl:{key}", (sysctl_path(key),)) for key in plan.sysctls]
+    """The plan's sysctls (`vm.min_free_kbytes`: /proc/sys/vm/min_free_kbytes)."""
+    return [(f"sysctl:{key}", ("/proc/sys/" + key.replace(".", "/"),)) for key in plan.sysctls]
 
 
 def swap_sections(plan: FactPlan) -> list[Read]:

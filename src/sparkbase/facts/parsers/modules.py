@@ -8,7 +8,7 @@ from typing import Any
 
 from sparkbase.facts.model import DkmsEntry, DkmsStatus, ModuleInfo
 from sparkbase.facts.parsers.lines import node_lines, parse_single_line
-from sparkbase.facts.script import FactPlan, FileRead, Read, Reader, Sections, cmd
+from sparkbase.facts.script import FactPlan, FileRead, Read, Reader, Sections, cmd, fixed
 
 #: kernels (and lab nodes) without /proc/modules: the same first column from /sys/module
 #: (`[` is built into sh, so this costs no process when /proc/modules exists)
@@ -135,9 +135,8 @@ def parse_module_attrs(text: str) -> dict[str, str]:
     return found
 
 
-def proc_files(plan: FactPlan) -> list[FileRead]:
-    """/proc/modules."""
-    return [("modules", ("/proc/modules",))]
+#: /proc/modules
+proc_files = fixed(("modules", ("/proc/modules",)))
 
 
 def param_files(plan: FactPlan) -> list[FileRead]:
@@ -146,9 +145,8 @@ def param_files(plan: FactPlan) -> list[FileRead]:
             for module, param in plan.module_params]
 
 
-def sys_sections(plan: FactPlan) -> list[Read]:
-    """The loaded modules from /sys/module, where /proc/modules is missing."""
-    return [("modules-sys", MODULES_SYS_COMMAND)]
+#: the loaded modules from /sys/module, where /proc/modules is missing
+sys_sections = fixed(("modules-sys", MODULES_SYS_COMMAND))
 
 
 def dkms_sections(plan: FactPlan) -> list[Read]:
@@ -161,15 +159,6 @@ def dkms_sections(plan: FactPlan) -> list[Read]:
     if plan.fan_module:
         out.append(("modinfo-fan", cmd("modinfo", plan.fan_module)))
     return out
-
-
-def modules_section(found: Sections) -> str:
-    """Which section lists the loaded modules: `modules-sys` when /proc/modules was missing
-    and /sys/module answered, else `modules` (/proc/modules)."""
-    fallback = found.get("modules-sys")
-    if fallback is not None and fallback.status == 0 and fallback.output.strip():
-        return "modules-sys"
-    return "modules"
 
 
 def read_modinfo(sections: Sections, name: str) -> ModuleInfo | None:
@@ -198,8 +187,11 @@ def facts(r: Reader, plan: FactPlan) -> dict[str, Any]:
     saver's and fan control's modules."""
     asked = plan.memory_saver_module or plan.fan_module or plan.dkms_status
     dkms = _dkms(r.sections) if asked else DkmsStatus()
+    # the loaded modules: `modules-sys` when /proc/modules was missing and /sys/module answered
+    fallback = r.sections.get("modules-sys")
+    sys_listed = fallback is not None and fallback.status == 0 and fallback.output.strip()
     return {
-        "modules": r.parse(modules_section(r.sections), parse_proc_modules) or frozenset(),
+        "modules": r.parse("modules-sys" if sys_listed else "modules", parse_proc_modules) or frozenset(),
         "module_params": {f"{module}.{param}": r.parse(f"param:{module}.{param}", parse_single_line,
                                                        quiet=True) for module, param in plan.module_params},
         "dkms": dkms.entries,

@@ -137,8 +137,7 @@ def conf_files(plan: FactPlan) -> list[FileRead]:
 
 
 def facts(r: Reader, plan: FactPlan) -> dict[str, Any]:
-    """NCCL's `NodeFacts` fields: the library's sha256 and nccl.conf's text (none through a
-    link), from what the files were read as (`files.facts`)."""
+    """NCCL's `NodeFacts` fields: the library's sha256 and nccl.conf's text (`files.facts`'s)."""
     links = r.facts["links"]
     return {
         "nccl_library_sha256": r.facts["file_sha256"].get(plan.nccl_library_path or ""),

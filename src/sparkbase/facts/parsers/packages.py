@@ -36,7 +36,6 @@ def sections(plan: FactPlan) -> list[Read]:
 
 
 def facts(r: Reader, plan: FactPlan) -> dict[str, Any]:
-    """The packages' `NodeFacts` field (whatever dpkg-query's status: a package it does not
-    know makes it fail)."""
+    """The packages' `NodeFacts` field, whatever dpkg-query's status (an unknown package fails it)."""
     dpkg = r.sections.get("dpkg")
     return {"packages": parse_dpkg_query(dpkg.output) if dpkg is not None else {}}

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
+from contextlib import suppress
 from typing import Any
 
 from sparkbase.facts.model import MokCertificate, SecureBoot
 from sparkbase.facts.parsers.lines import node_lines
-from sparkbase.facts.script import FactPlan, Read, Reader, cmd
+from sparkbase.facts.script import FactPlan, Read, Reader, cmd, fixed
 
 _FINGERPRINT = re.compile(r"^SHA1 Fingerprint:\s*(?P<fp>[0-9A-Fa-f:]+)\s*$")
 _SERIAL_INLINE = re.compile(r"^Serial Number:\s*(?P<dec>\d+)\s*\(0x(?P<hex>[0-9A-Fa-f]+)\)")
@@ -106,14 +107,12 @@ def parse_mok_enrolled(text: str) -> tuple[str, ...]:
     return tuple(cert.fingerprint for cert in parse_mok_certificates(text))
 
 
-def state_sections(plan: FactPlan) -> list[Read]:
-    """Whether Secure Boot is on."""
-    return [("sb-state", cmd("mokutil", "--sb-state"))]
+#: whether Secure Boot is on
+state_sections = fixed(("sb-state", cmd("mokutil", "--sb-state")))
 
 
 def key_sections(plan: FactPlan) -> list[Read]:
-    """The enrolled MOK keys, and those imported but not yet enrolled (`mokutil --list-new`
-    exits 1, `MokNew is empty`, when none is), when the plan asks them."""
+    """The enrolled MOK keys, and those imported but not yet enrolled, when the plan asks."""
     if not plan.mok_keys:
         return []
     return [("mok-enrolled", cmd("mokutil", "--list-enrolled")), ("mok-new", cmd("mokutil", "--list-new"))]
@@ -133,10 +132,8 @@ def _secure_boot(r: Reader) -> SecureBoot | None:
     fails, which is an answer too; anything else unreadable is an error."""
     section = r.sections.get("sb-state")
     if section is not None:
-        try:
+        with suppress(ValueError):
             return parse_sb_state(section.output + section.stderr)
-        except ValueError:
-            pass
     return r.parse("sb-state", parse_sb_state)
 
 

@@ -54,13 +54,9 @@ def parse_need_daemon_reload(text: str, unit: str) -> bool | None:
     return {"yes": True, "no": False}.get(value or "")
 
 
-def _units(plan: FactPlan) -> list[str]:
-    return [*plan.units, *([plan.slice_unit] if plan.slice_unit else [])]
-
-
 def sections(plan: FactPlan) -> list[Read]:
     """The state of each unit the plan names, and the CPUs its cpuset slice allows."""
-    units = _units(plan)
+    units = [*plan.units, *([plan.slice_unit] if plan.slice_unit else [])]
     if not units:
         return []
     return [("units", cmd("systemctl", "show", "-p", "UnitFileState", "-p", "ActiveState",
@@ -69,7 +65,7 @@ def sections(plan: FactPlan) -> list[Read]:
 
 def facts(r: Reader, plan: FactPlan) -> dict[str, Any]:
     """The units' `NodeFacts` fields, and the CPUs the cpuset's slice allows."""
-    units = _units(plan)
+    units = [*plan.units, *([plan.slice_unit] if plan.slice_unit else [])]
     shown = r.parse("units", lambda text: parse_systemctl_show(text, units)) or {}
     allowed = shown.get(plan.slice_unit or "", {}).get("AllowedCPUs") if plan.slice_unit else None
     return {
