@@ -9,7 +9,7 @@ files left are read in byte order of their names, whatever their directory, each
 amending the earlier (mappings merged, sequences such as `addresses` appended). So two files
 that both name a port both configure it, and the port carries both files' addresses.
 
-`parse_netplan_listing` reads what `facts.script.NETPLAN_FILES_COMMAND` prints (every file's
+`parse_netplan_listing` reads what `NETPLAN_FILES_COMMAND` (below) prints (every file's
 name, mode and exact bytes, base64); `effective_sources` applies the shadowing;
 `parse_netplan_yaml` reads one file (safe loading, bounded) into the interfaces each of its
 definitions configures, as netplan's parser (src/parse.c `handle_network_type`) reads them:
