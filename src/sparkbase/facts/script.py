@@ -314,8 +314,7 @@ def unfinished_section(text: str, marker: str) -> str | None:
 
 
 class Reader:
-    """Applies parsers to sections, collecting what failed instead of raising; `facts` holds
-    the `NodeFacts` fields the areas before have read (an area may read another's)."""
+    """Applies parsers to sections, collecting what failed; `facts`: the fields read so far."""
 
     def __init__(self, sections: Sections) -> None:
         self.sections = sections

@@ -226,10 +226,10 @@ grub_files = fixed(("grub-cfg", (GRUB_CFG,)), ("grubenv", (GRUBENV,)))
 
 def facts(r: Reader, plan: FactPlan) -> dict[str, Any]:
     """The kernel's `NodeFacts` fields."""
-    uname = r.parse("uname", parse_uname_rm)
+    release, machine = r.parse("uname", parse_uname_rm) or (None, None)
     return {
-        "kernel_release": uname[0] if uname else None,
-        "machine": uname[1] if uname else None,
+        "kernel_release": release,
+        "machine": machine,
         "page_size": r.parse("pagesize", parse_page_size),
         "cmdline": r.parse("cmdline", parse_cmdline) or (),
         "grub": _grub(r, plan),

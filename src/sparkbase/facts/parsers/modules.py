@@ -151,14 +151,10 @@ sys_sections = fixed(("modules-sys", MODULES_SYS_COMMAND))
 
 def dkms_sections(plan: FactPlan) -> list[Read]:
     """`dkms status`, and `modinfo` of the memory saver's and the fan control's modules."""
-    out: list[Read] = []
-    if plan.memory_saver_module or plan.fan_module or plan.dkms_status:
-        out.append(("dkms", cmd("dkms", "status")))
-    if plan.memory_saver_module:
-        out.append(("modinfo", cmd("modinfo", plan.memory_saver_module)))
-    if plan.fan_module:
-        out.append(("modinfo-fan", cmd("modinfo", plan.fan_module)))
-    return out
+    asked = plan.memory_saver_module or plan.fan_module or plan.dkms_status
+    return [*([("dkms", cmd("dkms", "status"))] if asked else []),
+            *([("modinfo", cmd("modinfo", plan.memory_saver_module))] if plan.memory_saver_module else []),
+            *([("modinfo-fan", cmd("modinfo", plan.fan_module))] if plan.fan_module else [])]
 
 
 def read_modinfo(sections: Sections, name: str) -> ModuleInfo | None:

@@ -141,9 +141,7 @@ def _mok_pending(r: Reader) -> tuple[MokCertificate, ...]:
     """`mokutil --list-new`: the imported certificates not yet enrolled (it exits 1 and says
     `MokNew is empty` when there are none; an unreadable answer counts as none)."""
     section = r.sections.get("mok-new")
-    if section is None or section.status != 0:
-        return ()
-    try:
-        return parse_mok_certificates(section.output)
-    except ValueError:
-        return ()
+    if section is not None and section.status == 0:
+        with suppress(ValueError):
+            return parse_mok_certificates(section.output)
+    return ()

@@ -57,10 +57,8 @@ def parse_need_daemon_reload(text: str, unit: str) -> bool | None:
 def sections(plan: FactPlan) -> list[Read]:
     """The state of each unit the plan names, and the CPUs its cpuset slice allows."""
     units = [*plan.units, *([plan.slice_unit] if plan.slice_unit else [])]
-    if not units:
-        return []
-    return [("units", cmd("systemctl", "show", "-p", "UnitFileState", "-p", "ActiveState",
-                          "-p", "AllowedCPUs", *units))]
+    show = ("systemctl", "show", "-p", "UnitFileState", "-p", "ActiveState", "-p", "AllowedCPUs")
+    return [("units", cmd(*show, *units))] if units else []
 
 
 def facts(r: Reader, plan: FactPlan) -> dict[str, Any]:
