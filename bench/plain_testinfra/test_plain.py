@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 
 from sparkbase.facts.model import Gid as GidFacts
-from sparkbase.facts.parsers import parse_cpu_list, parse_fast_cpus, parse_nvidia_smi_query, parse_sb_state
-from sparkbase.facts.parsers.driver import GPU_QUERY
+from sparkbase.facts.parsers.cpuset import parse_cpu_list, parse_fast_cpus
+from sparkbase.facts.parsers.driver import GPU_QUERY, parse_nvidia_smi_query
+from sparkbase.facts.parsers.secure_boot import parse_sb_state
 from sparkbase.policy.gpu_clock import ClockState, judge_clock
 from sparkbase.render import kernel_cmdline, render_node
 

@@ -59,9 +59,9 @@ def compare(out: Path, site_dir: Path, lab: Path, baseline: str, nodes: list[str
     from sparkbase.deploy.reads import fact_plan
     from sparkbase.deploy.session import Options, Session
     from sparkbase.deploy.steps import build_steps
+    from sparkbase.facts.areas import section_names
     from sparkbase.facts.collect import gather_node
     from sparkbase.facts.model import NodeFacts
-    from sparkbase.facts.script import section_names
     from sparkbase.model.site import load_site
 
     site = load_site(site_dir)

@@ -23,7 +23,8 @@ from fleets import ConvergedImage, Fleet, clone_fleet
 from ports import port_base
 
 from sparkbase.deploy.locks import Owner, local_locks
-from sparkbase.facts.parsers import normalise_serial, parse_dpkg_query, parse_mok_certificates
+from sparkbase.facts.parsers.packages import parse_dpkg_query
+from sparkbase.facts.parsers.secure_boot import normalise_serial, parse_mok_certificates
 from sparkbase.model.site import load_site
 from sparkbase.policy.foreign import foreign_for
 from sparkbase.render import render_node

@@ -28,7 +28,7 @@ from sparkbase.audit.registry import CheckResult
 from sparkbase.audit.run import judge_node
 from sparkbase.facts.collect import gather_fleet
 from sparkbase.facts.model import NodeFacts
-from sparkbase.facts.script import CONSOLE_COMMAND, WATCHDOG_COMMAND
+from sparkbase.facts.parsers.host import CONSOLE_COMMAND, WATCHDOG_COMMAND
 from sparkbase.model.site import load_site
 from sparkbase.transport import ssh_targets
 from sparkbase_lab import faults

@@ -19,7 +19,9 @@ from sparkbase.audit.expected import expected_for
 from sparkbase.audit.run import judge_node
 from sparkbase.facts.collect import gather_fleet
 from sparkbase.facts.model import NodeFacts, SecureBoot
-from sparkbase.facts.parsers import normalise_serial, parse_grubenv, parse_modinfo, parse_mok_certificates
+from sparkbase.facts.parsers.kernel import parse_grubenv
+from sparkbase.facts.parsers.modules import parse_modinfo
+from sparkbase.facts.parsers.secure_boot import normalise_serial, parse_mok_certificates
 from sparkbase.model.site import load_site
 from sparkbase.transport import ssh_targets
 from sparkbase_lab import faults

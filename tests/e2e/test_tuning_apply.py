@@ -22,7 +22,7 @@ import fleets
 import pytest
 from ports import port_base
 
-from sparkbase.facts.parsers import parse_governors, parse_nvme_feature
+from sparkbase.facts.parsers.host import parse_governors, parse_nvme_feature
 from sparkbase.model.host import GOVERNOR_UNIT, NVME_COALESCING_UNIT
 from sparkbase.policy.ownership import OWNERSHIP_PATH, Kind, parse_record
 

@@ -17,12 +17,12 @@ from sparkbase.adopt.baselines import adopt_plan
 from sparkbase.adopt.fabric import discover, pci_domain, physical_port, rank_order
 from sparkbase.adopt.lanes import find_lanes, pinned_image
 from sparkbase.cli.adopt import aliases_of, load_starter
+from sparkbase.facts.areas import section_names
 from sparkbase.facts.model import NodeFacts
 from sparkbase.facts.parsers.docker import Container
-from sparkbase.facts.parsers.fabric import parse_gid_table
+from sparkbase.facts.parsers.fabric import GID_TABLE_COMMAND, GID_TABLE_SECTION, parse_gid_table
 from sparkbase.facts.parsers.runtime import ProcCgroup
 from sparkbase.facts.runtime import ServingProcess
-from sparkbase.facts.script import GID_TABLE_COMMAND, GID_TABLE_SECTION, section_names
 from sparkbase.model.site import load_site
 
 REPO = Path(__file__).resolve().parents[2]

@@ -12,9 +12,10 @@ from pathlib import Path
 from test_audit_support import converged_node, shipped
 
 from sparkbase.audit.run import judge_node
+from sparkbase.facts.areas import plan_for
 from sparkbase.facts.assemble import assemble
-from sparkbase.facts.parsers import parse_links
-from sparkbase.facts.script import LINKS_SECTION, Section, Sections, links_command, plan_for, written_paths
+from sparkbase.facts.parsers.files import LINKS_SECTION, links_command, parse_links, written_paths
+from sparkbase.facts.script import Section, Sections
 from sparkbase.render import NCCL_CONF_PATH, render_node
 
 SITE = shipped()

@@ -20,7 +20,8 @@ from sparkbase.facts.model import (
     SwapEntry,
     UnitState,
 )
-from sparkbase.facts.parsers import ConsoleMode, EfiBoot, EfiEntry, parse_grub
+from sparkbase.facts.parsers.host import ConsoleMode, EfiBoot, EfiEntry
+from sparkbase.facts.parsers.kernel import parse_grub
 from sparkbase.model.baseline import Baseline
 from sparkbase.model.host import GOVERNOR_UNIT, NVME_COALESCING_UNIT, coalescing_value
 from sparkbase.model.memory import BOOT_SWAP_UNIT

@@ -11,8 +11,9 @@ from test_audit_support import converged_node, shipped
 
 from sparkbase.audit.expected import expected_for
 from sparkbase.audit.run import judge_node
+from sparkbase.facts.areas import plan_for, sections
 from sparkbase.facts.model import NodeFacts
-from sparkbase.facts.parsers import (
+from sparkbase.facts.parsers.host import (
     ConsoleMode,
     DrmClient,
     EfiBoot,
@@ -23,7 +24,6 @@ from sparkbase.facts.parsers import (
     parse_efibootmgr,
     parse_manager_properties,
 )
-from sparkbase.facts.script import plan_for, sections
 
 SITE = shipped()
 VARIANT = "ds41f-7x-64k"

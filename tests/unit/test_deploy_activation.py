@@ -30,8 +30,9 @@ from sparkbase.deploy.reboot import boot_mismatches, reboot_reasons, stage_comma
 from sparkbase.deploy.steps import Step, build_steps
 from sparkbase.facts.assemble import assemble
 from sparkbase.facts.model import InitramfsCopy, Interface
-from sparkbase.facts.parsers import parse_grub, parse_need_daemon_reload
 from sparkbase.facts.parsers.files import parse_initramfs_copy, parse_staged
+from sparkbase.facts.parsers.kernel import parse_grub
+from sparkbase.facts.parsers.units import parse_need_daemon_reload
 from sparkbase.facts.script import FactPlan, Section, Sections
 from sparkbase.facts.state import NO_IMAGE, UNPACKED, UNREADABLE
 from sparkbase.model.site import load_site

@@ -24,9 +24,11 @@ from sparkbase.deploy.kinds import Writes
 from sparkbase.deploy.reads import fact_plan
 from sparkbase.deploy.reboot import STAGED_PATH
 from sparkbase.deploy.steps import MokFiles, Step, build_steps
+from sparkbase.facts.areas import section_names
 from sparkbase.facts.assemble import assemble
 from sparkbase.facts.model import InitramfsCopy, NetplanListing, NodeFacts
-from sparkbase.facts.script import FSTAB, FactPlan, Sections, section_names
+from sparkbase.facts.parsers.memory import FSTAB
+from sparkbase.facts.script import FactPlan, Sections
 from sparkbase.model.site import Site, load_site
 from sparkbase.policy.ownership import OwnershipRecord
 

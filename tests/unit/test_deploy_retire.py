@@ -32,7 +32,7 @@ from sparkbase.deploy.retire import (
     dkms_builds,
 )
 from sparkbase.deploy.steps import MokFiles, build_steps
-from sparkbase.facts.parsers import parse_dkms_status
+from sparkbase.facts.parsers.modules import parse_dkms_status
 from sparkbase.model.site import Site, load_site
 from sparkbase.policy import ownership
 from sparkbase.policy.foreign import foreign_for

@@ -19,8 +19,8 @@ from sparkbase.deploy.results import NodeResult, NodeStatus, OpResult, Report
 from sparkbase.deploy.steps import Step
 from sparkbase.facts.assemble import assemble
 from sparkbase.facts.model import GrubBoot, MokCertificate, NodeFacts, SecureBoot
-from sparkbase.facts.parsers import parse_sysctl_output
 from sparkbase.facts.parsers.files import parse_file_state
+from sparkbase.facts.parsers.memory import parse_sysctl_output
 from sparkbase.facts.script import (
     FactPlan,
     Section,

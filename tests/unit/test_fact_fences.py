@@ -31,14 +31,16 @@ from pyinfra.context import ctx_host, ctx_state
 from sshd_stub import SshStub
 
 from sparkbase.deploy import node
-from sparkbase.facts import parsers as p
+from sparkbase.facts.areas import build_script
 from sparkbase.facts.collect import gather_node
 from sparkbase.facts.model import NodeFacts, Unreachable
+from sparkbase.facts.parsers.files import expand_files
+from sparkbase.facts.parsers.kernel import parse_cmdline
+from sparkbase.facts.parsers.modules import parse_proc_modules
+from sparkbase.facts.parsers.nccl import parse_kv_conf
 from sparkbase.facts.script import (
     FactPlan,
     SectionError,
-    build_script,
-    expand_files,
     fenced_script,
     marker_stdin,
     new_marker,
@@ -78,20 +80,20 @@ def test_a_forged_cmdline_line_in_an_fstab_comment_stays_in_fstab(breaker: str) 
     found = expand_files(split_sections(text, marker), reads)
     cmdline = found.get("cmdline")
     assert cmdline is not None and cmdline.output == "BOOT_IMAGE=/vmlinuz ro\n"
-    assert p.parse_cmdline(cmdline.output) == ("BOOT_IMAGE=/vmlinuz", "ro")
+    assert parse_cmdline(cmdline.output) == ("BOOT_IMAGE=/vmlinuz", "ro")
     fstab = found.get("fstab")
     assert fstab is not None and fstab.output.count("\n") == 2 and breaker in fstab.output
 
 
 def test_the_kernel_arguments_are_cut_at_ascii_spaces_only() -> None:
     forged = "quiet\u2028init_on_alloc=0\u00a0x"
-    assert p.parse_cmdline(f"ro {forged}\n") == ("ro", forged)
-    assert p.parse_cmdline("ro\tquiet\x0bsplash\n") == ("ro", "quiet", "splash")
+    assert parse_cmdline(f"ro {forged}\n") == ("ro", forged)
+    assert parse_cmdline("ro\tquiet\x0bsplash\n") == ("ro", "quiet", "splash")
 
 
 def test_parsers_keep_one_line_per_newline() -> None:
-    assert p.parse_kv_conf("NCCL_A=1\u2028NCCL_B=2\n") == {"NCCL_A": "1\u2028NCCL_B=2"}
-    assert p.parse_proc_modules("nvidia 1 0\u2028forged 1 0\n") == frozenset({"nvidia"})
+    assert parse_kv_conf("NCCL_A=1\u2028NCCL_B=2\n") == {"NCCL_A": "1\u2028NCCL_B=2"}
+    assert parse_proc_modules("nvidia 1 0\u2028forged 1 0\n") == frozenset({"nvidia"})
 
 
 # --- fences -----------------------------------------------------------------------------

@@ -310,7 +310,7 @@ def test_a_fallback_without_its_entry_or_package_fails(site: Site) -> None:
 
 def test_the_factory_swap_judged_from_the_real_fstab(site: Site) -> None:
     from sparkbase.facts.model import SwapEntry
-    from sparkbase.facts.parsers import parse_fstab
+    from sparkbase.facts.parsers.memory import parse_fstab
 
     as_installed = parse_fstab(REAL_FSTAB)
     marked = parse_fstab(REAL_FSTAB.replace(FACTORY_LINE, NOAUTO_LINE))
@@ -339,7 +339,7 @@ def test_swapon_is_read_for_the_factory_swap_only_when_judged(site: Site) -> Non
 
 
 def test_a_site_node_left_noauto_by_another_baseline_is_warned(site: Site) -> None:
-    from sparkbase.facts.parsers import parse_fstab
+    from sparkbase.facts.parsers.memory import parse_fstab
 
     marked = parse_fstab(REAL_FSTAB.replace(FACTORY_LINE, NOAUTO_LINE))
     status, seen = _judge(site, SITE_BASELINE, "memory.swap.factory_foreign", fstab=marked)

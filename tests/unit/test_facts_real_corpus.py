@@ -1,13 +1,15 @@
 """Every parser against the real-output corpus (tests/fixtures/real/): each sample parses
 to the verdict a person wrote for it in verdicts.yaml, and every sample has a verdict.
 
-Fact samples name a parser of `sparkbase.facts.parsers`; engine metrics samples name a
+Fact samples name a parser of a module of `sparkbase.facts.parsers`; engine metrics samples name a
 `reader` (below): the scrape read by `sparkbase.gate.metrics` and then by what the
 re-open triggers do with it."""
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import pkgutil
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,10 @@ REAL = Path(__file__).parents[1] / "fixtures" / "real"
 #: files of the corpus that are not samples
 NOT_SAMPLES = {"SOURCE.md", "verdicts.yaml"}
 SAMPLES: list[dict[str, Any]] = YAML(typ="safe").load((REAL / "verdicts.yaml").read_text())["samples"]
+
+#: the modules of `sparkbase.facts.parsers`, where a sample's parser is found by its name
+PARSER_MODULES = [importlib.import_module(f"{parsers.__name__}.{info.name}")
+                  for info in pkgutil.iter_modules(parsers.__path__)]
 
 
 def plain(value: Any) -> Any:
@@ -174,7 +180,8 @@ def test_every_sample_has_a_verdict_and_a_source() -> None:
 
 @pytest.mark.parametrize("sample", [s for s in SAMPLES if s.get("parser")], ids=_id)
 def test_sample_parses_to_the_verdict(sample: dict[str, Any]) -> None:
-    parser = getattr(parsers, sample["parser"])
+    name = sample["parser"]
+    parser = next(vars(module)[name] for module in PARSER_MODULES if name in vars(module))
     text, args = _text(sample), _args(sample)
     if sample["expect"] == "error":
         with pytest.raises(ValueError):

@@ -9,19 +9,11 @@ from pathlib import Path
 import pytest
 
 from sparkbase.audit.expected import expected_for
+from sparkbase.facts.areas import build_script, file_reads, plan_for, sections
 from sparkbase.facts.assemble import assemble
 from sparkbase.facts.model import SecureBoot, UnitState
-from sparkbase.facts.script import (
-    Section,
-    build_script,
-    expand_files,
-    file_reads,
-    marker_stdin,
-    new_marker,
-    plan_for,
-    sections,
-    split_sections,
-)
+from sparkbase.facts.parsers.files import expand_files
+from sparkbase.facts.script import Section, marker_stdin, new_marker, split_sections
 from sparkbase.model.site import Site, load_site
 
 REPO = Path(__file__).parents[2]

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from sparkbase.facts.model import ModuleInfo, MokCertificate
-from sparkbase.facts.parsers import normalise_serial, parse_modinfo, parse_mok_certificates
+from sparkbase.facts.parsers.modules import parse_modinfo
+from sparkbase.facts.parsers.secure_boot import normalise_serial, parse_mok_certificates
 from sparkbase.facts.signing import judge_signature
 
 REAL = Path(__file__).parents[1] / "fixtures" / "real"

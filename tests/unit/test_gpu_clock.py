@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkbase.facts import parsers
 from sparkbase.facts.model import GpuFacts
+from sparkbase.facts.parsers.driver import parse_event_reasons, parse_nvidia_smi_csv, parse_nvidia_smi_query
 from sparkbase.policy.gpu_clock import ClockState, describe, in_latch_band, judge_clock, reason_names
 
 REAL = Path(__file__).parents[1] / "fixtures" / "real"
@@ -47,7 +47,7 @@ CASES = [
 
 @pytest.mark.parametrize(("line", "state"), [(c[1], c[2]) for c in CASES], ids=[c[0] for c in CASES])
 def test_clock_state(line: str, state: ClockState) -> None:
-    assert judge_clock(parsers.parse_nvidia_smi_query(line + "\n", 0)).state is state
+    assert judge_clock(parse_nvidia_smi_query(line + "\n", 0)).state is state
 
 
 def test_a_failed_nvidia_smi_is_unknown_with_its_error() -> None:
@@ -56,10 +56,10 @@ def test_a_failed_nvidia_smi_is_unknown_with_its_error() -> None:
 
 
 def test_reading_in_words() -> None:
-    gpu = parsers.parse_nvidia_smi_query("580.126.09, 611, 10.12, 98, 0x0000000000000000\n", 0)
+    gpu = parse_nvidia_smi_query("580.126.09, 611, 10.12, 98, 0x0000000000000000\n", 0)
     assert describe(gpu) == "611 MHz, 10.12 W, 98 % busy, no clock-event reason"
-    assert parsers.parse_event_reasons("0x0000000000000000") == 0
-    capped = parsers.parse_nvidia_smi_query("580.126.09, 800, 10.5, 99, 0x0000000000001004\n", 0)
+    assert parse_event_reasons("0x0000000000000000") == 0
+    capped = parse_nvidia_smi_query("580.126.09, 800, 10.5, 99, 0x0000000000001004\n", 0)
     assert describe(capped).endswith("reasons: SW power cap, reason bits 0x1000")
 
 
@@ -68,8 +68,8 @@ def test_the_real_bitmask_names_every_reason() -> None:
     text = (
         REAL / "nvidia-smi__query-gpu_clocks_throttle_reasons.supported__csv__GTX1080__nvidia-settings-80.txt"
     )
-    row = parsers.parse_nvidia_smi_csv(text.read_text(), ["clocks_throttle_reasons.supported"])[0]
-    mask = parsers.parse_event_reasons(row["clocks_throttle_reasons.supported"])
+    row = parse_nvidia_smi_csv(text.read_text(), ["clocks_throttle_reasons.supported"])[0]
+    mask = parse_event_reasons(row["clocks_throttle_reasons.supported"])
     assert (
         mask == 0x1FF and len(reason_names(mask)) == 9 and "reason bits" not in " ".join(reason_names(mask))
     )
@@ -96,13 +96,13 @@ def test_the_lab_answers_the_fact_query_as_each_state(
     assert (
         cmd_gpu.cmd_nvidia_smi(["--query-gpu=" + ",".join(GPU_QUERY), "--format=csv,noheader,nounits"]) == 0
     )
-    assert judge_clock(parsers.parse_nvidia_smi_query(capsys.readouterr().out, 0)).state is state
+    assert judge_clock(parse_nvidia_smi_query(capsys.readouterr().out, 0)).state is state
 
 
 def test_an_idle_reading_in_the_latch_band_says_a_probe_would_tell() -> None:
-    idle_in_band = parsers.parse_nvidia_smi_query("580.126.09, 611, 10.12, 0, 0x0\n", 0)
+    idle_in_band = parse_nvidia_smi_query("580.126.09, 611, 10.12, 0, 0x0\n", 0)
     assert judge_clock(idle_in_band).state is ClockState.IDLE and in_latch_band(idle_in_band)
-    normal_idle = parsers.parse_nvidia_smi_query("580.126.09, 562, 4.05, 0, 0x1\n", 0)
+    normal_idle = parse_nvidia_smi_query("580.126.09, 562, 4.05, 0, 0x1\n", 0)
     assert not in_latch_band(normal_idle)
 
 
@@ -121,7 +121,8 @@ def test_the_reading_is_taken_under_the_lanes_probe(tmp_path: Path) -> None:
     import subprocess
     import time
 
-    from sparkbase.facts.script import FactPlan, gpu_command
+    from sparkbase.facts.parsers.driver import gpu_command
+    from sparkbase.facts.script import FactPlan
 
     (tmp_path / "nvidia-smi").write_text(FAKE_SMI)
     (tmp_path / "nvidia-smi").chmod(0o755)

@@ -182,7 +182,7 @@ def test_manager_time_spans_print_as_systemctl_show_does(written: str, shown: st
 
 def test_manager_watchdog_properties_read_like_the_real_sample(monkeypatch: pytest.MonkeyPatch,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
-    from sparkbase.facts.parsers import parse_manager_properties
+    from sparkbase.facts.parsers.host import parse_manager_properties
 
     conf = {"/etc/systemd/system.conf": "[Manager]\n#RuntimeWatchdogSec=off\n",
             "dropin": "[Manager]\nRuntimeWatchdogSec=60s\nRebootWatchdogSec=10min\n"}
@@ -201,7 +201,7 @@ def test_manager_watchdog_properties_read_like_the_real_sample(monkeypatch: pyte
 def test_efibootmgr_reads_with_the_parser_of_real_samples(monkeypatch: pytest.MonkeyPatch,
                                                           capsys: pytest.CaptureFixture[str],
                                                           fault: str | None) -> None:
-    from sparkbase.facts.parsers import parse_efibootmgr
+    from sparkbase.facts.parsers.host import parse_efibootmgr
     from sparkbase_lab.shims import cmd_hw
 
     monkeypatch.setattr(cmd_hw, "faults", lambda: {fault: True} if fault else {})
@@ -218,7 +218,7 @@ def test_efibootmgr_reads_with_the_parser_of_real_samples(monkeypatch: pytest.Mo
 def test_drm_clients_print_as_a_7_0_kernel_does() -> None:
     """The header is the real one (the sample's mail quote is one column wider); the fault's row
     has the real row's columns and reads as master."""
-    from sparkbase.facts.parsers import DrmClient, parse_drm_clients_file
+    from sparkbase.facts.parsers.host import DrmClient, parse_drm_clients_file
     from sparkbase_lab.shims.sysfs import DRM_CLIENTS_HEADER, DRM_MASTER_ROW
 
     name = "sys_kernel_debug_dri_0_clients__name_client-id_columns_logind_master__amd-gfx-2025.txt"

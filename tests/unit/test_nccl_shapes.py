@@ -23,7 +23,7 @@ from test_runtime import section
 from sparkbase.audit.expected import expected_for
 from sparkbase.audit.run import judge_node
 from sparkbase.audit.runtime import LaneProbe, image_library_problems, lane_probe, runtime_results
-from sparkbase.facts.parsers import parse_kv_conf
+from sparkbase.facts.parsers.nccl import parse_kv_conf
 from sparkbase.facts.parsers.runtime import nccl_file_version
 from sparkbase.facts.runtime import read_runtime
 from sparkbase.model.fabric import node_shape

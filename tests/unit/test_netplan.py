@@ -33,6 +33,7 @@ from sparkbase.errors import ConfigError
 from sparkbase.facts.model import NetplanListing, NetplanSource, NodeFacts
 from sparkbase.facts.parsers.fabric import (
     MAX_NETPLAN_BYTES,
+    NETPLAN_FILES_COMMAND,
     effective_sources,
     ethernet_settings,
     load_netplan_yaml,
@@ -40,7 +41,6 @@ from sparkbase.facts.parsers.fabric import (
     parse_netplan_listing,
     parse_netplan_yaml,
 )
-from sparkbase.facts.script import NETPLAN_FILES_COMMAND
 from sparkbase.model.site import Site, load_site
 from sparkbase.policy.netplan import decide_netplan_files, decide_takeover, merge_fabric, sha256_text
 from sparkbase.policy.ownership import Kind, OwnedItem, OwnershipRecord

@@ -17,7 +17,9 @@ from sparkbase.audit.checks.secure_boot import secure_boot_outcome
 from sparkbase.audit.registry import Subject
 from sparkbase.audit.run import judge_node
 from sparkbase.facts.model import DkmsEntry, NodeFacts, SecureBoot
-from sparkbase.facts.parsers import parse_cmdline, parse_dkms_status, parse_sb_state
+from sparkbase.facts.parsers.kernel import parse_cmdline
+from sparkbase.facts.parsers.modules import parse_dkms_status
+from sparkbase.facts.parsers.secure_boot import parse_sb_state
 from sparkbase.gate.lane_metrics import key_figures
 from sparkbase.gate.metrics import parse_scrapes
 from sparkbase.gate.triggers import QUIET, UNKNOWN, evaluate

@@ -14,7 +14,7 @@ from sparkbase.audit.expected import Expected
 from sparkbase.audit.registry import CheckResult
 from sparkbase.deploy.operations.host import decide_coalescing_off, decide_coalescing_on, decide_governor
 from sparkbase.facts.model import NodeFacts, UnitState
-from sparkbase.facts.parsers import parse_nvme_feature
+from sparkbase.facts.parsers.host import parse_nvme_feature
 from sparkbase.model.host import GOVERNOR_UNIT, NVME_COALESCING_SCRIPT, NVME_COALESCING_UNIT
 from sparkbase.model.provenance import RecipeSource
 from sparkbase.model.rules import baseline_findings

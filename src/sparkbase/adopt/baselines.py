@@ -26,11 +26,12 @@ from sparkbase.adopt.fabric import NodeFabric
 from sparkbase.adopt.lanes import ENGINE_MATCHES, FoundLane
 from sparkbase.capture import capture_plan, captured_values, round_trip_yaml, write_captured
 from sparkbase.capture.core import Capture, Captured
+from sparkbase.facts.areas import plan_for
 from sparkbase.facts.model import NodeFacts
 from sparkbase.facts.parsers.cpuset import format_cpu_list
 from sparkbase.facts.parsers.fabric import effective_sources
 from sparkbase.facts.parsers.nccl import parse_nccl_conf
-from sparkbase.facts.script import FactPlan, plan_for
+from sparkbase.facts.script import FactPlan
 from sparkbase.model.baseline import Baseline
 from sparkbase.model.nccl import TYPED_NCCL_KEYS
 from sparkbase.model.netplan import SPARKBASE_NETPLAN_PATH

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from sparkbase.facts.script import FactPlan, plan_for
+from sparkbase.facts.areas import plan_for
+from sparkbase.facts.script import FactPlan
 from sparkbase.model.baseline import Baseline
 from sparkbase.model.fabric import node_gid_index
 from sparkbase.model.site import Site

@@ -137,15 +137,10 @@ class SparkbaseSession:
     def _gather(self, host: Any, alias: str) -> FactsResult:
         """Run the fact script on the host (over sparkbase's client for paramiko, through
         testinfra's OpenSSH backend otherwise) and read its sections."""
+        from sparkbase.facts.areas import build_script, section_names
         from sparkbase.facts.assemble import assemble
         from sparkbase.facts.model import Unreachable
-        from sparkbase.facts.script import (
-            build_script,
-            marker_stdin,
-            new_marker,
-            section_names,
-            split_sections,
-        )
+        from sparkbase.facts.script import marker_stdin, new_marker, split_sections
         from sparkbase.transport import FailureKind
         from sparkbase.transport.client import run_command
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from sparkbase.facts.parsers.fabric import Fabric
-from sparkbase.facts.script import GRUB_CFG
+from sparkbase.facts.parsers.kernel import GRUB_CFG
 from sparkbase.policy.fstab import FSTAB
 
 if TYPE_CHECKING:

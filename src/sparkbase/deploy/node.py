@@ -37,9 +37,10 @@ from weakref import WeakKeyDictionary
 from pyinfra.api.facts import FactBase
 from pyinfra.context import ctx_host, host, state
 
+from sparkbase.facts.areas import build_script
 from sparkbase.facts.collect import read_answer
 from sparkbase.facts.model import NodeFacts, Unreachable
-from sparkbase.facts.script import FactPlan, build_script, marker_stdin, new_marker, unfinished_section
+from sparkbase.facts.script import FactPlan, marker_stdin, new_marker, unfinished_section
 from sparkbase.policy.ownership import OwnershipRecord, RecordUnreadable
 from sparkbase.transport.failure import FailureKind, NodeFailure, TransportError, failure
 

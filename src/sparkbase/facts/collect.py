@@ -14,19 +14,18 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
+from sparkbase.facts.areas import build_script, section_names
+from sparkbase.facts.areas import sections as script_sections
 from sparkbase.facts.assemble import assemble
 from sparkbase.facts.model import FactsResult, Unreachable
 from sparkbase.facts.script import (
     FactPlan,
     SectionError,
-    build_script,
     marker_stdin,
     new_marker,
-    section_names,
     split_sections,
     unfinished_section,
 )
-from sparkbase.facts.script import sections as script_sections
 from sparkbase.transport.client import connect, run_command
 from sparkbase.transport.failure import CommandFailed, FailureKind, TransportError
 

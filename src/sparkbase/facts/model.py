@@ -348,7 +348,7 @@ class NodeFacts:
     slice_allowed_cpus: frozenset[int] | None = None  # the slice's `AllowedCPUs=`, as a set
     file_sha256: dict[str, str | None] = field(default_factory=dict)
     #: files sparkbase writes that are symbolic links -> where they point: never read through
-    #: (their hash and text are left out, `facts/script.links_command`)
+    #: (their hash and text are left out, `facts/parsers/files.links_command`)
     links: dict[str, str] = field(default_factory=dict)
     nccl_library_sha256: str | None = None
     nccl_conf: str | None = None

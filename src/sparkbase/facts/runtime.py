@@ -24,6 +24,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from sparkbase.facts.parsers.docker import (
     Container,
@@ -49,6 +50,7 @@ from sparkbase.facts.parsers.runtime import (
     parse_status_cpus,
     parse_status_ppid,
 )
+from sparkbase.facts.script import FactPlan, Read, Reader
 
 #: the fact script section that holds every runtime record
 RUNTIME_SECTION = "runtime"
@@ -519,3 +521,19 @@ def read_runtime(section_text: str, names: Sequence[str] = ()) -> RuntimeFacts:
     asked = asked_containers(processes, names)
     containers, errors = _containers(records.tools, asked) if asked else ({}, {})
     return RuntimeFacts(tuple(processes), containers, errors)
+
+
+def sections(plan: FactPlan) -> list[Read]:
+    """The lanes' serving processes and containers, when the plan names any."""
+    if not (plan.serving_matches or plan.serving_containers):
+        return []
+    return [(RUNTIME_SECTION, probe_command(plan.serving_matches, plan.serving_containers))]
+
+
+def facts(r: Reader, plan: FactPlan) -> dict[str, Any]:
+    """The serving processes' and containers' `NodeFacts` fields (none asked: none)."""
+    found = RuntimeFacts((), {}, {})
+    if (plan.serving_matches or plan.serving_containers) and not plan.core_only:
+        found = r.parse(RUNTIME_SECTION, lambda text: read_runtime(text, plan.serving_containers)) or found
+    return {"serving": found.processes, "containers": found.containers,
+            "container_errors": found.container_errors}

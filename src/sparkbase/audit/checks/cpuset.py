@@ -6,7 +6,7 @@ from sparkbase.audit.checks.common import apply_fix, unknown
 from sparkbase.audit.expected import Expected
 from sparkbase.audit.registry import Outcome, Subject, fail, node_check, ok, skip
 from sparkbase.facts.model import NodeFacts
-from sparkbase.facts.parsers import format_cpu_list
+from sparkbase.facts.parsers.cpuset import format_cpu_list
 
 
 @node_check("cpuset.slice", "cpuset", "the serving slice is pinned to the fast cores", section="cpuset")

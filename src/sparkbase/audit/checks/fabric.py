@@ -8,8 +8,7 @@ from sparkbase.audit.checks.common import apply_fix, linked, unknown
 from sparkbase.audit.expected import Expected
 from sparkbase.audit.registry import Outcome, Subject, fail, node_check, ok, skip
 from sparkbase.facts.model import NodeFacts
-from sparkbase.facts.parsers.fabric import fabric_differences, found_settings
-from sparkbase.facts.script import NETPLAN_SECTION
+from sparkbase.facts.parsers.fabric import NETPLAN_SECTION, fabric_differences, found_settings
 from sparkbase.render import fabric_ethernets, fabric_netplan_path
 
 

@@ -30,8 +30,15 @@ from sparkbase.audit.checks.common import (
 from sparkbase.audit.expected import Expected
 from sparkbase.audit.registry import Outcome, Subject, fail, node_check, ok, skip
 from sparkbase.facts.model import NodeFacts, UnitState
-from sparkbase.facts.parsers import EfiBoot, dgx_os_version, format_cpu_list
-from sparkbase.model.host import GOVERNOR_UNIT, NVME_COALESCING_SCRIPT, NVME_COALESCING_UNIT, coalescing_value
+from sparkbase.facts.parsers.cpuset import format_cpu_list
+from sparkbase.facts.parsers.host import EfiBoot
+from sparkbase.facts.parsers.os_release import dgx_os_version
+from sparkbase.model.host import (
+    GOVERNOR_UNIT,
+    NVME_COALESCING_SCRIPT,
+    NVME_COALESCING_UNIT,
+    coalescing_value,
+)
 
 #: the manager properties the watchdog check reads, in the order shown
 WATCHDOG_PROPERTIES = ("RuntimeWatchdogUSec", "RebootWatchdogUSec")

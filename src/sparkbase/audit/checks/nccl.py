@@ -6,7 +6,7 @@ from sparkbase.audit.checks.common import apply_fix, linked
 from sparkbase.audit.expected import Expected
 from sparkbase.audit.registry import Outcome, Subject, fail, node_check, ok, skip
 from sparkbase.facts.model import NodeFacts
-from sparkbase.facts.parsers import parse_kv_conf, parse_nccl_conf
+from sparkbase.facts.parsers.nccl import parse_kv_conf, parse_nccl_conf
 from sparkbase.render import NCCL_CONF_PATH
 
 

@@ -22,8 +22,7 @@ from sparkbase.deploy.node import node_facts, owned_record
 from sparkbase.deploy.operations.base import atomic_upload, cmd, guard, noop, refuse_unless_writable
 from sparkbase.deploy.operations.record import forget, remember
 from sparkbase.facts.model import NetplanListing
-from sparkbase.facts.parsers.fabric import Fabric
-from sparkbase.facts.script import NETPLAN_SECTION
+from sparkbase.facts.parsers.fabric import NETPLAN_SECTION, Fabric
 from sparkbase.policy.netplan import (
     NetplanFilesDecision,
     TakeoverDecision,

@@ -10,7 +10,7 @@ from pyinfra.api.operation import operation
 from sparkbase.deploy.node import node_facts
 from sparkbase.deploy.operations.base import changed, noop
 from sparkbase.facts.model import GrubBoot
-from sparkbase.facts.script import GRUB_CFG
+from sparkbase.facts.parsers.kernel import GRUB_CFG
 
 
 def grub_stale(grub: GrubBoot, release: str, default_entry: str | None, cmdline: list[str],

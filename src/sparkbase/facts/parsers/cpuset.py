@@ -4,8 +4,10 @@ kernel print them (the cpufreq governors: `host.py`)."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from sparkbase.facts.parsers.lines import node_lines
+from sparkbase.facts.script import FactPlan, Reader, fixed
 
 #: `CPU part` of the GB10's Cortex-X925 (fast) cores
 FAST_CPU_PART = "0xd85"
@@ -56,3 +58,12 @@ def format_cpu_list(cpus: frozenset[int] | set[int]) -> str:
         else:
             ranges.append(str(cpu))
     return ",".join(ranges)
+
+
+#: /proc/cpuinfo (the slice's CPUs are read with the units: `units.facts`)
+cpuinfo_files = fixed(("cpuinfo", ("/proc/cpuinfo",)))
+
+
+def facts(r: Reader, plan: FactPlan) -> dict[str, Any]:
+    """The cpuset's `NodeFacts` fields."""
+    return {"fast_cpus": r.parse("cpuinfo", parse_fast_cpus) or ()}

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 from sparkbase.facts.model import GpuFacts
 from sparkbase.facts.parsers.lines import node_lines
+from sparkbase.facts.parsers.modules import parse_module_attrs
+from sparkbase.facts.script import FactPlan, Read, Reader, cmd, fixed
+
+#: version and source hash of every loaded NVIDIA module (`MODULE_VERSION` modules only)
+NVIDIA_MODULE_GLOBS = ("/sys/module/nvidia*/version", "/sys/module/nvidia*/srcversion")
 
 #: what nvidia-smi prints for a field the GPU does not report (GB10: memory.*)
 NOT_AVAILABLE = {"[N/A]", "N/A", "[Not Supported]", "Not Supported"}
@@ -88,3 +94,36 @@ def _is_number(text: str | None) -> bool:
     except ValueError:
         return False
     return True
+
+
+def gpu_command(plan: FactPlan) -> str:
+    """One nvidia-smi reading of clock, power, load and clock-event reasons; under the plan's
+    load probe when it names one (the probe runs in the background, bounded by `timeout`,
+    its output discarded, and is stopped once the reading is taken; the section's status is
+    nvidia-smi's)."""
+    query = cmd("nvidia-smi", "--query-gpu=" + ",".join(GPU_QUERY), "--format=csv,noheader,nounits")
+    if not plan.gpu_probe:
+        return query
+    settle = f"{plan.gpu_probe_seconds:g}"
+    bound = f"{plan.gpu_probe_seconds + 30:g}"
+    probe = cmd("timeout", bound, *plan.gpu_probe)
+    return (
+        f"{probe} >/dev/null 2>&1 & p=$!; sleep {settle}; {query}; s=$?; "
+        "kill $p 2>/dev/null; wait $p 2>/dev/null; (exit $s)"
+    )
+
+
+def sections(plan: FactPlan) -> list[Read]:
+    """The GPU's reading."""
+    return [("nvidia-smi", gpu_command(plan))]
+
+
+#: the loaded NVIDIA modules' versions
+module_files = fixed(("nvidia-modules", NVIDIA_MODULE_GLOBS))
+
+
+def facts(r: Reader, plan: FactPlan) -> dict[str, Any]:
+    """The driver's `NodeFacts` fields (nvidia-smi's failure is the GPU's error)."""
+    section = r.sections.get("nvidia-smi")
+    gpu = parse_nvidia_smi_query(section.output, section.status) if section else GpuFacts(error="no answer")
+    return {"gpu": gpu, "nvidia_modules": r.parse("nvidia-modules", parse_module_attrs, quiet=True) or {}}

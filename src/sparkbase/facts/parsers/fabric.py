@@ -9,7 +9,7 @@ files left are read in byte order of their names, whatever their directory, each
 amending the earlier (mappings merged, sequences such as `addresses` appended). So two files
 that both name a port both configure it, and the port carries both files' addresses.
 
-`parse_netplan_listing` reads what `facts.script.NETPLAN_FILES_COMMAND` prints (every file's
+`parse_netplan_listing` reads what `NETPLAN_FILES_COMMAND` (below) prints (every file's
 name, mode and exact bytes, base64); `effective_sources` applies the shadowing;
 `parse_netplan_yaml` reads one file (safe loading, bounded) into the interfaces each of its
 definitions configures, as netplan's parser (src/parse.c `handle_network_type`) reads them:
@@ -30,15 +30,22 @@ import hashlib
 import json
 import posixpath
 import re
+import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sparkbase.facts.model import Gid, GidEntry, Interface, NetplanListing, NetplanSource
-from sparkbase.facts.parsers.lines import node_lines
+from sparkbase.facts.parsers.lines import node_lines, parse_single_line
+from sparkbase.facts.script import FactPlan, FileRead, Read, Reader, cmd, fixed
 from sparkbase.model.netplan import NETPLAN_DIRS
 from sparkbase.model.yamlio import MAX_DEPTH, flow_too_deep
 
+RDMA_CLASS = "/sys/class/infiniband"
+#: the section holding the GID tables (`parse_gid_table`)
+GID_TABLE_SECTION = "gid-table"
+#: the section listing every netplan file (`parse_netplan_listing`)
+NETPLAN_SECTION = "netplan"
 #: the largest netplan file read whole; a larger one is listed, never parsed
 MAX_NETPLAN_BYTES = 64 * 1024
 #: the most files listed (the rest are named as not read)
@@ -382,3 +389,73 @@ def parse_gid_table(text: str) -> tuple[GidEntry, ...]:
         entries.append(GidEntry(hca=where["hca"], port=int(where["port"]), index=int(where["index"]),
                                 gid=Gid(gid=gid, type=kind or None), ndev=ndev or None))
     return tuple(sorted(entries, key=lambda e: (e.hca, e.port, e.index)))
+
+
+#: every filled GID entry of every port of every RDMA device, as `FILE<TAB>GID<TAB>TYPE<TAB>NDEV`
+#: lines: shell builtins only (`read` of each sysfs file, no process per entry), empty slots
+#: (the all-zero GID) skipped; the type and netdev files of a slot the kernel will not describe
+#: fail to read (EINVAL) and leave those fields empty
+GID_TABLE_COMMAND = (
+    f"for f in {RDMA_CLASS}/*/ports/*/gids/*; do "
+    'read -r g <"$f" || continue; '
+    "case $g in 0000:0000:0000:0000:0000:0000:0000:0000) continue;; esac; "
+    'd=${f%/gids/*}; i=${f##*/}; t=; n=; '
+    'read -r t <"$d/gid_attrs/types/$i"; read -r n <"$d/gid_attrs/ndevs/$i"; '
+    "printf '%s\\t%s\\t%s\\t%s\\n' \"$f\" \"$g\" \"$t\" \"$n\"; "
+    "done 2>/dev/null; true"
+)
+
+
+def netplan_files_command() -> str:
+    """Shell text printing one line per `*.yaml` entry of netplan's three directories:
+    `F NAME64 L|- MODE b64:DATA64` for a regular file (its target's, for a link: netplan
+    reads through links; at most MAX_NETPLAN_BYTES + 1 bytes, so a larger one shows as
+    larger), `O NAME64 L|-` for anything else, `MORE` after MAX_NETPLAN_FILES entries.
+    Names and bytes go base64-encoded, so no name or content can forge a line. Exits 0."""
+    globs = " ".join(f"{shlex.quote(directory)}/*.yaml" for directory in NETPLAN_DIRS)
+    b64 = "base64 | tr -d '\\n'"
+    return (
+        f'n=0; for f in {globs}; do {{ [ -e "$f" ] || [ -L "$f" ]; }} || continue; '
+        f'n=$((n+1)); if [ "$n" -gt {MAX_NETPLAN_FILES} ]; then echo MORE; break; fi; '
+        f'm=$(printf %s "$f" | {b64}); if [ -L "$f" ]; then l=L; else l=-; fi; '
+        f'if [ -f "$f" ]; then printf \'F %s %s %s b64:%s\\n\' "$m" "$l" "$(stat -L -c %a -- "$f")" '
+        f'"$(head -c {MAX_NETPLAN_BYTES + 1} -- "$f" | {b64})"; '
+        f'else printf \'O %s %s\\n\' "$m" "$l"; fi; done; true'
+    )
+
+
+NETPLAN_FILES_COMMAND = netplan_files_command()
+
+
+#: the netdevs with their addresses, and the RDMA devices
+address_sections = fixed(("ip-addr", cmd("ip", "-j", "addr", "show")),
+                         ("rdma", cmd("ls", "-1", RDMA_CLASS)))
+
+
+def table_sections(plan: FactPlan) -> list[Read]:
+    """Every GID table, and every netplan file, when the plan asks them."""
+    return [*([(GID_TABLE_SECTION, GID_TABLE_COMMAND)] if plan.gid_tables else []),
+            *([(NETPLAN_SECTION, NETPLAN_FILES_COMMAND)] if plan.netplan_files else [])]
+
+
+def gid_files(plan: FactPlan) -> list[FileRead]:
+    """The GID and GID type at the plan's index, of port 1 of each HCA."""
+    out: list[FileRead] = []
+    for hca in plan.hcas:
+        port, index = f"{RDMA_CLASS}/{hca}/ports/1", plan.gid_index
+        out += [(f"gid:{hca}", (f"{port}/gids/{index}",)),
+                (f"gidtype:{hca}", (f"{port}/gid_attrs/types/{index}",))]
+    return out
+
+
+def facts(r: Reader, plan: FactPlan) -> dict[str, Any]:
+    """The fabric's `NodeFacts` fields."""
+    gids = {hca: Gid(gid=r.parse(f"gid:{hca}", parse_single_line, quiet=True),
+                     type=r.parse(f"gidtype:{hca}", parse_single_line, quiet=True)) for hca in plan.hcas}
+    return {
+        "interfaces": r.parse("ip-addr", parse_ip_addr_json) or {},
+        "rdma_devices": r.parse("rdma", parse_ls, quiet=True) or (),
+        "gids": gids,
+        "gid_table": (r.parse(GID_TABLE_SECTION, parse_gid_table) or ()) if plan.gid_tables else (),
+        "netplan_files": r.parse(NETPLAN_SECTION, parse_netplan_listing) if plan.netplan_files else None,
+    }

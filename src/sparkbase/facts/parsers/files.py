@@ -1,18 +1,23 @@
-"""Parsers of what is at the paths sparkbase writes: a file's state and text, its sha256
-(`sha256sum`), whether it is a link, the stamp, whether one is newer than another, what an
-initramfs packs, what an apply staged for the next boot, a DKMS source tree (the commands are
-in `facts/state.py`)."""
+"""Files: the one `files` section that reads every plain file the areas name (`grep_command`,
+split back by `expand_files`), and what is at the paths sparkbase writes: their sha256
+(`sha256sum`), whether they are links, the stamp; and the parsers of a file's state and text,
+whether one is newer than another, what an initramfs packs, what an apply staged for the next
+boot, a DKMS source tree (those commands are in `facts/state.py`)."""
 
 from __future__ import annotations
 
 import base64
 import binascii
+import fnmatch
 import json
 import re
+import shlex
+from collections.abc import Sequence
 from typing import Any
 
 from sparkbase.facts.model import FileInfo, Found, InitramfsCopy
 from sparkbase.facts.parsers.lines import node_lines
+from sparkbase.facts.script import FILES_SECTION, FactPlan, FileRead, Read, Reader, Section, Sections, cmd
 from sparkbase.facts.state import (
     LEFTOVER,
     LINK,
@@ -144,3 +149,114 @@ def parse_sha256sum(text: str) -> dict[str, str | None]:
         if missing:
             hashes[missing[1]] = None
     return hashes
+
+
+#: the section naming which of the files sparkbase writes are symbolic links
+LINKS_SECTION = "links"
+
+
+def written_paths(plan: FactPlan) -> tuple[str, ...]:
+    """The paths sparkbase writes whose content the audit reads or hashes: the rendered files
+    and the stamp (not the NCCL library, a package's file, which may well be a link)."""
+    paths = [path for path in plan.hashed_paths if path != plan.nccl_library_path]
+    return tuple(dict.fromkeys([*paths, plan.stamp_path]))
+
+
+def links_command(paths: Sequence[str]) -> str:
+    """Shell text printing `PATH<TAB>TARGET` for each of `paths` that is a symbolic link
+    (builtins only, and one `readlink` per link found): the audit never judges a file
+    sparkbase writes by the content of whatever a link points to, nor shows it."""
+    words = " ".join(shlex.quote(path) for path in paths)
+    line = r"""printf '%s\t%s\n' "$f" "$(readlink -- "$f")";"""
+    return f'for f in {words}; do [ -L "$f" ] && {line} done; true'
+
+
+def _is_glob(path: str) -> bool:
+    return any(char in path for char in "*?[")
+
+
+def grep_command(reads: list[FileRead]) -> str:
+    """One grep over every file (globs left for the shell to expand)."""
+    words = [shlex.quote(path) if not _is_glob(path) else path for _, paths in reads for path in paths]
+    return cmd("grep", "-aH", "", "--") + " " + " ".join(words)
+
+
+def stamp_files(plan: FactPlan) -> list[FileRead]:
+    """The stamp sparkbase writes."""
+    return [("stamp", (plan.stamp_path,))]
+
+
+def link_sections(plan: FactPlan) -> list[Read]:
+    """Which of the files sparkbase writes are symbolic links."""
+    written = written_paths(plan)
+    return [(LINKS_SECTION, links_command(written))] if written else []
+
+
+def hash_sections(plan: FactPlan) -> list[Read]:
+    """The sha256 of every hashed path."""
+    return [("sha256", cmd("sha256sum", "--", *plan.hashed_paths))] if plan.hashed_paths else []
+
+
+def facts(r: Reader, plan: FactPlan) -> dict[str, Any]:
+    """The files' `NodeFacts` fields: no file is hashed or read through a link."""
+    links = (r.parse(LINKS_SECTION, parse_links, quiet=True) or {}) if r.sections.get(LINKS_SECTION) else {}
+    sha256 = r.sections.get("sha256")
+    found = parse_sha256sum(sha256.output) if sha256 is not None else {}
+    stamp = r.parse("stamp", parse_stamp, quiet=True) if r.sections.get("stamp") else None
+    return {
+        "links": links,
+        "file_sha256": {path: None if path in links else found.get(path) for path in plan.hashed_paths},
+        "stamp": stamp if plan.stamp_path not in links else None,
+    }
+
+
+_GREP_ERROR = re.compile(r"^grep: (?P<path>.+?): (?P<reason>[^:]+)$")
+
+
+def expand_files(found: Sections, reads: list[FileRead]) -> Sections:
+    """Split the `files` section into one section per file read (pure).
+
+    A file's section holds its lines (status 0), or grep's message about it (status 2:
+    missing, unreadable). A glob section holds the `FILE:line` lines of every file the
+    glob matched. Sections already present (an answer from an older script, one `cat`
+    per file) are kept as they are.
+    """
+    section = found.get(FILES_SECTION)
+    if section is None:
+        return found
+    exact = {path: name for name, paths in reads for path in paths if not _is_glob(path)}
+    globs = [(pattern, name) for name, paths in reads for pattern in paths if _is_glob(pattern)]
+    colon_paths = sorted((path for path in exact if ":" in path), key=len, reverse=True)
+    lines: dict[str, list[str]] = {name: [] for name, _ in reads}
+    errors: dict[str, list[str]] = {}
+    for line in node_lines(section.output):
+        error = _GREP_ERROR.match(line)
+        if error is not None:
+            path = error["path"]
+            name = exact.get(path) or next((n for pattern, n in globs if pattern == path), None)
+            if name is not None:
+                errors.setdefault(name, []).append(line)
+            continue
+        # a path with a colon in it is matched whole, before the first colon is tried
+        path = next((p for p in colon_paths if line.startswith(p + ":")), None)
+        if path is None:
+            path = line.partition(":")[0]
+        if path in exact:
+            lines[exact[path]].append(line[len(path) + 1 :])
+            continue
+        name = next((n for pattern, n in globs if fnmatch.fnmatchcase(path, pattern)), None)
+        if name is not None:
+            lines[name].append(line)
+    expanded = Sections(dict(found.by_name))
+    for name, _paths in reads:
+        if name in found.by_name:
+            continue
+        if lines[name]:
+            expanded.by_name[name] = Section("\n".join(lines[name]) + "\n", 0)
+        elif name in errors:
+            expanded.by_name[name] = Section("\n".join(errors[name]), 2)
+        elif section.status in {0, 1, 2}:
+            expanded.by_name[name] = Section("", 0)  # an empty file
+        else:
+            expanded.by_name[name] = Section(section.output[-200:], section.status)
+    return expanded

@@ -9,8 +9,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
-from sparkbase.facts.parsers.lines import node_lines, node_words
+from sparkbase.facts.parsers.lines import node_lines, node_words, parse_single_line
+from sparkbase.facts.parsers.os_release import parse_os_release
+from sparkbase.facts.script import FactPlan, Read, Reader, cmd, fixed
+from sparkbase.model.host import NVME_COALESCING_FEATURE, NVME_DEVICE
+
+GOVERNOR_GLOB = "/sys/devices/system/cpu/cpu[0-9]*/cpufreq/scaling_governor"
+DGX_RELEASE = "/etc/dgx-release"
 
 #: `Boot0001* ubuntu` (`*`: active), then, with `-v`, a tab (efibootmgr 17+) or spaces (older)
 #: and the device path
@@ -220,3 +227,77 @@ def parse_nvme_feature(text: str, feature: int | None = None) -> int:
         return int(match["value"], 16)
     first = next((line.strip() for line in node_lines(text) if line.strip()), "(no output)")
     raise ValueError(f"not a get-feature answer: {first[:120]}")
+
+
+#: the interrupt-coalescing feature, read as the recipe reads it (spark-ds41f
+#: experiments/2026-10-02-nvme-coalescing/run.sh, 3df77d2e)
+NVME_COALESCING_COMMAND = cmd("nvme", "get-feature", NVME_DEVICE, "-f", f"{NVME_COALESCING_FEATURE:#04x}")
+#: `CARD<TAB>LINK` for each DRM card (`card0`, not its connectors `card0-HDMI-A-1`) whose device
+#: has a driver: where `/sys/class/drm/CARD/device/driver` points (builtins and `readlink`)
+DRM_DRIVERS_COMMAND = (
+    "for c in /sys/class/drm/card*; do n=${c##*/}; case $n in *-*) continue;; esac; "
+    '[ -e "$c/device/driver" ] && printf \'%s\\t%s\\n\' "$n" "$(readlink -- "$c/device/driver")"; '
+    "done; true"
+)
+#: `CARD<TAB>LINE` for each line of each DRM card's clients file in debugfs (who holds DRM
+#: master: the recipe's bin/spark, 0161d716, reads /sys/kernel/debug/dri/N/clients), or
+#: `CARD<TAB>(unreadable)` when the file cannot be read (debugfs not mounted, not root)
+DRM_CLIENTS_COMMAND = (
+    "for c in /sys/class/drm/card*; do [ -e \"$c\" ] || continue; n=${c##*/card}; "
+    "case $n in *-*) continue;; esac; "
+    'awk -v c="card$n" \'{print c "\\t" $0}\' "/sys/kernel/debug/dri/$n/clients" 2>/dev/null '
+    "|| printf 'card%s\\t(unreadable)\\n' \"$n\"; done; true"
+)
+#: the active virtual console (`/sys/class/tty/tty0/active`) and its KDGETMODE answer
+#: (0x4B3B; 0 text, 1 graphics), as `VT MODE`: the ioctl the recipe's scripts/host-recovery
+#: (052248c1) asks, opened read-only with O_NOCTTY so the console never becomes the fact
+#: script's controlling terminal; a console that cannot be opened or asked fails the section
+CONSOLE_PROGRAM = (
+    "import fcntl, os, struct\n"
+    'vt = open("/sys/class/tty/tty0/active").read().strip()\n'
+    'fd = os.open("/dev/" + vt, os.O_RDONLY | os.O_NOCTTY)\n'
+    'print(vt, struct.unpack("i", fcntl.ioctl(fd, 0x4B3B, bytes(4)))[0])\n'
+)
+CONSOLE_COMMAND = cmd("python3", "-c", CONSOLE_PROGRAM)
+#: the systemd manager's watchdog settings as PID 1 runs them (scripts/host-recovery, 052248c1)
+WATCHDOG_COMMAND = cmd("systemctl", "show", "-p", "RuntimeWatchdogUSec", "-p", "RebootWatchdogUSec")
+
+
+#: every CPU's cpufreq governor
+governor_files = fixed(("governors", (GOVERNOR_GLOB,)))
+#: DGX OS's release file
+release_files = fixed(("dgx-release", (DGX_RELEASE,)))
+#: systemd's default target
+target_sections = fixed(("default-target", cmd("systemctl", "get-default")))
+
+
+def nvme_sections(plan: FactPlan) -> list[Read]:
+    """NVMe interrupt coalescing, when the plan asks it."""
+    return [("nvme-coalescing", NVME_COALESCING_COMMAND)] if plan.nvme_coalescing else []
+
+
+def boot_sections(plan: FactPlan) -> list[Read]:
+    """The UEFI boot order, the DRM cards' drivers and clients, the console's mode and
+    systemd's watchdogs, each when the plan asks it."""
+    return [*([("efibootmgr", cmd("efibootmgr"))] if plan.efi_boot else []),
+            *([("drm-drivers", DRM_DRIVERS_COMMAND), ("drm-clients", DRM_CLIENTS_COMMAND)]
+              if plan.drm_drivers else []),
+            *([("console", CONSOLE_COMMAND)] if plan.console_mode else []),
+            *([("watchdog", WATCHDOG_COMMAND)] if plan.watchdog else [])]
+
+
+def facts(r: Reader, plan: FactPlan) -> dict[str, Any]:
+    """The host's `NodeFacts` fields."""
+    coalescing = (r.parse("nvme-coalescing", lambda out: parse_nvme_feature(out, NVME_COALESCING_FEATURE))
+                  if plan.nvme_coalescing else None)
+    return {
+        "default_target": r.parse("default-target", parse_single_line),
+        "efi_boot": r.parse("efibootmgr", parse_efibootmgr) if plan.efi_boot else None,
+        "drm_drivers": (r.parse("drm-drivers", parse_drm_drivers) or {}) if plan.drm_drivers else {},
+        "drm_clients": (r.parse("drm-clients", parse_drm_clients) or {}) if plan.drm_drivers else {},
+        "console": r.parse("console", parse_console_mode) if plan.console_mode else None,
+        "watchdog": (r.parse("watchdog", parse_manager_properties) or {}) if plan.watchdog else {},
+        "governors": r.parse("governors", parse_governors, quiet=True) or {},
+        "nvme_coalescing": coalescing,
+        "dgx_release": r.parse("dgx-release", parse_os_release, quiet=True) if not plan.core_only else None,
+    }

@@ -7,17 +7,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from sparkbase.facts.model import GrubBoot, GrubEntry
-from sparkbase.facts.parsers.lines import node_lines
+from sparkbase.facts.parsers.lines import node_lines, parse_single_line
+from sparkbase.facts.script import FactPlan, Reader, cmd, fixed
 
-
-def parse_single_line(text: str) -> str:
-    """A command that prints one word/line (`uname -r`, a sysfs file): stripped, non-empty."""
-    value = text.strip()
-    if not value or "\n" in value:
-        raise ValueError(f"expected one line, got {text!r}")
-    return value
+GRUB_CFG = "/boot/grub/grub.cfg"
+GRUBENV = "/boot/grub/grubenv"
 
 
 def parse_uname_rm(text: str) -> tuple[str, str]:
@@ -217,3 +214,38 @@ def parse_grub(cfg: str, grubenv: str) -> GrubBoot:
         oneshot=oneshot,
         oneshot_entry=oneshot_item.entry() if oneshot_item else None,
     )
+
+
+#: the running kernel's release, machine and page size (every plan asks them)
+core_sections = fixed(("uname", cmd("uname", "-r", "-m")), ("pagesize", cmd("getconf", "PAGESIZE")))
+#: the running kernel's command line
+cmdline_files = fixed(("cmdline", ("/proc/cmdline",)))
+#: GRUB's menu and environment block
+grub_files = fixed(("grub-cfg", (GRUB_CFG,)), ("grubenv", (GRUBENV,)))
+
+
+def facts(r: Reader, plan: FactPlan) -> dict[str, Any]:
+    """The kernel's `NodeFacts` fields."""
+    release, machine = r.parse("uname", parse_uname_rm) or (None, None)
+    return {
+        "kernel_release": release,
+        "machine": machine,
+        "page_size": r.parse("pagesize", parse_page_size),
+        "cmdline": r.parse("cmdline", parse_cmdline) or (),
+        "grub": _grub(r, plan),
+    }
+
+
+def _grub(r: Reader, plan: FactPlan) -> GrubBoot | None:
+    """GRUB's boot choice; no grubenv is an empty environment, as GRUB reads it."""
+    if plan.core_only:
+        return None
+    cfg = r.text("grub-cfg")
+    if cfg is None:
+        return None
+    env = r.text("grubenv", quiet=True) or ""
+    try:
+        return parse_grub(cfg, env)
+    except ValueError as exc:
+        r.errors["grub-cfg"] = f"unreadable output: {exc}"
+        return None

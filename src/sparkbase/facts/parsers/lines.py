@@ -26,3 +26,11 @@ def node_lines(text: str) -> list[str]:
 def node_words(text: str) -> list[str]:
     """`text` cut at runs of ASCII spaces (tab, newline, `\\v`, `\\f`, `\\r` included) only."""
     return [word for word in _ASCII_SPACE.split(text) if word]
+
+
+def parse_single_line(text: str) -> str:
+    """A command that prints one word/line (`uname -r`, a sysfs file): stripped, non-empty."""
+    value = text.strip()
+    if not value or "\n" in value:
+        raise ValueError(f"expected one line, got {text!r}")
+    return value

@@ -4,9 +4,14 @@ sysctls, /etc/fstab."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from sparkbase.facts.model import FstabEntry, SwapEntry
-from sparkbase.facts.parsers.lines import node_lines
+from sparkbase.facts.parsers.lines import node_lines, parse_single_line
+from sparkbase.facts.script import FactPlan, FileRead, Read, Reader, cmd, fixed
+
+THP_PATH = "/sys/kernel/mm/transparent_hugepage/enabled"
+FSTAB = "/etc/fstab"
 
 SWAP_MAGIC = "SWAPSPACE2"
 
@@ -84,3 +89,46 @@ def parse_fstab(text: str) -> tuple[FstabEntry, ...]:
             raise ValueError(f"unreadable fstab line: {line!r}")
         entries.append(FstabEntry(words[0], words[1], words[2], words[3] if len(words) > 3 else "defaults"))
     return tuple(entries)
+
+
+def header_bytes(path: str, end: int) -> str:
+    """The 10 bytes ending at `end` in `path`, non-alphanumerics shown as dots."""
+    return cmd("dd", f"if={path}", "bs=1", f"skip={end - 10}", "count=10", "status=none") + (
+        " | " + cmd("tr", "-c", "A-Z0-9", ".")
+    )
+
+
+#: transparent huge pages
+thp_files = fixed(("thp", (THP_PATH,)))
+#: /etc/fstab
+fstab_files = fixed(("fstab", (FSTAB,)))
+
+
+def sysctl_files(plan: FactPlan) -> list[FileRead]:
+    """The plan's sysctls (`vm.min_free_kbytes`: /proc/sys/vm/min_free_kbytes)."""
+    return [(f"sysctl:{key}", ("/proc/sys/" + key.replace(".", "/"),)) for key in plan.sysctls]
+
+
+def swap_sections(plan: FactPlan) -> list[Read]:
+    """The active swap areas, and the header of each swap file judged (at 4 KiB and 64 KiB)."""
+    out: list[Read] = []
+    if plan.swap_paths or plan.swapon:
+        out.append(("swapon", cmd("swapon", "--show=NAME,SIZE", "--bytes", "--noheadings")))
+    for path in plan.swap_paths:
+        out.append((f"swaphdr4k:{path}", header_bytes(path, 4096)))
+        out.append((f"swaphdr64k:{path}", header_bytes(path, 65536)))
+    return out
+
+
+def facts(r: Reader, plan: FactPlan) -> dict[str, Any]:
+    """Memory's `NodeFacts` fields."""
+    headers = {path: parse_swap_header(r.text(f"swaphdr4k:{path}", quiet=True) or "",
+                                       r.text(f"swaphdr64k:{path}", quiet=True) or "")
+               for path in plan.swap_paths}
+    return {
+        "thp": r.parse("thp", parse_thp),
+        "sysctls": {key: r.parse(f"sysctl:{key}", parse_single_line) for key in plan.sysctls},
+        "swaps": (r.parse("swapon", parse_swapon_show) or ()) if plan.swap_paths or plan.swapon else (),
+        "swap_header_page_size": headers,
+        "fstab": r.parse("fstab", parse_fstab) if not plan.core_only else None,
+    }

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
+from typing import Any
 
 from sparkbase.facts.model import DkmsEntry, DkmsStatus, ModuleInfo
-from sparkbase.facts.parsers.lines import node_lines
+from sparkbase.facts.parsers.lines import node_lines, parse_single_line
+from sparkbase.facts.script import FactPlan, FileRead, Read, Reader, Sections, cmd, fixed
+
+#: kernels (and lab nodes) without /proc/modules: the same first column from /sys/module
+#: (`[` is built into sh, so this costs no process when /proc/modules exists)
+MODULES_SYS_COMMAND = "[ -e /proc/modules ] || " + cmd("ls", "-1", "/sys/module")
 
 
 def parse_proc_modules(text: str) -> frozenset[str]:
@@ -127,3 +133,65 @@ def parse_module_attrs(text: str) -> dict[str, str]:
         if match:
             found[f"{match[1]}.{match[2]}"] = match[3].strip()
     return found
+
+
+#: /proc/modules
+proc_files = fixed(("modules", ("/proc/modules",)))
+
+
+def param_files(plan: FactPlan) -> list[FileRead]:
+    """The module parameters the plan names."""
+    return [(f"param:{module}.{param}", (f"/sys/module/{module}/parameters/{param}",))
+            for module, param in plan.module_params]
+
+
+#: the loaded modules from /sys/module, where /proc/modules is missing
+sys_sections = fixed(("modules-sys", MODULES_SYS_COMMAND))
+
+
+def dkms_sections(plan: FactPlan) -> list[Read]:
+    """`dkms status`, and `modinfo` of the memory saver's and the fan control's modules."""
+    asked = plan.memory_saver_module or plan.fan_module or plan.dkms_status
+    return [*([("dkms", cmd("dkms", "status"))] if asked else []),
+            *([("modinfo", cmd("modinfo", plan.memory_saver_module))] if plan.memory_saver_module else []),
+            *([("modinfo-fan", cmd("modinfo", plan.fan_module))] if plan.fan_module else [])]
+
+
+def read_modinfo(sections: Sections, name: str) -> ModuleInfo | None:
+    """`modinfo` of one module (its error text when kmod failed), None when not asked."""
+    section = sections.get(name)
+    if section is None:
+        return None
+    return parse_modinfo(section.output + (section.stderr if section.status else ""), section.status)
+
+
+def _dkms(sections: Sections) -> DkmsStatus:
+    """`dkms status`: module lines from stdout, whatever the exit status (a broken tree of
+    another package makes dkms fail); its stderr and a failure are noise, never fatal."""
+    section = sections.get("dkms")
+    if section is None:
+        return DkmsStatus(noise=("dkms status: no answer",))
+    found = parse_dkms_status(section.output)
+    extra = [line.strip() for line in node_lines(section.stderr) if line.strip()]
+    if section.status != 0:
+        extra.append(f"dkms status exit {section.status}")
+    return DkmsStatus(found.entries, (*found.noise, *extra))
+
+
+def facts(r: Reader, plan: FactPlan) -> dict[str, Any]:
+    """The modules' `NodeFacts` fields: loaded modules, parameters, DKMS, and the memory
+    saver's and fan control's modules."""
+    asked = plan.memory_saver_module or plan.fan_module or plan.dkms_status
+    dkms = _dkms(r.sections) if asked else DkmsStatus()
+    # the loaded modules: `modules-sys` when /proc/modules was missing and /sys/module answered
+    fallback = r.sections.get("modules-sys")
+    sys_listed = fallback is not None and fallback.status == 0 and fallback.output.strip()
+    return {
+        "modules": r.parse("modules-sys" if sys_listed else "modules", parse_proc_modules) or frozenset(),
+        "module_params": {f"{module}.{param}": r.parse(f"param:{module}.{param}", parse_single_line,
+                                                       quiet=True) for module, param in plan.module_params},
+        "dkms": dkms.entries,
+        "dkms_noise": dkms.noise,
+        "memory_saver": read_modinfo(r.sections, "modinfo") if plan.memory_saver_module else None,
+        "fan_control": read_modinfo(r.sections, "modinfo-fan") if plan.fan_module else None,
+    }

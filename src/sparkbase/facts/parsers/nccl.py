@@ -10,8 +10,10 @@ know no fact type, so the serving-process values (`facts/runtime.py`), which
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from sparkbase.facts.parsers.lines import node_lines
+from sparkbase.facts.script import FactPlan, FileRead, Reader
 
 #: fgets(line, 4096, file): at most 4095 bytes per read; a longer line is read in pieces
 FGETS_BYTES = 4095
@@ -127,3 +129,17 @@ def parse_kv_conf(text: str) -> dict[str, str]:
         if sep:
             values[key.strip()] = value.strip()
     return values
+
+
+def conf_files(plan: FactPlan) -> list[FileRead]:
+    """/etc/nccl.conf."""
+    return [("nccl-conf", (plan.nccl_conf_path,))]
+
+
+def facts(r: Reader, plan: FactPlan) -> dict[str, Any]:
+    """NCCL's `NodeFacts` fields: the library's sha256 and nccl.conf's text (`files.facts`'s)."""
+    links = r.facts["links"]
+    return {
+        "nccl_library_sha256": r.facts["file_sha256"].get(plan.nccl_library_path or ""),
+        "nccl_conf": r.text("nccl-conf", quiet=True) if plan.nccl_conf_path not in links else None,
+    }

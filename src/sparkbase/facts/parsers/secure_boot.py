@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import re
+from contextlib import suppress
+from typing import Any
 
 from sparkbase.facts.model import MokCertificate, SecureBoot
 from sparkbase.facts.parsers.lines import node_lines
+from sparkbase.facts.script import FactPlan, Read, Reader, cmd, fixed
 
 _FINGERPRINT = re.compile(r"^SHA1 Fingerprint:\s*(?P<fp>[0-9A-Fa-f:]+)\s*$")
 _SERIAL_INLINE = re.compile(r"^Serial Number:\s*(?P<dec>\d+)\s*\(0x(?P<hex>[0-9A-Fa-f]+)\)")
@@ -102,3 +105,43 @@ def parse_mok_certificates(text: str) -> tuple[MokCertificate, ...]:
 def parse_mok_enrolled(text: str) -> tuple[str, ...]:
     """`mokutil --list-enrolled` → SHA-1 fingerprints (lower-case, colon-separated)."""
     return tuple(cert.fingerprint for cert in parse_mok_certificates(text))
+
+
+#: whether Secure Boot is on
+state_sections = fixed(("sb-state", cmd("mokutil", "--sb-state")))
+
+
+def key_sections(plan: FactPlan) -> list[Read]:
+    """The enrolled MOK keys, and those imported but not yet enrolled, when the plan asks."""
+    if not plan.mok_keys:
+        return []
+    return [("mok-enrolled", cmd("mokutil", "--list-enrolled")), ("mok-new", cmd("mokutil", "--list-new"))]
+
+
+def facts(r: Reader, plan: FactPlan) -> dict[str, Any]:
+    """Secure Boot's `NodeFacts` fields."""
+    return {
+        "secure_boot": _secure_boot(r),
+        "mok_certificates": (r.parse("mok-enrolled", parse_mok_certificates) or ()) if plan.mok_keys else (),
+        "mok_pending": _mok_pending(r) if plan.mok_keys else (),
+    }
+
+
+def _secure_boot(r: Reader) -> SecureBoot | None:
+    """`mokutil --sb-state`: mokutil says `EFI variables are not supported…` on stderr and
+    fails, which is an answer too; anything else unreadable is an error."""
+    section = r.sections.get("sb-state")
+    if section is not None:
+        with suppress(ValueError):
+            return parse_sb_state(section.output + section.stderr)
+    return r.parse("sb-state", parse_sb_state)
+
+
+def _mok_pending(r: Reader) -> tuple[MokCertificate, ...]:
+    """`mokutil --list-new`: the imported certificates not yet enrolled (it exits 1 and says
+    `MokNew is empty` when there are none; an unreadable answer counts as none)."""
+    section = r.sections.get("mok-new")
+    if section is not None and section.status == 0:
+        with suppress(ValueError):
+            return parse_mok_certificates(section.output)
+    return ()

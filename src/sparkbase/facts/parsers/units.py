@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from sparkbase.facts.model import UnitState
+from sparkbase.facts.parsers.cpuset import parse_cpu_list
 from sparkbase.facts.parsers.lines import node_lines
+from sparkbase.facts.script import FactPlan, Read, Reader, cmd
 
 
 def parse_systemctl_show(text: str, units: list[str]) -> dict[str, dict[str, str]]:
@@ -48,3 +52,21 @@ def parse_need_daemon_reload(text: str, unit: str) -> bool | None:
     except ValueError:
         return None
     return {"yes": True, "no": False}.get(value or "")
+
+
+def sections(plan: FactPlan) -> list[Read]:
+    """The state of each unit the plan names, and the CPUs its cpuset slice allows."""
+    units = [*plan.units, *([plan.slice_unit] if plan.slice_unit else [])]
+    show = ("systemctl", "show", "-p", "UnitFileState", "-p", "ActiveState", "-p", "AllowedCPUs")
+    return [("units", cmd(*show, *units))] if units else []
+
+
+def facts(r: Reader, plan: FactPlan) -> dict[str, Any]:
+    """The units' `NodeFacts` fields, and the CPUs the cpuset's slice allows."""
+    units = [*plan.units, *([plan.slice_unit] if plan.slice_unit else [])]
+    shown = r.parse("units", lambda text: parse_systemctl_show(text, units)) or {}
+    allowed = shown.get(plan.slice_unit or "", {}).get("AllowedCPUs") if plan.slice_unit else None
+    return {
+        "units": {unit: unit_state(props) for unit, props in shown.items() if unit in plan.units},
+        "slice_allowed_cpus": r.parse("units", lambda _: parse_cpu_list(allowed or "")) if allowed else None,
+    }
