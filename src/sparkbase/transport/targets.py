@@ -56,8 +56,8 @@ class SshTarget:
 
 @dataclass(frozen=True)
 class SshReach:
-    """How the inventory reaches its nodes, as plain data (`reach_of`): kept in the gate's
-    view of the site, so the gate builds its targets without loading the typed site."""
+    """How the nodes are reached, as plain data: the inventory's (`reach_of`), or what
+    `adopt` is given before any site exists."""
 
     #: node -> SSH alias, in inventory order
     aliases: dict[str, str]
