@@ -29,7 +29,6 @@ from ports import port_base
 
 from sparkbase.cli.main import main
 from sparkbase.model.site import load_site
-from sparkbase.policy.overrides import RecordKind, read_log
 from sparkbase.qualify.promptset import load_prompt_set
 from sparkbase_lab import faults, lanes
 from sparkbase_lab.fleet import Lab
@@ -177,9 +176,9 @@ def test_preflight_refuses_the_changed_build_until_overridden_or_qualified(
     log = site / ".sparkbase" / "overrides.log"
     code, overridden = preflight(site, running, capsys, "--override", "canary of the next build, one hour")
     assert (code, overridden["overridden"]) == (0, True)
-    record = read_log(log)[-1]
-    assert record.kind is RecordKind.PREFLIGHT and record.reason == "canary of the next build, one hour"
-    assert record.refusals[0].startswith("lane: qualification: what runs matches none")
+    record = json.loads(log.read_text().splitlines()[-1])
+    assert record["kind"] == "preflight-override" and record["reason"] == "canary of the next build, one hour"
+    assert record["refusals"][0].startswith("lane: qualification: what runs matches none")
 
     code, result = qualify_to_a_verdict(site, running, capsys)
     assert code == 0, result["reasons"]

@@ -148,8 +148,9 @@ def test_every_metric_is_asked_for_over_the_window(stand_in: tuple[str, list[tup
     url, answers = stand_in
     for name in ("a", "b"):
         answers.append((200, _answer([{"metric": {"__name__": name}, "values": [[996_400, "1"]]}]).encode()))
-    got = query_range(url, ["b", "a"], window_ending(1_000_000, 60))
-    assert [s.metric for s in got.samples] == ["a", "b"] and got.window.steps == 241
+    window = window_ending(1_000_000, 60)
+    got = query_range(url, ["b", "a"], window)
+    assert [s.metric for s in got.samples] == ["a", "b"] and window.steps == 241
 
 
 def _closed_port() -> int:

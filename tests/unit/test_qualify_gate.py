@@ -19,7 +19,6 @@ from sparkbase.gate.preflight import PreflightResult, lane_level
 from sparkbase.gate.refusals import judge, lane_refusals
 from sparkbase.gate.releases import release_refusals
 from sparkbase.model.site import Site, load_site
-from sparkbase.policy.overrides import RecordKind, read_log
 from sparkbase.qualify.determinism import Completion
 from sparkbase.qualify.records import NewRelease, shape_of, write_release
 
@@ -114,9 +113,10 @@ def test_preflight_refuses_then_an_override_is_recorded(site_copy: Path, faked_a
     log = tmp_path / "overrides.log"
     assert main([*argv, "--log", str(log), "--override", "trying the next build before qualifying"]) == 0
     assert json.loads(capsys.readouterr().out)["overridden"] is True
-    (entry,) = read_log(log)
-    assert entry.kind is RecordKind.PREFLIGHT and entry.reason == "trying the next build before qualifying"
-    assert entry.refusals[0].startswith("lane: qualification: what runs matches none")
+    (entry,) = [json.loads(line) for line in log.read_text().splitlines()]
+    assert entry["kind"] == "preflight-override"
+    assert entry["reason"] == "trying the next build before qualifying"
+    assert entry["refusals"][0].startswith("lane: qualification: what runs matches none")
 
 
 def test_lock_check_reports_lanes_outside_the_gate(site_copy: Path,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from sparkbase.adopt.baselines import (
     ADOPTED_VERSION,
@@ -27,6 +28,8 @@ from sparkbase.adopt.lanes import FoundLane, find_lanes, lanes_on
 from sparkbase.adopt.writing import Question, inventory_text, lane_text, line_of, shape_name, site_rules_text
 from sparkbase.facts.model import NodeFacts
 from sparkbase.model.baseline import Baseline
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -62,19 +65,10 @@ def management_address(facts: NodeFacts, interface: str) -> str | None:
     return found.addresses[0].split("/")[0] if found is not None and found.addresses else None
 
 
-def _captured(group: Group, key: str) -> object:
-    """The value the group's nodes gave for `key` (None: not read)."""
-    return next((v.value for v in group.reading.capture.values if v.key == key), None)
-
-
-def _socket_ifname(group: Group, template: Baseline) -> str:
-    value = _captured(group, "nccl.settings.socket_ifname")
-    return value if isinstance(value, str) else template.nccl.settings.socket_ifname
-
-
-def _merge_nics(group: Group, template: Baseline) -> int:
-    value = _captured(group, "nccl.settings.ib_merge_nics")
-    return value if isinstance(value, int) else template.nccl.settings.ib_merge_nics
+def _captured(group: Group, key: str, default: T) -> T:
+    """The value the group's nodes gave for `key`, when it is of `default`'s type; else `default`."""
+    value = next((v.value for v in group.reading.capture.values if v.key == key), None)
+    return value if isinstance(value, type(default)) else default
 
 
 def adopt_site(facts: Mapping[str, NodeFacts], starter: Starter, time: str,
@@ -109,7 +103,9 @@ def adopt_site(facts: Mapping[str, NodeFacts], starter: Starter, time: str,
         files[path] = baseline_text(starter.template_text, group, time, shapes)
         questions.append(Question(path, line_of(files[path], ["version"]),
                                   f"which version is this baseline? ({ADOPTED_VERSION} written)", "version"))
-    management = {node: management_address(facts[node], _socket_ifname(group_of[node], starter.template))
+    settings = starter.template.nccl.settings
+    management = {node: management_address(facts[node], _captured(
+                      group_of[node], "nccl.settings.socket_ifname", settings.socket_ifname))
                   for node in order.nodes if node in group_of}
     files["inventory/site.yaml"], asked = inventory_text(groups, fabric, order, management)
     questions += asked
@@ -123,7 +119,7 @@ def adopt_site(facts: Mapping[str, NodeFacts], starter: Starter, time: str,
         kernel_line = ".".join(first.release.split(".")[:2])
     files["baselines/site.yaml"], asked = site_rules_text(
         starter.site_rules, kernel_line, first.page_size if first else None,
-        _merge_nics(first, starter.template) if first else None)
+        _captured(first, "nccl.settings.ib_merge_nics", settings.ib_merge_nics) if first else None)
     questions += asked
     return Adopted(dict(sorted(files.items())), tuple(sorted(questions)), tuple(notes), groups, lanes,
                    order, fabric)

@@ -24,6 +24,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from sparkbase.adopt.fabric import NodeFabric
 from sparkbase.adopt.lanes import ENGINE_MATCHES, FoundLane
+from sparkbase.audit.runtime import NCCL_DEFAULTS
 from sparkbase.capture import capture_plan, captured_values, round_trip_yaml, write_captured
 from sparkbase.capture.core import Capture, Captured
 from sparkbase.facts.areas import plan_for
@@ -38,12 +39,8 @@ from sparkbase.model.netplan import SPARKBASE_NETPLAN_PATH
 from sparkbase.model.provenance import covers, dotted_key, leaf_paths
 from sparkbase.policy.netplan import clashes_of
 
-#: what NCCL uses without a setting (audit/runtime.py NCCL_DEFAULTS)
-NCCL_DEFAULTS = {"NCCL_IB_MERGE_NICS": "1"}
 #: the version an adopted baseline starts at (a question: the site's own numbering wins)
 ADOPTED_VERSION = "1.0.0"
-#: the `managed:` field of a baseline (helper "hostvalues"): written only once the model has it
-MANAGED_FIELD = "managed"
 _EXTRA_KEY = re.compile(r"^NCCL_[A-Z0-9_]{1,60}$")
 _EXTRA_VALUE = re.compile(r"^[A-Za-z0-9_.,:=^/+-]{0,200}$")
 
@@ -269,7 +266,7 @@ def baseline_text(template_text: str, group: Group, time: str, shapes: Sequence[
     managed.fa.set_flow_style()
     keys = list(document)
     at = keys.index("description") + 1 if "description" in keys else 0
-    document.insert(at, MANAGED_FIELD, managed,
+    document.insert(at, "managed", managed,
                     comment="day one: sparkbase writes nothing; list the sections to hand over")
     _add_shapes(document, shapes, group.nodes[0], time)
     _drop_spent_placeholders(document)

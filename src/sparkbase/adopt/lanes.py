@@ -17,9 +17,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
 
+from sparkbase.audit.runtime import NCCL_DEFAULTS
 from sparkbase.facts.model import NodeFacts
+from sparkbase.facts.parsers.docker import Container
 from sparkbase.facts.runtime import ServingProcess, lane_group
 
 #: what the runtime probe searches command lines for: every engine sparkbase knows
@@ -29,30 +30,9 @@ DEFAULT_PORTS = {"sglang": 30000, "vllm": 8000}
 #: systemd's own slices: a process under only these is in no serving slice (Docker puts its
 #: containers' scopes in system.slice)
 SYSTEMD_SLICES = frozenset({"system.slice", "user.slice", "machine.slice"})
-#: NCCL's built-in defaults that change what a lane does (audit/runtime.py NCCL_DEFAULTS)
-NCCL_DEFAULTS = {"NCCL_IB_MERGE_NICS": "1"}
 _COMMAND_TEXT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:=+@-]{0,119}$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
-
-
-class ContainerLike(Protocol):
-    """The fields adopt reads of a running container (`facts.parsers.docker.Container`)."""
-
-    @property
-    def name(self) -> str:
-        """The container's name, without docker's leading `/`."""
-
-    @property
-    def image_ref(self) -> str:
-        """The image as given to `docker run` (`.Config.Image`)."""
-
-    @property
-    def repo_digests(self) -> tuple[str, ...]:
-        """The image's `repo@sha256:…` references."""
-
-    def host_path(self, path: str) -> str | None:
-        """The host file a bind mount puts at `path` in the container."""
 
 
 @dataclass(frozen=True)
@@ -157,19 +137,12 @@ def _unit(process: ServingProcess) -> str | None:
     return parts[-1] if parts else None
 
 
-def containers_of(facts: NodeFacts) -> Mapping[str, ContainerLike]:
-    """The node's running containers by id (`NodeFacts.containers`; none before that field
-    exists: the containers helper adds it)."""
-    found: Any = getattr(facts, "containers", None)
-    return found if isinstance(found, Mapping) else {}
+def _container(process: ServingProcess, facts: NodeFacts) -> Container | None:
+    container_id = process.container_id
+    return facts.containers.get(container_id) if container_id is not None else None
 
 
-def _container(process: ServingProcess, facts: NodeFacts) -> ContainerLike | None:
-    container_id: Any = getattr(process, "container_id", None)
-    return containers_of(facts).get(container_id) if isinstance(container_id, str) else None
-
-
-def pinned_image(container: ContainerLike) -> str | None:
+def pinned_image(container: Container) -> str | None:
     """The container's image as `repo@sha256:…`: its reference when it is pinned already,
     else the image's repo digest for the reference's repository (the only one, or the one
     whose repository the reference names); None when the image has no digest."""
@@ -229,11 +202,11 @@ def _nccl(processes: Sequence[ServingProcess], notes: list[str]) -> dict[str, st
     return settings
 
 
-def _library(processes: Sequence[tuple[ServingProcess, ContainerLike | None]],
+def _library(processes: Sequence[tuple[ServingProcess, Container | None]],
              notes: list[str]) -> tuple[str, str] | None:
     """(host path, sha256) of the libnccl every process maps, when they agree: a path inside
     a container is the host file a bind mount puts there (`Container.host_path`)."""
-    def host(process: ServingProcess, container: ContainerLike | None, path: str) -> str:
+    def host(process: ServingProcess, container: Container | None, path: str) -> str:
         found = container.host_path(path) if container is not None else None
         return found or path
 
@@ -294,7 +267,7 @@ def _lane(engine: str, model: str, by_node: dict[str, Server], facts: Mapping[st
             notes.append(f"the image {image} has no digest to pin it by")
         unit = None
     processes: list[ServingProcess] = []
-    housed: list[tuple[ServingProcess, ContainerLike | None]] = []
+    housed: list[tuple[ServingProcess, Container | None]] = []
     members: list[ServingProcess] = []
     for node, server in by_node.items():
         group = lane_group(facts[node].serving, match)

@@ -18,13 +18,9 @@ from sparkbase.adopt.baselines import Group
 from sparkbase.adopt.fabric import Fabric, RankOrder
 from sparkbase.adopt.lanes import FoundLane
 from sparkbase.capture import round_trip_yaml
-from sparkbase.model.lanes import LaneRuntime
 
 INVENTORY = "inventory/site.yaml"
 SITE_RULES = "baselines/site.yaml"
-#: the lane runtime fields of helper "containers" (`container: {name, image}`, `endpoint:`):
-#: written once the lane model has them (a container's name alone before that)
-ENDPOINT_KNOWN = "endpoint" in LaneRuntime.model_fields
 _PLAIN = re.compile(r"^[A-Za-z0-9/][A-Za-z0-9._/:@+-]*$")
 _RESERVED = {"null", "true", "false", "yes", "no", "on", "off", "~"}
 
@@ -165,21 +161,17 @@ def lane_text(lane: FoundLane, baseline: str, version: str) -> tuple[str, list[Q
     out.add("enabled: true")
     out.add("runtime:")
     if lane.container is not None:
-        if ENDPOINT_KNOWN:
-            fields: dict[str, object] = {"name": lane.container.name}
-            if lane.container.image is not None:
-                fields["image"] = lane.container.image
-            out.add(f"  container: {_flow(fields)}")
-        else:
-            out.add(f"  container: {scalar(lane.container.name)}")
+        fields: dict[str, object] = {"name": lane.container.name}
+        if lane.container.image is not None:
+            fields["image"] = lane.container.image
+        out.add(f"  container: {_flow(fields)}")
     if lane.unit is not None:
         out.add(f"  unit: {lane.unit}")
     elif lane.container is None:
         out.add("  # unit:", "what starts the lane? its processes are in no unit nor container",
                 "runtime.unit")
     out.add(f"  match: {_list(lane.match)}")
-    if ENDPOINT_KNOWN:
-        out.add(f"  endpoint: {_flow({'node': lane.head, 'port': lane.port})}")
+    out.add(f"  endpoint: {_flow({'node': lane.head, 'port': lane.port})}")
     if lane.metrics:
         metrics: dict[str, object] = {"port": lane.port, "path": "/metrics"}
         line = f"  metrics: {_flow(metrics)}"

@@ -72,7 +72,6 @@ class RangeWindow:
 class RangeAnswer:
     """The samples of every metric asked for over one window, and the server's warnings."""
 
-    window: RangeWindow
     samples: list[Sample]
     warnings: tuple[str, ...] = ()
 
@@ -109,7 +108,7 @@ def query_range(base: str, metrics: Collection[str], window: RangeWindow) -> Ran
         if len(samples) > MAX_SAMPLES:
             raise PrometheusError(f"{shown_source(base)}: more than {MAX_SAMPLES} samples over the window; "
                                   "narrow the series the lane exports")
-    return RangeAnswer(window, samples, tuple(dict.fromkeys(warnings)))
+    return RangeAnswer(samples, tuple(dict.fromkeys(warnings)))
 
 
 def ask(url: str, source: str) -> tuple[list[Sample], list[str]]:

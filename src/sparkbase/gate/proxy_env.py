@@ -33,14 +33,10 @@ class ProxyEnvError(ValueError):
     """The .env cannot be read or rewritten safely (missing key, the key twice, too big)."""
 
 
-def _key_lines(data: bytes, key: str) -> list[re.Match[bytes]]:
+def _one_line(data: bytes, key: str, path: Path) -> re.Match[bytes]:
     pattern = re.compile(rb"^(?P<head>[ \t]*(?:export[ \t]+)?" + re.escape(key.encode())
                          + rb"[ \t]*=)(?P<value>[^\r\n]*)", re.MULTILINE)
-    return list(pattern.finditer(data))
-
-
-def _one_line(data: bytes, key: str, path: Path) -> re.Match[bytes]:
-    lines = _key_lines(data, key)
+    lines = list(pattern.finditer(data))
     if not lines:
         raise ProxyEnvError(f"{path}: no {key}= line (the proxy's lane line); nothing was changed")
     if len(lines) > 1:

@@ -127,10 +127,7 @@ def running_digests(container: Container, pinned: ImageReference) -> list[str]:
 
 def pin_problem(container: Container, pinned: ImageReference) -> str | None:
     """Why `container` does not run the `pinned` image (None: it does)."""
-    for ref in _references(list(container.repo_digests)):
-        if ref.digest == pinned.digest and ref.repository == pinned.repository:
-            return None
-    for ref in _references([container.image_ref]):
+    for ref in _references([*container.repo_digests, container.image_ref]):
         if ref.digest == pinned.digest and ref.repository == pinned.repository:
             return None
     assert pinned.digest is not None

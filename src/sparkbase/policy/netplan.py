@@ -93,7 +93,6 @@ class NetplanFilesDecision:
     restore: tuple[Restore, ...] = ()
     forget: tuple[tuple[Kind, str], ...] = ()
     notes: tuple[str, ...] = ()
-    clashes: tuple[Clash, ...] = ()
     reason: str = ""
 
     @property
@@ -194,7 +193,7 @@ def decide_netplan_files(
     notes = tuple(after.notes)
     refusal = _refusal(own, shadow, clashes, listing.more, notes)
     if refusal is not None:
-        return NetplanFilesDecision(refusal=refusal, notes=notes, clashes=clashes)
+        return NetplanFilesDecision(refusal=refusal, notes=notes)
     reason = "; ".join(notes) if notes and not (after.remove or after.restore or after.forget) else \
         f"only {own} configures the fabric ports ({len(read)} netplan file(s) read)"
     return NetplanFilesDecision(remove=tuple(after.remove), restore=tuple(after.restore),

@@ -15,8 +15,7 @@ writer (`append_record`) for all of them:
   written) opens the log first (`open_log`: a log that cannot be used refuses before
   anything changes) and appends through the open writer afterwards.
 
-Readers (`read_log`) also accept format 2 (the same without `from`) and the two format-1
-shapes written before (preflight's `time/user/failures`, apply's `who/when/breaches`).
+Nothing in sparkbase reads the log back: it is for people (`jq`, `grep`).
 """
 
 from __future__ import annotations
@@ -76,8 +75,6 @@ class OverrideRecord:
     refusals: list[str] = field(default_factory=list)
     #: for a lane switch: the lane the proxy served before (`lane` is the one it serves after)
     switched_from: str | None = None
-    #: format of the line this record was read from (records written now: `LOG_FORMAT`)
-    format: int = LOG_FORMAT
 
     def to_json(self) -> dict[str, Any]:
         """The record as it is written (format 3)."""
@@ -224,56 +221,3 @@ def _why(exc: OSError) -> str:
         return "it is a FIFO or device, not a regular file"
     return exc.strerror or str(exc)
 
-
-def read_log(log: Path) -> list[OverrideRecord]:
-    """Every record of `log`, oldest first; older lines are read as their format-3 meaning.
-    A line that is no record raises `ValueError` naming its line number."""
-    records: list[OverrideRecord] = []
-    for number, line in enumerate(log.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            records.append(parse_record(json.loads(line)))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ValueError(f"{log}:{number}: not an override record ({type(exc).__name__})") from None
-    return records
-
-
-def parse_record(data: dict[str, Any]) -> OverrideRecord:
-    """One decoded log line, format 1 (either writer's), 2 or 3."""
-    version = data["format"]
-    if version in (2, LOG_FORMAT):
-        return OverrideRecord(
-            kind=RecordKind(data["kind"]),
-            who=str(data["who"]),
-            when=str(data["when"]),
-            reason=str(data["reason"]),
-            lane=data.get("lane"),
-            baseline=data.get("baseline"),
-            nodes=[str(n) for n in data.get("nodes", [])],
-            refusals=[str(r) for r in data.get("refusals", [])],
-            switched_from=data.get("from"),
-            format=version,
-        )
-    if version != 1:
-        raise ValueError(f"unknown override log format {version!r}")
-    if "lane" in data:  # the preflight's format 1
-        return OverrideRecord(
-            kind=RecordKind.PREFLIGHT,
-            who=str(data["user"]),
-            when=str(data["time"]),
-            reason=str(data["reason"]),
-            lane=str(data["lane"]),
-            refusals=[str(r) for r in data.get("failures", [])],
-            format=1,
-        )
-    return OverrideRecord(  # apply's format 1
-        kind=RecordKind.APPLY,
-        who=str(data["who"]),
-        when=str(data["when"]),
-        reason=str(data["reason"]),
-        baseline=str(data["baseline"]),
-        nodes=[str(n) for n in data.get("nodes", [])],
-        refusals=[str(r) for r in data.get("breaches", [])],
-        format=1,
-    )

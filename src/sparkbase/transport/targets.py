@@ -56,8 +56,8 @@ class SshTarget:
 
 @dataclass(frozen=True)
 class SshReach:
-    """How the inventory reaches its nodes, as plain data (`reach_of`): kept in the gate's
-    view of the site, so the gate builds its targets without loading the typed site."""
+    """How the nodes are reached, as plain data: the inventory's (`reach_of`), or what
+    `adopt` is given before any site exists."""
 
     #: node -> SSH alias, in inventory order
     aliases: dict[str, str]
@@ -135,51 +135,30 @@ def _require_files(reach: SshReach, lab: Path | None, config: Path | None, known
             )
             raise ConfigError([Problem(lab, 1, 1, "", message)])
         lab_problems = [
-            Problem(path, 1, 1, "", message)
-            for path, message in (
-                (lab / "ssh_config", ssh_config_problem(lab / "ssh_config")),
-                (known_hosts, known_hosts_problem(known_hosts)),
-            )
-            if message is not None
+            Problem(path, 1, 1, "", wrong)
+            for path, check in ((lab / "ssh_config", ssh_config_problem), (known_hosts, known_hosts_problem))
+            if (wrong := check(path)) is not None
         ]
         if lab_problems:
             raise ConfigError(lab_problems)
         return
-    problems: list[Problem] = []
-    if config is not None and not config.exists():
-        where = reach.config_at
-        problems.append(
-            Problem(
-                where.file,
-                where.line,
-                where.column,
-                "ssh.config",
-                f"{config} does not exist: create it with one `Host <alias>` block per node "
-                "(HostName, Port, User, IdentityFile), or use --lab for the emulated fleet",
-            )
+    files = [
+        (key, path, where, check, missing)
+        for key, path, where, check, missing in (
+            ("config", config, reach.config_at, ssh_config_problem,
+             "does not exist: create it with one `Host <alias>` block per node "
+             "(HostName, Port, User, IdentityFile), or use --lab for the emulated fleet"),
+            ("known_hosts", known_hosts, reach.known_hosts_at, known_hosts_problem,
+             "does not exist: enrol each node's host key by hand "
+             "(README: Host keys); sparkbase never accepts an unknown host"),
         )
-    if not known_hosts.exists():
-        where = reach.known_hosts_at
-        problems.append(
-            Problem(
-                where.file,
-                where.line,
-                where.column,
-                "ssh.known_hosts",
-                f"{known_hosts} does not exist: enrol each node's host key by hand "
-                "(README: Host keys); sparkbase never accepts an unknown host",
-            )
-        )
-    if not problems:
-        checks = [
-            ("config", config, ssh_config_problem),
-            ("known_hosts", known_hosts, known_hosts_problem),
-        ]
-        for key, path, check in checks:
-            wrong = check(path) if path is not None else None
-            if wrong is not None:
-                where = reach.config_at if key == "config" else reach.known_hosts_at
-                problems.append(Problem(where.file, where.line, where.column, f"ssh.{key}", wrong))
+        if path is not None
+    ]
+    problems = [Problem(where.file, where.line, where.column, f"ssh.{key}", f"{path} {missing}")
+                for key, path, where, _, missing in files if not path.exists()]
+    if not problems:  # the files' contents only once both are there
+        problems = [Problem(where.file, where.line, where.column, f"ssh.{key}", wrong)
+                    for key, path, where, check, _ in files if (wrong := check(path)) is not None]
     if problems:
         raise ConfigError(problems)
 
