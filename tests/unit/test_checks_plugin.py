@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 from sparkbase.audit.checks import fleet_checks
+from sparkbase.checks_plugin.session import SparkbaseSession
+from sparkbase.facts.model import Unreachable
+from sparkbase.model.site import load_site
+from sparkbase.transport import FailureKind
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -45,3 +51,32 @@ def test_the_plugin_stays_out_of_other_runs(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     assert "test_other.py::test_one" in result.stdout
     assert "sparkbase-checks" not in result.stdout
+
+
+class _Answer:
+    """What testinfra's OpenSSH backend hands back for one command."""
+
+    def __init__(self, stdout: str, stderr: str = "", rc: int = 0) -> None:
+        self.stdout, self.stderr, self.rc = stdout, stderr, rc
+
+
+class _CutShortHost:
+    """A testinfra host over the OpenSSH backend whose fact script answers its first
+    section and then stops (a connection cut, an answer truncated on the way)."""
+
+    def __init__(self) -> None:
+        self.backend = SimpleNamespace(NAME="ssh", sudo=False, ssh_extra_args="",
+                                       host=SimpleNamespace(name="spark1"))
+
+    def run(self, command: str, *args: str) -> _Answer:
+        marker = shlex.split(command.split("|")[0])[2].strip()  # printf %%s MARKER
+        return _Answer(f"{marker} BEGIN uname\n6.17.0-1032-nvidia aarch64\n\n{marker} END uname 0\n")
+
+
+def test_the_plugin_refuses_an_answer_cut_short() -> None:
+    """The checks plugin reads an answer as the audit does (`collect.read_answer`): an answer
+    that stops after its first section fails the node, it is not judged on half its facts."""
+    session = SparkbaseSession(site=load_site(REPO), ssh_config=None, known_hosts=None)
+    facts = session.facts_of(_CutShortHost())
+    assert isinstance(facts, Unreachable)
+    assert "cut short" in facts.reason and facts.kind is FailureKind.COMMAND

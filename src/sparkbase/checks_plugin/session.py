@@ -137,10 +137,10 @@ class SparkbaseSession:
     def _gather(self, host: Any, alias: str) -> FactsResult:
         """Run the fact script on the host (over sparkbase's client for paramiko, through
         testinfra's OpenSSH backend otherwise) and read its sections."""
-        from sparkbase.facts.areas import build_script, section_names
-        from sparkbase.facts.assemble import assemble
+        from sparkbase.facts.areas import build_script
+        from sparkbase.facts.collect import read_answer
         from sparkbase.facts.model import Unreachable
-        from sparkbase.facts.script import marker_stdin, new_marker, split_sections
+        from sparkbase.facts.script import marker_stdin, new_marker
         from sparkbase.transport import FailureKind
         from sparkbase.transport.client import run_command
 
@@ -165,15 +165,10 @@ class SparkbaseSession:
             piped = f"printf %%s {shlex.quote(marker_stdin(marker))} | {'sudo -n ' if sudo else ''}sh -c %s"
             result = host.run(piped, script)
             stdout, stderr, status = result.stdout, result.stderr, result.rc
-        try:
-            sections = split_sections(stdout, marker, stderr, expected=section_names(plan))
-        except ValueError as exc:  # a forged or repeated section (`SectionError`)
-            return Unreachable(expected.node, f"the fact script's answer was forged: {exc}",
-                               FailureKind.COMMAND)
-        if not sections.by_name:
+        if marker not in stdout:  # nothing of the script came back: say how it ended
             return Unreachable(expected.node, f"no fact sections (exit {status}): {stderr.strip()[:200]}",
                                FailureKind.COMMAND)
-        return assemble(expected.node, plan, sections)
+        return read_answer(expected.node, plan, stdout, stderr, marker)
 
     def result(self, host: Any, check_id: str) -> CheckResult | None:
         """The check's result on the host, or None when it does not apply to its baseline."""
