@@ -113,6 +113,12 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def fail(message: str) -> NoReturn:
+    """Say what is wrong with the command line or its input (`sparkbase: MESSAGE`) and exit 2."""
+    print(f"sparkbase: {shown(message)}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def load_site_or_exit(args: argparse.Namespace) -> Site:
     """Load the site named by the arguments; on problems print them all and exit 2."""
     from sparkbase.model.site import load_site  # pydantic: see the module's docstring
@@ -163,21 +169,14 @@ def pick_nodes(ranked: Sequence[str], args: argparse.Namespace) -> list[str]:
         return nodes
     unknown = [name for name in limit if name not in nodes]
     if unknown:
-        print(
-            f"sparkbase: no node {shown(', '.join(unknown))} in the inventory "
-            f"(have: {shown(', '.join(nodes))})",
-            file=sys.stderr,
-        )
-        raise SystemExit(2)
+        fail(f"no node {', '.join(unknown)} in the inventory (have: {', '.join(nodes)})")
     return [name for name in nodes if name in limit]
 
 
 def lane_or_exit(site: Site, lane: str) -> str:
     """`lane` when the site has it; otherwise say which lanes it has and exit 2."""
     if lane not in site.lanes:
-        have = ", ".join(sorted(site.lanes))
-        print(f"sparkbase: no lane {shown(lane)} (have: {shown(have)})", file=sys.stderr)
-        raise SystemExit(2)
+        fail(f"no lane {lane} (have: {', '.join(sorted(site.lanes))})")
     return lane
 
 

@@ -117,26 +117,9 @@ def run(args: argparse.Namespace) -> int:
         live = _live_kernels(site, selected_nodes(site, args), lab)
     verdicts = evaluate(site, samples, live, source, history)
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "format": 1,
-                    "triggers": [
-                        {
-                            "id": v.id,
-                            "kind": v.kind,
-                            "status": v.status,
-                            "fired": v.fired,
-                            "description": v.description,
-                            "reopens": v.reopens,
-                            "evidence": v.evidence,
-                        }
-                        for v in verdicts
-                    ],
-                },
-                indent=2,
-            )
-        )
+        fields = ("id", "kind", "status", "fired", "description", "reopens", "evidence")
+        triggers = [{name: getattr(v, name) for name in fields} for v in verdicts]
+        print(json.dumps({"format": 1, "triggers": triggers}, indent=2))
     else:
         for line in verdict_lines(verdicts):
             print(line)
