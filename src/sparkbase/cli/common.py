@@ -42,75 +42,46 @@ def add_global_options(parser: _TakesArguments, with_defaults: bool) -> None:
     def default(value: object) -> object:
         return value if with_defaults else argparse.SUPPRESS
 
-    parser.add_argument(
-        "--debug",
-        action="store_true",
-        default=default(bool(os.environ.get("SPARKBASE_DEBUG"))),
-        help="on an internal error (exit 70), print the traceback too (also: $SPARKBASE_DEBUG=1)",
-    )
-    parser.add_argument(
-        "--no-color",
-        action="store_true",
-        default=default(False),
-        help="plain text only: no colour, no table borders, no live progress (also: $NO_COLOR set, "
-        "or output not a terminal)",
-    )
-    parser.add_argument(
-        "--log-level",
-        choices=LOG_LEVELS,
-        default=default(None),
-        help="log records shown on stderr (default: warning) and kept in --log-file (default: info)",
-    )
-    parser.add_argument(
-        "--log-file",
-        type=Path,
-        metavar="FILE",
-        default=default(None),
-        help="append log records to FILE (created 0600; a symbolic link or non-regular file is refused)",
-    )
+    parser.add_argument("--debug", action="store_true",
+                        default=default(bool(os.environ.get("SPARKBASE_DEBUG"))),
+                        help="on an internal error (exit 70), print the traceback too "
+                        "(also: $SPARKBASE_DEBUG=1)")
+    parser.add_argument("--no-color", action="store_true", default=default(False),
+                        help="plain text only: no colour, no table borders, no live progress "
+                        "(also: $NO_COLOR set, or output not a terminal)")
+    parser.add_argument("--log-level", choices=LOG_LEVELS, default=default(None),
+                        help="log records shown on stderr (default: warning) and kept in --log-file "
+                        "(default: info)")
+    parser.add_argument("--log-file", type=Path, metavar="FILE", default=default(None),
+                        help="append log records to FILE (created 0600; a symbolic link or non-regular file "
+                        "is refused)")
 
 
 def add_site_arguments(parser: argparse.ArgumentParser) -> None:
     """`--site DIR` and `--inventory FILE`: which site to load."""
-    parser.add_argument(
-        "--site",
-        type=Path,
-        default=Path("."),
-        help="site directory holding baselines/, inventory/, lanes/ (default: here or a parent)",
-    )
-    parser.add_argument(
-        "--inventory",
-        type=Path,
-        default=None,
-        help="inventory file relative to the site (default: inventory/site.yaml)",
-    )
+    parser.add_argument("--site", type=Path, default=Path("."),
+                        help="site directory holding baselines/, inventory/, lanes/ "
+                        "(default: here or a parent)")
+    parser.add_argument("--inventory", type=Path, default=None,
+                        help="inventory file relative to the site (default: inventory/site.yaml)")
 
 
 def add_lab_arguments(parser: argparse.ArgumentParser, reach: str = "the nodes") -> None:
     """`--lab` (a plain flag) and `--lab-dir DIR`: reach the emulated fleet instead of the
     inventory's addresses. `--lab` takes no value, so `preflight --lab LANE` reads LANE as the
     lane; `--lab-dir` alone implies `--lab`."""
-    parser.add_argument(
-        "--lab",
-        action="store_true",
-        help=f"reach {reach} of the emulated fleet (its ssh_config and known_hosts) instead of "
-        "the inventory's",
-    )
-    parser.add_argument(
-        "--lab-dir",
-        metavar="DIR",
-        default=None,
-        help="the lab directory for --lab (implies --lab; default: $SPARKBASE_LAB_DIR or "
-        "/var/lib/sparkbase/lab)",
-    )
+    parser.add_argument("--lab", action="store_true",
+                        help=f"reach {reach} of the emulated fleet (its ssh_config and known_hosts) "
+                        "instead of the inventory's")
+    parser.add_argument("--lab-dir", metavar="DIR", default=None,
+                        help="the lab directory for --lab (implies --lab; default: $SPARKBASE_LAB_DIR or "
+                        "/var/lib/sparkbase/lab)")
 
 
 def add_target_arguments(parser: argparse.ArgumentParser) -> None:
     """`--lab`, `--lab-dir DIR` and `--limit NODE…`: which nodes, reached how."""
     add_lab_arguments(parser)
-    parser.add_argument(
-        "--limit", nargs="+", metavar="NODE", default=None, help="only these nodes"
-    )
+    parser.add_argument("--limit", nargs="+", metavar="NODE", default=None, help="only these nodes")
 
 
 def fail(message: str) -> NoReturn:
@@ -129,10 +100,9 @@ def load_site_or_exit(args: argparse.Namespace) -> Site:
         site = load_site(root, args.inventory, cache=True)
     except ConfigError as exc:
         _exit_with_problems(exc)
-    logging.getLogger(__name__).debug(
-        "site %s loaded in %.3fs (%d baselines, %d nodes, %d lanes)", root,
-        time.monotonic() - started, len(site.baselines), len(site.inventory.nodes), len(site.lanes),
-    )
+    logging.getLogger(__name__).debug("site %s loaded in %.3fs (%d baselines, %d nodes, %d lanes)", root,
+                                      time.monotonic() - started, len(site.baselines),
+                                      len(site.inventory.nodes), len(site.lanes))
     return site
 
 

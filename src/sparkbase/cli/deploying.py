@@ -20,21 +20,13 @@ from sparkbase.text import shown
 
 def add_deploy_arguments(parser: argparse.ArgumentParser) -> None:
     """`--baseline`, `--mok-dir`, `--json`."""
-    parser.add_argument(
-        "--baseline",
-        metavar="NAME",
-        default=None,
-        help="for this run, converge the --limit nodes to baseline NAME instead of the "
-        "inventory's (a contract-breaking one needs --override-policy on apply)",
-    )
-    parser.add_argument(
-        "--mok-dir",
-        type=Path,
-        default=None,
-        help="local directory with MOK.der and MOK.priv (the private key is a secret), for "
-        "baselines that sign the memory-saver module (default: $SPARKBASE_MOK_DIR; with "
-        "--lab, the lab's key pair)",
-    )
+    parser.add_argument("--baseline", metavar="NAME", default=None,
+                        help="for this run, converge the --limit nodes to baseline NAME instead of the "
+                        "inventory's (a contract-breaking one needs --override-policy on apply)")
+    parser.add_argument("--mok-dir", type=Path, default=None,
+                        help="local directory with MOK.der and MOK.priv (the private key is a secret), for "
+                        "baselines that sign the memory-saver module (default: $SPARKBASE_MOK_DIR; with "
+                        "--lab, the lab's key pair)")
     parser.add_argument("--json", action="store_true", help="print a machine-readable report")
 
 
@@ -125,10 +117,6 @@ STATUS_STYLES = {
 def summary_table(report: Report) -> Table:
     """One row per node: its baseline, where it ended up, and the detail (changes, the
     reboot it needs or had, why it stopped)."""
-    columns = (
-        Column("NODE", wrap=False),
-        Column("BASELINE"),
-        Column("STATUS", styles=STATUS_STYLES, wrap=False),
-        Column("DETAIL"),
-    )
+    columns = (Column("NODE", wrap=False), Column("BASELINE"),
+               Column("STATUS", styles=STATUS_STYLES, wrap=False), Column("DETAIL"))
     return Table(columns, [(n.node, n.baseline, str(n.status), n.detail()) for n in report.nodes])

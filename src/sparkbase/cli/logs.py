@@ -73,11 +73,7 @@ class UtcFormatter(EscapedFormatter):
 
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s", "%Y-%m-%dT%H:%M:%SZ")
-        self.converter = _utc
-
-
-def _utc(seconds: float | None) -> time.struct_time:
-    return time.gmtime(seconds)
+        self.converter = time.gmtime
 
 
 class NotShownYet(logging.Filter):
