@@ -12,7 +12,6 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
@@ -99,20 +98,14 @@ def load_site_or_exit(args: argparse.Namespace) -> Site:
         root = find_site_root(args.site)
         site = load_site(root, args.inventory, cache=True)
     except ConfigError as exc:
-        _exit_with_problems(exc)
+        for problem in exc.problems:
+            print(problem.format(Path.cwd()), file=sys.stderr)
+        errors = sum(1 for p in exc.problems if p.severity == "error")
+        fail(f"{errors} error(s) in the site; nothing was done")
     logging.getLogger(__name__).debug("site %s loaded in %.3fs (%d baselines, %d nodes, %d lanes)", root,
                                       time.monotonic() - started, len(site.baselines),
                                       len(site.inventory.nodes), len(site.lanes))
     return site
-
-
-def _exit_with_problems(exc: ConfigError) -> NoReturn:
-    """Print every problem of the site and exit 2."""
-    for problem in exc.problems:
-        print(problem.format(Path.cwd()), file=sys.stderr)
-    errors = sum(1 for p in exc.problems if p.severity == "error")
-    print(f"sparkbase: {errors} error(s) in the site; nothing was done", file=sys.stderr)
-    raise SystemExit(2) from None
 
 
 def lab_path(args: argparse.Namespace) -> Path | None:
@@ -127,13 +120,7 @@ def lab_path(args: argparse.Namespace) -> Path | None:
 
 def selected_nodes(site: Site, args: argparse.Namespace) -> list[str]:
     """Nodes named by `--limit` (checked against the inventory), else all, in rank order."""
-    return pick_nodes(sorted(site.inventory.nodes, key=lambda name: site.inventory.nodes[name].rank), args)
-
-
-def pick_nodes(ranked: Sequence[str], args: argparse.Namespace) -> list[str]:
-    """Nodes of `ranked` (the inventory's, in rank order) named by `--limit` (each checked
-    against it), else all."""
-    nodes = list(ranked)
+    nodes = sorted(site.inventory.nodes, key=lambda name: site.inventory.nodes[name].rank)
     limit = getattr(args, "limit", None)
     if not limit:
         return nodes
@@ -160,5 +147,4 @@ def reason_or_exit(text: str | None, option: str) -> str | None:
     try:
         return checked_reason(text)
     except ReasonError as exc:
-        print(f"sparkbase: {option}: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+        fail(f"{option}: {exc}")

@@ -279,9 +279,10 @@ def write_release(root: Path, release: NewRelease) -> Path:
                           "(at most 63)")
     directory = releases_dir(root, release.lane)
     final = directory / release.name
+    taken = RecordError(f"releases/{release.lane}/{release.name} exists; a release is never rewritten "
+                        "(name the new one with --release NAME)")
     if os.path.lexists(final):
-        raise RecordError(f"releases/{release.lane}/{release.name} exists; a release is never rewritten "
-                          "(name the new one with --release NAME)")
+        raise taken
     try:
         lane_text = read_regular_file(release.lane_file, MAX_RECORD_BYTES)
     except FileRefused as exc:
@@ -302,8 +303,7 @@ def write_release(root: Path, release: NewRelease) -> Path:
         try:
             with FileLock(str(directory / ".write.lock"), timeout=30):
                 if os.path.lexists(final):
-                    raise RecordError(f"releases/{release.lane}/{release.name} exists; a release is never "
-                                      "rewritten (name the new one with --release NAME)")
+                    raise taken
                 os.rename(staging, final)
         except Timeout:
             raise RecordError(f"releases/{release.lane}: another qualify is writing a release") from None
