@@ -39,7 +39,7 @@ from sparkbase.gate.triggers import now
 from sparkbase.model.site import Site
 from sparkbase.policy.overrides import OverrideLogError, OverrideRecord, RecordKind, log_path, new_record
 from sparkbase.text import shown
-from sparkbase.transport import ssh_targets
+from sparkbase.transport import SshTarget, ssh_targets
 
 #: `lane switch --help`: what it holds while it works, and what it does with a linked .env
 SWITCH_HELP = """\
@@ -118,9 +118,14 @@ def _preflight_lines(args: argparse.Namespace, site: Site, lane: str) -> tuple[l
 def _preflight(args: argparse.Namespace, site: Site, lane: str) -> tuple[list[str], bool, list[str]]:
     """The pre-flight's refusal lines, whether any cannot be overridden, and where the lane
     runs as a container (node, container, image digest)."""
-    result = preflight(site, lane, ssh_targets(site, lab_path(args)), args.parallel)
+    result = preflight(site, lane, _targets(args, site), args.parallel)
     return ([refusal.line() for refusal in result.refusals], bool(result.blocking_override),
             result.where_it_runs())
+
+
+def _targets(args: argparse.Namespace, site: Site) -> dict[str, SshTarget]:
+    """The nodes' SSH targets (unit tests replace it: no node is reached)."""
+    return ssh_targets(site, lab_path(args))
 
 
 def _status(args: argparse.Namespace, site: Site, current: str) -> int:
@@ -185,7 +190,7 @@ def _metrics_lines(args: argparse.Namespace, site: Site, lane: str) -> list[str]
 def _switch(args: argparse.Namespace, site: Site, env: Path, current: str) -> int:
     target = lane_or_exit(site, args.lane)
     reason = reason_or_exit(args.override, "--override")
-    targets = ssh_targets(site, lab_path(args))
+    targets = _targets(args, site)
     nodes = {node: targets[node] for node in site.lanes[target].nodes}
     done = f"lane switch {shown(current)} -> {shown(target)}"
     with contextlib.ExitStack() as held:
