@@ -158,16 +158,11 @@ def rich_table(table: Table) -> Any:
 
     drawn = RichTable(box=box.SIMPLE_HEAD, header_style="bold", pad_edge=False, show_edge=False)
     for column in table.columns:
-        drawn.add_column(
-            Text(shown(column.header)), justify=column.align, overflow="fold", no_wrap=not column.wrap
-        )
+        drawn.add_column(Text(shown(column.header)), justify=column.align, overflow="fold",
+                         no_wrap=not column.wrap)
     for row in table.rows:
-        drawn.add_row(
-            *(
-                Text(shown(cell), style=column.styles.get(cell, ""))
-                for column, cell in zip(table.columns, row, strict=True)
-            )
-        )
+        drawn.add_row(*(Text(shown(cell), style=column.styles.get(cell, ""))
+                        for column, cell in zip(table.columns, row, strict=True)))
     return drawn
 
 
@@ -213,25 +208,15 @@ class Progress:
                 columns += [BarColumn(), MofNCompleteColumn()]
             # no refresh thread (apply runs on gevent), and no stdout/stderr redirection: rich's
             # proxy would decode ANSI sequences in whatever else is printed meanwhile
-            self._display = RichProgress(
-                *columns,
-                console=rich_console(self._stream),
-                transient=True,
-                auto_refresh=False,
-                redirect_stdout=False,
-                redirect_stderr=False,
-            )
+            self._display = RichProgress(*columns, console=rich_console(self._stream), transient=True,
+                                         auto_refresh=False, redirect_stdout=False, redirect_stderr=False)
             self._display.start()
             self._task = self._display.add_task(shown(self.label), total=self.total)
             self._display.refresh()
         return self
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
         if self._display is not None:
             self._display.stop()
             self._display = None

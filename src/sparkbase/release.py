@@ -17,14 +17,12 @@ import tempfile
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sparkbase.boundedfile import FileRefused
+from sparkbase.model.site import Site
 from sparkbase.model.yamlio import read_site_file
 from sparkbase.render import RENDER_FORMAT, baseline_digest, node_lines, render_node
-
-if TYPE_CHECKING:
-    from sparkbase.model.site import Site
 
 #: bump when the lock file's layout changes
 LOCK_FORMAT = 1
@@ -67,22 +65,14 @@ class LockIssue:
 
 def current_entries(site: Site) -> dict[str, LockEntry]:
     """Version and digest of every concrete baseline of `site`, by name."""
-    return {
-        name: LockEntry(baseline.version, baseline_digest(name, baseline))
-        for name, baseline in sorted(site.baselines.items())
-    }
+    return {name: LockEntry(base.version, baseline_digest(name, base))
+            for name, base in sorted(site.baselines.items())}
 
 
 def lock_text(entries: dict[str, LockEntry]) -> str:
     """The lock file's content: stable JSON with a format version."""
-    document = {
-        "format": LOCK_FORMAT,
-        "render_format": RENDER_FORMAT,
-        "baselines": {
-            name: {"version": entry.version, "digest": entry.digest}
-            for name, entry in sorted(entries.items())
-        },
-    }
+    baselines = {name: {"version": e.version, "digest": e.digest} for name, e in sorted(entries.items())}
+    document = {"format": LOCK_FORMAT, "render_format": RENDER_FORMAT, "baselines": baselines}
     return json.dumps(document, indent=2, sort_keys=True) + "\n"
 
 
@@ -102,19 +92,15 @@ def read_lock(path: Path) -> dict[str, LockEntry] | None:
         raise LockFileError(f"{path}:{exc.lineno}:{exc.colno}: not JSON: {exc.msg}") from None
     if not isinstance(document, dict) or document.get("format") != LOCK_FORMAT:
         found = document.get("format") if isinstance(document, dict) else None
-        raise LockFileError(
-            f"{path}: lock format {found!r} is not {LOCK_FORMAT}; regenerate it with `sparkbase lock`"
-        )
+        raise LockFileError(f"{path}: lock format {found!r} is not {LOCK_FORMAT}; regenerate it with "
+                            "`sparkbase lock`")
     recorded = document.get("baselines")
     if not isinstance(recorded, dict):
         raise LockFileError(f"{path}: 'baselines' must be a mapping")
     entries: dict[str, LockEntry] = {}
     for name, entry in recorded.items():
-        if (
-            not isinstance(entry, dict)
-            or not isinstance(entry.get("version"), str)
-            or not isinstance(entry.get("digest"), str)
-        ):
+        if not (isinstance(entry, dict) and isinstance(entry.get("version"), str)
+                and isinstance(entry.get("digest"), str)):
             raise LockFileError(f"{path}: baselines.{name} needs string 'version' and 'digest'")
         entries[str(name)] = LockEntry(entry["version"], entry["digest"])
     return entries
@@ -122,40 +108,23 @@ def read_lock(path: Path) -> dict[str, LockEntry] | None:
 
 def check_lock(recorded: dict[str, LockEntry] | None, current: dict[str, LockEntry]) -> list[LockIssue]:
     """Every baseline whose lock entry is wrong, sorted by name; empty when the lock holds."""
-    issues: list[LockIssue] = []
     known = recorded or {}
+    issues: list[LockIssue] = []
     for name, entry in sorted(current.items()):
         old = known.get(name)
         if old is None:
-            issues.append(
-                LockIssue(name, IssueKind.MISSING, f"{name}: not in the lock; run `sparkbase lock`")
-            )
+            issues.append(LockIssue(name, IssueKind.MISSING,
+                                    f"{name}: not in the lock; run `sparkbase lock`"))
         elif old.digest != entry.digest and old.version == entry.version:
-            issues.append(
-                LockIssue(
-                    name,
-                    IssueKind.UNBUMPED,
-                    f"{name}: what it renders changed but its version is still {entry.version}: "
-                    f"bump version in baselines/{name}.yaml, then run `sparkbase lock`",
-                )
-            )
-        elif old.digest != entry.digest or old.version != entry.version:
-            issues.append(
-                LockIssue(
-                    name,
-                    IssueKind.STALE,
-                    f"{name}: version {entry.version}, the lock records {old.version}: run `sparkbase lock`",
-                )
-            )
-    for name in sorted(set(known) - set(current)):
-        issues.append(
-            LockIssue(
-                name,
-                IssueKind.REMOVED,
-                f"{name}: in the lock but no longer a concrete baseline; run `sparkbase lock`",
-            )
-        )
-    return issues
+            issues.append(LockIssue(name, IssueKind.UNBUMPED, f"{name}: what it renders changed but its "
+                                    f"version is still {entry.version}: bump version in "
+                                    f"baselines/{name}.yaml, then run `sparkbase lock`"))
+        elif old != entry:
+            issues.append(LockIssue(name, IssueKind.STALE, f"{name}: version {entry.version}, the lock "
+                                    f"records {old.version}: run `sparkbase lock`"))
+    return issues + [LockIssue(name, IssueKind.REMOVED, f"{name}: in the lock but no longer a concrete "
+                               "baseline; run `sparkbase lock`")
+                     for name in sorted(set(known) - set(current))]
 
 
 def export_nodes(site: Site, nodes: list[str], out: Path) -> dict[str, list[Path]]:

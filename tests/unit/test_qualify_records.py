@@ -57,7 +57,7 @@ def test_a_release_is_written_whole_and_read_back(tmp_path: Path) -> None:
     assert release.completions() == {"p1": Completion("p1", "Paris.", (1, 2, 3)),
                                      "p2": Completion("p2", "ab")}
     assert release.completion_hashes["p1"] == Completion("p1", "", (1, 2, 3)).digest()
-    assert release.lane_text() == LANE.encode()
+    assert (path / "lane.yaml").read_text() == LANE
     record = json.loads((path / "release.json").read_text())
     assert record["format"] == 1 and record["image_digest"] is None
     assert oct(os.stat(path).st_mode & 0o777) == "0o755"

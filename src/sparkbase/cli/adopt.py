@@ -153,6 +153,7 @@ def run(args: argparse.Namespace) -> int:
         nodes = _nodes(args, config)
         when = _time(args.time)
         _check_out(args.out, args.force)
+        targets = _targets(nodes, config, known_hosts, lab)
     except _Refused as exc:
         return _fail(str(exc))
     except ConfigError as exc:
@@ -160,12 +161,6 @@ def run(args: argparse.Namespace) -> int:
             print(problem.format(Path.cwd()), file=sys.stderr)
         return 2
     starter = load_starter()
-    try:
-        targets = _targets(nodes, config, known_hosts, lab)
-    except ConfigError as exc:
-        for problem in exc.problems:
-            print(problem.format(Path.cwd()), file=sys.stderr)
-        return 2
     plan = adopt_plan(starter.template)
     results = gather_fleet(targets, dict.fromkeys(nodes, plan))
     down = [result for result in results.values() if isinstance(result, Unreachable)]

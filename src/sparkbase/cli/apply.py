@@ -19,18 +19,19 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from sparkbase.cli.common import add_site_arguments, add_target_arguments, reason_or_exit
-
-if TYPE_CHECKING:
-    from sparkbase.model.site import Site
+from sparkbase.cli.deploying import add_deploy_arguments, prepared_run, print_report
+from sparkbase.console import Progress
+from sparkbase.deploy.assign import breaches_by_baseline
+from sparkbase.deploy.runner import Options, apply, plan
+from sparkbase.model.site import Site
+from sparkbase.policy.overrides import OverrideLogError, RecordKind, append_record, log_path, new_record
+from sparkbase.text import shown
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of `sparkbase apply`."""
-    from sparkbase.cli.deploying import add_deploy_arguments
-
     add_site_arguments(parser)
     add_target_arguments(parser)
     add_deploy_arguments(parser)
@@ -50,11 +51,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Apply; exit 0 converged, 1 failed/refused/reboot pending, 2 bad config, 3 unreachable."""
-    from sparkbase.cli.deploying import prepared_run, print_report
-    from sparkbase.deploy.assign import breaches_by_baseline
-    from sparkbase.deploy.runner import Options, apply, plan
-    from sparkbase.text import shown
-
     site, nodes, lab, mok = prepared_run(args)
     reason = reason_or_exit(args.override_policy, "--override-policy")
     breaches = breaches_by_baseline(site, nodes)
@@ -66,8 +62,6 @@ def run(args: argparse.Namespace) -> int:
         print("sparkbase: pass --override-policy \"REASON\" to apply it anyway (the override is logged)",
               file=sys.stderr)
         return 1
-    from sparkbase.console import Progress
-
     options = Options(lab=lab, mok=mok, allow_reboot=args.allow_reboot,
                       reboot_timeout=args.reboot_timeout, drain=args.drain)
     if not args.yes:
@@ -93,9 +87,6 @@ def run(args: argparse.Namespace) -> int:
 def _record_overrides(site: Site, nodes: list[str], breaches: dict[str, list[str]], reason: str) -> bool:
     """One `apply-override` record per contract-breaking baseline; False (nothing may be
     applied) when the override log cannot be written."""
-    from sparkbase.policy.overrides import OverrideLogError, RecordKind, append_record, log_path, new_record
-    from sparkbase.text import shown
-
     log = log_path(site.root)
     for name, messages in breaches.items():
         moved = [n for n in nodes if site.inventory.nodes[n].baseline == name]

@@ -53,14 +53,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_target_arguments(parser)
     parser.add_argument("--format", choices=FORMATS, default="table", help="report format (default: table)")
     parser.add_argument("--output", type=Path, default=None, help="write the report here (atomically)")
-    parser.add_argument(
-        "--parallel", type=int, default=16, metavar="N", help="nodes audited at once (default: 16)"
-    )
-    parser.add_argument(
-        "--baseline", default=None, metavar="NAME",
-        help="audit the --limit nodes against this baseline instead of the inventory's "
-        "(as `apply --baseline` converges them)",
-    )
+    parser.add_argument("--parallel", type=int, default=16, metavar="N",
+                        help="nodes audited at once (default: 16)")
+    parser.add_argument("--baseline", default=None, metavar="NAME",
+                        help="audit the --limit nodes against this baseline instead of the inventory's "
+                        "(as `apply --baseline` converges them)")
     parser.add_argument("-v", "--verbose", action="store_true", help="table: show passing checks too")
 
 

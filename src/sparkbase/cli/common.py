@@ -12,7 +12,6 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
@@ -42,75 +41,52 @@ def add_global_options(parser: _TakesArguments, with_defaults: bool) -> None:
     def default(value: object) -> object:
         return value if with_defaults else argparse.SUPPRESS
 
-    parser.add_argument(
-        "--debug",
-        action="store_true",
-        default=default(bool(os.environ.get("SPARKBASE_DEBUG"))),
-        help="on an internal error (exit 70), print the traceback too (also: $SPARKBASE_DEBUG=1)",
-    )
-    parser.add_argument(
-        "--no-color",
-        action="store_true",
-        default=default(False),
-        help="plain text only: no colour, no table borders, no live progress (also: $NO_COLOR set, "
-        "or output not a terminal)",
-    )
-    parser.add_argument(
-        "--log-level",
-        choices=LOG_LEVELS,
-        default=default(None),
-        help="log records shown on stderr (default: warning) and kept in --log-file (default: info)",
-    )
-    parser.add_argument(
-        "--log-file",
-        type=Path,
-        metavar="FILE",
-        default=default(None),
-        help="append log records to FILE (created 0600; a symbolic link or non-regular file is refused)",
-    )
+    parser.add_argument("--debug", action="store_true",
+                        default=default(bool(os.environ.get("SPARKBASE_DEBUG"))),
+                        help="on an internal error (exit 70), print the traceback too "
+                        "(also: $SPARKBASE_DEBUG=1)")
+    parser.add_argument("--no-color", action="store_true", default=default(False),
+                        help="plain text only: no colour, no table borders, no live progress "
+                        "(also: $NO_COLOR set, or output not a terminal)")
+    parser.add_argument("--log-level", choices=LOG_LEVELS, default=default(None),
+                        help="log records shown on stderr (default: warning) and kept in --log-file "
+                        "(default: info)")
+    parser.add_argument("--log-file", type=Path, metavar="FILE", default=default(None),
+                        help="append log records to FILE (created 0600; a symbolic link or non-regular file "
+                        "is refused)")
 
 
 def add_site_arguments(parser: argparse.ArgumentParser) -> None:
     """`--site DIR` and `--inventory FILE`: which site to load."""
-    parser.add_argument(
-        "--site",
-        type=Path,
-        default=Path("."),
-        help="site directory holding baselines/, inventory/, lanes/ (default: here or a parent)",
-    )
-    parser.add_argument(
-        "--inventory",
-        type=Path,
-        default=None,
-        help="inventory file relative to the site (default: inventory/site.yaml)",
-    )
+    parser.add_argument("--site", type=Path, default=Path("."),
+                        help="site directory holding baselines/, inventory/, lanes/ "
+                        "(default: here or a parent)")
+    parser.add_argument("--inventory", type=Path, default=None,
+                        help="inventory file relative to the site (default: inventory/site.yaml)")
 
 
 def add_lab_arguments(parser: argparse.ArgumentParser, reach: str = "the nodes") -> None:
     """`--lab` (a plain flag) and `--lab-dir DIR`: reach the emulated fleet instead of the
     inventory's addresses. `--lab` takes no value, so `preflight --lab LANE` reads LANE as the
     lane; `--lab-dir` alone implies `--lab`."""
-    parser.add_argument(
-        "--lab",
-        action="store_true",
-        help=f"reach {reach} of the emulated fleet (its ssh_config and known_hosts) instead of "
-        "the inventory's",
-    )
-    parser.add_argument(
-        "--lab-dir",
-        metavar="DIR",
-        default=None,
-        help="the lab directory for --lab (implies --lab; default: $SPARKBASE_LAB_DIR or "
-        "/var/lib/sparkbase/lab)",
-    )
+    parser.add_argument("--lab", action="store_true",
+                        help=f"reach {reach} of the emulated fleet (its ssh_config and known_hosts) "
+                        "instead of the inventory's")
+    parser.add_argument("--lab-dir", metavar="DIR", default=None,
+                        help="the lab directory for --lab (implies --lab; default: $SPARKBASE_LAB_DIR or "
+                        "/var/lib/sparkbase/lab)")
 
 
 def add_target_arguments(parser: argparse.ArgumentParser) -> None:
     """`--lab`, `--lab-dir DIR` and `--limit NODE…`: which nodes, reached how."""
     add_lab_arguments(parser)
-    parser.add_argument(
-        "--limit", nargs="+", metavar="NODE", default=None, help="only these nodes"
-    )
+    parser.add_argument("--limit", nargs="+", metavar="NODE", default=None, help="only these nodes")
+
+
+def fail(message: str) -> NoReturn:
+    """Say what is wrong with the command line or its input (`sparkbase: MESSAGE`) and exit 2."""
+    print(f"sparkbase: {shown(message)}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 def load_site_or_exit(args: argparse.Namespace) -> Site:
@@ -122,21 +98,14 @@ def load_site_or_exit(args: argparse.Namespace) -> Site:
         root = find_site_root(args.site)
         site = load_site(root, args.inventory, cache=True)
     except ConfigError as exc:
-        _exit_with_problems(exc)
-    logging.getLogger(__name__).debug(
-        "site %s loaded in %.3fs (%d baselines, %d nodes, %d lanes)", root,
-        time.monotonic() - started, len(site.baselines), len(site.inventory.nodes), len(site.lanes),
-    )
+        for problem in exc.problems:
+            print(problem.format(Path.cwd()), file=sys.stderr)
+        errors = sum(1 for p in exc.problems if p.severity == "error")
+        fail(f"{errors} error(s) in the site; nothing was done")
+    logging.getLogger(__name__).debug("site %s loaded in %.3fs (%d baselines, %d nodes, %d lanes)", root,
+                                      time.monotonic() - started, len(site.baselines),
+                                      len(site.inventory.nodes), len(site.lanes))
     return site
-
-
-def _exit_with_problems(exc: ConfigError) -> NoReturn:
-    """Print every problem of the site and exit 2."""
-    for problem in exc.problems:
-        print(problem.format(Path.cwd()), file=sys.stderr)
-    errors = sum(1 for p in exc.problems if p.severity == "error")
-    print(f"sparkbase: {errors} error(s) in the site; nothing was done", file=sys.stderr)
-    raise SystemExit(2) from None
 
 
 def lab_path(args: argparse.Namespace) -> Path | None:
@@ -151,33 +120,20 @@ def lab_path(args: argparse.Namespace) -> Path | None:
 
 def selected_nodes(site: Site, args: argparse.Namespace) -> list[str]:
     """Nodes named by `--limit` (checked against the inventory), else all, in rank order."""
-    return pick_nodes(sorted(site.inventory.nodes, key=lambda name: site.inventory.nodes[name].rank), args)
-
-
-def pick_nodes(ranked: Sequence[str], args: argparse.Namespace) -> list[str]:
-    """Nodes of `ranked` (the inventory's, in rank order) named by `--limit` (each checked
-    against it), else all."""
-    nodes = list(ranked)
+    nodes = sorted(site.inventory.nodes, key=lambda name: site.inventory.nodes[name].rank)
     limit = getattr(args, "limit", None)
     if not limit:
         return nodes
     unknown = [name for name in limit if name not in nodes]
     if unknown:
-        print(
-            f"sparkbase: no node {shown(', '.join(unknown))} in the inventory "
-            f"(have: {shown(', '.join(nodes))})",
-            file=sys.stderr,
-        )
-        raise SystemExit(2)
+        fail(f"no node {', '.join(unknown)} in the inventory (have: {', '.join(nodes)})")
     return [name for name in nodes if name in limit]
 
 
 def lane_or_exit(site: Site, lane: str) -> str:
     """`lane` when the site has it; otherwise say which lanes it has and exit 2."""
     if lane not in site.lanes:
-        have = ", ".join(sorted(site.lanes))
-        print(f"sparkbase: no lane {shown(lane)} (have: {shown(have)})", file=sys.stderr)
-        raise SystemExit(2)
+        fail(f"no lane {lane} (have: {', '.join(sorted(site.lanes))})")
     return lane
 
 
@@ -191,5 +147,4 @@ def reason_or_exit(text: str | None, option: str) -> str | None:
     try:
         return checked_reason(text)
     except ReasonError as exc:
-        print(f"sparkbase: {option}: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+        fail(f"{option}: {exc}")

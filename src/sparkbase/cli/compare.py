@@ -31,14 +31,11 @@ def run(args: argparse.Namespace) -> int:
     for name in (args.a, args.b):
         if name not in site.baselines:
             kind = "abstract" if name in site.abstract_baselines else "unknown"
-            print(
-                f"sparkbase: {kind} baseline {name!r} (concrete: {', '.join(sorted(site.baselines))})",
-                file=sys.stderr,
-            )
+            print(f"sparkbase: {kind} baseline {name!r} (concrete: {', '.join(sorted(site.baselines))})",
+                  file=sys.stderr)
             return 2
-    report = compare_baselines(
-        site.rules.contract, args.a, site.baselines[args.a], args.b, site.baselines[args.b]
-    )
+    report = compare_baselines(site.rules.contract, args.a, site.baselines[args.a], args.b,
+                               site.baselines[args.b])
     if args.json:
         print(json.dumps(report.as_json(), indent=2, sort_keys=True))
     else:

@@ -21,12 +21,9 @@ from sparkbase.text import shown
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """`init DIR [--force]`."""
     parser.add_argument("dir", type=Path, metavar="DIR", help="where to write the site (empty or missing)")
-    parser.add_argument(
-        "--force",
-        action="store_true",
-        help="write into a non-empty DIR: add missing files, refresh files init wrote and you did "
-        "not change; never overwrite anything else",
-    )
+    parser.add_argument("--force", action="store_true",
+                        help="write into a non-empty DIR: add missing files, refresh files init wrote "
+                        "and you did not change; never overwrite anything else")
 
 
 def _next_steps(target: Path) -> str:
@@ -45,15 +42,9 @@ def run(args: argparse.Namespace) -> int:
     target: Path = args.dir
     try:
         report = write_starter(target, starter_files(), args.force)
-    except InitRefused as exc:
+    except (InitRefused, StarterMissing, OSError) as exc:  # a starter missing is a broken install
         print(f"sparkbase: init: {shown(exc)}", file=sys.stderr)
-        return 2
-    except StarterMissing as exc:
-        print(f"sparkbase: init: {shown(exc)}", file=sys.stderr)
-        return 70
-    except OSError as exc:
-        print(f"sparkbase: init: {shown(exc)}", file=sys.stderr)
-        return 2
+        return 70 if isinstance(exc, StarterMissing) else 2
     for outcome in (Outcome.WRITTEN, Outcome.REPLACED):
         for rel in report.with_outcome(outcome):
             print(f"{outcome.value}: {rel}")

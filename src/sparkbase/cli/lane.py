@@ -124,6 +124,7 @@ def _preflight(args: argparse.Namespace, site: Site, lane: str) -> tuple[list[st
 
 
 def _targets(args: argparse.Namespace, site: Site) -> dict[str, SshTarget]:
+    """The nodes' SSH targets (unit tests replace it: no node is reached)."""
     return ssh_targets(site, lab_path(args))
 
 

@@ -40,16 +40,11 @@ from sparkbase.text import shown
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """`lock [--check] [--force] [--site DIR]`."""
     parser.add_argument("--check", action="store_true", help="verify the lock; change nothing")
-    parser.add_argument(
-        "--force",
-        action="store_true",
-        help="record changed baselines even when their version was not bumped",
-    )
-    parser.add_argument(
-        "--allow-placeholders",
-        action="store_true",
-        help="with --check: accept baselines whose values are placeholders or unsourced (lab/demo sites)",
-    )
+    parser.add_argument("--force", action="store_true",
+                        help="record changed baselines even when their version was not bumped")
+    parser.add_argument("--allow-placeholders", action="store_true",
+                        help="with --check: accept baselines whose values are placeholders or unsourced "
+                        "(lab/demo sites)")
     add_site_arguments(parser)
 
 
@@ -95,12 +90,9 @@ def _check_sources(site: Site, allow: bool, count: int) -> int:
     if pending and not allow:
         for item in pending:
             print(f"sparkbase: {shown(item.message())}", file=sys.stderr)
-        print(
-            f"sparkbase: the lock holds, but {len(pending)} value(s) are not confirmed by any source: "
-            "replace them (`sparkbase capture`, or a site/recipe entry in sources:), or pass "
-            "--allow-placeholders for a lab or demo site",
-            file=sys.stderr,
-        )
+        print(f"sparkbase: the lock holds, but {len(pending)} value(s) are not confirmed by any source: "
+              "replace them (`sparkbase capture`, or a site/recipe entry in sources:), or pass "
+              "--allow-placeholders for a lab or demo site", file=sys.stderr)
         return 1
     note = f" ({len(pending)} placeholder value(s) allowed)" if pending else ""
     print(f"sparkbase: the lock holds for {count} baseline(s){note}")

@@ -68,26 +68,6 @@ class StderrFormatter(EscapedFormatter):
         return super().format(record)
 
 
-class UtcFormatter(EscapedFormatter):
-    """`2026-12-01T04:50:00Z INFO sparkbase.progress: spark1: rebooting`."""
-
-    def __init__(self) -> None:
-        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s", "%Y-%m-%dT%H:%M:%SZ")
-        self.converter = _utc
-
-
-def _utc(seconds: float | None) -> time.struct_time:
-    return time.gmtime(seconds)
-
-
-class NotShownYet(logging.Filter):
-    """Drops records the progress display already showed on stderr."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        """False for a record marked as already shown."""
-        return not getattr(record, SHOWN_ON_STDERR, False)
-
-
 def open_log_file(path: Path) -> IO[str]:
     """`path` opened for appending: created 0600, never through a symbolic link, only a
     regular file. Raises LogFileError with a message a person can act on."""
@@ -117,12 +97,15 @@ def configure_logging(level: str | None, log_file: Path | None) -> Callable[[], 
     to_stderr = logging.StreamHandler(sys.stderr)
     to_stderr.setLevel((level or DEFAULT_STDERR_LEVEL).upper())
     to_stderr.setFormatter(StderrFormatter())
-    to_stderr.addFilter(NotShownYet())
+    to_stderr.addFilter(lambda record: not getattr(record, SHOWN_ON_STDERR, False))  # progress showed it
     handlers.append(to_stderr)
     if log_file is not None:
         to_file = logging.StreamHandler(open_log_file(log_file))
         to_file.setLevel((level or DEFAULT_FILE_LEVEL).upper())
-        to_file.setFormatter(UtcFormatter())
+        # `2026-12-01T04:50:00Z INFO sparkbase.progress: spark1: rebooting`
+        utc = EscapedFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%Y-%m-%dT%H:%M:%SZ")
+        utc.converter = time.gmtime
+        to_file.setFormatter(utc)
         handlers.append(to_file)
     saved = (logger.level, logger.propagate)
     logger.setLevel(min(handler.level for handler in handlers))

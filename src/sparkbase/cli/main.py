@@ -136,13 +136,8 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
                 raise  # a product module missing, or the lab installed but broken
             _add_lab_not_installed(sub, help_text)
             continue
-        command = sub.add_parser(
-            name,
-            help=help_text,
-            description=(module.__doc__ or help_text).strip(),
-            epilog=EXIT_CODES,
-            formatter_class=argparse.RawDescriptionHelpFormatter,
-        )
+        command = sub.add_parser(name, help=help_text, description=(module.__doc__ or help_text).strip(),
+                                 epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
         module.add_arguments(command)
         add_global_options(command.add_argument_group("global options"), with_defaults=False)
         command.set_defaults(_run=module.run)
@@ -256,14 +251,11 @@ def internal_error(exc: BaseException, debug: bool) -> int:
     if len(message) > INTERNAL_MESSAGE_LIMIT:
         message = message[: INTERNAL_MESSAGE_LIMIT - 1] + "…"
     hint = "" if debug else " (sparkbase --debug … prints the traceback)"
-    print(
-        f"sparkbase: internal error: {type(exc).__name__}: {message}{hint}; please report it",
-        file=sys.stderr,
-    )
+    print(f"sparkbase: internal error: {type(exc).__name__}: {message}{hint}; please report it",
+          file=sys.stderr)
     # the log file keeps the traceback; stderr already said it in one line
-    logging.getLogger(__name__).error(
-        "internal error: %s: %s", type(exc).__name__, message, exc_info=exc, extra={SHOWN_ON_STDERR: True}
-    )
+    logging.getLogger(__name__).error("internal error: %s: %s", type(exc).__name__, message, exc_info=exc,
+                                      extra={SHOWN_ON_STDERR: True})
     return INTERNAL_ERROR
 
 

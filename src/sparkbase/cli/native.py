@@ -13,15 +13,27 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from sparkbase.model.site import Site
+from pyinfra import logger
+from pyinfra.context import host
+
+from sparkbase.deploy.mok_keys import mok_dir_from_env
+from sparkbase.deploy.node import boot_state, mok_state, read_node, use_facts
+from sparkbase.deploy.pyinfra_deploy import add_steps
+from sparkbase.deploy.reads import fact_plan
+from sparkbase.deploy.reboot import mok_enrolment, reboot_reasons
+from sparkbase.deploy.sources import source_mirror
+from sparkbase.deploy.steps import build_steps, signing_key
+from sparkbase.errors import ConfigError
+from sparkbase.model.site import Site, load_site
+from sparkbase.model.site_files import find_site_root
+from sparkbase.text import shown
+from sparkbase.transport import ssh_targets
+from sparkbase.transport.feeds import pyinfra_host_data
 
 
 @cache
 def site_from_env() -> Site:
     """The site at $SPARKBASE_SITE (or the directory holding `deploys/`), loaded once."""
-    from sparkbase.model.site import load_site
-    from sparkbase.model.site_files import find_site_root
-
     root = Path(os.environ.get("SPARKBASE_SITE") or Path.cwd())
     return load_site(find_site_root(root))
 
@@ -34,10 +46,6 @@ def lab_from_env() -> Path | None:
 
 def inventory_hosts() -> list[tuple[str, dict[str, Any]]]:
     """(node, pyinfra host data) for every node of the site, in rank order."""
-    from sparkbase.errors import ConfigError
-    from sparkbase.transport import ssh_targets
-    from sparkbase.transport.feeds import pyinfra_host_data
-
     try:
         site = site_from_env()
         targets = ssh_targets(site, lab_from_env())
@@ -52,17 +60,6 @@ def inventory_hosts() -> list[tuple[str, dict[str, Any]]]:
 
 def deploy_current_host() -> None:
     """Add every operation that converges the host in pyinfra's context to its baseline."""
-    from pyinfra import logger
-    from pyinfra.context import host
-
-    from sparkbase.deploy.mok_keys import mok_dir_from_env
-    from sparkbase.deploy.node import boot_state, mok_state, read_node, use_facts
-    from sparkbase.deploy.pyinfra_deploy import add_steps
-    from sparkbase.deploy.reads import fact_plan
-    from sparkbase.deploy.reboot import mok_enrolment, reboot_reasons
-    from sparkbase.deploy.sources import source_mirror
-    from sparkbase.deploy.steps import build_steps, signing_key
-
     site = site_from_env()
     node = str(host.data.get("sparkbase_node") or host.name)
     mok_files = mok_dir_from_env(lab_from_env())
@@ -77,8 +74,6 @@ def deploy_current_host() -> None:
     baseline = site.baseline_of(node)
     signing = signing_key(baseline, mok_files)
     reasons = reboot_reasons(baseline, boot, mok, will, signing)
-    from sparkbase.text import shown
-
     if reasons:
         logger.warning(f"[{shown(host.name)}] reboot pending: {shown('; '.join(reasons))}")
     pending = mok_enrolment(baseline, mok, signing)

@@ -8,12 +8,14 @@ from __future__ import annotations
 import argparse
 
 from sparkbase.cli.common import add_site_arguments, add_target_arguments
+from sparkbase.cli.deploying import add_deploy_arguments, prepared_run, print_report
+from sparkbase.console import Progress
+from sparkbase.deploy.assign import breaches_by_baseline
+from sparkbase.deploy.runner import Options, plan
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of `sparkbase plan`."""
-    from sparkbase.cli.deploying import add_deploy_arguments
-
     add_site_arguments(parser)
     add_target_arguments(parser)
     add_deploy_arguments(parser)
@@ -24,13 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Plan; exit 0 when nothing would change, 1 when something would, 3 unreachable."""
-    from sparkbase.cli.deploying import prepared_run, print_report
-    from sparkbase.deploy.assign import breaches_by_baseline
-    from sparkbase.deploy.runner import Options, plan
-
     site, nodes, lab, mok = prepared_run(args)
-    from sparkbase.console import Progress
-
     with Progress("plan") as progress:
         report = plan(site, nodes, Options(lab=lab, mok=mok, drain=args.drain, progress=progress.step))
     for name, breaches in breaches_by_baseline(site, nodes).items():

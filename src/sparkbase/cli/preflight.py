@@ -40,25 +40,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("lane", help="lane name (lanes/NAME.yaml)")
     add_site_arguments(parser)
     add_lab_arguments(parser)
-    parser.add_argument(
-        "--override",
-        metavar="REASON",
-        default=None,
-        help="launch anyway (not a disabled lane); the refusals and REASON are appended to "
-        "the override log",
-    )
-    parser.add_argument(
-        "--log",
-        type=Path,
-        default=None,
-        help="override log (default: <site>/.sparkbase/overrides.log)",
-    )
-    parser.add_argument(
-        "--before-launch",
-        action="store_true",
-        help="the gate before the lane's units start: a node where the lane runs nowhere is not "
-        "refused as not serving (processes already running are still judged)",
-    )
+    parser.add_argument("--override", metavar="REASON", default=None,
+                        help="launch anyway (not a disabled lane); the refusals and REASON are appended to "
+                        "the override log")
+    parser.add_argument("--log", type=Path, default=None,
+                        help="override log (default: <site>/.sparkbase/overrides.log)")
+    parser.add_argument("--before-launch", action="store_true",
+                        help="the gate before the lane's units start: a node where the lane runs nowhere is "
+                        "not refused as not serving (processes already running are still judged)")
     parser.add_argument("--parallel", type=int, default=16, metavar="N", help="nodes asked at once")
     parser.add_argument("--json", action="store_true", help="print the verdict as JSON")
 
@@ -76,10 +65,8 @@ def run(args: argparse.Namespace) -> int:
         if not args.json:
             for line in result.where_it_runs():
                 print(f"  {shown(line)}")
-            print(
-                f"preflight {shown(args.lane)}: qualified ({len(result.report.nodes)} nodes, "
-                f"{result.elapsed_seconds:.2f}s)"
-            )
+            print(f"preflight {shown(args.lane)}: qualified ({len(result.report.nodes)} nodes, "
+                  f"{result.elapsed_seconds:.2f}s)")
         return 0
     stream = sys.stderr if args.json else sys.stdout
     if not args.json:
@@ -89,10 +76,8 @@ def run(args: argparse.Namespace) -> int:
     if reason is None or result.blocking_override:
         _print_json(args, result, overridden=False)
         if reason is not None:
-            summary += (
-                "; --override cannot launch a disabled lane: enable it (`enabled: true`) in "
-                f"lanes/{shown(args.lane)}.yaml through review first"
-            )
+            summary += ("; --override cannot launch a disabled lane: enable it (`enabled: true`) in "
+                        f"lanes/{shown(args.lane)}.yaml through review first")
         print(summary, file=stream)
         return 1
     recorded = _record_override(args, site, lines, reason)
@@ -104,14 +89,9 @@ def _print_json(args: argparse.Namespace, result: PreflightResult, overridden: b
     """With --json, the verdict as one JSON document (format 1) on stdout."""
     if not args.json:
         return
-    document = {
-        "format": 1,
-        "lane": args.lane,
-        "qualified": result.qualified,
-        "overridden": overridden,
-        "refusals": [{"where": r.where, "reason": r.reason} for r in result.refusals],
-        "elapsed_seconds": round(result.elapsed_seconds, 3),
-    }
+    document = {"format": 1, "lane": args.lane, "qualified": result.qualified, "overridden": overridden,
+                "refusals": [{"where": r.where, "reason": r.reason} for r in result.refusals],
+                "elapsed_seconds": round(result.elapsed_seconds, 3)}
     print(json.dumps(document, indent=2))
 
 
@@ -120,23 +100,14 @@ def _record_override(args: argparse.Namespace, site: Site, lines: list[str], rea
     recorded override launches)."""
     lane = site.lanes[args.lane]
     log = args.log or log_path(site.root)
-    record = new_record(
-        RecordKind.PREFLIGHT,
-        reason,
-        lane=args.lane,
-        baseline=lane.baseline,
-        nodes=list(lane.nodes),
-        refusals=lines,
-    )
+    record = new_record(RecordKind.PREFLIGHT, reason, lane=args.lane, baseline=lane.baseline,
+                        nodes=list(lane.nodes), refusals=lines)
     try:
         append_record(log, record)
     except OverrideLogError as exc:
         print(f"sparkbase: {shown(exc)}", file=sys.stderr)
         print(f"preflight {shown(args.lane)}: REFUSED: the override could not be recorded", file=sys.stderr)
         return False
-    print(
-        f"WARNING: preflight {shown(args.lane)} REFUSED for {len(lines)} reason(s) and OVERRIDDEN by "
-        f"{shown(record.who)}: \"{shown(record.reason)}\" (recorded in {shown(log)})",
-        file=sys.stderr,
-    )
+    print(f"WARNING: preflight {shown(args.lane)} REFUSED for {len(lines)} reason(s) and OVERRIDDEN by "
+          f"{shown(record.who)}: \"{shown(record.reason)}\" (recorded in {shown(log)})", file=sys.stderr)
     return True

@@ -38,6 +38,7 @@ from typing import Any
 from sparkbase.cli.common import (
     add_lab_arguments,
     add_site_arguments,
+    fail,
     lab_path,
     lane_or_exit,
     load_site_or_exit,
@@ -97,12 +98,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     add_site_arguments(parser)
     add_lab_arguments(parser)
-
-
-def fail(message: str) -> None:
-    """Say a bad input and exit 2."""
-    print(f"sparkbase: {shown(message)}", file=sys.stderr)
-    raise SystemExit(2)
 
 
 def run(args: argparse.Namespace) -> int:

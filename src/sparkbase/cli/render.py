@@ -33,11 +33,8 @@ def run(args: argparse.Namespace) -> int:
     known = sorted(site.inventory.nodes, key=lambda name: site.inventory.nodes[name].rank)
     unknown = [name for name in args.nodes if name not in site.inventory.nodes]
     if unknown:
-        print(
-            f"sparkbase: no node {', '.join(map(repr, unknown))} in the inventory "
-            f"(have: {', '.join(known)}); nothing was rendered",
-            file=sys.stderr,
-        )
+        print(f"sparkbase: no node {', '.join(map(repr, unknown))} in the inventory "
+              f"(have: {', '.join(known)}); nothing was rendered", file=sys.stderr)
         return 2
     chosen = [name for name in known if not args.nodes or name in args.nodes]
     try:
@@ -48,9 +45,7 @@ def run(args: argparse.Namespace) -> int:
     for node in chosen:
         baseline = site.baseline_of(node)
         unmanaged = baseline.unmanaged()
-        print(
-            f"{node}: {len(written[node])} file(s) under {args.out / node} "
-            f"({baseline.version} of {site.inventory.nodes[node].baseline})"
-            + (f"; not rendered ({as_found_text(unmanaged)})" if unmanaged else "")
-        )
+        print(f"{node}: {len(written[node])} file(s) under {args.out / node} "
+              f"({baseline.version} of {site.inventory.nodes[node].baseline})"
+              + (f"; not rendered ({as_found_text(unmanaged)})" if unmanaged else ""))
     return 0

@@ -22,6 +22,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from sparkbase.atomicfile import write_output
 from sparkbase.model.baseline import Baseline
@@ -30,9 +31,8 @@ from sparkbase.model.lanes import Lane
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """`schema [--output F]`."""
-    parser.add_argument(
-        "--output", "-o", type=Path, default=None, metavar="F", help="write here (default: stdout)"
-    )
+    parser.add_argument("--output", "-o", type=Path, default=None, metavar="F",
+                        help="write here (default: stdout)")
     parser.add_argument("--lane", action="store_true",
                         help="the schema of lane files (lanes/NAME.yaml) instead of baseline files")
 
@@ -43,11 +43,8 @@ def run(args: argparse.Namespace) -> int:
         schema, kind = Lane.model_json_schema(), "lane"
     else:
         schema, kind = _without_required(Baseline.model_json_schema()), "baseline"
-    schema = {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": f"https://sparkbase.invalid/schema/{kind}.json",
-        **schema,
-    }
+    schema = {"$schema": "https://json-schema.org/draft/2020-12/schema",
+              "$id": f"https://sparkbase.invalid/schema/{kind}.json", **schema}
     text = json.dumps(schema, indent=2, sort_keys=True) + "\n"
     if args.output is None:
         sys.stdout.write(text)
@@ -57,16 +54,10 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _without_required(node: object) -> dict[str, object]:
+def _without_required(value: Any) -> Any:
     """The schema with every `required` list dropped (extends supplies inherited fields)."""
-
-    def strip(value: object) -> object:
-        if isinstance(value, dict):
-            return {key: strip(item) for key, item in value.items() if key != "required"}
-        if isinstance(value, list):
-            return [strip(item) for item in value]
-        return value
-
-    result = strip(node)
-    assert isinstance(result, dict)
-    return result
+    if isinstance(value, dict):
+        return {key: _without_required(item) for key, item in value.items() if key != "required"}
+    if isinstance(value, list):
+        return [_without_required(item) for item in value]
+    return value

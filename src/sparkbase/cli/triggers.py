@@ -58,29 +58,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_site_arguments(parser)
     add_target_arguments(parser)
     given = parser.add_mutually_exclusive_group()
-    given.add_argument(
-        "--prometheus",
-        metavar="URL",
-        default=None,
-        help="the site's Prometheus server (http(s) URL): each session-load trigger is judged over "
-        "its window of history (range queries of the metrics it reads, the series the lane exports)",
-    )
-    given.add_argument(
-        "--metrics",
-        metavar="URL_OR_FILE",
-        action="append",
-        default=None,
-        help="Prometheus scrape of a serving engine: an http(s) URL or a saved text file of "
-        "scrapes (repeatable)",
-    )
-    parser.add_argument(
-        "--env-file", type=Path, default=None,
-        help="the proxy's .env naming the active lane, whose endpoints are scraped without "
-        "--metrics (default: site.yaml proxy.env_file; with --lab, LAB_DIR/proxy.env)",
-    )
-    parser.add_argument(
-        "--live", action="store_true", help="ask the inventory's nodes what they run (implied by --lab)"
-    )
+    given.add_argument("--prometheus", metavar="URL", default=None,
+                       help="the site's Prometheus server (http(s) URL): each session-load trigger is judged "
+                       "over its window of history (range queries of the metrics it reads, the series the "
+                       "lane exports)")
+    given.add_argument("--metrics", metavar="URL_OR_FILE", action="append", default=None,
+                       help="Prometheus scrape of a serving engine: an http(s) URL or a saved text file of "
+                       "scrapes (repeatable)")
+    parser.add_argument("--env-file", type=Path, default=None,
+                        help="the proxy's .env naming the active lane, whose endpoints are scraped without "
+                        "--metrics (default: site.yaml proxy.env_file; with --lab, LAB_DIR/proxy.env)")
+    parser.add_argument("--live", action="store_true",
+                        help="ask the inventory's nodes what they run (implied by --lab)")
     parser.add_argument("--json", action="store_true", help="print the verdicts as JSON")
 
 
@@ -117,26 +106,9 @@ def run(args: argparse.Namespace) -> int:
         live = _live_kernels(site, selected_nodes(site, args), lab)
     verdicts = evaluate(site, samples, live, source, history)
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "format": 1,
-                    "triggers": [
-                        {
-                            "id": v.id,
-                            "kind": v.kind,
-                            "status": v.status,
-                            "fired": v.fired,
-                            "description": v.description,
-                            "reopens": v.reopens,
-                            "evidence": v.evidence,
-                        }
-                        for v in verdicts
-                    ],
-                },
-                indent=2,
-            )
-        )
+        fields = ("id", "kind", "status", "fired", "description", "reopens", "evidence")
+        triggers = [{name: getattr(v, name) for name in fields} for v in verdicts]
+        print(json.dumps({"format": 1, "triggers": triggers}, indent=2))
     else:
         for line in verdict_lines(verdicts):
             print(line)
@@ -155,19 +127,15 @@ def prometheus_history(site: Site, url: str, end: float) -> dict[str, History]:
             continue
         window = window_ending(end, trigger.window_minutes)
         answer = query_range(url, trigger.metric_names(), window)
-        lines = (
-            f"metrics source: --prometheus {shown_source(url)}: range queries of "
-            f"{', '.join(sorted(trigger.metric_names()))} from {utc(window.start)} to {utc(window.end)} "
-            f"every {window.step} s",
-            *(f"Prometheus warning: {warning}" for warning in answer.warnings),
-        )
+        lines = (f"metrics source: --prometheus {shown_source(url)}: range queries of "
+                 f"{', '.join(sorted(trigger.metric_names()))} from {utc(window.start)} to {utc(window.end)} "
+                 f"every {window.step} s", *(f"Prometheus warning: {warning}" for warning in answer.warnings))
         history[trigger.id] = History(answer.samples, Grid(window.start, window.end, window.step), lines)
     return history
 
 
-def _active_lane_metrics(
-    args: argparse.Namespace, site: Site, lab: Path | None, scraped_at: float
-) -> tuple[list[Sample] | None, MetricsSource]:
+def _active_lane_metrics(args: argparse.Namespace, site: Site, lab: Path | None, scraped_at: float
+                         ) -> tuple[list[Sample] | None, MetricsSource]:
     """Without --metrics: the active lane's own endpoints (lanes/NAME.yaml runtime.metrics;
     with --lab only the lab's loopback ones), scraped; or why there is nothing to read."""
     if site.rules.proxy is None and args.env_file is None:
@@ -207,7 +175,5 @@ def verdict_lines(verdicts: list[TriggerVerdict]) -> list[str]:
 def _live_kernels(site: Site, nodes: list[str], lab: Path | None) -> dict[str, tuple[str | None, int | None]]:
     """node -> (release, page size) from a minimal one-round-trip gather; unreachable → (None, None)."""
     gathered = gather_fleet(ssh_targets(site, lab), {node: FactPlan(core_only=True) for node in nodes})
-    return {
-        node: (f.kernel_release, f.page_size) if isinstance(f, NodeFacts) else (None, None)
-        for node, f in gathered.items()
-    }
+    return {node: (f.kernel_release, f.page_size) if isinstance(f, NodeFacts) else (None, None)
+            for node, f in gathered.items()}

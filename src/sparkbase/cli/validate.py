@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -53,13 +52,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _placeholders(problems: list[Problem]) -> list[Problem]:
     """The warnings that are placeholder sources entries, in file and line order."""
-    found = [
-        p
-        for p in problems
-        if p.severity is Severity.WARNING
-        and (p.path.startswith("sources.") or ".sources." in p.path)  # a baseline's, a trigger's
-        and p.message.startswith(PLACEHOLDER_PREFIX)
-    ]
+    found = [p for p in problems if p.severity is Severity.WARNING
+             and (p.path.startswith("sources.") or ".sources." in p.path)  # a baseline's, a trigger's
+             and p.message.startswith(PLACEHOLDER_PREFIX)]
     return sorted(found, key=lambda p: (str(p.file), p.line))
 
 
@@ -89,29 +84,11 @@ def _as_json(site: Site | None, problems: list[Problem]) -> dict[str, Any]:
     return {
         "format": VALIDATE_FORMAT,
         "valid": site is not None,
-        "problems": [
-            {
-                "file": str(p.file),
-                "line": p.line,
-                "column": p.column,
-                "path": p.path,
-                "message": p.message,
-                "severity": str(p.severity),
-            }
-            for p in problems
-        ],
-        "placeholders": [
-            {
-                "file": str(p.file),
-                "line": p.line,
-                "key": p.path.removeprefix("sources."),
-                "note": p.message.removeprefix(PLACEHOLDER_PREFIX),
-            }
-            for p in _placeholders(problems)
-        ],
+        "problems": [{"file": str(p.file), "line": p.line, "column": p.column, "path": p.path,
+                      "message": p.message, "severity": str(p.severity)} for p in problems],
+        "placeholders": [{"file": str(p.file), "line": p.line, "key": p.path.removeprefix("sources."),
+                          "note": p.message.removeprefix(PLACEHOLDER_PREFIX)}
+                         for p in _placeholders(problems)],
         "summary": summary,
     }
 
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(run(argparse.Namespace()))

@@ -281,11 +281,7 @@ Clock = Callable[[], float]
 def served_model(endpoint: ApiEndpoint, deadline_seconds: float = MODELS_DEADLINE) -> str:
     """The model the endpoint serves (the first of `/v1/models`); `ApiError` when it does not
     answer within the deadline or answers something else."""
-    source = endpoint.url("/v1/models")
-    status, body = _exchange(endpoint, "GET", "/v1/models", None, deadline_seconds, source)
-    if status != 200:
-        raise ApiError(f"{source}: HTTP status {status}{_error_text(body)}")
-    return parse_models(body.decode("utf-8", "replace"), source)[0]
+    return parse_models(*_exchange(endpoint, "GET", "/v1/models", None, deadline_seconds))[0]
 
 
 def complete(endpoint: ApiEndpoint, request: Request,
@@ -320,17 +316,15 @@ def complete(endpoint: ApiEndpoint, request: Request,
 def complete_once(endpoint: ApiEndpoint, request: Request,
                   deadline_seconds: float = COMPLETION_DEADLINE) -> tuple[str, tuple[int, ...] | None]:
     """One completion, not streamed (the warm-up): its text and token ids."""
-    source = endpoint.url("/v1/completions")
-    status, body = _exchange(endpoint, "POST", "/v1/completions", request.body(stream=False),
-                             deadline_seconds, source)
-    if status != 200:
-        raise ApiError(f"{source}: HTTP status {status}{_error_text(body)}")
-    return parse_completion(body.decode("utf-8", "replace"), source)
+    return parse_completion(*_exchange(endpoint, "POST", "/v1/completions", request.body(stream=False),
+                                       deadline_seconds))
 
 
 def _exchange(endpoint: ApiEndpoint, method: str, path: str, body: dict[str, Any] | None,
-              deadline_seconds: float, source: str, clock: Clock = time.monotonic) -> tuple[int, bytes]:
-    """One bounded request: the status and the whole body."""
+              deadline_seconds: float, clock: Clock = time.monotonic) -> tuple[str, str]:
+    """One bounded request answered with HTTP 200: the whole body as text, and where it came
+    from (the URL, for messages); `ApiError` for any other answer or none."""
+    source = endpoint.url(path)
     deadline = clock() + deadline_seconds
     connection = http.client.HTTPConnection(endpoint.host, endpoint.port, timeout=deadline_seconds)
     try:
@@ -338,11 +332,14 @@ def _exchange(endpoint: ApiEndpoint, method: str, path: str, body: dict[str, Any
         connection.request(method, path, body=json.dumps(body) if body is not None else None,
                            headers=headers)
         response = connection.getresponse()
-        return response.status, _read_bounded(response, connection, deadline, clock, source)
+        answer = _read_bounded(response, connection, deadline, clock, source)
     except (OSError, http.client.HTTPException) as exc:
         raise ApiError(f"{source}: {_network_error(exc, deadline, clock)}") from None
     finally:
         connection.close()
+    if response.status != 200:
+        raise ApiError(f"{source}: HTTP status {response.status}{_error_text(answer)}")
+    return answer.decode("utf-8", "replace"), source
 
 
 def _read_bounded(response: Any, connection: Any, deadline: float, clock: Clock, source: str) -> bytes:

@@ -11,15 +11,13 @@ is asked.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
 
 from sparkbase.gate.lane_metrics import is_loopback
+from sparkbase.model.lanes import Lane
 from sparkbase.qualify.client import ApiEndpoint, ApiError
+from sparkbase.transport.client import Endpoint
+from sparkbase.transport.client import resolve as ssh_resolve
 from sparkbase.transport.targets import LAB_METRICS_PORT_OFFSET, SshTarget
-
-if TYPE_CHECKING:
-    from sparkbase.model.lanes import Lane
-    from sparkbase.transport.client import Endpoint
 
 
 def lane_api_address(lane: Lane) -> tuple[str, int] | None:
@@ -38,7 +36,7 @@ def lane_api_address(lane: Lane) -> tuple[str, int] | None:
 
 
 def api_endpoint(lane_name: str, lane: Lane, targets: Mapping[str, SshTarget], lab: bool,
-                 resolve: Callable[[SshTarget], Endpoint] | None = None) -> ApiEndpoint:
+                 resolve: Callable[[SshTarget], Endpoint] = ssh_resolve) -> ApiEndpoint:
     """The lane's API endpoint (see the module text); `ApiError` when it cannot be named."""
     address = lane_api_address(lane)
     if address is None:
@@ -48,10 +46,6 @@ def api_endpoint(lane_name: str, lane: Lane, targets: Mapping[str, SshTarget], l
     target = targets.get(node)
     if target is None:
         raise ApiError(f"lane {lane_name}: its API node {node} is not in the inventory")
-    if resolve is None:
-        from sparkbase.transport.client import resolve as ssh_resolve
-
-        resolve = ssh_resolve
     try:
         reached = resolve(target)
     except Exception as exc:  # an unreadable ssh_config is this run's reason, not a crash

@@ -23,15 +23,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from sparkbase.gate.lane_metrics import NodeScrape, lane_targets, scrape_all
 from sparkbase.gate.metrics import Sample
 from sparkbase.gate.triggers import key_label, sglang_group_values
+from sparkbase.model.site import Site
 from sparkbase.transport import ssh_targets
-
-if TYPE_CHECKING:
-    from sparkbase.model.site import Site
 
 #: the engines' running-requests gauges when the site has no session-load trigger naming them
 #: (SGLang python/sglang/srt/metrics/collector.py, vLLM vllm/v1/metrics/loggers.py)

@@ -122,7 +122,5 @@ def load_prompt_set(path: Path | None = None) -> PromptSetFile:
     when the file is not a valid set."""
     if path is None:
         with resources.as_file(resources.files("sparkbase.qualify") / "prompts" / SHIPPED) as shipped:
-            document = load_yaml(shipped)
-            return PromptSetFile(validated(document, PromptSet), f"shipped:{SHIPPED}")
-    document = load_yaml(path)
-    return PromptSetFile(validated(document, PromptSet), str(path))
+            return PromptSetFile(validated(load_yaml(shipped), PromptSet), f"shipped:{SHIPPED}")
+    return PromptSetFile(validated(load_yaml(path), PromptSet), str(path))

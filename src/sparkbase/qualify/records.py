@@ -35,16 +35,16 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+from filelock import FileLock, Timeout
 
 from sparkbase.atomicfile import fsync_directory
 from sparkbase.boundedfile import FileRefused, read_regular_file
+from sparkbase.model.lanes import Lane
+from sparkbase.model.site import Site
 from sparkbase.qualify.determinism import Completion
 from sparkbase.render import baseline_digest
-
-if TYPE_CHECKING:
-    from sparkbase.model.lanes import Lane
-    from sparkbase.model.site import Site
 
 #: the site directory holding every lane's releases
 RELEASES_DIR = "releases"
@@ -185,13 +185,6 @@ class Release:
                                                tuple(ids) if ids is not None else None)
         return found
 
-    def lane_text(self) -> bytes:
-        """The lane file as it was when the release was qualified."""
-        try:
-            return read_regular_file(self.path / LANE_COPY, MAX_RECORD_BYTES)
-        except FileRefused as exc:
-            raise RecordError(f"{self.path / LANE_COPY}: {exc.message}") from None
-
 
 def releases_dir(root: Path, lane: str) -> Path:
     """Where the lane's releases are kept in the site at `root`."""
@@ -281,15 +274,15 @@ class NewRelease:
 def write_release(root: Path, release: NewRelease) -> Path:
     """Write `release` into `releases/<lane>/<name>/` at once (see the module text); the
     directory. `RecordError` when the name is taken or the files cannot be written."""
-    from filelock import FileLock, Timeout
     if not valid_release_name(release.name):
         raise RecordError(f"release name {release.name!r}: use letters, digits, '.', '_' and '-' "
                           "(at most 63)")
     directory = releases_dir(root, release.lane)
     final = directory / release.name
+    taken = RecordError(f"releases/{release.lane}/{release.name} exists; a release is never rewritten "
+                        "(name the new one with --release NAME)")
     if os.path.lexists(final):
-        raise RecordError(f"releases/{release.lane}/{release.name} exists; a release is never rewritten "
-                          "(name the new one with --release NAME)")
+        raise taken
     try:
         lane_text = read_regular_file(release.lane_file, MAX_RECORD_BYTES)
     except FileRefused as exc:
@@ -310,8 +303,7 @@ def write_release(root: Path, release: NewRelease) -> Path:
         try:
             with FileLock(str(directory / ".write.lock"), timeout=30):
                 if os.path.lexists(final):
-                    raise RecordError(f"releases/{release.lane}/{release.name} exists; a release is never "
-                                      "rewritten (name the new one with --release NAME)")
+                    raise taken
                 os.rename(staging, final)
         except Timeout:
             raise RecordError(f"releases/{release.lane}: another qualify is writing a release") from None

@@ -31,16 +31,15 @@ import json
 import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from sparkbase.facts.parsers.docker import split_answer
 from sparkbase.facts.parsers.docker_run import NotReproducible, RunSpec, run_spec
+from sparkbase.model.lanes import ContainerRuntime, Lane
+from sparkbase.qualify.records import image_digest
 from sparkbase.transport.client import connect, run_command
 from sparkbase.transport.failure import TransportError
-
-if TYPE_CHECKING:
-    from sparkbase.model.lanes import ContainerRuntime, Lane
-    from sparkbase.transport.targets import SshTarget
+from sparkbase.transport.targets import SshTarget
 
 #: how long one node may take to stop or start the lane's unit or container
 UNIT_COMMAND_TIMEOUT = 180.0
@@ -81,12 +80,6 @@ def unit_of(lane: Lane) -> str | None:
 def container_of(lane: Lane) -> ContainerRuntime | None:
     """The Docker container the lane runs as, or None."""
     return lane.runtime.container if lane.runtime is not None else None
-
-
-def lane_image(lane: Lane) -> str | None:
-    """The image digest the lane file pins (None: no container)."""
-    container = container_of(lane)
-    return container.digest() if container is not None else None
 
 
 @dataclass(frozen=True)
@@ -312,7 +305,7 @@ def restarter_for(lanes: Sequence[Lane], targets: Mapping[str, SshTarget]) -> La
         if unit_of(lane) is None:
             raise RestartError("the lane names no runtime.unit: nothing here can restart it between runs")
     units = {unit_of(lane) for lane in lanes}
-    images = {lane_image(lane) for lane in lanes}
+    images = {image_digest(lane) for lane in lanes}
     if len(units) == 1 and len(images) > 1:
         raise RestartError(f"the releases run other images under one unit ({units.pop()}): restarting the "
                            "unit cannot bring the previous image back (give each build its own unit)")
