@@ -17,7 +17,8 @@ from lab_mok_pair import lab_mok_dir
 
 from sparkbase.deploy.assign import with_assignment
 from sparkbase.deploy.kinds import KINDS, Recorded, StepArgs, Writes
-from sparkbase.deploy.steps import MokFiles, build_steps
+from sparkbase.deploy.mok_keys import MokFiles
+from sparkbase.deploy.steps import build_steps
 from sparkbase.model.site import load_site
 
 REPO = Path(__file__).resolve().parents[2]

@@ -13,8 +13,8 @@ from sparkbase.deploy.mok_keys import mok_dir_from_env, refuse_lab_key
 
 if TYPE_CHECKING:
     from sparkbase.console import Table
+    from sparkbase.deploy.mok_keys import MokFiles
     from sparkbase.deploy.results import Report
-    from sparkbase.deploy.steps import MokFiles
     from sparkbase.model.site import Site
 
 
@@ -59,7 +59,7 @@ def site_for_run(site: Site, args: argparse.Namespace, nodes: list[str]) -> Site
 def mok_files(args: argparse.Namespace, lab: Path | None) -> MokFiles | None:
     """The MOK key pair named by --mok-dir, else $SPARKBASE_MOK_DIR, else the lab's; a lab
     key for a target that is not the lab exits 2."""
-    from sparkbase.deploy.steps import DeployConfigError, MokFiles
+    from sparkbase.deploy.mok_keys import DeployConfigError, MokFiles
 
     try:
         if args.mok_dir is not None:
@@ -97,7 +97,8 @@ def prepared_run(args: argparse.Namespace) -> PreparedRun:
 
 def check_buildable(site: Site, nodes: list[str], mok: MokFiles | None) -> None:
     """Build every node's steps once before connecting: config problems exit 2."""
-    from sparkbase.deploy.steps import DeployConfigError, build_steps
+    from sparkbase.deploy.mok_keys import DeployConfigError
+    from sparkbase.deploy.steps import build_steps
 
     for node in nodes:
         try:

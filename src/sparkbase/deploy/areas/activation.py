@@ -1,0 +1,29 @@
+"""Activation (a mechanism the sections share): systemd reloads a unit file it has not loaded
+as on disk (memory's boot swap unit, cpuset's slice). The activations of one section only
+are that section's kinds (`update-grub`: kernel, `sysctl -p`: memory, `netplan apply`: fabric,
+`update-initramfs`: host)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sparkbase.deploy.kinds import NodeReads, StepArgs
+
+if TYPE_CHECKING:
+    from pyinfra.api.operation import OperationMeta
+
+
+@dataclass(frozen=True, kw_only=True)
+class DaemonReload(StepArgs, kind="daemon-reload"):
+    """`systemctl daemon-reload` when systemd has not loaded `unit` as on disk."""
+
+    unit: str
+
+    def reads(self, into: NodeReads, secret: bool) -> None:
+        into.reload.append(self.unit)
+
+    def add(self, name: str, trigger: OperationMeta | None) -> OperationMeta:
+        from sparkbase.deploy.operations.activation import daemon_reload
+        return daemon_reload(name=name, trigger=trigger, unit=self.unit)
+
