@@ -1,24 +1,18 @@
 """The machinery of deploy steps: `Step`, the registry of step kinds (`KINDS`), what a
 kind's operation reads of the node (`NodeReads`) and the bases that say what a kind does.
 
-A kind is a frozen dataclass of its operation's arguments, named in its class line
-(`class Thp(StepArgs, kind="thp")`), which registers it in `KINDS`; it is declared with the
-builder of its steps in its area's module (`deploy/areas/`: one per baseline section that has
-its own kinds, one per mechanism the sections share), and `deploy.steps`, which imports every
-area module, fills the registry. Two bases say what a kind does beyond its operation:
-`Recorded`, its operation records what it creates on the node under the baseline's name
-(`sparkbase.policy.ownership`: only recorded things are ever retired); `Writes`, it writes a
-whole file, or its part of one, at `path` (a later follow-up step names the path in
-`Step.after_change_of` and is given that file's operation as its `trigger`). `reads` adds the
-paths, units, packages and kernels the operation decides on to the node's one read
-(`NodeReads`, made one fact script by `deploy.reads.fact_plan`). `add` calls the operation
-with every argument by name, so mypy checks each one from the step builders to the
-operation's signature.
+A kind is a frozen dataclass of its operation's arguments, declared beside the builder of its
+steps in its area's module (`deploy/areas/`); its class line (`class Thp(StepArgs, kind="thp")`)
+makes it one and registers it; `deploy.steps` imports every area module. `Recorded`:
+its operation records what it creates under the baseline's name (only recorded things are
+ever retired). `Writes`: it writes a whole file, or its part of one, at `path` (a follow-up
+step naming the path in `Step.after_change_of` is given that operation as its `trigger`).
+`reads` adds what the operation decides on to the node's one read (`deploy.reads.fact_plan`).
+`add` calls the operation with every argument by name, so mypy checks each one.
 
 Each `add` imports its operation (`deploy/operations/AREA.py`) where it calls it: steps are
-built with no pyinfra (and no host), and `deploy.session` builds them before it lets gevent
-patch the standard library, which must come before pyinfra (and the ssl and paramiko it
-imports) is loaded.
+built with no pyinfra, before `deploy.session` lets gevent patch the standard library, which
+must come before pyinfra (and the ssl and paramiko it imports) is loaded.
 """
 
 from __future__ import annotations
@@ -27,7 +21,7 @@ import dataclasses
 import hashlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, dataclass_transform
 
 if TYPE_CHECKING:
     from pyinfra.api.operation import OperationMeta
@@ -58,9 +52,11 @@ class NodeReads:
     netplan: bool = False
 
 
+@dataclass_transform(kw_only_default=True, frozen_default=True)
 @dataclass(frozen=True, kw_only=True)
 class StepArgs(ABC):
-    """One step kind's arguments; its class is the kind (`kind` names it)."""
+    """One step kind's arguments; its class is the kind (`kind` names it), made a frozen
+    dataclass with keyword-only fields by its class line."""
 
     #: the kind's name, as plans, results and the deploy cases show it
     kind: ClassVar[str]
@@ -69,6 +65,7 @@ class StepArgs(ABC):
         super().__init_subclass__(**rest)
         if kind in KINDS:
             raise TypeError(f"step kind {kind} declared twice ({KINDS[kind].__name__}, {cls.__name__})")
+        dataclass(frozen=True, kw_only=True)(cls)
         if kind:
             cls.kind = kind
             KINDS[kind] = cls
@@ -89,7 +86,6 @@ class StepArgs(ABC):
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
 
-@dataclass(frozen=True, kw_only=True)
 class Recorded(StepArgs):
     """A kind whose operation records what it creates on the node, under the baseline's
     name (`build_steps` sets it): only recorded things are ever retired."""
@@ -97,7 +93,6 @@ class Recorded(StepArgs):
     baseline: str = ""
 
 
-@dataclass(frozen=True, kw_only=True)
 class Writes(StepArgs):
     """A kind that writes a whole file, or its part of one, at `path`."""
 

@@ -1,16 +1,12 @@
-"""From a node's baseline to the ordered list of things the deploy must ensure.
+"""From a node's baseline to the ordered list of things the deploy must ensure: `build_steps`
+calls each area's builder (`sparkbase.deploy.areas`) in the one order the deploy runs. It
+needs no host and loads no pyinfra, so the whole order is tested as data
+(`tests/unit/deploy_cases/`). Every setting comes from the typed baseline and the renderer.
 
-`build_steps` is the one order the deploy runs in: it calls each area's builder
-(`sparkbase.deploy.areas`, where each kind is declared beside the builder of its steps).
-Building steps needs no host and loads no pyinfra, so the whole deploy order is tested as
-data (`tests/unit/deploy_cases/`). Every setting comes from the typed baseline and the
-renderer: nothing here repeats a value.
-
-Every step belongs to exactly one section of the baseline (`Step.section`, see
-`sparkbase.model.sections`), the stamp alone to none (sparkbase's own record, written when
-the baseline manages anything). The steps of a section the baseline leaves as found are
-not built, its retire steps included: sparkbase never writes, installs, removes or
-restarts anything there.
+Every step belongs to one section of the baseline (`Step.section`, `sparkbase.model.sections`),
+the stamp alone to none (sparkbase's own record, written when the baseline manages anything).
+The steps of a section left as found are not built, its retire steps included: sparkbase never
+writes, installs, removes or restarts anything there.
 """
 
 from __future__ import annotations
@@ -31,12 +27,11 @@ from sparkbase.deploy.areas import (
     units,
 )
 from sparkbase.deploy.kinds import Recorded, Step
-from sparkbase.policy.foreign import Foreign, foreign_for
+from sparkbase.policy.foreign import foreign_for
 from sparkbase.render import STAMP_PATH, fabric_ethernets, node_paths, render_node
 
 if TYPE_CHECKING:
     from sparkbase.deploy.mok_keys import MokFiles
-    from sparkbase.model.baseline import Baseline
     from sparkbase.model.site import Site
 
 
@@ -51,7 +46,16 @@ def build_steps(site: Site, node: str, mok: MokFiles | None = None, mirror: str 
     ethernets = fabric_ethernets(baseline, node_paths(site, node))
     steps = [
         *packages.package_steps(baseline),
-        *retire_steps(foreign, baseline),
+        # retire what other baselines put on the node and sparkbase recorded creating (what it
+        # did not create, or what changed since, is kept and reported), in sections this one
+        # manages: services first (while their unit file exists), DKMS builds before their
+        # source package, packages of another kernel only once this baseline's kernel runs
+        *units.retire_units(foreign),
+        *dkms.retire_dkms(foreign),
+        *files.retire_files(foreign),
+        *memory.retire_boot_swap(foreign.boot_swap),
+        *packages.retire_packages(foreign, baseline.kernel.release),
+        *secure_boot.retire_mok(foreign),
         *secure_boot.mok_steps(baseline, mok),
         *dkms.dkms_steps(baseline, mok, mirror),
         fabric.netplan_files_step(baseline),
@@ -81,25 +85,3 @@ def _recorded_as(step: Step, baseline: str) -> Step:
     if not isinstance(step.args, Recorded):
         return step
     return dataclasses.replace(step, args=dataclasses.replace(step.args, baseline=baseline))
-
-
-def retire_steps(foreign: Foreign, baseline: Baseline) -> list[Step]:
-    """Retire what the site's other baselines put on a node and this baseline does not, and
-    sparkbase recorded creating (each operation checks the node's ownership record; what it
-    did not create, or what changed since, is kept and reported). `foreign` holds only what
-    lies in sections this baseline manages (`policy.foreign`): nothing is retired from a
-    section left as found.
-
-    Services first (disabled while their unit file still exists), then DKMS builds (before
-    their source package goes), then packages of no particular kernel; packages built for
-    another kernel only when the node runs this baseline's kernel (after the verified
-    reboot), so neither the running kernel nor the next one to boot is ever removed.
-    """
-    return [
-        *units.retire_units(foreign),
-        *dkms.retire_dkms(foreign),
-        *files.retire_files(foreign),
-        *memory.retire_boot_swap(foreign.boot_swap),
-        *packages.retire_packages(foreign, baseline.kernel.release),
-        *secure_boot.retire_mok(foreign),
-    ]

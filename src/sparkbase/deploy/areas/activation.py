@@ -1,11 +1,9 @@
-"""Activation (a mechanism the sections share): systemd reloads a unit file it has not loaded
-as on disk (memory's boot swap unit, cpuset's slice). The activations of one section only
-are that section's kinds (`update-grub`: kernel, `sysctl -p`: memory, `netplan apply`: fabric,
-`update-initramfs`: host)."""
+"""Activation (shared): systemd reloads a unit file it has not loaded as on disk (memory,
+cpuset). A section's own activation is its kind (update-grub, sysctl -p, netplan apply,
+update-initramfs)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sparkbase.deploy.kinds import NodeReads, StepArgs
@@ -14,7 +12,6 @@ if TYPE_CHECKING:
     from pyinfra.api.operation import OperationMeta
 
 
-@dataclass(frozen=True, kw_only=True)
 class DaemonReload(StepArgs, kind="daemon-reload"):
     """`systemctl daemon-reload` when systemd has not loaded `unit` as on disk."""
 

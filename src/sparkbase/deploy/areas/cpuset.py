@@ -1,5 +1,4 @@
-"""cpuset (section `cpuset`): systemd loads the pinning slice as rendered, when the baseline
-pins by slice."""
+"""cpuset (section `cpuset`): systemd loads the pinning slice as rendered."""
 
 from __future__ import annotations
 

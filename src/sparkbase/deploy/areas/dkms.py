@@ -1,10 +1,8 @@
-"""DKMS modules (a mechanism the sections share): each managed section's build (memory saver,
-fan control) from its source, fetched and checked, built for the baseline's kernel and signed
-with the MOK; another baseline's module removed."""
+"""DKMS modules (shared): a build's source fetched and checked, the module built for the
+baseline's kernel and signed with the MOK; another baseline's module removed."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sparkbase.deploy.kinds import NodeReads, Recorded, Step, StepArgs
@@ -17,7 +15,6 @@ if TYPE_CHECKING:
     from sparkbase.policy.foreign import Foreign
 
 
-@dataclass(frozen=True, kw_only=True)
 class DkmsSource(Recorded, kind="dkms-source"):
     """A DKMS module's source fetched from `url`, checked against `sha256`, added to dkms."""
 
@@ -35,7 +32,6 @@ class DkmsSource(Recorded, kind="dkms-source"):
                            sha256=self.sha256, baseline=self.baseline)
 
 
-@dataclass(frozen=True, kw_only=True)
 class DkmsInstall(Recorded, kind="dkms-install"):
     """A DKMS module built for `kernel` and signed with the MOK `fingerprint` (None: unsigned)."""
 
@@ -54,7 +50,6 @@ class DkmsInstall(Recorded, kind="dkms-install"):
                             module=self.module, fingerprint=self.fingerprint, baseline=self.baseline)
 
 
-@dataclass(frozen=True, kw_only=True)
 class DkmsRetire(StepArgs, kind="dkms-retire"):
     """Another baseline's DKMS module removed, for every kernel."""
 
@@ -78,19 +73,12 @@ def dkms_steps(baseline: Baseline, mok: MokFiles | None, mirror: str | None) -> 
     fingerprint = signing_key(baseline, mok)
     steps = [_source_step(build, mirror) for build in builds
              if build.source is not None and baseline.manages(build.section)]
-    steps += [
-        Step(
-            DkmsInstall(dkms_name=build.dkms_name, version=build.dkms_version,
-                        kernel=baseline.kernel.release, module=build.module, fingerprint=fingerprint),
-            f"build and sign {build.dkms_name}/{build.dkms_version} for {baseline.kernel.release} "
-            f"({build.purpose})",
-            reboot=True,
-            section=build.section,
-        )
-        for build in builds
-        if baseline.manages(build.section)
-    ]
-    return steps
+    return [*steps, *(
+        Step(DkmsInstall(dkms_name=build.dkms_name, version=build.dkms_version,
+                         kernel=baseline.kernel.release, module=build.module, fingerprint=fingerprint),
+             f"build and sign {build.dkms_name}/{build.dkms_version} for {baseline.kernel.release} "
+             f"({build.purpose})", reboot=True, section=build.section)
+        for build in builds if baseline.manages(build.section))]
 
 
 def source_url(build: DkmsBuild, mirror: str | None) -> str:
@@ -105,13 +93,11 @@ def source_url(build: DkmsBuild, mirror: str | None) -> str:
 def _source_step(build: DkmsBuild, mirror: str | None) -> Step:
     source = build.source
     assert source is not None
-    return Step(
-        DkmsSource(dkms_name=build.dkms_name, version=build.dkms_version, url=source_url(build, mirror),
-                   sha256=source.sha256),
-        f"{build.purpose} source: {source.repository} at {source.revision[:12]} in "
-        f"/usr/src/{build.dkms_name}-{build.dkms_version} (sha256 checked, dkms add; recorded)",
-        section=build.section,
-    )
+    return Step(DkmsSource(dkms_name=build.dkms_name, version=build.dkms_version,
+                           url=source_url(build, mirror), sha256=source.sha256),
+                f"{build.purpose} source: {source.repository} at {source.revision[:12]} in "
+                f"/usr/src/{build.dkms_name}-{build.dkms_version} (sha256 checked, dkms add; recorded)",
+                section=build.section)
 
 
 def signing_key(baseline: Baseline, mok: MokFiles | None) -> str | None:

@@ -1,10 +1,8 @@
-"""Fabric (section `fabric`), by netplan: only the fabric's netplan file configures the
-fabric ports, the site's file taken over when the baseline names it, and `netplan apply`
-when the live links are not the netplan's."""
+"""Fabric (section `fabric`), by netplan: one file configures the fabric ports (the site's
+taken over when named), `netplan apply` when the live links are not the netplan's."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sparkbase.deploy.kinds import NodeReads, Recorded, Step, StepArgs, Writes
@@ -18,7 +16,6 @@ if TYPE_CHECKING:
     from sparkbase.render import RenderedFile
 
 
-@dataclass(frozen=True, kw_only=True)
 class NetplanFiles(StepArgs, kind="netplan-files"):
     """Only the netplan file at `path` configures the fabric `interfaces`."""
 
@@ -33,7 +30,6 @@ class NetplanFiles(StepArgs, kind="netplan-files"):
         return netplan_files(name=name, path=self.path, interfaces=self.interfaces)
 
 
-@dataclass(frozen=True, kw_only=True)
 class NetplanTakeover(Writes, Recorded, kind="netplan-takeover"):
     """The fabric ports' keys merged into the site's netplan file at `path`."""
 
@@ -50,7 +46,6 @@ class NetplanTakeover(Writes, Recorded, kind="netplan-takeover"):
                                 baseline=self.baseline)
 
 
-@dataclass(frozen=True, kw_only=True)
 class NetplanApply(StepArgs, kind="netplan-apply"):
     """`netplan apply` when the live fabric `links` (netdev -> mtu, addresses) differ."""
 

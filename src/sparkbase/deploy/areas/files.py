@@ -1,10 +1,9 @@
-"""Files (a mechanism the sections share): a directory, an uploaded local file (the MOK key
-pair), a rendered file byte for byte, and a file only other baselines render, retired."""
+"""Files (shared): a directory, an uploaded local file, a rendered file byte for byte; a
+file only other baselines render, retired."""
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,7 +16,6 @@ if TYPE_CHECKING:
     from sparkbase.render import RenderedFile
 
 
-@dataclass(frozen=True, kw_only=True)
 class Directory(Recorded, kind="directory"):
     """A directory with its mode."""
 
@@ -32,7 +30,6 @@ class Directory(Recorded, kind="directory"):
         return directory(name=name, path=self.path, mode=self.mode, baseline=self.baseline)
 
 
-@dataclass(frozen=True, kw_only=True)
 class Upload(Recorded, kind="upload"):
     """A local file (the operator's, e.g. the MOK key pair) uploaded to `path`."""
 
@@ -50,7 +47,6 @@ class Upload(Recorded, kind="upload"):
                       baseline=self.baseline)
 
 
-@dataclass(frozen=True, kw_only=True)
 class File(Writes, Recorded, kind="file"):
     """A rendered file, byte for byte, with its mode."""
 
@@ -68,7 +64,6 @@ class File(Writes, Recorded, kind="file"):
                     sha256=hashlib.sha256(self.content.encode()).hexdigest(), baseline=self.baseline)
 
 
-@dataclass(frozen=True, kw_only=True)
 class FileRetire(StepArgs, kind="file-retire"):
     """A file only other baselines render, removed."""
 
@@ -85,12 +80,9 @@ class FileRetire(StepArgs, kind="file-retire"):
 
 def file_step(file: RenderedFile) -> Step:
     """The rendered file put byte for byte, in its section."""
-    return Step(
-        File(path=file.path, content=file.content, mode=file.mode),
-        f"{file.path} ({file.purpose})" if file.purpose else file.path,
-        reboot=file.needs_reboot,
-        section=file.section,
-    )
+    return Step(File(path=file.path, content=file.content, mode=file.mode),
+                f"{file.path} ({file.purpose})" if file.purpose else file.path, reboot=file.needs_reboot,
+                section=file.section)
 
 
 def retire_files(foreign: Foreign) -> list[Step]:

@@ -1,10 +1,8 @@
-"""Host (section `host`): nvidia-drm modeset (its options package purged or put back, the
-initramfs rebuilt when it lacks the modprobe file's options), the boot target and services,
-and DGX OS's tuning units (the CPU governor, NVMe interrupt coalescing)."""
+"""Host (section `host`): nvidia-drm modeset, the boot target and services, DGX OS's tuning
+units (CPU governor, NVMe interrupt coalescing)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sparkbase.deploy.areas.units import UnitDisabled, UnitEnabled
@@ -23,7 +21,6 @@ if TYPE_CHECKING:
 DISPLAY_MANAGER_UNIT = "display-manager.service"
 
 
-@dataclass(frozen=True, kw_only=True)
 class ModesetPurge(Recorded, kind="modeset-purge"):
     """The nvidia-drm modeset options package purged, every initramfs rebuilt."""
 
@@ -37,7 +34,6 @@ class ModesetPurge(Recorded, kind="modeset-purge"):
         return modeset_purge(name=name, package=self.package, baseline=self.baseline)
 
 
-@dataclass(frozen=True, kw_only=True)
 class ModesetRestore(StepArgs, kind="modeset-restore"):
     """The modeset options package sparkbase purged for another baseline, put back."""
 
@@ -51,7 +47,6 @@ class ModesetRestore(StepArgs, kind="modeset-restore"):
         return modeset_restore(name=name, package=self.package)
 
 
-@dataclass(frozen=True, kw_only=True)
 class InitramfsUpdate(StepArgs, kind="initramfs-update"):
     """`update-initramfs -u -k all` when the `release` image lacks the modprobe file's options."""
 
@@ -69,7 +64,6 @@ class InitramfsUpdate(StepArgs, kind="initramfs-update"):
                                 sha256=self.sha256)
 
 
-@dataclass(frozen=True, kw_only=True)
 class DefaultTarget(StepArgs, kind="default-target"):
     """The systemd target the node boots into."""
 
@@ -80,7 +74,6 @@ class DefaultTarget(StepArgs, kind="default-target"):
         return default_target(name=name, target=self.target)
 
 
-@dataclass(frozen=True, kw_only=True)
 class CpuGovernor(StepArgs, kind="cpu-governor"):
     """Every CPU runs `governor` (DGX OS's governor unit)."""
 
@@ -92,7 +85,6 @@ class CpuGovernor(StepArgs, kind="cpu-governor"):
         return cpu_governor(name=name, governor=self.governor, release=self.release)
 
 
-@dataclass(frozen=True, kw_only=True)
 class NvmeCoalescing(Recorded, kind="nvme-coalescing"):
     """NVMe interrupt coalescing on or off (off masks the vendor unit, recorded)."""
 

@@ -1,9 +1,7 @@
-"""Kernel (section `kernel`): grub.cfg regenerated when it is older than the GRUB drop-in or
-does not boot the baseline's kernel as it says."""
+"""Kernel (section `kernel`): grub.cfg regenerated when it does not boot the baseline."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sparkbase.deploy.kinds import NodeReads, Step, StepArgs
@@ -16,7 +14,6 @@ if TYPE_CHECKING:
     from sparkbase.model.baseline import Baseline
 
 
-@dataclass(frozen=True, kw_only=True)
 class GrubUpdate(StepArgs, kind="grub-update"):
     """`update-grub` when the drop-in changed or grub.cfg does not boot the baseline."""
 
@@ -41,17 +38,9 @@ class GrubUpdate(StepArgs, kind="grub-update"):
 def grub_update_step(baseline: Baseline) -> Step:
     """`update-grub` after the drop-in, or whenever grub.cfg does not boot the baseline."""
     kernel = baseline.kernel
-    return Step(
-        GrubUpdate(
-            release=kernel.release,
-            default_entry=kernel.grub_entry if kernel.pin_grub_default else None,
-            cmdline=kernel_cmdline(baseline),
-            forbid=list(kernel.cmdline_forbid),
-            fallback=kernel.fallback.release if kernel.fallback is not None else None,
-            dropin=GRUB_DROPIN_PATH,
-        ),
-        "update-grub (grub.cfg is older than the GRUB drop-in, or does not boot the baseline as it says)",
-        reboot=True,
-        after_change_of=GRUB_DROPIN_PATH,
-        section="kernel",
-    )
+    entry = kernel.grub_entry if kernel.pin_grub_default else None
+    fallback = kernel.fallback.release if kernel.fallback is not None else None
+    return Step(GrubUpdate(release=kernel.release, default_entry=entry, cmdline=kernel_cmdline(baseline),
+                           forbid=list(kernel.cmdline_forbid), fallback=fallback, dropin=GRUB_DROPIN_PATH),
+                "update-grub (grub.cfg is older than the GRUB drop-in, or does not boot the baseline as it "
+                "says)", reboot=True, after_change_of=GRUB_DROPIN_PATH, section="kernel")

@@ -1,12 +1,9 @@
-"""Memory (section `memory`): sysctls applied live, the installer's swap file (its /etc/fstab
-line marked noauto, or switched on), other baselines' swap files and boot swap unit retired,
-this baseline's swap file (in /etc/fstab, or swapped on at boot by the page size), and
-transparent hugepages."""
+"""Memory (section `memory`): live sysctls, the installer's and the baseline's swap files,
+other baselines' swap retired, transparent hugepages."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sparkbase.deploy.areas.activation import DaemonReload
@@ -25,7 +22,6 @@ if TYPE_CHECKING:
     from sparkbase.model.site import Site
 
 
-@dataclass(frozen=True, kw_only=True)
 class SysctlApply(StepArgs, kind="sysctl-apply"):
     """`sysctl -p FILE` when the live values differ from `values`."""
 
@@ -40,7 +36,6 @@ class SysctlApply(StepArgs, kind="sysctl-apply"):
         return sysctl_apply(name=name, file=self.file, values=self.values)
 
 
-@dataclass(frozen=True, kw_only=True)
 class FactorySwap(Recorded, kind="factory-swap"):
     """The installer's swap file kept, its /etc/fstab line set to `fstab` (switched off first
     when `swapoff`)."""
@@ -59,7 +54,6 @@ class FactorySwap(Recorded, kind="factory-swap"):
                             baseline=self.baseline)
 
 
-@dataclass(frozen=True, kw_only=True)
 class FactorySwapRestore(StepArgs, kind="factory-swap-restore"):
     """The installer's swap line put back as sparkbase found it."""
 
@@ -74,7 +68,6 @@ class FactorySwapRestore(StepArgs, kind="factory-swap-restore"):
         return factory_swap_restore(name=name, path=self.path)
 
 
-@dataclass(frozen=True, kw_only=True)
 class FactorySwapon(StepArgs, kind="factory-swapon"):
     """The installer's swap file switched on, when the running page size is its header's."""
 
@@ -88,7 +81,6 @@ class FactorySwapon(StepArgs, kind="factory-swapon"):
         return factory_swapon(name=name, path=self.path)
 
 
-@dataclass(frozen=True, kw_only=True)
 class SwapFile(Recorded, kind="swap-file"):
     """A swap file of `size_gib` with a `header_page_size`-byte header."""
 
@@ -105,7 +97,6 @@ class SwapFile(Recorded, kind="swap-file"):
                          header_page_size=self.header_page_size, baseline=self.baseline)
 
 
-@dataclass(frozen=True, kw_only=True)
 class FstabLine(StepArgs, kind="fstab-line"):
     """The line matching `match` (an extended regex) in the file at `path` is `line`."""
 
@@ -119,7 +110,6 @@ class FstabLine(StepArgs, kind="fstab-line"):
                     extended_regex=True)
 
 
-@dataclass(frozen=True, kw_only=True)
 class FstabLineAbsent(StepArgs, kind="fstab-line-absent"):
     """No line matches `match` (an extended regex) in the file at `path`."""
 
@@ -132,7 +122,6 @@ class FstabLineAbsent(StepArgs, kind="fstab-line-absent"):
                     extended_regex=True)
 
 
-@dataclass(frozen=True, kw_only=True)
 class Swapon(StepArgs, kind="swapon"):
     """The swap file switched on, when the running page size is `header_page_size`."""
 
@@ -144,7 +133,6 @@ class Swapon(StepArgs, kind="swapon"):
         return swapon(name=name, path=self.path, header_page_size=self.header_page_size)
 
 
-@dataclass(frozen=True, kw_only=True)
 class Thp(StepArgs, kind="thp"):
     """Transparent hugepages set to `value` in the running kernel."""
 
@@ -155,7 +143,6 @@ class Thp(StepArgs, kind="thp"):
         return thp(name=name, value=self.value)
 
 
-@dataclass(frozen=True, kw_only=True)
 class SwapRetire(StepArgs, kind="swap-retire"):
     """Another baseline's swap file switched off, unlisted and deleted."""
 
@@ -212,22 +199,17 @@ def swap_steps(site: Site, baseline: Baseline) -> list[Step]:
     ]
     if swap is None:
         return steps
-    steps.append(Step(
-        SwapFile(path=swap.path, size_gib=swap.size_gib, header_page_size=swap.header_page_size),
-        f"swap file {swap.path} ({swap.size_gib} GiB, {swap.header_page_size}-byte header)",
-        section="memory",
-    ))
+    size = swap.header_page_size
+    steps.append(Step(SwapFile(path=swap.path, size_gib=swap.size_gib, header_page_size=size),
+                      f"swap file {swap.path} ({swap.size_gib} GiB, {size}-byte header)", section="memory"))
     if baseline.memory.swap_by_page_size:
         steps += _boot_swap_line_steps(swap.path)
     else:
         line = managed_lines(baseline)[0]
         steps.append(Step(FstabLine(path=line.path, line=line.line, match=line.match),
                           f"{line.path}: {line.line}", section=line.section))
-    steps.append(Step(
-        Swapon(path=swap.path, header_page_size=swap.header_page_size),
-        f"swapon {swap.path} (when running {swap.header_page_size}-byte pages)",
-        section="memory",
-    ))
+    steps.append(Step(Swapon(path=swap.path, header_page_size=size),
+                      f"swapon {swap.path} (when running {size}-byte pages)", section="memory"))
     if baseline.memory.swap_by_page_size:
         steps += _boot_swap_unit_steps(baseline)
     return steps

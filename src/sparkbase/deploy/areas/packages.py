@@ -1,10 +1,8 @@
-"""Packages (a mechanism the sections share): one `apt-get update` when a pin is missing,
-each managed section's pinned packages at their exact versions and held, and the pins of
-other baselines unheld and purged, or kept and reported."""
+"""Packages (shared): `apt-get update` when a pin is missing, each managed section's pins at
+exact versions and held; other baselines' pins purged, or kept and reported."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sparkbase.deploy.kinds import NodeReads, Recorded, Step, StepArgs
@@ -17,7 +15,6 @@ if TYPE_CHECKING:
     from sparkbase.policy.foreign import Foreign
 
 
-@dataclass(frozen=True, kw_only=True)
 class AptUpdate(StepArgs, kind="apt-update"):
     """`apt-get update`, only when one of `pins` (NAME=VERSION) is not installed."""
 
@@ -31,7 +28,6 @@ class AptUpdate(StepArgs, kind="apt-update"):
         return apt_update_for(name=name, pins=self.pins)
 
 
-@dataclass(frozen=True, kw_only=True)
 class Packages(Recorded, kind="packages"):
     """The pinned packages (NAME=VERSION) installed at their exact versions."""
 
@@ -45,7 +41,6 @@ class Packages(Recorded, kind="packages"):
         return pinned_packages(name=name, pins=self.pins, baseline=self.baseline)
 
 
-@dataclass(frozen=True, kw_only=True)
 class Hold(StepArgs, kind="hold"):
     """The packages held at their versions."""
 
@@ -56,7 +51,6 @@ class Hold(StepArgs, kind="hold"):
         return hold(name=name, names=self.names)
 
 
-@dataclass(frozen=True, kw_only=True)
 class PackagesRetire(StepArgs, kind="packages-retire"):
     """Other baselines' packages unheld and purged (a kernel's only once `target_kernel` runs)."""
 
@@ -71,7 +65,6 @@ class PackagesRetire(StepArgs, kind="packages-retire"):
         return packages_retire(name=name, names=self.names, target_kernel=self.target_kernel)
 
 
-@dataclass(frozen=True, kw_only=True)
 class PackagesKept(StepArgs, kind="packages-kept"):
     """Other baselines' packages sparkbase did not install, reported."""
 

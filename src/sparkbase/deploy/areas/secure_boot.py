@@ -1,10 +1,8 @@
-"""Secure Boot (section `secure_boot`): the MOK key pair uploaded and its certificate imported
-for enrolment, when the baseline signs DKMS modules; the MOK key directories other baselines
-upload retired, the keys they enrolled reported."""
+"""Secure Boot (section `secure_boot`): the MOK key pair uploaded and imported for enrolment;
+other baselines' key directories retired, their enrolled keys reported."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,7 +18,6 @@ if TYPE_CHECKING:
     from sparkbase.policy.foreign import Foreign
 
 
-@dataclass(frozen=True, kw_only=True)
 class MokImport(StepArgs, kind="mok-import"):
     """The MOK certificate imported for enrolment at the next boot."""
 
@@ -32,7 +29,6 @@ class MokImport(StepArgs, kind="mok-import"):
         return mok_import(name=name, certificate=self.certificate, fingerprint=self.fingerprint)
 
 
-@dataclass(frozen=True, kw_only=True)
 class MokDirRetire(StepArgs, kind="mok-dir-retire"):
     """Another baseline's MOK key directory removed."""
 
@@ -46,7 +42,6 @@ class MokDirRetire(StepArgs, kind="mok-dir-retire"):
         return mok_dir_retire(name=name, path=self.path)
 
 
-@dataclass(frozen=True, kw_only=True)
 class MokKept(StepArgs, kind="mok-kept"):
     """The MOK keys other baselines enrolled, reported (they stay in firmware)."""
 
@@ -82,23 +77,13 @@ def mok_steps(baseline: Baseline, mok: MokFiles | None) -> list[Step]:
     key_dir = str(Path(secure.mok_private_key).parent)
     return [
         Step(Directory(path=key_dir, mode=0o700), f"MOK directory {key_dir} (0700)", section="secure_boot"),
-        Step(
-            Upload(path=secure.mok_certificate, local=str(mok.certificate), mode=0o644),
-            f"MOK certificate {secure.mok_certificate}",
-            section="secure_boot",
-        ),
-        Step(
-            Upload(path=secure.mok_private_key, local=str(mok.private_key), mode=0o600),
-            f"MOK private key {secure.mok_private_key} (secret)",
-            secret=True,
-            section="secure_boot",
-        ),
-        Step(
-            MokImport(certificate=secure.mok_certificate, fingerprint=mok.fingerprint()),
-            "import the MOK certificate (a person at the console enrols it at the next boot)",
-            reboot=True,
-            section="secure_boot",
-        ),
+        Step(Upload(path=secure.mok_certificate, local=str(mok.certificate), mode=0o644),
+             f"MOK certificate {secure.mok_certificate}", section="secure_boot"),
+        Step(Upload(path=secure.mok_private_key, local=str(mok.private_key), mode=0o600),
+             f"MOK private key {secure.mok_private_key} (secret)", secret=True, section="secure_boot"),
+        Step(MokImport(certificate=secure.mok_certificate, fingerprint=mok.fingerprint()),
+             "import the MOK certificate (a person at the console enrols it at the next boot)",
+             reboot=True, section="secure_boot"),
     ]
 
 

@@ -1,9 +1,7 @@
-"""systemd units (a mechanism the sections share): a unit enabled and running, disabled and
-stopped, and another baseline's unit retired."""
+"""systemd units (shared): enabled and running, disabled and stopped, another baseline's retired."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sparkbase.deploy.kinds import NodeReads, Recorded, Step, StepArgs
@@ -14,7 +12,6 @@ if TYPE_CHECKING:
     from sparkbase.policy.foreign import Foreign
 
 
-@dataclass(frozen=True, kw_only=True)
 class UnitDisabled(StepArgs, kind="unit-disabled"):
     """A unit neither enabled nor running."""
 
@@ -28,7 +25,6 @@ class UnitDisabled(StepArgs, kind="unit-disabled"):
         return unit_disabled(name=name, unit=self.unit)
 
 
-@dataclass(frozen=True, kw_only=True)
 class UnitEnabled(Recorded, kind="unit-enabled"):
     """A unit enabled and running."""
 
@@ -42,7 +38,6 @@ class UnitEnabled(Recorded, kind="unit-enabled"):
         return unit_enabled(name=name, unit=self.unit, baseline=self.baseline)
 
 
-@dataclass(frozen=True, kw_only=True)
 class UnitRetire(StepArgs, kind="unit-retire"):
     """Another baseline's unit disabled and stopped."""
 
