@@ -106,6 +106,10 @@ def test_every_argument_reaches_the_operation(kind: str, tmp_path: Path,
     local.write_bytes(b"certificate")
     cls = KINDS[kind]
     args = cls(**{f.name: _sample(f, local) for f in dataclasses.fields(cls)})
+    with pytest.raises(dataclasses.FrozenInstanceError):  # the class line makes it frozen, keyword-only
+        setattr(args, "name", "changed")  # noqa: B010
+    with pytest.raises(TypeError, match="positional"):
+        cls(*args.as_dict().values())
     args.add("the step", None)
     assert len(called) == 1
     given = list(called[0].values())
