@@ -16,18 +16,24 @@ from typing import Any
 
 import pytest
 
-from sparkbase.deploy import kinds, reboot
+from sparkbase.deploy import reboot
+from sparkbase.deploy.areas.activation import DaemonReload
+from sparkbase.deploy.areas.fabric import NetplanApply
+from sparkbase.deploy.areas.files import File
+from sparkbase.deploy.areas.host import InitramfsUpdate
+from sparkbase.deploy.areas.kernel import GrubUpdate
+from sparkbase.deploy.kinds import Step
 from sparkbase.deploy.node import boot_state
-from sparkbase.deploy.operations import (
-    Decision,
+from sparkbase.deploy.operations.activation import (
     decide_daemon_reload,
-    decide_grub_update,
     decide_initramfs_update,
     decide_netplan_apply,
 )
+from sparkbase.deploy.operations.base import Decision
+from sparkbase.deploy.operations.kernel import decide_grub_update
 from sparkbase.deploy.reads import fact_plan
 from sparkbase.deploy.reboot import boot_mismatches, reboot_reasons, stage_command, staged
-from sparkbase.deploy.steps import Step, build_steps
+from sparkbase.deploy.steps import build_steps
 from sparkbase.facts.assemble import assemble
 from sparkbase.facts.model import InitramfsCopy, Interface
 from sparkbase.facts.parsers.files import parse_initramfs_copy, parse_staged
@@ -89,17 +95,17 @@ def test_follow_up_steps_carry_what_the_node_state_is_compared_with() -> None:
     steps = {s.kind: s for s in build_steps(site, "spark1")}
     modprobe = next(f for f in render_node(site, "spark1") if f.path == MODPROBE_PATH)
     initramfs = steps["initramfs-update"]
-    assert initramfs.args == kinds.InitramfsUpdate(release=site.baseline_of("spark1").kernel.release,
+    assert initramfs.args == InitramfsUpdate(release=site.baseline_of("spark1").kernel.release,
                                                    path=MODPROBE_PATH, sha256=modprobe.sha256)
     assert initramfs.reboot  # a rebuilt initramfs acts at the next boot
     apply = steps["netplan-apply"].args
-    assert isinstance(apply, kinds.NetplanApply)
+    assert isinstance(apply, NetplanApply)
     links = apply.links
     addresses = site.inventory.nodes["spark1"].addresses()
     assert {netdev: link["addresses"] for netdev, link in links.items() if link["addresses"]} == {
         netdev: [address] for netdev, address in addresses.items()}
     assert {link["mtu"] for link in links.values()} == {site.baseline_of("spark1").fabric.mtu}
-    assert steps["daemon-reload"].args == kinds.DaemonReload(unit=site.baseline_of("spark1").cpuset.slice)
+    assert steps["daemon-reload"].args == DaemonReload(unit=site.baseline_of("spark1").cpuset.slice)
     # each reads the node's state: the initramfs' copy, the live addresses, systemd's reload flag
     plan = fact_plan(list(steps.values()))
     assert plan.initramfs == ((initramfs.args.release, MODPROBE_PATH),)
@@ -164,9 +170,9 @@ def test_a_reboot_staged_by_a_run_that_died_before_rebooting_is_still_a_reason()
 def test_what_a_run_stages_is_noted_and_read_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "run" / "reboot-staged"
     monkeypatch.setattr(reboot, "STAGED_PATH", str(path))
-    grub = kinds.GrubUpdate(release="r", default_entry=None, cmdline=[], forbid=[], fallback=None, dropin="d")
-    steps = [Step(kinds.File(path="/etc/x", content="", mode=0o644), "a file", section="host"),
-             Step(kinds.InitramfsUpdate(release="r", path="/etc/modprobe.d/x.conf", sha256=None),
+    grub = GrubUpdate(release="r", default_entry=None, cmdline=[], forbid=[], fallback=None, dropin="d")
+    steps = [Step(File(path="/etc/x", content="", mode=0o644), "a file", section="host"),
+             Step(InitramfsUpdate(release="r", path="/etc/modprobe.d/x.conf", sha256=None),
                   "update-initramfs (it's)", reboot=True, section="host"),
              Step(grub, "update-grub $(touch /tmp/x)", reboot=True, section="kernel")]
     assert staged(steps) == ["update-initramfs (it's)", "update-grub $(touch /tmp/x)"]

@@ -18,12 +18,16 @@ from pyinfra.api.inventory import Inventory
 from pyinfra.api.state import State
 from pyinfra.context import ctx_host, ctx_state
 
-from sparkbase.deploy import kinds, node
+from sparkbase.deploy import node
+from sparkbase.deploy.areas.files import File, FileRetire, Upload
+from sparkbase.deploy.areas.memory import FactorySwapRestore, SwapRetire
+from sparkbase.deploy.areas.units import UnitDisabled, UnitEnabled, UnitRetire
 from sparkbase.deploy.assign import with_assignment
-from sparkbase.deploy.kinds import Writes
+from sparkbase.deploy.kinds import Step, Writes
+from sparkbase.deploy.mok_keys import MokFiles
 from sparkbase.deploy.reads import fact_plan
 from sparkbase.deploy.reboot import STAGED_PATH
-from sparkbase.deploy.steps import MokFiles, Step, build_steps
+from sparkbase.deploy.steps import build_steps
 from sparkbase.facts.areas import section_names
 from sparkbase.facts.assemble import assemble
 from sparkbase.facts.model import InitramfsCopy, NetplanListing, NodeFacts
@@ -48,8 +52,8 @@ def test_the_read_of_every_deploy_case(site: Site, case_file: Path) -> None:
         site = with_assignment(site, [case["node"]], case["baseline"])
     steps = build_steps(site, case["node"], MokFiles.from_dir(lab_mok_dir()) if case["mok"] else None)
     plan = fact_plan(steps)
-    files = [s.args.path for s in steps if isinstance(s.args, kinds.File)]
-    uploads = [s.args.path for s in steps if isinstance(s.args, kinds.Upload)]
+    files = [s.args.path for s in steps if isinstance(s.args, File)]
+    uploads = [s.args.path for s in steps if isinstance(s.args, Upload)]
     assert set(files + uploads) <= set(plan.file_states)
     assert set(files) <= set(plan.file_texts)
     # an upload (the MOK key pair) is judged by its sha256 alone: its text is never read
@@ -57,7 +61,7 @@ def test_the_read_of_every_deploy_case(site: Site, case_file: Path) -> None:
     assert not [s for s in steps if s.secret and getattr(s.args, "path", None) in plan.file_texts]
     assert plan.ownership and plan.mok_keys and plan.staged_path == STAGED_PATH
     units = {s.args.unit for s in steps
-             if isinstance(s.args, kinds.UnitEnabled | kinds.UnitDisabled | kinds.UnitRetire)}
+             if isinstance(s.args, UnitEnabled | UnitDisabled | UnitRetire)}
     assert units <= set(plan.units)
     names = section_names(plan)
     assert {"uname", "pagesize", "sb-state", "mok-enrolled", "ownership", "held", "swapon"} <= names
@@ -65,10 +69,10 @@ def test_the_read_of_every_deploy_case(site: Site, case_file: Path) -> None:
 
 
 def test_the_fstab_editors_read_fstab_whole_and_each_path_once() -> None:
-    steps = [Step(kinds.SwapRetire(path="/swapfile"), "retire /swapfile", section="memory"),
-             Step(kinds.FactorySwapRestore(path="/swap.img"), "restore", section="memory"),
-             Step(kinds.FileRetire(path="/etc/x.conf"), "retire", section="host"),
-             Step(kinds.File(path="/etc/x.conf", content="", mode=0o644), "x", section="host")]
+    steps = [Step(SwapRetire(path="/swapfile"), "retire /swapfile", section="memory"),
+             Step(FactorySwapRestore(path="/swap.img"), "restore", section="memory"),
+             Step(FileRetire(path="/etc/x.conf"), "retire", section="host"),
+             Step(File(path="/etc/x.conf", content="", mode=0o644), "x", section="host")]
     plan = fact_plan(steps)
     assert plan.file_texts == (FSTAB, "/etc/x.conf")
     assert plan.file_states == (FSTAB, "/etc/x.conf")

@@ -17,9 +17,12 @@ import pytest
 from lab_mok_pair import lab_mok_dir
 
 from sparkbase.cli.deploying import print_report
+from sparkbase.deploy.areas.packages import PackagesRetire
+from sparkbase.deploy.areas.units import UnitRetire
 from sparkbase.deploy.assign import with_assignment
-from sparkbase.deploy.kinds import PackagesRetire, UnitRetire
-from sparkbase.deploy.operations import Decision, NotSparkbases, decide_swap_file
+from sparkbase.deploy.mok_keys import MokFiles
+from sparkbase.deploy.operations.base import Decision
+from sparkbase.deploy.operations.memory import NotSparkbases, decide_swap_file
 from sparkbase.deploy.results import KEPT, NodeResult, NodeStatus, OpResult, Report
 from sparkbase.deploy.retire import (
     decide_dkms_retire,
@@ -31,7 +34,7 @@ from sparkbase.deploy.retire import (
     decide_unit_retire,
     dkms_builds,
 )
-from sparkbase.deploy.steps import MokFiles, build_steps
+from sparkbase.deploy.steps import build_steps
 from sparkbase.facts.parsers.modules import parse_dkms_status
 from sparkbase.model.site import Site, load_site
 from sparkbase.policy import ownership

@@ -8,9 +8,12 @@ from pathlib import Path
 import pytest
 from lab_mok_pair import lab_mok_dir
 
+from sparkbase.deploy.areas.dkms import DkmsInstall
+from sparkbase.deploy.areas.files import File, Upload
+from sparkbase.deploy.areas.packages import Hold, Packages
 from sparkbase.deploy.assign import AssignmentError, breaches_by_baseline, with_assignment
-from sparkbase.deploy.kinds import DkmsInstall, File, Hold, Packages, Upload
-from sparkbase.deploy.steps import DeployConfigError, MokFiles, build_steps
+from sparkbase.deploy.mok_keys import DeployConfigError, MokFiles
+from sparkbase.deploy.steps import build_steps
 from sparkbase.model.site import Site, load_site
 from sparkbase.render import STAMP_PATH, render_node
 

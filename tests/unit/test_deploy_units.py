@@ -9,14 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from sparkbase.deploy import kinds
+from sparkbase.deploy.areas.files import File
+from sparkbase.deploy.areas.memory import Thp
+from sparkbase.deploy.kinds import Step
 from sparkbase.deploy.locks import LockHeld, Owner, local_locks, parse_acquire
 from sparkbase.deploy.node import boot_state, mok_state
-from sparkbase.deploy.operations import decide_dkms_install, grub_stale, missing_pins
-from sparkbase.deploy.operations.dkms import dkms_state
+from sparkbase.deploy.operations.dkms import decide_dkms_install, dkms_state
+from sparkbase.deploy.operations.kernel import grub_stale
+from sparkbase.deploy.operations.packages import missing_pins
 from sparkbase.deploy.reboot import boot_mismatches, reboot_reasons
 from sparkbase.deploy.results import NodeResult, NodeStatus, OpResult, Report
-from sparkbase.deploy.steps import Step
 from sparkbase.facts.assemble import assemble
 from sparkbase.facts.model import GrubBoot, MokCertificate, NodeFacts, SecureBoot
 from sparkbase.facts.parsers.files import parse_file_state
@@ -205,9 +207,9 @@ def test_reboot_reasons_come_from_what_runs_not_only_from_this_run() -> None:
     assert boot_mismatches(baseline, staged) == [
         "running kernel 6.17.0-1008-nvidia, baseline wants 6.17.0-1032-nvidia"
     ]
-    grub = Step(kinds.File(path="/etc/default/grub.d/60-sparkbase.cfg", content="", mode=0o644),
+    grub = Step(File(path="/etc/default/grub.d/60-sparkbase.cfg", content="", mode=0o644),
                 "grub drop-in", reboot=True, section="kernel")
-    thp = Step(kinds.Thp(value="never"), "thp", section="memory")
+    thp = Step(Thp(value="never"), "thp", section="memory")
     assert reboot_reasons(baseline, running, mok, [grub, thp]) == ["grub drop-in changes"]
     drm = {**running, "drm_modeset": "Y"}
     assert "nvidia_drm modeset=Y loaded, baseline wants N" in reboot_reasons(baseline, drm, mok, [])

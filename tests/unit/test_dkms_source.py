@@ -14,11 +14,12 @@ from typing import Any
 import pytest
 from lab_mok_pair import lab_mok_dir
 
+from sparkbase.deploy.areas.dkms import DkmsSource
 from sparkbase.deploy.assign import with_assignment
-from sparkbase.deploy.kinds import DkmsSource
+from sparkbase.deploy.mok_keys import MokFiles
 from sparkbase.deploy.operations.dkms import decide_dkms_source, place_source_script
 from sparkbase.deploy.sources import LAB_MIRROR, source_mirror
-from sparkbase.deploy.steps import MokFiles, build_steps
+from sparkbase.deploy.steps import build_steps
 from sparkbase.facts.parsers.files import parse_dkms_source
 from sparkbase.model.site import Site, load_site
 from sparkbase_lab import packages

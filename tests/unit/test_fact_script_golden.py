@@ -18,8 +18,9 @@ from lab_mok_pair import lab_mok_dir
 
 from sparkbase.audit.expected import expected_for
 from sparkbase.deploy.assign import with_assignment
+from sparkbase.deploy.mok_keys import MokFiles
 from sparkbase.deploy.reads import fact_plan
-from sparkbase.deploy.steps import MokFiles, build_steps
+from sparkbase.deploy.steps import build_steps
 from sparkbase.facts.areas import build_script
 from sparkbase.facts.script import FactPlan
 from sparkbase.model.site import Site, load_site

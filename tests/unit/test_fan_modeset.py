@@ -9,19 +9,15 @@ from typing import Any
 import pytest
 from test_audit_support import shipped
 
-from sparkbase.deploy.kinds import (
-    DkmsInstall,
-    DkmsRetire,
-    File,
-    FileRetire,
-    ModesetPurge,
-    ModesetRestore,
-    UnitEnabled,
-)
-from sparkbase.deploy.operations import APT_INSTALL
+from sparkbase.deploy.areas.dkms import DkmsInstall, DkmsRetire
+from sparkbase.deploy.areas.files import File, FileRetire
+from sparkbase.deploy.areas.host import ModesetPurge, ModesetRestore
+from sparkbase.deploy.areas.units import UnitEnabled
+from sparkbase.deploy.mok_keys import MokFiles
 from sparkbase.deploy.operations.host import UPDATE_INITRAMFS, decide_modeset_purge, decide_modeset_restore
+from sparkbase.deploy.operations.packages import APT_INSTALL
 from sparkbase.deploy.retire import decide_file_retire
-from sparkbase.deploy.steps import MokFiles, build_steps
+from sparkbase.deploy.steps import build_steps
 from sparkbase.model.site import Site
 from sparkbase.policy.ownership import Kind, OwnershipRecord, created
 from sparkbase.render import render_baseline

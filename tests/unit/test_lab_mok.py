@@ -10,8 +10,13 @@ import pytest
 
 import sparkbase
 from sparkbase.cli.deploying import mok_files
-from sparkbase.deploy.mok_keys import is_lab_key, mok_dir_from_env, refuse_lab_key
-from sparkbase.deploy.steps import DeployConfigError, MokFiles
+from sparkbase.deploy.mok_keys import (
+    DeployConfigError,
+    MokFiles,
+    is_lab_key,
+    mok_dir_from_env,
+    refuse_lab_key,
+)
 from sparkbase_lab import mok
 
 REPO = Path(__file__).resolve().parents[2]

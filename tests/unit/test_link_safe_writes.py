@@ -29,10 +29,9 @@ from pyinfra.api.exceptions import OperationError
 from pyinfra.context import ctx_host, ctx_state
 
 from sparkbase.deploy.node import read_node, use_facts
-from sparkbase.deploy.operations import NotSparkbases, atomic_upload, decide_swap_file
-from sparkbase.deploy.operations.base import refusal, remove_leftovers
+from sparkbase.deploy.operations.base import atomic_upload, refusal, remove_leftovers
 from sparkbase.deploy.operations.files import directory, file, upload
-from sparkbase.deploy.operations.memory import exact_text
+from sparkbase.deploy.operations.memory import NotSparkbases, decide_swap_file, exact_text
 from sparkbase.facts.model import FileInfo, Found, NodeFacts
 from sparkbase.facts.parsers.files import parse_file_info, parse_file_text
 from sparkbase.facts.parsers.ownership import parse_owned

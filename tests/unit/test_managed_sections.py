@@ -19,10 +19,14 @@ from test_audit_support import converged, converged_node
 from sparkbase.audit.expected import expected_for
 from sparkbase.audit.run import judge_node
 from sparkbase.cli.main import main
+from sparkbase.deploy.areas.dkms import DkmsInstall
+from sparkbase.deploy.areas.files import File
+from sparkbase.deploy.areas.packages import AptUpdate, Packages, PackagesRetire
 from sparkbase.deploy.assign import with_assignment
-from sparkbase.deploy.kinds import AptUpdate, DkmsInstall, File, Packages, PackagesRetire
+from sparkbase.deploy.kinds import Step
+from sparkbase.deploy.mok_keys import MokFiles
 from sparkbase.deploy.reboot import reboot_reasons
-from sparkbase.deploy.steps import MokFiles, Step, build_steps
+from sparkbase.deploy.steps import build_steps
 from sparkbase.facts.model import NodeFacts
 from sparkbase.model.sections import SECTIONS, Section
 from sparkbase.model.site import Site, load_site

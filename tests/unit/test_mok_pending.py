@@ -13,10 +13,10 @@ import pytest
 from test_audit_support import converged_node, shipped
 
 from sparkbase.audit.run import judge_node
-from sparkbase.deploy import kinds
+from sparkbase.deploy.areas.secure_boot import MokImport
+from sparkbase.deploy.kinds import Step
 from sparkbase.deploy.reboot import module_mismatches, mok_enrolment, reboot_reasons
 from sparkbase.deploy.results import NodeResult, NodeStatus, Report
-from sparkbase.deploy.steps import Step
 from sparkbase.facts.model import NodeFacts
 from sparkbase.model.baseline import Baseline
 from sparkbase.model.site import Site
@@ -102,7 +102,7 @@ def test_a_reboot_does_not_load_what_a_pending_key_signed(site: Site) -> None:
     assert module_mismatches(baseline, boot, enrolled, KEY) == ["nvidia_uvm is not loaded",
                                                                 "dgx_ec_fan_control is not loaded"]
     assert mok_enrolment(baseline, enrolled, KEY) is None
-    staged = Step(kinds.MokImport(certificate="/var/lib/shim-signed/mok/MOK.der", fingerprint=KEY), "enrol",
+    staged = Step(MokImport(certificate="/var/lib/shim-signed/mok/MOK.der", fingerprint=KEY), "enrol",
                   reboot=True, section="secure_boot")
     assert reboot_reasons(baseline, boot, mok, [staged], KEY) == ["enrol changes"]
 

@@ -24,7 +24,8 @@ import pytest
 from sparkbase.audit.checks.fabric import fabric_netplan
 from sparkbase.audit.expected import expected_for
 from sparkbase.audit.registry import Subject
-from sparkbase.deploy import kinds as step_kinds
+from sparkbase.deploy.areas.fabric import NetplanFiles, NetplanTakeover
+from sparkbase.deploy.areas.files import File
 from sparkbase.deploy.assign import with_assignment
 from sparkbase.deploy.operations import fabric as fabric_operations
 from sparkbase.deploy.reads import fact_plan
@@ -352,14 +353,14 @@ def test_the_template_writes_what_the_takeover_merges(site: Site) -> None:
 def test_with_netplan_file_the_site_file_is_taken_over_and_no_own_file_written(takeover_site: Site) -> None:
     steps = build_steps(takeover_site, "spark1")
     kinds = [s.kind for s in steps]
-    paths = [s.args.path for s in steps if isinstance(s.args, step_kinds.File)]
+    paths = [s.args.path for s in steps if isinstance(s.args, File)]
     assert NETPLAN_PATH not in paths and SITE_FILE not in paths
-    takeover = next(s.args for s in steps if isinstance(s.args, step_kinds.NetplanTakeover))
+    takeover = next(s.args for s in steps if isinstance(s.args, NetplanTakeover))
     assert takeover.path == SITE_FILE and takeover.baseline == "e2e-netplan"
     assert takeover.fabric == fabric_ethernets(takeover_site.baseline_of("spark1"),
                                                node_paths(takeover_site, "spark1"))
     check = next(s for s in steps if s.kind == "netplan-files")
-    assert check.args == step_kinds.NetplanFiles(path=SITE_FILE, interfaces=list(PORTS))
+    assert check.args == NetplanFiles(path=SITE_FILE, interfaces=list(PORTS))
     assert kinds.index("netplan-files") < kinds.index("netplan-takeover") < kinds.index("netplan-apply")
     assert next(s for s in steps if s.kind == "netplan-apply").after_change_of == SITE_FILE
 

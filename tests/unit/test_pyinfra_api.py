@@ -17,7 +17,7 @@ from pyinfra.api.operation import OperationMeta
 from pyinfra.api.state import BaseStateCallback, State, StateOperationHostData
 from pyinfra.context import ctx_host
 
-from sparkbase.deploy.operations import noop, noop_reasons
+from sparkbase.deploy.operations.base import noop, noop_reasons
 
 
 def parameters(function: Any) -> list[str]:
@@ -93,10 +93,10 @@ def test_callbacks_for_a_host_without_the_operation_say_nothing() -> None:
     whose baseline has fewer steps: its progress and failures must not break the run."""
     from types import SimpleNamespace
 
-    from sparkbase.deploy.kinds import File
+    from sparkbase.deploy.areas.files import File
+    from sparkbase.deploy.kinds import Step
     from sparkbase.deploy.pyinfra_deploy import AddedOp
     from sparkbase.deploy.session import Prepared, Session, _callbacks
-    from sparkbase.deploy.steps import Step
 
     meta = OperationMeta("h1", is_change=True)
     step = Step(File(path="/etc/nccl.conf", content="", mode=0o644), "file /etc/nccl.conf", section="nccl")

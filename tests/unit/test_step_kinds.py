@@ -17,7 +17,8 @@ from lab_mok_pair import lab_mok_dir
 
 from sparkbase.deploy.assign import with_assignment
 from sparkbase.deploy.kinds import KINDS, Recorded, StepArgs, Writes
-from sparkbase.deploy.steps import MokFiles, build_steps
+from sparkbase.deploy.mok_keys import MokFiles
+from sparkbase.deploy.steps import build_steps
 from sparkbase.model.site import load_site
 
 REPO = Path(__file__).resolve().parents[2]
@@ -105,6 +106,10 @@ def test_every_argument_reaches_the_operation(kind: str, tmp_path: Path,
     local.write_bytes(b"certificate")
     cls = KINDS[kind]
     args = cls(**{f.name: _sample(f, local) for f in dataclasses.fields(cls)})
+    with pytest.raises(dataclasses.FrozenInstanceError):  # the class line makes it frozen, keyword-only
+        setattr(args, "name", "changed")  # noqa: B010
+    with pytest.raises(TypeError, match="positional"):
+        cls(*args.as_dict().values())
     args.add("the step", None)
     assert len(called) == 1
     given = list(called[0].values())

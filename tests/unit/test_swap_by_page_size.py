@@ -16,9 +16,13 @@ import pytest
 from test_audit_support import converged_node, shipped
 
 from sparkbase.audit.run import judge_node
+from sparkbase.deploy.areas.activation import DaemonReload
+from sparkbase.deploy.areas.files import File, FileRetire
+from sparkbase.deploy.areas.memory import FstabLineAbsent
+from sparkbase.deploy.areas.units import UnitEnabled, UnitRetire
 from sparkbase.deploy.assign import with_assignment
-from sparkbase.deploy.kinds import DaemonReload, File, FileRetire, FstabLineAbsent, UnitEnabled, UnitRetire
-from sparkbase.deploy.steps import MokFiles, build_steps
+from sparkbase.deploy.mok_keys import MokFiles
+from sparkbase.deploy.steps import build_steps
 from sparkbase.facts.model import SwapEntry, UnitState
 from sparkbase.model.baseline import Baseline
 from sparkbase.model.memory import BOOT_SWAP_SCRIPT, BOOT_SWAP_UNIT

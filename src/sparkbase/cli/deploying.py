@@ -11,9 +11,9 @@ from typing import NamedTuple
 from sparkbase.cli.common import fail, lab_path, load_site_or_exit, selected_nodes
 from sparkbase.console import Column, Table, print_table
 from sparkbase.deploy.assign import AssignmentError, with_assignment
-from sparkbase.deploy.mok_keys import mok_dir_from_env, refuse_lab_key
+from sparkbase.deploy.mok_keys import DeployConfigError, MokFiles, mok_dir_from_env, refuse_lab_key
 from sparkbase.deploy.results import Report
-from sparkbase.deploy.steps import DeployConfigError, MokFiles, build_steps
+from sparkbase.deploy.steps import build_steps
 from sparkbase.model.site import Site
 from sparkbase.text import shown
 

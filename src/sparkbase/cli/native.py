@@ -16,13 +16,14 @@ from typing import Any
 from pyinfra import logger
 from pyinfra.context import host
 
+from sparkbase.deploy.areas.dkms import signing_key
 from sparkbase.deploy.mok_keys import mok_dir_from_env
 from sparkbase.deploy.node import boot_state, mok_state, read_node, use_facts
 from sparkbase.deploy.pyinfra_deploy import add_steps
 from sparkbase.deploy.reads import fact_plan
 from sparkbase.deploy.reboot import mok_enrolment, reboot_reasons
 from sparkbase.deploy.sources import source_mirror
-from sparkbase.deploy.steps import build_steps, signing_key
+from sparkbase.deploy.steps import build_steps
 from sparkbase.errors import ConfigError
 from sparkbase.model.site import Site, load_site
 from sparkbase.model.site_files import find_site_root

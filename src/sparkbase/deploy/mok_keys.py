@@ -3,12 +3,32 @@ directory, and never a lab key for a target that is not the lab."""
 
 from __future__ import annotations
 
+import hashlib
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from sparkbase.deploy.steps import MokFiles
+
+class DeployConfigError(ValueError):
+    """The deploy cannot be built from what the operator gave (a usage/config problem)."""
+
+
+@dataclass(frozen=True)
+class MokFiles:
+    """The operator's MOK key pair on the local machine (the private key is a secret)."""
+
+    certificate: Path
+    private_key: Path
+
+    @classmethod
+    def from_dir(cls, directory: Path) -> MokFiles:
+        """`MOK.der` and `MOK.priv` in `directory`."""
+        return cls(directory / "MOK.der", directory / "MOK.priv")
+
+    def fingerprint(self) -> str:
+        """SHA-1 fingerprint of the certificate, as `mokutil` prints it (aa:bb:...)."""
+        digest = hashlib.sha1(self.certificate.read_bytes()).hexdigest()  # noqa: S324 - MOK ids are SHA-1
+        return ":".join(digest[i : i + 2] for i in range(0, len(digest), 2))
 
 
 #: the lab's key pair, inside a lab directory (`sparkbase lab up` makes it there)
@@ -30,8 +50,6 @@ def is_lab_key(mok: MokFiles) -> bool:
 
 def refuse_lab_key(mok: MokFiles | None, lab: Path | None) -> MokFiles | None:
     """`mok`, unless it is a lab key and the target is not the lab (DeployConfigError)."""
-    from sparkbase.deploy.steps import DeployConfigError
-
     if mok is not None and lab is None and is_lab_key(mok):
         raise DeployConfigError(
             f"MOK certificate {mok.certificate} is a sparkbase lab key: it signs for the "
@@ -43,8 +61,6 @@ def refuse_lab_key(mok: MokFiles | None, lab: Path | None) -> MokFiles | None:
 def mok_dir_from_env(lab: Path | None) -> MokFiles | None:
     """$SPARKBASE_MOK_DIR, or with a lab the key pair the lab made in its directory
     (`<lab dir>/mok`); a lab key for a target that is not the lab raises DeployConfigError."""
-    from sparkbase.deploy.steps import MokFiles
-
     if os.environ.get("SPARKBASE_MOK_DIR"):
         return refuse_lab_key(MokFiles.from_dir(Path(os.environ["SPARKBASE_MOK_DIR"])), lab)
     if lab is not None:

@@ -10,9 +10,8 @@ from dataclasses import dataclass
 
 from pyinfra.api.operation import OperationMeta
 
-from sparkbase.deploy import operations as ops
-from sparkbase.deploy.kinds import Writes
-from sparkbase.deploy.steps import Step
+from sparkbase.deploy.kinds import Step, Writes
+from sparkbase.deploy.operations.base import noop_reasons
 
 
 @dataclass
@@ -31,7 +30,7 @@ def add_steps(steps: list[Step]) -> list[AddedOp]:
     added: list[AddedOp] = []
     by_path: dict[str, OperationMeta] = {}
     for step in steps:
-        with ops.noop_reasons() as reasons:
+        with noop_reasons() as reasons:
             meta = step.args.add(step.name, by_path.get(step.after_change_of or ""))
         if isinstance(step.args, Writes):
             by_path[step.args.path] = meta

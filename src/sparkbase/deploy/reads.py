@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from sparkbase.deploy.kinds import NodeReads
+from sparkbase.deploy.kinds import NodeReads, Step
 from sparkbase.deploy.reboot import STAGED_PATH
-from sparkbase.deploy.steps import Step
 from sparkbase.facts.script import FactPlan
 from sparkbase.model.host import GOVERNOR_UNIT, NVME_COALESCING_UNIT
 

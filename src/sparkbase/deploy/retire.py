@@ -16,9 +16,10 @@ from typing import Any
 from pyinfra.api.operation import operation
 
 from sparkbase.deploy.node import active_swaps, mok_state, node_facts, owned_record
-from sparkbase.deploy.operations import Decision, carry_out, forget
+from sparkbase.deploy.operations.base import Decision, carry_out
 from sparkbase.deploy.operations.dkms import source_tree
 from sparkbase.deploy.operations.packages import installed_versions
+from sparkbase.deploy.operations.record import forget
 from sparkbase.deploy.operations.units import unit_state
 from sparkbase.deploy.results import DEFERRED, KEPT
 from sparkbase.facts.model import DkmsEntry

@@ -13,12 +13,12 @@ import shlex
 import time
 import uuid
 
+from sparkbase.deploy.areas.dkms import signing_key
 from sparkbase.deploy.drain import Drain, RebootGate, describe_leftovers, stop_commands
 from sparkbase.deploy.locks import LockHeld, Owner, local_lock_dir, local_locks
 from sparkbase.deploy.reboot import boot_mismatches, module_mismatches
 from sparkbase.deploy.results import NodeResult, NodeStatus, Report
 from sparkbase.deploy.session import Options, Session, patch_gevent, read_serving, reboot_gates, runtimes
-from sparkbase.deploy.steps import signing_key
 from sparkbase.model.site import Site
 from sparkbase.transport import FailureKind, SshTarget, TransportError, ssh_targets
 

@@ -23,6 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sparkbase.deploy.areas.dkms import signing_key
+from sparkbase.deploy.areas.fabric import NetplanTakeover
+from sparkbase.deploy.areas.files import File
+from sparkbase.deploy.areas.secure_boot import MokImport
 from sparkbase.deploy.drain import (
     LaneRun,
     RebootGate,
@@ -34,12 +38,13 @@ from sparkbase.deploy.drain import (
     runs_on,
     serving_on,
 )
-from sparkbase.deploy.kinds import File, MokImport, NetplanTakeover, Writes
+from sparkbase.deploy.kinds import Step, Writes
 from sparkbase.deploy.locks import Owner, acquire_node_lock, remote_release_command
+from sparkbase.deploy.mok_keys import MokFiles
 from sparkbase.deploy.reboot import mok_enrolment, reboot_reasons, stage_command, staged
 from sparkbase.deploy.results import NodeResult, NodeStatus, OpResult, Report
 from sparkbase.deploy.sources import source_mirror
-from sparkbase.deploy.steps import MokFiles, Step, build_steps, signing_key
+from sparkbase.deploy.steps import build_steps
 from sparkbase.model.site import Site
 from sparkbase.transport import FailureKind, NodeFailure, SshTarget, TransportError, ssh_targets
 from sparkbase.transport.feeds import pyinfra_host_data

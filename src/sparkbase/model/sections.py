@@ -10,7 +10,7 @@ addresses, the NCCL library's sha256...) but not the content of the files sparkb
 have written there. `sparkbase adopt` writes `managed: []`: on day one sparkbase owns and
 writes nothing.
 
-Every deploy step (`deploy/steps.py`, `Step.section`), rendered file
+Every deploy step (`deploy/kinds.py`, `Step.section`), rendered file
 (`render.RenderedFile.section`) and audit check (`audit/registry.py`, `NodeCheck.section`)
 names the one section it belongs to; this module is the list they all name. Plain Python
 (no pydantic): the launch gate's hot path may import it.
