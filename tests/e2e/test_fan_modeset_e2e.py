@@ -28,8 +28,8 @@ from sparkbase.audit.expected import expected_for
 from sparkbase.audit.run import judge_node
 from sparkbase.facts.collect import gather_fleet
 from sparkbase.facts.model import NodeFacts
+from sparkbase.model.ownership import OWNERSHIP_PATH, Kind, parse_record
 from sparkbase.model.site import load_site
-from sparkbase.policy.ownership import OWNERSHIP_PATH, Kind, parse_record
 from sparkbase.transport import ssh_targets
 
 pytestmark = pytest.mark.end_to_end

@@ -23,7 +23,7 @@ import pytest
 from fleets import Fleet, fleet_for_module
 from ports import port_base
 
-from sparkbase.policy.ownership import OWNERSHIP_PATH, parse_record
+from sparkbase.model.ownership import OWNERSHIP_PATH, parse_record
 
 pytestmark = pytest.mark.end_to_end
 

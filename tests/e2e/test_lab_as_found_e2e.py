@@ -17,8 +17,8 @@ import pytest
 from fleets import NODES, Fleet, as_found_fleet
 from ports import port_base
 
+from sparkbase.model.ownership import OWNERSHIP_PATH
 from sparkbase.model.site import load_site
-from sparkbase.policy.ownership import OWNERSHIP_PATH
 from sparkbase.render import GRUB_DROPIN_PATH, MODPROBE_PATH, NETPLAN_PATH, STAMP_PATH, SYSCTL_PATH
 from sparkbase_lab import as_found, faults, packages
 from sparkbase_lab.shims import docker_images

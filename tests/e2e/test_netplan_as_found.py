@@ -28,7 +28,7 @@ import fleets
 import pytest
 from ports import port_base
 
-from sparkbase.policy.ownership import OWNERSHIP_PATH, Kind, parse_record
+from sparkbase.model.ownership import OWNERSHIP_PATH, Kind, parse_record
 
 pytestmark = pytest.mark.end_to_end
 

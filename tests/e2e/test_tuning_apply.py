@@ -24,7 +24,7 @@ from ports import port_base
 
 from sparkbase.facts.parsers.host import parse_governors, parse_nvme_feature
 from sparkbase.model.host import GOVERNOR_UNIT, NVME_COALESCING_UNIT
-from sparkbase.policy.ownership import OWNERSHIP_PATH, Kind, parse_record
+from sparkbase.model.ownership import OWNERSHIP_PATH, Kind, parse_record
 
 pytestmark = pytest.mark.end_to_end
 

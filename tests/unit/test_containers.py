@@ -24,7 +24,8 @@ from sparkbase.facts.runtime import (
     docker_command,
     read_runtime,
 )
-from sparkbase.policy.images import canonical_repository, parse_reference, pin_problem, pinned_reference
+from sparkbase.model.images import canonical_repository, parse_reference, pinned_reference
+from sparkbase.policy.images import pin_problem
 
 REAL = Path(__file__).parents[1] / "fixtures" / "real"
 MONGO = next(REAL.glob("docker_inspect__mongo_running_*")).read_text()

@@ -33,8 +33,8 @@ from sparkbase.facts.assemble import assemble
 from sparkbase.facts.model import InitramfsCopy, NetplanListing, NodeFacts
 from sparkbase.facts.parsers.memory import FSTAB
 from sparkbase.facts.script import FactPlan, Sections
+from sparkbase.model.ownership import OwnershipRecord
 from sparkbase.model.site import Site, load_site
-from sparkbase.policy.ownership import OwnershipRecord
 
 REPO = Path(__file__).resolve().parents[2]
 CASES = sorted((Path(__file__).parent / "deploy_cases").glob("*.json"))

@@ -36,10 +36,10 @@ from sparkbase.deploy.retire import (
 )
 from sparkbase.deploy.steps import build_steps
 from sparkbase.facts.parsers.modules import parse_dkms_status
+from sparkbase.model.ownership import Entry, OwnershipRecord
 from sparkbase.model.site import Site, load_site
 from sparkbase.policy import ownership
 from sparkbase.policy.foreign import foreign_for
-from sparkbase.policy.ownership import Entry, OwnershipRecord
 
 REPO = Path(__file__).resolve().parents[2]
 CASES = sorted((Path(__file__).parent / "retire_cases").glob("*.json"))

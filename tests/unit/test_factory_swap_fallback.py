@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 
 from sparkbase.model.baseline import Baseline
+from sparkbase.model.ownership import Kind, OwnershipRecord, edited_line, parse_record
 from sparkbase.model.provenance import RecipeSource
 from sparkbase.model.rules import baseline_findings
 from sparkbase.model.site import Site, load_site
 from sparkbase.policy.foreign import foreign_for, foreign_fstab_edits
 from sparkbase.policy.fstab import decide_noauto, decide_restore, noauto_line
-from sparkbase.policy.ownership import Kind, OwnershipRecord, edited_line, parse_record
 
 SITE = Path(__file__).resolve().parents[2]
 VARIANT = "ds41f-7x-64k"

@@ -18,8 +18,8 @@ from sparkbase.deploy.operations.host import UPDATE_INITRAMFS, decide_modeset_pu
 from sparkbase.deploy.operations.packages import APT_INSTALL
 from sparkbase.deploy.retire import decide_file_retire
 from sparkbase.deploy.steps import build_steps
+from sparkbase.model.ownership import Kind, OwnershipRecord, created
 from sparkbase.model.site import Site
-from sparkbase.policy.ownership import Kind, OwnershipRecord, created
 from sparkbase.render import render_baseline
 from sparkbase_lab.shims.cmd_kernel import initrd_text
 
@@ -180,7 +180,7 @@ def test_file_retire_decision(name: str, sha256: str | None, record: OwnershipRe
 
 
 def test_purged_items_round_trip_through_the_record() -> None:
-    from sparkbase.policy.ownership import parse_record
+    from sparkbase.model.ownership import parse_record
 
     record = _record(PURGED)
     assert parse_record(record.to_json()).find(Kind.PURGED, PURGE) == PURGED

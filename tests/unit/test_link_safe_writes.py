@@ -49,7 +49,7 @@ from sparkbase.facts.state import (
     file_text_command,
     ownership_command,
 )
-from sparkbase.policy.ownership import OWNERSHIP_DIR, OwnershipRecord, RecordUnreadable
+from sparkbase.model.ownership import OWNERSHIP_DIR, OwnershipRecord, RecordUnreadable
 
 SECRET = "root:$6$linksafe-secret-hash:19000:0:99999:7:::"
 CONTENT = "NCCL_IB_HCA=rocep1s0f0\n"

@@ -42,9 +42,9 @@ from sparkbase.facts.parsers.fabric import (
     parse_netplan_listing,
     parse_netplan_yaml,
 )
+from sparkbase.model.ownership import Kind, OwnedItem, OwnershipRecord
 from sparkbase.model.site import Site, load_site
 from sparkbase.policy.netplan import decide_netplan_files, decide_takeover, merge_fabric, sha256_text
-from sparkbase.policy.ownership import Kind, OwnedItem, OwnershipRecord
 from sparkbase.render import NETPLAN_PATH, fabric_ethernets, node_files, node_paths
 
 REPO = Path(__file__).resolve().parents[2]

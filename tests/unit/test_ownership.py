@@ -9,18 +9,16 @@ import pytest
 from sparkbase.facts.parsers.ownership import parse_directory_entries, parse_owned, parse_swap_uuid
 from sparkbase.facts.state import HASHES
 from sparkbase.facts.state import MISSING as ABSENT
-from sparkbase.policy.ownership import (
+from sparkbase.model.ownership import (
     RECORD_FORMAT,
     Entry,
     Kind,
     OwnershipRecord,
     RecordUnreadable,
-    Verdict,
     created,
-    decide_identified,
-    decide_packages,
     parse_record,
 )
+from sparkbase.policy.ownership import Verdict, decide_identified, decide_packages
 
 T = "2026-12-01T01:00:00Z"
 SWAP = created(Kind.SWAP, "/swapfile", "site", T, uuid="0b6c3d52-8f0e-4d36-9a51-2f7f5b0c9e11")

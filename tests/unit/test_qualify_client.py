@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from sparkbase.gate.records import Completion
 from sparkbase.model.lanes import Lane, LaneEndpoint
 from sparkbase.qualify import client
 from sparkbase.qualify.client import ApiEndpoint, ApiError, Request, StreamParser
-from sparkbase.qualify.determinism import Completion
 from sparkbase.qualify.endpoint import api_endpoint, lane_api_address
 from sparkbase.transport.client import Endpoint
 from sparkbase.transport.targets import LAB_METRICS_PORT_OFFSET, SshTarget

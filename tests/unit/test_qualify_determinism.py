@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from sparkbase.qualify.determinism import Completion, changes
+from sparkbase.gate.records import Completion
+from sparkbase.qualify.determinism import changes
 
 
 def test_equal_completions_have_equal_hashes_and_no_change() -> None:

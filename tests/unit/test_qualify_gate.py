@@ -16,11 +16,10 @@ from sparkbase.cli import preflight as preflight_cli
 from sparkbase.cli.main import main
 from sparkbase.gate import preflight as preflight_module
 from sparkbase.gate.preflight import PreflightResult, lane_level
+from sparkbase.gate.records import Completion, NewRelease, shape_of, write_release
 from sparkbase.gate.refusals import judge, lane_refusals
 from sparkbase.gate.releases import release_refusals
 from sparkbase.model.site import Site, load_site
-from sparkbase.qualify.determinism import Completion
-from sparkbase.qualify.records import NewRelease, shape_of, write_release
 
 LANE = "dsv41-flash"
 

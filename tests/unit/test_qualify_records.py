@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from sparkbase.model.lanes import Lane
-from sparkbase.qualify import records
-from sparkbase.qualify.determinism import Completion
-from sparkbase.qualify.records import (
+from sparkbase.gate import records
+from sparkbase.gate.records import (
+    Completion,
     NewRelease,
     RecordError,
     Shape,
@@ -21,6 +20,7 @@ from sparkbase.qualify.records import (
     list_releases,
     write_release,
 )
+from sparkbase.model.lanes import Lane
 
 LANE = """\
 model: m

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from sparkbase.gate.records import Completion
 from sparkbase.model.lanes import Lane
 from sparkbase.qualify.client import ApiEndpoint, ApiError, Measured, Request
-from sparkbase.qualify.determinism import Completion
 from sparkbase.qualify.guard import Contamination
 from sparkbase.qualify.promptset import PromptSet
 from sparkbase.qualify.run import Plan, Status, World, qualify

@@ -16,10 +16,10 @@ from sparkbase.deploy.operations.host import decide_coalescing_off, decide_coale
 from sparkbase.facts.model import NodeFacts, UnitState
 from sparkbase.facts.parsers.host import parse_nvme_feature
 from sparkbase.model.host import GOVERNOR_UNIT, NVME_COALESCING_SCRIPT, NVME_COALESCING_UNIT
+from sparkbase.model.ownership import Kind, OwnedItem
 from sparkbase.model.provenance import RecipeSource
 from sparkbase.model.rules import baseline_findings
 from sparkbase.model.site import Site
-from sparkbase.policy.ownership import Kind, OwnedItem
 
 SITE = shipped()
 VARIANT = "ds41f-7x-64k"

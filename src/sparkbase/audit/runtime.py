@@ -42,7 +42,8 @@ from sparkbase.audit.registry import CheckResult
 from sparkbase.facts.parsers.cpuset import format_cpu_list
 from sparkbase.facts.parsers.runtime import nccl_file_version
 from sparkbase.facts.runtime import LaneGroup, lane_group
-from sparkbase.policy.images import parse_reference, pin_problem, running_digests, short_digest
+from sparkbase.model.images import parse_reference, short_digest
+from sparkbase.policy.images import pin_problem, running_digests
 
 if TYPE_CHECKING:
     from sparkbase.facts.model import NodeFacts

@@ -22,9 +22,9 @@ import sys
 
 from sparkbase.atomicfile import write_atomic
 from sparkbase.cli.common import add_site_arguments, load_site_or_exit
+from sparkbase.gate.records import RELEASES_DIR, RecordError, list_releases, shape_of
 from sparkbase.model.coverage import unconfirmed
 from sparkbase.model.site import Site
-from sparkbase.qualify.records import RELEASES_DIR, RecordError, list_releases, shape_of
 from sparkbase.release import (
     LOCK_PATH,
     IssueKind,

@@ -47,15 +47,7 @@ from sparkbase.console import Column, Progress, Table, print_table
 from sparkbase.errors import ConfigError
 from sparkbase.gate.lane_metrics import LaneMetricsError, is_loopback
 from sparkbase.gate.preflight import preflight
-from sparkbase.model.lanes import Lane
-from sparkbase.model.site import Site, validated
-from sparkbase.model.yamlio import load_yaml
-from sparkbase.policy.overrides import current_user
-from sparkbase.qualify.client import ApiEndpoint, ApiError
-from sparkbase.qualify.endpoint import api_endpoint
-from sparkbase.qualify.guard import lane_guard
-from sparkbase.qualify.promptset import PromptSetFile, load_prompt_set
-from sparkbase.qualify.records import (
+from sparkbase.gate.records import (
     LANE_COPY,
     NewRelease,
     RecordError,
@@ -67,6 +59,14 @@ from sparkbase.qualify.records import (
     valid_release_name,
     write_release,
 )
+from sparkbase.model.lanes import Lane
+from sparkbase.model.site import Site, validated
+from sparkbase.model.yamlio import load_yaml
+from sparkbase.policy.overrides import current_user
+from sparkbase.qualify.client import ApiEndpoint, ApiError
+from sparkbase.qualify.endpoint import api_endpoint
+from sparkbase.qualify.guard import lane_guard
+from sparkbase.qualify.promptset import PromptSetFile, load_prompt_set
 from sparkbase.qualify.restart import LaneRestarter, RestartError, container_of, put_back, restarter_for
 from sparkbase.qualify.run import Outcome, Plan, Run, World, qualify
 from sparkbase.qualify.stats import Comparison, Interval

@@ -41,7 +41,7 @@ from sparkbase.facts.areas import build_script
 from sparkbase.facts.collect import read_answer
 from sparkbase.facts.model import NodeFacts, Unreachable
 from sparkbase.facts.script import FactPlan, marker_stdin, new_marker, unfinished_section
-from sparkbase.policy.ownership import OwnershipRecord, RecordUnreadable
+from sparkbase.model.ownership import OwnershipRecord, RecordUnreadable
 from sparkbase.transport.failure import FailureKind, NodeFailure, TransportError, failure
 
 #: the most one answer may hold (stdout and stderr each) before the node fails: most of it

@@ -23,15 +23,8 @@ from sparkbase.deploy.operations.record import forget
 from sparkbase.deploy.operations.units import unit_state
 from sparkbase.deploy.results import DEFERRED, KEPT
 from sparkbase.facts.model import DkmsEntry
-from sparkbase.policy.ownership import (
-    Entry,
-    Kind,
-    OwnershipRecord,
-    Verdict,
-    decide_directory,
-    decide_identified,
-    decide_packages,
-)
+from sparkbase.model.ownership import Entry, Kind, OwnershipRecord
+from sparkbase.policy.ownership import Verdict, decide_directory, decide_identified, decide_packages
 
 FSTAB = "/etc/fstab"
 

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from sparkbase.facts.parsers.docker import Container
     from sparkbase.facts.parsers.host import ConsoleMode, DrmClient, EfiBoot
     from sparkbase.facts.runtime import ServingProcess
-    from sparkbase.policy.ownership import Entry, OwnershipRecord
+    from sparkbase.model.ownership import Entry, OwnershipRecord
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import shlex
 
-from sparkbase.policy.ownership import OWNERSHIP_PATH
+from sparkbase.model.ownership import OWNERSHIP_PATH
 
 #: printed when nothing is at a path
 MISSING = "__sparkbase_missing__"

@@ -1,7 +1,7 @@
 """Why a lane may not launch, from its qualification: what runs matches none of its releases.
 
 A lane's qualified releases are frozen in `releases/<lane>/<release>/` by `sparkbase qualify`
-(`qualify.records`). Once a lane has at least one, the gate refuses it unless what runs now
+(`gate.records`). Once a lane has at least one, the gate refuses it unless what runs now
 matches one of them: the baseline's render hash (what the lane's baseline puts on a host;
 each node's stamp carries it and the audit's stamp check holds the nodes to it), the image
 digest (when the lane runs as a container) and the lane's settings. The refusal names what
@@ -20,9 +20,9 @@ rule (no release, no launch) would add a switch in site.yaml; that decision is t
 
 from __future__ import annotations
 
+from sparkbase.gate.records import RecordError, list_releases, shape_of
 from sparkbase.gate.refusals import Refusal
 from sparkbase.model.site import Site
-from sparkbase.qualify.records import RecordError, list_releases, shape_of
 
 
 def release_refusals(site: Site, name: str) -> list[Refusal]:

@@ -13,9 +13,9 @@ from pydantic import (
     model_validator,
 )
 
+from sparkbase.model.images import pinned_reference
 from sparkbase.model.shapes import ShapeName
 from sparkbase.model.types import Name, SemVer, StrictModel, SystemdUnit
-from sparkbase.policy.images import pinned_reference
 
 
 def _pinned(text: str) -> str:

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sparkbase.policy.ownership import KEPT, Kind, OwnedItem, OwnershipRecord, edited_line
+from sparkbase.model.ownership import Kind, OwnedItem, OwnershipRecord, edited_line
+from sparkbase.policy.ownership import KEPT
 
 FSTAB = "/etc/fstab"
 #: mount options the recipe drops before it adds `noauto`

@@ -46,7 +46,8 @@ from sparkbase.facts.parsers.fabric import (
     wanted_settings,
 )
 from sparkbase.model.netplan import NETPLAN_DIRS, SITE_NETPLAN_DIR, SPARKBASE_NETPLAN_PATH
-from sparkbase.policy.ownership import KEPT, Kind, OwnedItem, OwnershipRecord, edited_file
+from sparkbase.model.ownership import Kind, OwnedItem, OwnershipRecord, edited_file
+from sparkbase.policy.ownership import KEPT
 
 
 def sha256_text(text: str) -> str:

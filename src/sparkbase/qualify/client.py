@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparkbase.qualify.determinism import Completion
+from sparkbase.gate.records import Completion
 
 #: the largest answer read (256 tokens streamed are tens of kilobytes)
 MAX_BYTES = 16 * 1024 * 1024

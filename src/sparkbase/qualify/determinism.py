@@ -9,29 +9,10 @@ the gate; `changes` says which prompts changed and where they first differ.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-
-@dataclass(frozen=True)
-class Completion:
-    """One prompt's output: token ids (when the engine returns them) and text."""
-
-    prompt_id: str
-    text: str
-    token_ids: tuple[int, ...] | None = None
-
-    def canonical(self) -> str:
-        """What is hashed: the token ids when present, else the text (JSON, one form)."""
-        if self.token_ids is not None:
-            return json.dumps({"token_ids": list(self.token_ids)}, separators=(",", ":"))
-        return json.dumps({"text": self.text}, separators=(",", ":"), ensure_ascii=False)
-
-    def digest(self) -> str:
-        """`sha256:<hex>` of the canonical form."""
-        return "sha256:" + hashlib.sha256(self.canonical().encode()).hexdigest()
+from sparkbase.gate.records import Completion
 
 
 @dataclass(frozen=True)

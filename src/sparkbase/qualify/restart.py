@@ -35,8 +35,8 @@ from typing import Any, Protocol
 
 from sparkbase.facts.parsers.docker import split_answer
 from sparkbase.facts.parsers.docker_run import NotReproducible, RunSpec, run_spec
+from sparkbase.gate.records import image_digest
 from sparkbase.model.lanes import ContainerRuntime, Lane
-from sparkbase.qualify.records import image_digest
 from sparkbase.transport.client import connect, run_command
 from sparkbase.transport.failure import TransportError
 from sparkbase.transport.targets import SshTarget

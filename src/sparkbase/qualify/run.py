@@ -30,13 +30,13 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TypeVar
 
+from sparkbase.gate.records import Completion, image_digest
 from sparkbase.model.lanes import Lane
 from sparkbase.qualify import client
 from sparkbase.qualify.client import COMPLETION_DEADLINE, ApiEndpoint, ApiError, Measured, Request
-from sparkbase.qualify.determinism import Change, Completion, changes
+from sparkbase.qualify.determinism import Change, changes
 from sparkbase.qualify.guard import Contamination
 from sparkbase.qualify.promptset import PromptSet
-from sparkbase.qualify.records import image_digest
 from sparkbase.qualify.restart import LaneRestarter
 from sparkbase.qualify.stats import MIN_SAMPLES, Comparison, Verdict, compare
 

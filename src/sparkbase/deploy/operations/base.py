@@ -15,7 +15,7 @@ from pyinfra.context import host
 
 from sparkbase.facts.model import FileInfo, Found
 from sparkbase.facts.state import TEMP_NAME, TEMP_SUFFIX, is_leftover, leftovers_glob
-from sparkbase.policy.ownership import Kind
+from sparkbase.model.ownership import Kind
 from sparkbase.text import shown
 
 #: the reasons recorded by operations added inside `noop_reasons` (greenlet-local: pyinfra

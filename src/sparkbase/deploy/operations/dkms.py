@@ -15,11 +15,7 @@ from sparkbase.deploy.results import KEPT
 from sparkbase.facts.model import MokCertificate, NodeFacts
 from sparkbase.facts.signing import judge_signature
 from sparkbase.facts.state import SOURCE_STAMP
-from sparkbase.policy.ownership import (
-    Kind,
-    created,
-    now_utc,
-)
+from sparkbase.model.ownership import Kind, created, now_utc
 
 
 def decide_dkms_install(dkms_name: str, version: str, kernel: str, current: dict[str, Any],

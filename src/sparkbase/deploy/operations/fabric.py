@@ -23,6 +23,7 @@ from sparkbase.deploy.operations.base import atomic_upload, cmd, guard, noop, re
 from sparkbase.deploy.operations.record import forget, remember
 from sparkbase.facts.model import NetplanListing
 from sparkbase.facts.parsers.fabric import NETPLAN_SECTION, Fabric
+from sparkbase.model.ownership import now_utc
 from sparkbase.policy.netplan import (
     NetplanFilesDecision,
     TakeoverDecision,
@@ -30,7 +31,6 @@ from sparkbase.policy.netplan import (
     decide_takeover,
     sha256_text,
 )
-from sparkbase.policy.ownership import now_utc
 
 
 def _put(path: str, text: str, mode: int) -> Any:

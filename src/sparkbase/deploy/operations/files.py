@@ -25,11 +25,7 @@ from sparkbase.deploy.operations.base import (
 )
 from sparkbase.deploy.operations.record import remember
 from sparkbase.facts.model import Found
-from sparkbase.policy.ownership import (
-    Kind,
-    created,
-    now_utc,
-)
+from sparkbase.model.ownership import Kind, created, now_utc
 
 
 def _diff(path: str, old: str | None, new: str) -> list[str]:

@@ -40,7 +40,8 @@ from sparkbase.model.host import (
     NVME_DEVICE,
     coalescing_value,
 )
-from sparkbase.policy.ownership import KEPT, Kind, OwnedItem, OwnershipRecord, created, now_utc
+from sparkbase.model.ownership import Kind, OwnedItem, OwnershipRecord, created, now_utc
+from sparkbase.policy.ownership import KEPT
 
 
 @operation()

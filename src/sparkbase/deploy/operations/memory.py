@@ -33,15 +33,9 @@ from sparkbase.deploy.operations.base import (
 )
 from sparkbase.deploy.operations.record import forget, remember
 from sparkbase.facts.model import FileInfo
+from sparkbase.model.ownership import Kind, OwnershipRecord, created, now_utc
 from sparkbase.policy.fstab import FSTAB, FstabEdit, decide_noauto, decide_restore
-from sparkbase.policy.ownership import (
-    KEPT,
-    Kind,
-    OwnershipRecord,
-    created,
-    decide_identified,
-    now_utc,
-)
+from sparkbase.policy.ownership import KEPT, decide_identified
 
 
 class NotSparkbases(ValueError):

@@ -9,11 +9,7 @@ from pyinfra.api.operation import operation
 from sparkbase.deploy.node import node_facts
 from sparkbase.deploy.operations.base import cmd, noop
 from sparkbase.deploy.operations.record import remember
-from sparkbase.policy.ownership import (
-    Kind,
-    created,
-    now_utc,
-)
+from sparkbase.model.ownership import Kind, created, now_utc
 
 
 def missing_pins(pins: list[str], installed: dict[str, list[str]]) -> list[str]:

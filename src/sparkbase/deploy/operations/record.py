@@ -12,13 +12,7 @@ from pyinfra.api.command import StringCommand
 
 from sparkbase.deploy.node import owned_record
 from sparkbase.deploy.operations.base import atomic_upload, cmd, guard_directory
-from sparkbase.policy.ownership import (
-    OWNERSHIP_DIR,
-    OWNERSHIP_PATH,
-    Kind,
-    OwnedItem,
-    OwnershipRecord,
-)
+from sparkbase.model.ownership import OWNERSHIP_DIR, OWNERSHIP_PATH, Kind, OwnedItem, OwnershipRecord
 
 
 def write_record(record: OwnershipRecord) -> Any:

@@ -11,7 +11,7 @@ from sparkbase.deploy.node import node_facts
 from sparkbase.deploy.operations.base import cmd, noop
 from sparkbase.deploy.operations.record import remember
 from sparkbase.facts.model import UnitState
-from sparkbase.policy.ownership import Kind, created, now_utc
+from sparkbase.model.ownership import Kind, created, now_utc
 
 
 @operation()

@@ -15,7 +15,7 @@ from sparkbase.facts.parsers.modules import read_modinfo
 from sparkbase.facts.parsers.packages import parse_showhold
 from sparkbase.facts.parsers.units import parse_need_daemon_reload
 from sparkbase.facts.script import FactPlan, FileRead, Read, Reader, cmd
-from sparkbase.policy.ownership import OwnershipRecord, RecordUnreadable
+from sparkbase.model.ownership import OwnershipRecord, RecordUnreadable
 
 #: page sizes a swap file's header is probed for (4 KiB, 16 KiB, 64 KiB kernels)
 SWAP_PAGE_SIZES = (4096, 16384, 65536)

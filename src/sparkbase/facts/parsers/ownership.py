@@ -7,7 +7,7 @@ import re
 
 from sparkbase.facts.parsers.lines import node_lines
 from sparkbase.facts.state import HASHES, MISSING, NOT_A_FILE
-from sparkbase.policy.ownership import OWNERSHIP_PATH, Entry, OwnershipRecord, RecordUnreadable, parse_record
+from sparkbase.model.ownership import OWNERSHIP_PATH, Entry, OwnershipRecord, RecordUnreadable, parse_record
 
 _HEX_UUID = re.compile(r"^[0-9a-f]{32}$")
 _SHA256_LINE = re.compile(r"^([0-9a-f]{64})  (.+)$")

@@ -43,7 +43,6 @@ from sparkbase.atomicfile import fsync_directory
 from sparkbase.boundedfile import FileRefused, read_regular_file
 from sparkbase.model.lanes import Lane
 from sparkbase.model.site import Site
-from sparkbase.qualify.determinism import Completion
 from sparkbase.render import baseline_digest
 
 #: the site directory holding every lane's releases
@@ -59,6 +58,25 @@ MAX_RECORD_BYTES = 16 * 1024 * 1024
 NOT_SETTINGS = ("description", "enabled")
 NOT_RUNTIME_SETTINGS = ("match", "metrics", "endpoint")
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One prompt's output: token ids (when the engine returns them) and text."""
+
+    prompt_id: str
+    text: str
+    token_ids: tuple[int, ...] | None = None
+
+    def canonical(self) -> str:
+        """What is hashed: the token ids when present, else the text (JSON, one form)."""
+        if self.token_ids is not None:
+            return json.dumps({"token_ids": list(self.token_ids)}, separators=(",", ":"))
+        return json.dumps({"text": self.text}, separators=(",", ":"), ensure_ascii=False)
+
+    def digest(self) -> str:
+        """`sha256:<hex>` of the canonical form."""
+        return "sha256:" + hashlib.sha256(self.canonical().encode()).hexdigest()
 
 
 class RecordError(Exception):
