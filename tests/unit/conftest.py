@@ -6,12 +6,19 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 from pyinfra.api.config import Config
 from pyinfra.api.connect import connect_all
 from pyinfra.api.inventory import Inventory
 from pyinfra.api.state import State
 from pyinfra.context import ctx_host, ctx_state
 from site_memo import load_yaml_memoised
+
+# Speed is measured in benchmarks, never asserted in tests: on a shared, loaded machine
+# Hypothesis' own timing checks (a deadline per example, "input generation is slow") failed
+# property tests whose properties held. Tests with settings of their own keep them.
+settings.register_profile("shared-machine", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("shared-machine")
 
 #: the process-wide parse memo's patch (pytest_configure), undone by pytest_unconfigure
 _MEMO_PATCH = pytest.MonkeyPatch()
