@@ -25,9 +25,6 @@ from sparkbase.model.ownership import Entry, Kind, OwnedItem, OwnershipRecord
 KEPT = "kept: "
 
 
-# --- decisions --------------------------------------------------------------------------------
-
-
 class Verdict(StrEnum):
     """What a retire step may do with one target."""
 
