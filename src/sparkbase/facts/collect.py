@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
-from sparkbase.facts.areas import build_script, section_names
+from sparkbase.facts.areas import build_script
 from sparkbase.facts.areas import sections as script_sections
 from sparkbase.facts.assemble import assemble
 from sparkbase.facts.model import FactsResult, Unreachable
@@ -62,14 +62,14 @@ def read_answer(node: str, plan: FactPlan, stdout: str, stderr: str, marker: str
     """The node's facts from its fact script's answer (pure): `Unreachable` when sections
     were forged (printed twice, or one the script never prints), none came, or the answer
     was cut short."""
+    wanted = [name for name, _ in script_sections(plan)]
     try:
-        sections = split_sections(stdout, marker, stderr, expected=section_names(plan))
+        sections = split_sections(stdout, marker, stderr, expected=frozenset(wanted))
     except SectionError as exc:
         return Unreachable(node, f"the fact script's answer was forged: {exc}", FailureKind.COMMAND)
     if not sections.by_name:
         return Unreachable(node, "the node answered, but not with the fact script's sections",
                            FailureKind.COMMAND)
-    wanted = [name for name, _ in script_sections(plan)]
     if wanted and wanted[-1] not in sections.by_name:
         return Unreachable(node, f"the fact script's answer was cut short ({len(sections.by_name)} of "
                                  f"{len(wanted)} sections)", FailureKind.COMMAND)
