@@ -11,8 +11,9 @@ from sparkbase.facts.model import Gid as GidFacts
 from sparkbase.facts.parsers.cpuset import parse_cpu_list, parse_fast_cpus
 from sparkbase.facts.parsers.driver import GPU_QUERY, parse_nvidia_smi_query
 from sparkbase.facts.parsers.secure_boot import parse_sb_state
+from sparkbase.model.cmdline import rendered_kernel_args
 from sparkbase.policy.gpu_clock import ClockState, judge_clock
-from sparkbase.render import kernel_cmdline, render_node
+from sparkbase.render import node_files
 
 #: clock states the audit's gpu.clock passes (an idle GPU clocks down: not a latch)
 CLOCK_PASSES = {ClockState.FULL, ClockState.IDLE}
@@ -28,7 +29,7 @@ def test_page_size(host: Any, baseline: Any) -> None:
 
 def test_cmdline(host: Any, baseline: Any) -> None:
     cmdline = host.file("/proc/cmdline").content_string.split()
-    for arg in kernel_cmdline(baseline):
+    for arg in rendered_kernel_args(baseline):
         assert arg in cmdline
 
 
@@ -51,7 +52,7 @@ def test_nccl_library(host: Any, baseline: Any) -> None:
 
 
 def test_rendered_files(host: Any, site: Any, node: str) -> None:
-    for rendered in render_node(site, node):
+    for rendered in node_files(site, node):
         assert host.file(rendered.path).sha256sum == rendered.sha256, rendered.path
 
 
@@ -141,7 +142,7 @@ def test_governor(host: Any, baseline: Any) -> None:
 
 
 def test_stamp(host: Any, site: Any, node: str) -> None:
-    stamp = render_node(site, node)[-1]
+    stamp = node_files(site, node)[-1]
     assert host.file(stamp.path).content_string == stamp.content
 
 

@@ -4,7 +4,7 @@ The lock (`baselines/sparkbase.lock`) pins, per concrete baseline, its version a
 digest of everything it renders. A digest that moves while the version stays is a silent
 change to a qualified baseline: `check_lock` names it so CI can refuse it.
 
-`export_nodes` writes what `render_node` gives for each node under `OUT/<node>/<path>`,
+`export_nodes` writes what `node_files` gives for each node under `OUT/<node>/<path>`,
 all or nothing: every node is rendered in memory before anything is written.
 """
 
@@ -22,7 +22,7 @@ from typing import Any
 from sparkbase.boundedfile import FileRefused
 from sparkbase.model.site import Site
 from sparkbase.model.yamlio import read_site_file
-from sparkbase.render import RENDER_FORMAT, baseline_digest, node_lines, render_node
+from sparkbase.render import RENDER_FORMAT, baseline_digest, node_files, node_lines
 
 #: bump when the lock file's layout changes
 LOCK_FORMAT = 1
@@ -170,7 +170,7 @@ def export_nodes(site: Site, nodes: list[str], out: Path) -> dict[str, list[Path
 
 def _node_files(site: Site, node: str) -> list[tuple[Path, bytes, int]]:
     """(relative path, content, mode) of every file `node` must carry, rendered in memory."""
-    files = [(f.path, f.content, f.mode) for f in render_node(site, node)]
+    files = [(f.path, f.content, f.mode) for f in node_files(site, node)]
     by_path: dict[str, list[str]] = {}
     for line in node_lines(site.baseline_of(node)):
         by_path.setdefault(line.path, []).append(line.line)

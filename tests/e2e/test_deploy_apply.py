@@ -27,7 +27,7 @@ from sparkbase.facts.parsers.packages import parse_dpkg_query
 from sparkbase.facts.parsers.secure_boot import normalise_serial, parse_mok_certificates
 from sparkbase.model.site import load_site
 from sparkbase.policy.foreign import foreign_for
-from sparkbase.render import render_node
+from sparkbase.render import node_files
 
 pytestmark = pytest.mark.end_to_end
 
@@ -91,7 +91,7 @@ def test_factory_fleet_converges_then_second_apply_changes_nothing(fleet: Fleet,
     for node in NODES:
         assert fleet.sh(node, "uname -r").strip() == SITE_KERNEL
         assert fleet.sh(node, "getconf PAGESIZE").strip() == "4096"
-        for file in render_node(site, node):
+        for file in node_files(site, node):
             assert _sha256_on(fleet, node, file.path) == hashlib.sha256(file.content.encode()).hexdigest()
             mode = fleet.sh(node, f"stat -c %a {file.path}").strip()
             assert int(mode, 8) == file.mode, file.path

@@ -24,7 +24,7 @@ from fleets import FACTORY_KERNEL, NODES, SITE_KERNEL, Fleet, copy_site, fleet_f
 from ports import port_base
 
 from sparkbase.model.site import load_site
-from sparkbase.render import render_node
+from sparkbase.render import node_files
 from sparkbase_lab import faults
 
 pytestmark = pytest.mark.end_to_end
@@ -49,7 +49,7 @@ def _sha(fleet: Fleet, node: str, path: str) -> str:
 
 
 def _rendered_sha(fleet: Fleet, node: str, path: str) -> str:
-    file = next(f for f in render_node(load_site(fleet.site), node) if f.path == path)
+    file = next(f for f in node_files(load_site(fleet.site), node) if f.path == path)
     return hashlib.sha256(file.content.encode()).hexdigest()
 
 

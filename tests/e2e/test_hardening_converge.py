@@ -25,7 +25,7 @@ from ports import port_base
 
 from sparkbase.deploy.steps import build_steps
 from sparkbase.model.site import load_site
-from sparkbase.render import GRUB_DROPIN_PATH, MODPROBE_PATH, NETPLAN_PATH, render_node
+from sparkbase.render import GRUB_DROPIN_PATH, MODPROBE_PATH, NETPLAN_PATH, node_files
 
 pytestmark = pytest.mark.end_to_end
 
@@ -49,7 +49,7 @@ def converged(fleet: Fleet) -> Fleet:
 
 
 def _rendered(fleet: Fleet, path: str) -> str:
-    return next(f.content for f in render_node(load_site(fleet.site), NODE) if f.path == path)
+    return next(f.content for f in node_files(load_site(fleet.site), NODE) if f.path == path)
 
 
 def _plan(fleet: Fleet) -> dict[str, Any]:

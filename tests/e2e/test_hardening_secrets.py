@@ -25,7 +25,7 @@ from ports import port_base
 
 from sparkbase.deploy.assign import with_assignment
 from sparkbase.model.site import load_site
-from sparkbase.render import render_node
+from sparkbase.render import node_files
 
 pytestmark = pytest.mark.end_to_end
 
@@ -159,7 +159,7 @@ def test_every_file_sparkbase_writes_locally_has_a_safe_mode(fleet: Fleet, runs:
 
 def test_every_file_sparkbase_writes_on_a_node_has_its_owner_and_mode(fleet: Fleet, runs: Outputs) -> None:
     site = with_assignment(load_site(fleet.site), ["spark2"], VARIANT)
-    files = render_node(site, "spark2")
+    files = node_files(site, "spark2")
     assert len(files) >= 7
     for file in files:
         owner, mode = fleet.sh("spark2", f"stat -c '%U:%G %a' {file.path}").split()

@@ -21,7 +21,7 @@ from sparkbase.facts.parsers.docker import ContainerMount
 from sparkbase.facts.parsers.runtime import MappedFile
 from sparkbase.facts.runtime import ServingProcess
 from sparkbase.model.site import Site, load_site
-from sparkbase.render import render_node
+from sparkbase.render import node_files
 
 REPO = Path(__file__).resolve().parents[2]
 SITE_LIB = "/opt/nccl-site/lib/libnccl.so.2.27.7"
@@ -86,8 +86,8 @@ def test_lanes_pinned_by_their_containers_need_no_slice(tmp_path: Path) -> None:
     site = _site(tmp_path, 'cpuset: {pinned_by: container, cpus: "5-9,15-19"}\n')
     shipped = load_site(REPO)
     slice_file = "/etc/systemd/system/sparkbase-serving.slice"
-    assert slice_file in [f.path for f in render_node(shipped, "spark1")]
-    assert slice_file not in [f.path for f in render_node(site, "spark1")]
+    assert slice_file in [f.path for f in node_files(shipped, "spark1")]
+    assert slice_file not in [f.path for f in node_files(site, "spark1")]
     assert "daemon-reload" in [s.kind for s in build_steps(shipped, "spark1")]
     assert "daemon-reload" not in [s.kind for s in build_steps(site, "spark1")]
     facts = replace(converged(expected_for(shipped, "spark1")), slice_allowed_cpus=None)

@@ -24,7 +24,7 @@ from sparkbase.facts.model import (
     Unreachable,
 )
 from sparkbase.model.site import Site
-from sparkbase.render import render_node
+from sparkbase.render import node_files
 
 SITE = shipped()
 SITE_BASELINE = "site-stock-6.17-4k"
@@ -48,7 +48,7 @@ def test_converged_node_passes_every_check(site: Site, baseline: str) -> None:
 def test_expected_files_are_what_render_node_gives(site: Site) -> None:
     expected = expected_for(site, "spark3")
     assert [(f.path, f.sha256) for f in expected.files] == [
-        (f.path, f.sha256) for f in render_node(site, "spark3")
+        (f.path, f.sha256) for f in node_files(site, "spark3")
     ]
 
 

@@ -16,7 +16,7 @@ from sparkbase.facts.areas import plan_for
 from sparkbase.facts.assemble import assemble
 from sparkbase.facts.parsers.files import LINKS_SECTION, links_command, parse_links, written_paths
 from sparkbase.facts.script import Section, Sections
-from sparkbase.render import NCCL_CONF_PATH, render_node
+from sparkbase.render import NCCL_CONF_PATH, node_files
 
 SITE = shipped()
 
@@ -31,7 +31,7 @@ def test_the_link_section_names_links_only(tmp_path: Path) -> None:
 
 def test_the_plan_checks_every_written_file_but_the_library() -> None:
     baseline = SITE.baseline_of("spark1")
-    files = [f.path for f in render_node(SITE, "spark1")]
+    files = [f.path for f in node_files(SITE, "spark1")]
     plan = plan_for(baseline, files, "/etc/sparkbase/stamp.json")
     written = written_paths(plan)
     assert NCCL_CONF_PATH in written and "/etc/sparkbase/stamp.json" in written

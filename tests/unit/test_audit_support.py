@@ -23,11 +23,11 @@ from sparkbase.facts.model import (
 from sparkbase.facts.parsers.host import ConsoleMode, EfiBoot, EfiEntry
 from sparkbase.facts.parsers.kernel import parse_grub
 from sparkbase.model.baseline import Baseline
+from sparkbase.model.cmdline import rendered_kernel_args
 from sparkbase.model.host import GOVERNOR_UNIT, NVME_COALESCING_UNIT, coalescing_value
 from sparkbase.model.memory import BOOT_SWAP_UNIT
 from sparkbase.model.site import Site, load_site
 from sparkbase.model.types import GB10_FAST_CPUS
-from sparkbase.render import kernel_cmdline
 
 REPO = Path(__file__).parents[2]
 #: the MOK of a converged node as `mokutil --list-enrolled` shows it, and the serial kmod
@@ -183,7 +183,7 @@ def converged(expected: Expected) -> NodeFacts:
             "BOOT_IMAGE=/boot/vmlinuz-" + b.kernel.release,
             "root=/dev/nvme0n1p2",
             "ro",
-            *kernel_cmdline(b),
+            *rendered_kernel_args(b),
         ),
         fast_cpus=tuple(sorted(GB10_FAST_CPUS)),
         thp=b.memory.transparent_hugepages,

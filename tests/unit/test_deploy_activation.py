@@ -41,8 +41,9 @@ from sparkbase.facts.parsers.kernel import parse_grub
 from sparkbase.facts.parsers.units import parse_need_daemon_reload
 from sparkbase.facts.script import FactPlan, Section, Sections
 from sparkbase.facts.state import NO_IMAGE, UNPACKED, UNREADABLE
+from sparkbase.model.cmdline import rendered_kernel_args
 from sparkbase.model.site import load_site
-from sparkbase.render import MODPROBE_PATH, kernel_cmdline, render_node
+from sparkbase.render import MODPROBE_PATH, node_files
 
 REPO = Path(__file__).resolve().parents[2]
 REAL = REPO / "tests" / "fixtures" / "real"
@@ -93,7 +94,7 @@ def test_every_follow_up_has_an_interrupted_case_that_runs_it() -> None:
 def test_follow_up_steps_carry_what_the_node_state_is_compared_with() -> None:
     site = load_site(REPO)
     steps = {s.kind: s for s in build_steps(site, "spark1")}
-    modprobe = next(f for f in render_node(site, "spark1") if f.path == MODPROBE_PATH)
+    modprobe = next(f for f in node_files(site, "spark1") if f.path == MODPROBE_PATH)
     initramfs = steps["initramfs-update"]
     assert initramfs.args == InitramfsUpdate(release=site.baseline_of("spark1").kernel.release,
                                                    path=MODPROBE_PATH, sha256=modprobe.sha256)
@@ -150,7 +151,8 @@ def _booted(**extra: Any) -> dict[str, Any]:
     site = load_site(REPO)
     baseline = site.baseline_of("spark1")
     boot = {"kernel": baseline.kernel.release, "page_size": baseline.kernel.page_size,
-            "cmdline": kernel_cmdline(baseline), "thp": "", "modules": [], "drm_modeset": "", "drm_fbdev": ""}
+            "cmdline": rendered_kernel_args(baseline), "thp": "", "modules": [], "drm_modeset": "",
+            "drm_fbdev": ""}
     return {**boot, **extra}
 
 

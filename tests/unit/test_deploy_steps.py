@@ -15,7 +15,7 @@ from sparkbase.deploy.assign import AssignmentError, breaches_by_baseline, with_
 from sparkbase.deploy.mok_keys import DeployConfigError, MokFiles
 from sparkbase.deploy.steps import build_steps
 from sparkbase.model.site import Site, load_site
-from sparkbase.render import STAMP_PATH, render_node
+from sparkbase.render import STAMP_PATH, node_files
 
 REPO = Path(__file__).resolve().parents[2]
 CASES = sorted((Path(__file__).parent / "deploy_cases").glob("*.json"))
@@ -39,7 +39,7 @@ def test_steps_from_baseline(site: Site, case_file: Path) -> None:
 def test_every_rendered_file_is_put_byte_for_byte_and_the_stamp_last(site: Site) -> None:
     steps = build_steps(site, "spark1")
     files = [s.args for s in steps if isinstance(s.args, File)]
-    rendered = render_node(site, "spark1")
+    rendered = node_files(site, "spark1")
     assert {f.path: (f.content, f.mode) for f in rendered} == {a.path: (a.content, a.mode) for a in files}
     assert steps[-1].args == files[-1] and files[-1].path == STAMP_PATH
 

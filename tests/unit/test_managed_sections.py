@@ -38,7 +38,7 @@ from sparkbase.render import (
     STAMP_PATH,
     SYSCTL_PATH,
     baseline_digest,
-    render_node,
+    node_files,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -114,7 +114,7 @@ def test_a_baseline_that_manages_nothing_builds_renders_and_reboots_nothing(site
     baseline = site.baselines[SITE_BASELINE]
     assert baseline.unmanaged() == list(SECTIONS)
     assert build_steps(site, "spark1") == []
-    assert render_node(site, "spark1") == []  # not even the stamp: sparkbase writes nothing
+    assert node_files(site, "spark1") == []  # not even the stamp: sparkbase writes nothing
     # a node far from the baseline (factory kernel, no module options, a MOK enrolment
     # pending): nothing sparkbase would change, so no reboot
     boot = {"kernel": "6.17.0-1008-nvidia", "page_size": 65536, "cmdline": ["quiet", "splash"],

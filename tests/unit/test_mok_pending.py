@@ -19,9 +19,9 @@ from sparkbase.deploy.reboot import module_mismatches, mok_enrolment, reboot_rea
 from sparkbase.deploy.results import NodeResult, NodeStatus, Report
 from sparkbase.facts.model import NodeFacts
 from sparkbase.model.baseline import Baseline
+from sparkbase.model.cmdline import rendered_kernel_args
 from sparkbase.model.site import Site
 from sparkbase.policy.mok import CONSOLE_STEPS, pending_enrolment, pending_signer
-from sparkbase.render import kernel_cmdline
 
 VARIANT = "ds41f-7x-64k"
 KEY = "aa:bb:cc:dd:ee:ff:00:11:22:33:44:55:66:77:88:99:aa:bb:cc:dd"
@@ -86,7 +86,7 @@ def test_a_pinned_pending_key_is_named_by_the_mok_check(site: Site) -> None:
 
 
 def _boot(baseline: Baseline, modules: list[str]) -> dict[str, Any]:
-    return {"kernel": baseline.kernel.release, "page_size": 65536, "cmdline": kernel_cmdline(baseline),
+    return {"kernel": baseline.kernel.release, "page_size": 65536, "cmdline": rendered_kernel_args(baseline),
             "modules": modules,
             "drm_modeset": "", "drm_fbdev": "", "staged": []}
 

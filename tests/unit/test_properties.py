@@ -28,8 +28,9 @@ from quick import examples
 
 from sparkbase.errors import ConfigError
 from sparkbase.model.baseline import Baseline
+from sparkbase.model.cmdline import rendered_kernel_args
 from sparkbase.model.site import Site, load_site
-from sparkbase.render import kernel_cmdline, render_baseline
+from sparkbase.render import render_baseline
 
 #: each distinct file content is parsed once (tests/unit/site_memo.py): an example changes one file
 pytestmark = pytest.mark.usefixtures("parsed_once")
@@ -245,11 +246,11 @@ def test_rendered_files_hold_only_what_the_model_asks(
     grub = body_lines(files["/etc/default/grub.d/60-sparkbase.cfg"])
     assert grub == [
         f'GRUB_DEFAULT="{baseline.kernel.grub_entry}"',
-        f'GRUB_CMDLINE_LINUX_DEFAULT="{" ".join(kernel_cmdline(baseline))}"',
+        f'GRUB_CMDLINE_LINUX_DEFAULT="{" ".join(rendered_kernel_args(baseline))}"',
     ]
     for content in files.values():
         assert "\r" not in content
-    for value in [*env.values(), *baseline.memory.sysctls.values(), *kernel_cmdline(baseline)]:
+    for value in [*env.values(), *baseline.memory.sysctls.values(), *rendered_kernel_args(baseline)]:
         assert not any(char in value for char in UNSAFE)
 
 

@@ -19,7 +19,7 @@ import pytest
 
 from sparkbase.cli.main import main
 from sparkbase.model.site import load_site
-from sparkbase.render import render_node
+from sparkbase.render import node_files
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 
@@ -51,14 +51,14 @@ def test_golden_covers_every_node_and_file(shipped_site: Path) -> None:
     site = load_site(shipped_site)
     golden = tree(GOLDEN)
     for node in site.inventory.nodes:
-        for file in render_node(site, node):
+        for file in node_files(site, node):
             assert f"{node}{file.path}" in golden
 
 
 def test_modes_are_as_rendered(shipped_site: Path, tmp_path: Path) -> None:
     render_to(shipped_site, tmp_path)
     site = load_site(shipped_site)
-    for file in render_node(site, "spark1"):
+    for file in node_files(site, "spark1"):
         written = tmp_path / "spark1" / file.path.lstrip("/")
         assert stat.S_IMODE(written.stat().st_mode) == file.mode
     assert stat.S_IMODE((tmp_path / "spark1/etc/netplan/60-sparkbase-fabric.yaml").stat().st_mode) == 0o600
@@ -183,9 +183,9 @@ def test_a_node_that_cannot_be_rendered_writes_no_node(
     def failing(site: object, node: str) -> object:
         if node == "spark3":
             raise ValueError("refusing to write rendered path '/x/../y'")
-        return render_node(site, node)  # type: ignore[arg-type]
+        return node_files(site, node)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(sparkbase.release, "render_node", failing)
+    monkeypatch.setattr(sparkbase.release, "node_files", failing)
     out = tmp_path / "out"
     assert main(["render", "--site", str(shipped_site), "--out", str(out)]) == 2
     assert not out.exists()

@@ -42,7 +42,7 @@ from sparkbase.facts.collect import read_answer
 from sparkbase.facts.model import NodeFacts, Unreachable
 from sparkbase.facts.script import FactPlan, marker_stdin, new_marker, unfinished_section
 from sparkbase.model.ownership import OwnershipRecord, RecordUnreadable
-from sparkbase.transport.failure import FailureKind, NodeFailure, TransportError, failure
+from sparkbase.transport.failure import FailureKind, NodeFailure, TransportError
 
 #: the most one answer may hold (stdout and stderr each) before the node fails: most of it
 #: is the netplan listing and the files read, well under 1 MiB
@@ -83,13 +83,14 @@ def decode_answer(lines: Sequence[str], limit: int = MAX_ANSWER_BYTES) -> tuple[
     """The answer's stdout and stderr as text (bytes that are not UTF-8 escaped, `\\xff`), and
     whether either was cut at `limit` bytes; a failure when it is not what `bounded` prints."""
     if STDERR_FOLLOWS not in lines:
-        return failure(FailureKind.COMMAND, "the fact script did not answer (it or the connection failed)")
+        return NodeFailure(FailureKind.COMMAND,
+                           "the fact script did not answer (it or the connection failed)")
     split = list(lines).index(STDERR_FOLLOWS)
     try:
         out = base64.b64decode("".join(lines[:split]), validate=True)
         err = base64.b64decode("".join(lines[split + 1:]), validate=True)
     except (binascii.Error, ValueError) as exc:
-        return failure(FailureKind.COMMAND, f"the fact script's answer is not base64: {exc}")
+        return NodeFailure(FailureKind.COMMAND, f"the fact script's answer is not base64: {exc}")
     cut = len(out) > limit or len(err) > limit
     text = out[:limit].decode("utf-8", errors="backslashreplace")
     return text, err[:limit].decode("utf-8", errors="backslashreplace"), cut
@@ -112,17 +113,17 @@ def read_node(plan: FactPlan, limit: int = MAX_ANSWER_BYTES) -> NodeFacts:
     decoded = decode_answer(lines, limit)
     if isinstance(decoded, NodeFailure):
         if timeout is not None and time.monotonic() - started >= timeout - 0.5:
-            decoded = failure(FailureKind.TIMEOUT, f"no answer to a fact read within {timeout}s "
-                                                   "(ssh.command_timeout)")
+            decoded = NodeFailure(FailureKind.TIMEOUT, f"no answer to a fact read within {timeout}s "
+                                                       "(ssh.command_timeout)")
         raise FactReadFailed(decoded)
     stdout, stderr, cut = decoded
     if cut:
         where = unfinished_section(stdout, marker)
         said = f" (in section {where!r}: it printed without end?)" if where else ""
-        raise FactReadFailed(failure(FailureKind.COMMAND, f"fact output over {limit} bytes{said}"))
+        raise FactReadFailed(NodeFailure(FailureKind.COMMAND, f"fact output over {limit} bytes{said}"))
     found = read_answer(str(host.name), plan, stdout, stderr, marker, time.monotonic() - started)
     if isinstance(found, Unreachable):
-        raise FactReadFailed(failure(found.kind, found.reason))
+        raise FactReadFailed(NodeFailure(found.kind, found.reason))
     return found
 
 

@@ -14,8 +14,8 @@ from collections.abc import Iterable
 from typing import Any, Protocol
 
 from sparkbase.model.baseline import Baseline
+from sparkbase.model.cmdline import rendered_kernel_args
 from sparkbase.policy.mok import PendingEnrolment, pending_enrolment
-from sparkbase.render import kernel_cmdline
 
 #: what an apply has staged for the next boot (step names, one a line): written before it
 #: runs a step that acts only after a reboot, in /run so that the reboot itself clears it
@@ -52,7 +52,7 @@ def boot_mismatches(baseline: Baseline, boot: dict[str, Any]) -> list[str]:
     if boot["page_size"] != kernel.page_size:
         problems.append(f"page size {boot['page_size']}, baseline wants {kernel.page_size}")
     cmdline = boot["cmdline"]
-    missing = [arg for arg in kernel_cmdline(baseline) if arg not in cmdline]
+    missing = [arg for arg in rendered_kernel_args(baseline) if arg not in cmdline]
     if missing:
         problems.append(f"/proc/cmdline lacks {' '.join(missing)}")
     forbidden = set(kernel.cmdline_forbid)

@@ -28,7 +28,7 @@ from sparkbase.deploy.areas import (
 )
 from sparkbase.deploy.kinds import Recorded, Step
 from sparkbase.policy.foreign import foreign_for
-from sparkbase.render import STAMP_PATH, fabric_ethernets, node_paths, render_node
+from sparkbase.render import STAMP_PATH, fabric_ethernets, node_files, node_paths
 
 if TYPE_CHECKING:
     from sparkbase.deploy.mok_keys import MokFiles
@@ -41,7 +41,7 @@ def build_steps(site: Site, node: str, mok: MokFiles | None = None, mirror: str 
     tarballs are fetched from `mirror` (a URL prefix), else from the repository host."""
     name = site.inventory.nodes[node].baseline
     baseline = site.baselines[name]
-    rendered = render_node(site, node)  # only the managed sections' files, the stamp last
+    rendered = node_files(site, node)  # only the managed sections' files, the stamp last
     foreign = foreign_for(site, name)  # only in sections this baseline manages
     ethernets = fabric_ethernets(baseline, node_paths(site, node))
     steps = [

@@ -1,6 +1,6 @@
 """Render a baseline into the exact files a node must carry.
 
-`render_baseline` gives the files that depend only on the baseline; `render_node` adds the
+`render_baseline` gives the files that depend only on the baseline; `node_files` adds the
 node's own (the fabric netplan of its RDMA paths, its shape's NCCL settings and GID index in
 nccl.conf) and the stamp that audits read.
 Rendering is deterministic: the same input gives byte-identical files.
@@ -94,14 +94,6 @@ def _render(template: str, **context: object) -> str:
     return _environment().get_template(template).render(**context)
 
 
-def kernel_cmdline(baseline: Baseline) -> list[str]:
-    """Arguments sparkbase puts on the kernel command line (GRUB_CMDLINE_LINUX_DEFAULT).
-
-    Built by `model.cmdline` from the same table the model's rules judge.
-    """
-    return rendered_kernel_args(baseline)
-
-
 def sysctls(baseline: Baseline) -> dict[str, str]:
     """The sysctls the baseline sets, sorted by key."""
     return dict(sorted(baseline.memory.sysctls.items()))
@@ -114,7 +106,7 @@ def render_baseline(name: str, baseline: Baseline) -> list[RenderedFile]:
         render_nccl_conf(name, baseline),
         RenderedFile(
             GRUB_DROPIN_PATH,
-            _render("grub.cfg.j2", cmdline=kernel_cmdline(baseline), **context),
+            _render("grub.cfg.j2", cmdline=rendered_kernel_args(baseline), **context),
             needs_reboot=True,
             purpose="kernel command line and GRUB default entry",
             section="kernel",
@@ -372,8 +364,3 @@ def node_lines(baseline: Baseline) -> list[ManagedLine]:
     """The lines sparkbase owns in shared files on a node of `baseline`: those of the
     sections it manages."""
     return [line for line in managed_lines(baseline) if baseline.manages(line.section)]
-
-
-def render_node(site: Site, node: str) -> list[RenderedFile]:
-    """Every file `node` must carry, the stamp last."""
-    return node_files(site, node)

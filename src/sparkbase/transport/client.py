@@ -37,7 +37,6 @@ from sparkbase.transport.failure import (
     TransportError,
     UnknownHostKey,
     classify_connect,
-    failure,
 )
 from sparkbase.transport.paramiko_import import import_paramiko
 
@@ -140,7 +139,8 @@ def connect(target: SshTarget, timeout: float | None = None) -> paramiko.SSHClie
         endpoint = resolve(target)
         client = strict_client(target)
     except (OSError, ValueError) as exc:  # the ssh_config or known_hosts went away or changed
-        raise TransportError(failure(FailureKind.UNREACHABLE, f"cannot read the SSH files: {exc}")) from exc
+        unreadable = NodeFailure(FailureKind.UNREACHABLE, f"cannot read the SSH files: {exc}")
+        raise TransportError(unreadable) from exc
     started = time.monotonic()
     try:
         client.connect(
@@ -206,8 +206,8 @@ class _Reads:
     def add(self, into: list[bytes], chunk: bytes) -> None:
         self.size += len(chunk)
         if self.size > self.limit:
-            raise CommandFailed(failure(FailureKind.COMMAND, f"output over {self.limit} bytes "
-                                                             "(the command printed without end?)"),
+            raise CommandFailed(NodeFailure(FailureKind.COMMAND, f"output over {self.limit} bytes "
+                                                                 "(the command printed without end?)"),
                                 _text(self.stdout))
         into.append(chunk)
 
@@ -245,7 +245,7 @@ def run_command(client: paramiko.SSHClient, script: str, timeout: float, sudo: b
     channel.status_event.wait(max(0.0, deadline - time.monotonic()))
     if not channel.exit_status_ready() or channel.recv_exit_status() == -1:
         lost = "the connection closed before the command finished"
-        raise CommandFailed(failure(FailureKind.UNREACHABLE, lost))
+        raise CommandFailed(NodeFailure(FailureKind.UNREACHABLE, lost))
     while channel.recv_stderr_ready():
         reads.add(reads.stderr, channel.recv_stderr(65536))
     return Answer(_text(reads.stdout), _text(reads.stderr), channel.recv_exit_status())
@@ -258,8 +258,8 @@ def _read_all(channel: paramiko.Channel, reads: _Reads, deadline: float, timeout
             reads.add(reads.stderr, channel.recv_stderr(65536))
         left = deadline - time.monotonic()
         if left <= 0:
-            raise CommandFailed(failure(FailureKind.TIMEOUT,
-                                        f"no complete answer within {timeout:g}s (command timeout)"),
+            raise CommandFailed(NodeFailure(FailureKind.TIMEOUT,
+                                            f"no complete answer within {timeout:g}s (command timeout)"),
                                 _text(reads.stdout))
         channel.settimeout(min(left, 1.0))
         try:
@@ -275,7 +275,7 @@ def _lost(exc: BaseException) -> NodeFailure:
     """The failure when a command cannot even start on an open connection."""
     if isinstance(exc, TransportError):
         return exc.failure
-    return failure(FailureKind.UNREACHABLE, f"the connection dropped: {type(exc).__name__}: {exc}")
+    return NodeFailure(FailureKind.UNREACHABLE, f"the connection dropped: {type(exc).__name__}: {exc}")
 
 
 def _text(chunks: list[bytes]) -> str:

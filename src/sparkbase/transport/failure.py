@@ -91,11 +91,6 @@ HANDSHAKE_TIMEOUT = NodeFailure(
 )
 
 
-def failure(kind: FailureKind, message: str) -> NodeFailure:
-    """A `NodeFailure` (shorthand)."""
-    return NodeFailure(kind, message)
-
-
 def _chain(exc: BaseException) -> list[BaseException]:
     """The exception and those it was raised from or during (paramiko wraps a banner
     timeout in an SSHException raised while handling the timeout)."""
@@ -121,24 +116,26 @@ def classify_connect(exc: BaseException, *, handshake_done: bool = False,
     if isinstance(exc, TransportError):
         return exc.failure
     if isinstance(exc, paramiko.BadHostKeyException):
-        return failure(FailureKind.HOST_KEY,
-                       f"host key mismatch for {exc.hostname}: the node's key is not the one in "
-                       f"known_hosts (refused; check the node before you re-enrol its key): {HOST_KEY_HELP}")
+        return NodeFailure(FailureKind.HOST_KEY,
+                           f"host key mismatch for {exc.hostname}: the node's key is not the one in "
+                           "known_hosts (refused; check the node before you re-enrol its key): "
+                           f"{HOST_KEY_HELP}")
     if isinstance(exc, UnknownHostKey):
-        return failure(FailureKind.HOST_KEY, f"host key not in known_hosts (refused): {exc}: {HOST_KEY_HELP}")
+        return NodeFailure(FailureKind.HOST_KEY,
+                           f"host key not in known_hosts (refused): {exc}: {HOST_KEY_HELP}")
     if isinstance(exc, paramiko.AuthenticationException):
-        return failure(FailureKind.AUTH, f"authentication failed: {exc}")
+        return NodeFailure(FailureKind.AUTH, f"authentication failed: {exc}")
     chain = _chain(exc)
     if any(isinstance(link, TimeoutError | socket.timeout) for link in chain):
         if isinstance(exc, paramiko.SSHException):
             return HANDSHAKE_TIMEOUT
-        return failure(FailureKind.TIMEOUT, "timed out")
+        return NodeFailure(FailureKind.TIMEOUT, "timed out")
     if isinstance(exc, ConnectionRefusedError | paramiko.ssh_exception.NoValidConnectionsError):
-        return failure(FailureKind.UNREACHABLE, f"connection refused ({exc})")
+        return NodeFailure(FailureKind.UNREACHABLE, f"connection refused ({exc})")
     if isinstance(exc, paramiko.SSHException) and handshake_done and not authenticated:
-        return failure(FailureKind.AUTH, f"authentication failed: {exc}")
+        return NodeFailure(FailureKind.AUTH, f"authentication failed: {exc}")
     if isinstance(exc, paramiko.SSHException):
-        return failure(FailureKind.UNREACHABLE, f"the SSH handshake failed: {exc}")
+        return NodeFailure(FailureKind.UNREACHABLE, f"the SSH handshake failed: {exc}")
     if isinstance(exc, OSError):
-        return failure(FailureKind.UNREACHABLE, f"cannot connect: {exc}")
-    return failure(FailureKind.UNREACHABLE, f"{type(exc).__name__}: {exc}")
+        return NodeFailure(FailureKind.UNREACHABLE, f"cannot connect: {exc}")
+    return NodeFailure(FailureKind.UNREACHABLE, f"{type(exc).__name__}: {exc}")

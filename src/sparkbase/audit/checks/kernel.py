@@ -6,7 +6,7 @@ from sparkbase.audit.checks.common import APST_ARG, apply_fix, matches, unknown
 from sparkbase.audit.expected import Expected
 from sparkbase.audit.registry import Outcome, Subject, fail, node_check, ok, skip
 from sparkbase.facts.model import NodeFacts
-from sparkbase.render import kernel_cmdline
+from sparkbase.model.cmdline import rendered_kernel_args
 
 
 def _cmdline(expected: Expected) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -19,7 +19,7 @@ def _cmdline(expected: Expected) -> tuple[tuple[str, ...], tuple[str, ...]]:
         # (memory.thp), NVMe APST only here
         apst = (APST_ARG,) if baseline.host.nvme.apst == "disabled" else ()
         return (*kernel.cmdline_add, *apst), tuple(kernel.cmdline_forbid)
-    return tuple(kernel_cmdline(baseline)), tuple(kernel.cmdline_forbid)
+    return tuple(rendered_kernel_args(baseline)), tuple(kernel.cmdline_forbid)
 
 
 @node_check("kernel.release", "kernel", "the running kernel is the baseline's",

@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING
 
 from sparkbase.deploy.kinds import NodeReads, Step, StepArgs
 from sparkbase.facts.parsers.kernel import GRUB_CFG
-from sparkbase.render import GRUB_DROPIN_PATH, kernel_cmdline
+from sparkbase.model.cmdline import rendered_kernel_args
+from sparkbase.render import GRUB_DROPIN_PATH
 
 if TYPE_CHECKING:
     from pyinfra.api.operation import OperationMeta
@@ -40,7 +41,8 @@ def grub_update_step(baseline: Baseline) -> Step:
     kernel = baseline.kernel
     entry = kernel.grub_entry if kernel.pin_grub_default else None
     fallback = kernel.fallback.release if kernel.fallback is not None else None
-    return Step(GrubUpdate(release=kernel.release, default_entry=entry, cmdline=kernel_cmdline(baseline),
-                           forbid=list(kernel.cmdline_forbid), fallback=fallback, dropin=GRUB_DROPIN_PATH),
+    return Step(GrubUpdate(release=kernel.release, default_entry=entry,
+                           cmdline=rendered_kernel_args(baseline), forbid=list(kernel.cmdline_forbid),
+                           fallback=fallback, dropin=GRUB_DROPIN_PATH),
                 "update-grub (grub.cfg is older than the GRUB drop-in, or does not boot the baseline as it "
                 "says)", reboot=True, after_change_of=GRUB_DROPIN_PATH, section="kernel")
