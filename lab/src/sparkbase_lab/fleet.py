@@ -14,6 +14,7 @@ PIDs are recorded with their kernel start time and only ever signalled when both
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -22,6 +23,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -35,6 +37,10 @@ DEFAULT_PORT_BASE = 2201
 DEFAULT_NODES = 4
 ENV_DIR = "SPARKBASE_LAB_DIR"
 ENV_BOOT_DELAY = "SPARKBASE_LAB_BOOT_DELAY"
+#: seconds `Lab.run`'s shared connection to a node stays open with nothing using it: each
+#: new OpenSSH connection costs ~0.12 s of client CPU (key exchange and auth), ~1,200 calls
+#: a test run (docs/benchmarks/suite.md)
+SHARED_IDLE_SECONDS = 60
 
 #: what a clone copies of the lab directory (the client key, the MOK pair, the built apt
 #: repository, preload library and node command client, and, of an as-found lab, its record
@@ -107,6 +113,14 @@ class Lab:
     def ssh_config_path(self) -> Path:
         """OpenSSH client config with one `Host sparkN` block per node."""
         return self.dir / "ssh_config"
+
+    @property
+    def control_dir(self) -> Path:
+        """Where `run` keeps one shared OpenSSH connection per node (`ControlMaster`): under
+        the temp dir, named by the lab dir's hash, so a socket path stays under the 108-byte
+        limit however deep the lab dir is."""
+        digest = hashlib.sha256(str(self.dir).encode()).hexdigest()[:12]
+        return Path(tempfile.gettempdir()) / f"sparkbase-lab-ssh-{digest}"
 
     @property
     def known_hosts_path(self) -> Path:
@@ -349,6 +363,7 @@ class Lab:
         Node disks are kept (the next `up` resumes the same nodes) unless `purge`.
         """
         with self._locked():
+            self.close_shared_connections()
             state = self._state()
             was_up = False
             if state:
@@ -522,11 +537,26 @@ class Lab:
         A string is a shell command line; a sequence is quoted argument by argument.
         """
         line = command if isinstance(command, str) else shlex.join(command)
+        self.control_dir.mkdir(mode=0o700, exist_ok=True)
+        shared = ["-o", "ControlMaster=auto", "-o", f"ControlPath={self.control_dir}/%r@%h:%p",
+                  "-o", f"ControlPersist={SHARED_IDLE_SECONDS}"]
+        argv = self.ssh_argv(node)
         result = subprocess.run(
-            [*self.ssh_argv(node), line], capture_output=True, text=True,
+            [*argv[:3], *shared, *argv[3:], line], capture_output=True, text=True,
             timeout=timeout, input=input, check=False,
         )
         return result.returncode, result.stdout, result.stderr
+
+    def close_shared_connections(self) -> None:
+        """Ask each of `run`'s shared connections to exit (`ssh -O exit`) and remove their
+        directory. A node's reboot or `down` ends its connection anyway; an idle one exits
+        by itself after `SHARED_IDLE_SECONDS`."""
+        if not self.control_dir.is_dir():
+            return
+        for socket in self.control_dir.iterdir():
+            subprocess.run(["ssh", "-F", "none", "-o", f"ControlPath={socket}", "-O", "exit", "lab-node"],
+                           capture_output=True, timeout=10, check=False)
+        shutil.rmtree(self.control_dir, ignore_errors=True)
 
 
 def _keygen(path: Path, comment: str) -> None:
