@@ -124,3 +124,26 @@ def test_what_changed_since_sparkbase_created_it_is_kept(fleet: Fleet) -> None:
     assert swap["status"] == "unchanged"
     assert swap["reason"].startswith(f"kept: {SWAP} changed since sparkbase created it (swap UUID ")
     assert fleet.exists("spark3", SWAP)
+
+
+def test_a_package_an_earlier_version_pinned_is_retired(fleet: Fleet) -> None:
+    """A baseline's next version drops a pin and lists it under `retired_packages` (as the
+    variant's 1.5.0 did libnccl2): the node's next apply unholds and purges the package
+    sparkbase installed, and the record forgets it."""
+    path = fleet.site / "baselines" / f"{OWNED}.yaml"
+    fleet.apply("spark4", "--baseline", OWNED)
+    assert fleet.owned("spark4").find(Kind.PACKAGE, "libnccl2") is not None
+    dropped = OWNED_BASELINE.replace("version: 1.0.0", "version: 1.1.0").replace(
+        "  packages:\n    - {name: libnccl2, version: 2.28.9-1+cuda13.0}\n",
+        "retired_packages:\n  - {name: libnccl2, section: host}\n")
+    assert "retired_packages" in dropped and "libnccl2, version" not in dropped
+    path.write_text(dropped)
+    try:
+        ops = fleet.apply("spark4", "--baseline", OWNED)
+    finally:
+        path.write_text(OWNED_BASELINE)
+    retire = next(op for name, op in ops.items() if name.startswith("retire: unhold and purge libnccl2"))
+    assert retire["status"] == "changed", retire
+    assert fleet.sh("spark4", "dpkg-query -W -f='${db:Status-Abbrev}' libnccl2 2>/dev/null || true").strip() \
+        in ("", "un", "rc")
+    assert fleet.owned("spark4").find(Kind.PACKAGE, "libnccl2") is None

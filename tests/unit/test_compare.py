@@ -89,7 +89,7 @@ def test_table_says_which_side_breaks_the_contract(
     page_line = next(line for line in out.splitlines() if line.startswith("kernel.page_size"))
     assert "4096" in page_line and "65536" in page_line and f"broken by {B}" in page_line
     assert f"{A} 1.3.0 satisfies the site contract." in out
-    assert f"{B} 1.5.0 breaks the site contract" in out
+    assert f"{B} 1.5.1 breaks the site contract" in out
 
 
 def test_the_swap_difference_is_shown_with_its_source(

@@ -7,6 +7,7 @@ does nothing, or the refusal it raises) and the record entries it forgets out.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Callable
@@ -110,6 +111,7 @@ def test_foreign_pins_of_the_site_baseline_are_the_variants_leftovers(site: Site
     assert {pin.name: pin.kernel for pin in foreign.pins} == {
         "dgx-spark-fan-control": None,
         "nvidia-kernel-source-580-open": None,
+        "libnccl2": None,  # the variant's 1.4.0 pinned it (retired_packages)
         **kernels,
     }
     assert foreign.services == (("dgx-fan-control.service", (VARIANT, STOCK_PAGES)),)
@@ -124,12 +126,31 @@ def test_foreign_pins_of_the_site_baseline_are_the_variants_leftovers(site: Site
 
 @pytest.mark.parametrize("name", [SITE_BASELINE, VARIANT, STOCK_PAGES])
 def test_foreign_pins_are_exactly_what_others_pin_and_this_one_does_not(site: Site, name: str) -> None:
+    """...and what an earlier version of any baseline pinned (`retired_packages`), this one's too."""
     own = {pin.name for pin in site.baselines[name].packages()}
     others = {pin.name for other, b in site.baselines.items() if other != name for pin in b.packages()}
+    retired = {r.name for b in site.baselines.values() for r in b.retired_packages}
     foreign = foreign_for(site, name)
-    assert set(foreign.package_names()) == others - own
+    assert retired == {"libnccl2"}
+    assert set(foreign.package_names()) == (others | retired) - own
     running = site.baselines[name].kernel.release
     assert all(pin.kernel != running for pin in foreign.pins)  # never this baseline's kernel
+
+
+def test_a_retired_package_is_retired_like_a_foreign_pin_only_where_both_manage_its_section(
+        site: Site) -> None:
+    """libnccl2, which the variant pinned up to 1.4.0: its own nodes retire it (sparkbase
+    installed it there), the site's nodes too; a baseline leaving nccl as found does not, and
+    one pinning it again keeps it."""
+    variant = foreign_for(site, VARIANT)
+    assert [(p.name, p.baselines, p.section) for p in variant.pins if p.name == "libnccl2"] == [
+        ("libnccl2", (f"earlier versions of {VARIANT}", f"earlier versions of {STOCK_PAGES}"), "nccl")]
+    steps = [s for s in _retire(site, "spark2", VARIANT) if isinstance(s.args, PackagesRetire)]
+    assert any("libnccl2" in s.args.names and s.args.target_kernel is None for s in steps)
+    own = site.baselines[SITE_BASELINE]
+    as_found = dataclasses.replace(site, baselines={**site.baselines, SITE_BASELINE: own.model_copy(
+        update={"managed": [section for section in own.managed if section != "nccl"]})})
+    assert "libnccl2" not in foreign_for(as_found, SITE_BASELINE).package_names()
 
 
 def test_a_baseline_that_signs_the_saver_keeps_its_own_dkms_and_key_dir(site: Site) -> None:
@@ -137,6 +158,7 @@ def test_a_baseline_that_signs_the_saver_keeps_its_own_dkms_and_key_dir(site: Si
     assert foreign.dkms == () and foreign.mok_dirs == () and foreign.services == ()
     assert foreign.files == () and foreign.restore == ()  # fan control and the purge are its own too
     assert foreign.package_names() == [
+        "libnccl2",  # its own 1.4.0 pinned it
         "linux-headers-6.17.0-1032-nvidia",
         "linux-image-6.17.0-1032-nvidia",
         "linux-modules-6.17.0-1032-nvidia",
@@ -166,10 +188,12 @@ def test_retire_steps_run_in_a_safe_order_with_kernel_packages_gated(site: Site)
     kernels = [(section, args) for _, section, args in purges if args.target_kernel is not None]
     # no particular kernel's first
     assert [(section, args) for _, section, args in purges] == [*plains, *kernels]
-    # one purge per section: the memory saver's build input (NVIDIA's kernel source) and the
-    # fan-control package (the variant's NCCL is built into its image: no package)
+    # one purge per section: the host NCCL library the variant pinned up to 1.4.0 (1.5.0 builds
+    # NCCL into its image), the memory saver's build input (NVIDIA's kernel source) and the
+    # fan-control package
     assert [(section, args.names) for section, args in plains] == [
-        ("memory", ["nvidia-kernel-source-580-open"]), ("host", ["dgx-spark-fan-control"])]
+        ("nccl", ["libnccl2"]), ("memory", ["nvidia-kernel-source-580-open"]),
+        ("host", ["dgx-spark-fan-control"])]
     assert all(section == "kernel" for section, _ in kernels)
     running = site.baseline_of("spark1").kernel.release
     assert [args.target_kernel for _, args in kernels] == [running] * 2  # the variant's and stock-pages'
@@ -183,7 +207,8 @@ def test_retire_steps_run_in_a_safe_order_with_kernel_packages_gated(site: Site)
 def test_every_node_and_baseline_names_its_retire_steps(site: Site) -> None:
     names = [s.name for s in _retire(site, "spark2", VARIANT)]
     assert names == [
-        "retire: unhold and purge nccl-site-ring4 (pinned only by other baselines)",
+        "retire: unhold and purge libnccl2, nccl-site-ring4 (pinned only by other baselines or earlier "
+        "versions)",
         "retire: unhold and purge the 6.17.0-1032-nvidia kernel packages (5; once "
         "7.0.0-1019-nvidia-64k runs)",
         "keep: other baselines' kernel packages sparkbase did not install (reported)",

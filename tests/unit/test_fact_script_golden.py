@@ -27,14 +27,14 @@ from sparkbase.model.site import Site, load_site
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = {
-    "audit ds41f-7x-64k": "58d0d6c8f3c14af231483e848bad6adb64d981addd6b36eca41dce178c108fd0",
-    "audit ds41f-stock-pages-262k": "8c741a643cca1abdf38223efd4c418f5084b40411551285e69bb5bbcef4786da",
-    "audit site-stock-6.17-4k": "78237185cc993c32d14e09d6ae1f5c927605d00a81092361739dc088c1706e77",
-    "deploy ds41f-7x-64k": "74d365a468b02d16ca1f87407871cb19de3cc388126b23c3110a2b0489c86bc5",
-    "deploy ds41f-stock-pages-262k": "fef5e4c66c4b03fd1fcf5a2188cee7a0877e363edb3b75d48d8dba923e805f46",
-    "deploy site-stock-6.17-4k": "ec04fffb70dafa1f18f6c58b7f9b69e6cc2d587ddd27f7c4be1959d9bebf21a2",
+    "audit ds41f-7x-64k": "a78a319b720f04f7fb005bbdc20bc6d29ccd1894071bbb61710c0dcd16aacb62",
+    "audit ds41f-stock-pages-262k": "81934dc262f5edfb8e02dce87a6a5855d87039673290166ac3241b8104fc7876",
+    "audit site-stock-6.17-4k": "7a2509ca167b32de4927a43b9507f6d593e7caccae626e3f46ca7a0662450920",
+    "deploy ds41f-7x-64k": "6d0e9e25af538a043b766e81ec1393d981182a71438c259ff2a67e8d7a121503",
+    "deploy ds41f-stock-pages-262k": "546474f8441c241f0c86195a06c72faa864ec7bf5b59792371518e1d1fb3cba3",
+    "deploy site-stock-6.17-4k": "fab7198f95a61bd2952de270f983c921f7e35e06fb7cd70e57bd8c59960edc2b",
     "core": "247acf99f58a4b906aa4bd6a081edf318d0310d1de2dc43b62f120d6c6f87b48",
-    "every read": "1e7890cf669e133a9b51d18eca0a2829ab66e08a8a731f4e2764330bb93d71ea",
+    "every read": "57c217151a55fd27fc2b56500c2485bceee769d1c780fe343deae9814aaee53a",
 }
 
 

@@ -244,7 +244,8 @@ def test_a_site_provided_library_is_checked_never_pinned(site_with: SiteWith, si
     variant_file.write_text(variant_file.read_text().replace(
         "    provided_by: image\n    version: 2.30.7\n",
         "    package: libnccl2\n    version: 2.28.9-1+cuda13.0\n"
-        "    path: /usr/lib/aarch64-linux-gnu/libnccl.so.2.28.9\n    sha256: " + "b" * 64 + "\n"))
+        "    path: /usr/lib/aarch64-linux-gnu/libnccl.so.2.28.9\n    sha256: " + "b" * 64 + "\n").replace(
+        "{name: libnccl2, section: nccl}", "{name: libnccl2-dev, section: nccl}"))
     site = load_site(site_copy)
     library = site.baselines[SITE_BASELINE].nccl.library
     assert (library.provided_by, library.package, library.pin()) == ("site", None, None)

@@ -24,7 +24,7 @@ from sparkbase.model.provenance import Source, SourceKey
 from sparkbase.model.sections import SECTIONS, Section, in_order, section_name
 from sparkbase.model.secure_boot import SecureBootSpec
 from sparkbase.model.shapes import Shape
-from sparkbase.model.types import Name, PackagePin, SemVer, StrictModel
+from sparkbase.model.types import Name, PackageName, PackagePin, SemVer, StrictModel
 
 #: a `managed:` entry: a section name (an unknown one says which was meant)
 ManagedSection = Annotated[Section, BeforeValidator(section_name)]
@@ -38,6 +38,16 @@ class OsSpec(StrictModel):
         max_length=64,
         pattern=r"^[A-Za-z0-9 ._-]+$",
     )
+
+
+class RetiredPackage(StrictModel):
+    """A package an earlier version of the baseline pinned and this one does not: sparkbase
+    retires it like another baseline's pin (unheld and purged where it recorded installing
+    it and the version is unchanged, else reported and kept; `policy/foreign.py`)."""
+
+    name: PackageName = Field(description="Debian package name")
+    section: ManagedSection = Field(description="the section whose pins held it (retired only where both "
+                                    "this baseline and the node's manage it)")
 
 
 class Baseline(StrictModel):
@@ -70,6 +80,12 @@ class Baseline(StrictModel):
         "as found: never written, installed, removed or restarted, its effective values still "
         "audited (see sparkbase.model.sections)",
         json_schema_extra={"uniqueItems": True},
+    )
+    retired_packages: list[RetiredPackage] = Field(
+        default_factory=list,
+        max_length=100,
+        description="packages earlier versions of this baseline pinned and it no longer does: retired "
+        "from nodes where sparkbase installed them (else reported and kept)",
     )
     sources: dict[SourceKey, Source] = Field(
         default_factory=dict,

@@ -120,6 +120,7 @@ def baseline_findings(name: str, baseline: Baseline) -> Iterator[Finding]:
     yield from _fallback_and_factory_swap_findings(doc, baseline)
     yield from _boot_swap_findings(doc, baseline)
     yield from _provenance_findings(doc, baseline)
+    yield from _retired_package_findings(doc, baseline)
 
 
 def _nccl_shape_findings(doc: DocRef, baseline: Baseline) -> Iterator[Finding]:
@@ -180,6 +181,19 @@ def _modeset_purge_findings(doc: DocRef, baseline: Baseline) -> Iterator[Finding
             ("host", "nvidia_drm", "purge"),
             f"{drm.purge} is both purged (host.nvidia_drm.purge) and pinned: remove the pin",
         )
+
+
+def _retired_package_findings(doc: DocRef, baseline: Baseline) -> Iterator[Finding]:
+    """A retired package is not pinned again, and belongs to no kernel."""
+    pinned = {pin.name for pin in baseline.packages()}
+    for index, retired in enumerate(baseline.retired_packages):
+        if retired.name in pinned:
+            yield Finding(doc, ("retired_packages", index, "name"),
+                          f"{retired.name} is both retired and pinned: remove one of them")
+        if retired.section == "kernel":
+            yield Finding(doc, ("retired_packages", index, "section"),
+                          "a kernel's packages are retired with the kernel itself (only while another "
+                          "kernel runs): list only packages of no kernel here")
 
 
 def _spelled(count: int) -> str:

@@ -2,7 +2,8 @@
 
 A node that moves from one baseline to another and back must end up as if it had always
 been on the baseline it carries now. Whatever another baseline of the site manages but
-this one does not is *foreign*: its package pins, the services it enables, its
+this one does not is *foreign*: its package pins (and those an earlier version of any
+baseline pinned, `retired_packages`), the services it enables, its
 DKMS builds (memory saver, fan control), the MOK key directory it uploads, its swap file
 and the boot unit that chooses one by page size, its fan module's modules-load.d entry and
 the DGX OS package it purges (put back). The deploy
@@ -37,7 +38,7 @@ class ForeignPin:
     #: the kernel release the package is built for (never removed while that kernel, or
     #: any kernel but the target, runs), or None for a package of no particular kernel
     kernel: str | None
-    #: the baselines that pin it
+    #: the baselines that pin it (`earlier versions of NAME`: `retired_packages`)
     baselines: tuple[str, ...]
     #: the section it belongs to (`Baseline.pins_by_section`)
     section: Section
@@ -170,6 +171,17 @@ def foreign_for(site: Site, name: str) -> Foreign:
                     continue
                 _, _, owners = pins.setdefault(pin.name, (_kernel_of(pin.name, baseline), section, []))
                 owners.append(other)
+    # what earlier versions of any baseline (this one too) pinned and no baseline pins now; an
+    # NCCL package is kept where the site provides the library itself: it may ship that very
+    # file (`_ships_own_library`), and a retired pin no longer says which path it shipped
+    site_library = own.nccl.library.provided_by == "site"
+    for other, baseline in sorted(site.baselines.items()):
+        for retired in baseline.retired_packages:
+            if site_library and retired.section == "nccl":
+                continue
+            if retired.name not in own_pins and both(baseline, retired.section):
+                _, _, owners = pins.setdefault(retired.name, (None, retired.section, []))
+                owners.append(f"earlier versions of {other}")
 
     own_units = set(own.host.disable_services)
     if own.host.fan_control is not None:

@@ -306,6 +306,7 @@ DIGEST_QUIET_DEFAULTS: tuple[tuple[tuple[str, ...], object], ...] = (
     (("host", "drm_driver"), None),
     (("host", "console_text"), False),
     (("host", "watchdog"), None),
+    (("retired_packages",), []),
 )
 
 

@@ -114,7 +114,8 @@ def retire_packages(foreign: Foreign, target: str) -> list[Step]:
         plain = [pin.name for pin in foreign.pins if pin.kernel is None and pin.section == section]
         if plain:
             steps.append(Step(PackagesRetire(names=plain, target_kernel=None),
-                              f"retire: unhold and purge {', '.join(plain)} (pinned only by other baselines)",
+                              f"retire: unhold and purge {', '.join(plain)} (pinned only by other baselines "
+                              "or earlier versions)",
                               section=section))
     for kernel in sorted({pin.kernel for pin in foreign.pins if pin.kernel is not None}):
         names = [pin.name for pin in foreign.pins if pin.kernel == kernel]
