@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sparkbase.cli.reference import render_reference
+from cli_reference import render_reference
 
 REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 
 
 def test_cli_reference_is_current() -> None:
     assert REFERENCE.read_text() == render_reference(), (
-        "docs/cli.md is stale: run `.venv/bin/python -m sparkbase.cli.reference > docs/cli.md`"
+        "docs/cli.md is stale: run `.venv/bin/python tools/cli_reference.py > docs/cli.md`"
     )
 
 

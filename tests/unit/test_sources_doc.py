@@ -1,13 +1,14 @@
 """docs/sources/ds41f-recipe.md is generated from the variant baselines' `sources:` and cannot
-go stale: the checked-in page is what `sparkbase.render.sources_doc` writes for the shipped
+go stale: the checked-in page is what `tools/sources_doc.py` writes for the shipped
 site, and a changed value or source changes the page."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from sources_doc import BASELINES, COMMAND, render_sources_doc
+
 from sparkbase.model.site import load_site
-from sparkbase.render.sources_doc import BASELINES, COMMAND, render_sources_doc
 
 REPO = Path(__file__).resolve().parents[2]
 PAGE = REPO / "docs" / "sources" / "ds41f-recipe.md"

@@ -1,6 +1,6 @@
 """docs/sources/ds41f-recipe.md, generated from the variant baselines' `sources:`.
 
-    .venv/bin/python -m sparkbase.render.sources_doc > docs/sources/ds41f-recipe.md
+    .venv/bin/python tools/sources_doc.py > docs/sources/ds41f-recipe.md
 
 Every value the variant's baseline files set, with what sparkbase holds and where it comes
 from (the recipe file and commit, a seed note, a placeholder's question), read from the
@@ -28,7 +28,7 @@ BASELINES = ("ds41f-7x-64k", "ds41f-stock-pages-262k")
 RECIPE_REPOSITORY = "christopherowen/spark-ds41f"
 #: the research record with the quote behind each recipe entry (written by hand, dated)
 RESEARCH = "ds41f-research.md"
-COMMAND = "python -m sparkbase.render.sources_doc > docs/sources/ds41f-recipe.md"
+COMMAND = "python tools/sources_doc.py > docs/sources/ds41f-recipe.md"
 
 
 def _cell(text: str) -> str:

@@ -1,6 +1,6 @@
 """The CLI reference (docs/cli.md), generated from the argument parser itself.
 
-    .venv/bin/python -m sparkbase.cli.reference > docs/cli.md
+    .venv/bin/python tools/cli_reference.py > docs/cli.md
 
 A unit test fails when docs/cli.md no longer matches the parser, so the reference cannot
 drift from the code.
@@ -42,7 +42,7 @@ def render_reference() -> str:
     out = [
         "# sparkbase command reference",
         "",
-        "Generated from the CLI by `python -m sparkbase.cli.reference`; do not edit by hand.",
+        "Generated from the CLI by `python tools/cli_reference.py`; do not edit by hand.",
         "",
         "```text",
         _help(parser),
