@@ -50,8 +50,10 @@ The last three are what a person does to a running node, done the same way over 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +75,9 @@ BUILD_KINDS = ("build-changes-output", "build-slower", "build-noisy")
 #: re-apply its faults (that refresh rewrites the emulated hardware, which a read of it at
 #: the same moment, the gate's, would see half done)
 READ_AT_USE = (*BUILD_KINDS, "other-traffic")
+#: seconds `inject` and `clear` wait for the node's init to apply a change (it restarts sshd
+#: and refreshes the emulated hardware: well under a second on a quiet machine)
+APPLY_TIMEOUT = 30.0
 
 
 def _path(lab: Lab, node: str) -> Path:
@@ -100,6 +105,21 @@ def _write(lab: Lab, node: str, data: dict[str, Any], apply: bool = True) -> Non
     except LabError:
         return  # not running: applies at the next boot
     procs.kill(init, signal.SIGUSR1)
+    _wait_applied(lab, node, path.read_text())
+    lab.close_shared_connections(node)  # the next command logs in afresh, as after a real fault
+
+
+def _wait_applied(lab: Lab, node: str, text: str, timeout: float = APPLY_TIMEOUT) -> None:
+    """Wait until the node's init has applied `text` (it writes what it applied to
+    `faults.applied`), so the fault is in place when `inject` returns."""
+    applied = _path(lab, node).with_name("faults.applied")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            if applied.read_text() == text:
+                return
+        time.sleep(0.02)
+    raise LabError(f"{node} did not apply its faults within {timeout:.0f}s")
 
 
 def _check_arg(kind: str, arg: str | None) -> str | None:

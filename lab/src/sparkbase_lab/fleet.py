@@ -538,7 +538,7 @@ class Lab:
         """
         line = command if isinstance(command, str) else shlex.join(command)
         self.control_dir.mkdir(mode=0o700, exist_ok=True)
-        shared = ["-o", "ControlMaster=auto", "-o", f"ControlPath={self.control_dir}/%r@%h:%p",
+        shared = ["-o", "ControlMaster=auto", "-o", f"ControlPath={self.control_dir}/%r@%n",
                   "-o", f"ControlPersist={SHARED_IDLE_SECONDS}"]
         argv = self.ssh_argv(node)
         result = subprocess.run(
@@ -547,16 +547,17 @@ class Lab:
         )
         return result.returncode, result.stdout, result.stderr
 
-    def close_shared_connections(self) -> None:
-        """Ask each of `run`'s shared connections to exit (`ssh -O exit`) and remove their
-        directory. A node's reboot or `down` ends its connection anyway; an idle one exits
-        by itself after `SHARED_IDLE_SECONDS`."""
+    def close_shared_connections(self, node: str | None = None) -> None:
+        """Ask `run`'s shared connections (to `node`, or all and their directory) to exit
+        (`ssh -O exit`): the next `run` logs in afresh. A node's reboot or `down` ends its
+        connection anyway; an idle one exits by itself after `SHARED_IDLE_SECONDS`."""
         if not self.control_dir.is_dir():
             return
-        for socket in self.control_dir.iterdir():
+        for socket in self.control_dir.glob(f"*@{node}" if node else "*"):
             subprocess.run(["ssh", "-F", "none", "-o", f"ControlPath={socket}", "-O", "exit", "lab-node"],
                            capture_output=True, timeout=10, check=False)
-        shutil.rmtree(self.control_dir, ignore_errors=True)
+        if node is None:
+            shutil.rmtree(self.control_dir, ignore_errors=True)
 
 
 def _keygen(path: Path, comment: str) -> None:

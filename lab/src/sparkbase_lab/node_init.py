@@ -37,6 +37,8 @@ from typing import Any
 from sparkbase_lab import _sys
 
 SHIM_LIB = "/usr/local/lib/sparkbase-lab"
+#: the node's view of its firmware dir on the machine (faults.json in, faults.applied out)
+FIRMWARE = "/run/sparkbase-lab/firmware"
 NODE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 PROC_FILES = ("cmdline", "cpuinfo", "modules")
 
@@ -87,8 +89,8 @@ class Init:
             _sys.mount("lab", hidden, "tmpfs", _sys.MS_RDONLY, "size=4k,mode=755")
         flags = _sys.MS_NOSUID | _sys.MS_NODEV
         _sys.mount("tmpfs", f"{m}/run", "tmpfs", flags, "mode=755,size=64m")
-        os.makedirs(f"{m}/run/sparkbase-lab/firmware", exist_ok=True)
-        _sys.mount(str(self.node_dir / "firmware"), f"{m}/run/sparkbase-lab/firmware", None,
+        os.makedirs(f"{m}{FIRMWARE}", exist_ok=True)
+        _sys.mount(str(self.node_dir / "firmware"), f"{m}{FIRMWARE}", None,
                    _sys.MS_BIND)
         os.chdir(m)
         _sys.pivot_root(".", ".")
@@ -118,7 +120,7 @@ class Init:
         for target in ("/tmp", "/sys"):
             with contextlib.suppress(OSError):
                 _sys.umount(target)
-        self._empty("/run", keep={"/run/sparkbase-lab/firmware"})
+        self._empty("/run", keep={FIRMWARE})
 
     def _empty(self, top: str, keep: set[str]) -> None:
         """Delete everything under `top` except the paths in `keep` (mount points)."""
@@ -188,12 +190,14 @@ class Init:
         _sys.mount(source, target, None, _sys.MS_BIND)
         self.bound.append(target)
 
-    def read_faults(self) -> None:
-        """Load `faults.json` (written by `sparkbase_lab.faults`)."""
+    def read_faults(self) -> str:
+        """Load `faults.json` (written by `sparkbase_lab.faults`); its text as read."""
         try:
-            self.faults = json.loads(Path("/run/sparkbase-lab/firmware/faults.json").read_text())
+            text = Path(f"{FIRMWARE}/faults.json").read_text()
+            self.faults = json.loads(text)
         except (OSError, ValueError):
-            self.faults = {}
+            text, self.faults = "", {}
+        return text
 
     def start_shimd(self) -> None:
         """Start the node's command server (shims/shimd.py) unless it runs. The node's
@@ -220,8 +224,9 @@ class Init:
             os.kill(self.sshd.pid, signal.SIGSTOP)
 
     def apply_faults(self) -> None:
-        """SIGUSR1: bring sshd and the emulated hardware in line with `faults.json`."""
-        self.read_faults()
+        """SIGUSR1: bring sshd and the emulated hardware in line with `faults.json`; then
+        say which text was applied (`faults.applied`: `faults.inject` waits for it)."""
+        text = self.read_faults()
         if self.faults.get("unreachable"):
             self.kill_all()
             self.sshd = self.shimd = None
@@ -234,6 +239,9 @@ class Init:
             ["/usr/bin/python3", "-IS", f"{SHIM_LIB}/shim.py", "__refresh__"],
             env=self.env(), cwd="/", check=False, stdout=self.log, stderr=self.log,
         )
+        with contextlib.suppress(OSError):
+            Path(f"{FIRMWARE}/faults.applied.tmp").write_text(text)
+            os.replace(f"{FIRMWARE}/faults.applied.tmp", f"{FIRMWARE}/faults.applied")
 
     # --- processes -------------------------------------------------------------------
 
