@@ -207,6 +207,7 @@ def test_a_host_key_changed_across_the_reboot_stops_the_wait_at_once(converged: 
     lines[_entry(lines, NODE)] = " ".join([lines[_entry(lines, NODE)].split()[0], *other[1:]])
     timeout = 120
     extra = ["--json"] if output == "json" else []
+    booted = fleet.lab.booted_at(NODE)
     proc = fleet.popen("apply", "--limit", NODE, "--allow-reboot", "--yes", "--reboot-timeout", str(timeout),
                        *extra)
     try:
@@ -227,6 +228,9 @@ def test_a_host_key_changed_across_the_reboot_stops_the_wait_at_once(converged: 
             proc.kill()
             proc.communicate()
         known.write_text(good)
+        # apply may see the wrong key before the node even went down: let its reboot end
+        # before the next test reaches it
+        fleet.lab.wait_booted(NODE, after=booted, timeout=timeout)
     assert proc.returncode == 3, out + err
     assert waited < timeout / 2, f"apply waited {waited:.0f}s: {out}{err}"
     if output == "json":
