@@ -523,9 +523,15 @@ class Lab:
                 raise LabError(f"{node}: could not add user {user} (is sudo installed? "
                                f"scripts/bootstrap installs it): {err.strip()}")
 
-    def ssh_argv(self, node: str, command: Sequence[str] = (), tty: bool = False) -> list[str]:
-        """OpenSSH command line reaching `node` through the lab's ssh_config."""
+    def ssh_argv(self, node: str, command: Sequence[str] = (), tty: bool = False,
+                 shared: bool = False) -> list[str]:
+        """OpenSSH command line reaching `node` through the lab's ssh_config; `shared`: over
+        the node's one shared connection (`run`), else a login of its own."""
         argv = ["ssh", "-F", str(self.ssh_config_path)]
+        if shared:
+            self.control_dir.mkdir(mode=0o700, exist_ok=True)
+            argv += ["-o", "ControlMaster=auto", "-o", f"ControlPath={self.control_dir}/%r@%n",
+                     "-o", f"ControlPersist={SHARED_IDLE_SECONDS}"]
         if tty:
             argv.append("-t")
         return [*argv, node, *(["--", *command] if command else [])]
@@ -537,12 +543,8 @@ class Lab:
         A string is a shell command line; a sequence is quoted argument by argument.
         """
         line = command if isinstance(command, str) else shlex.join(command)
-        self.control_dir.mkdir(mode=0o700, exist_ok=True)
-        shared = ["-o", "ControlMaster=auto", "-o", f"ControlPath={self.control_dir}/%r@%n",
-                  "-o", f"ControlPersist={SHARED_IDLE_SECONDS}"]
-        argv = self.ssh_argv(node)
         result = subprocess.run(
-            [*argv[:3], *shared, *argv[3:], line], capture_output=True, text=True,
+            [*self.ssh_argv(node, shared=True), line], capture_output=True, text=True,
             timeout=timeout, input=input, check=False,
         )
         return result.returncode, result.stdout, result.stderr

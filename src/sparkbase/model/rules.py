@@ -17,6 +17,7 @@ from sparkbase.model.baseline import Baseline
 from sparkbase.model.coverage import key_problem, placeholders, uncovered
 from sparkbase.model.fabric import fabric_findings, lane_cabling_findings
 from sparkbase.model.findings import DocRef, Finding
+from sparkbase.model.kernel import KERNEL_PACKAGE_STEMS, TOOLS_PACKAGE_STEM
 from sparkbase.model.memory import FACTORY_SWAP_HEADER
 from sparkbase.model.rendered_rules import rendered_findings
 from sparkbase.model.shapes import ONESHOT_SHAPES, SHAPE_NODES
@@ -183,15 +184,24 @@ def _modeset_purge_findings(doc: DocRef, baseline: Baseline) -> Iterator[Finding
         )
 
 
+#: a package Ubuntu builds for one kernel release (`linux-image-6.17.0-1032-nvidia`,
+#: `linux-modules-nvidia-580-open-6.17.0-1032-nvidia`)
+_PER_KERNEL = re.compile(
+    rf"^({'|'.join([*KERNEL_PACKAGE_STEMS, TOOLS_PACKAGE_STEM])})-(.+-)?\d+\.\d+\.\d+-\d+")
+
+
 def _retired_package_findings(doc: DocRef, baseline: Baseline) -> Iterator[Finding]:
-    """A retired package is not pinned again, and belongs to no kernel."""
+    """A retired package is not pinned again, and belongs to no kernel (by section or name):
+    it is purged at any time, and a kernel's packages may go only once another kernel runs."""
     pinned = {pin.name for pin in baseline.packages()}
     for index, retired in enumerate(baseline.retired_packages):
         if retired.name in pinned:
             yield Finding(doc, ("retired_packages", index, "name"),
                           f"{retired.name} is both retired and pinned: remove one of them")
-        if retired.section == "kernel":
-            yield Finding(doc, ("retired_packages", index, "section"),
+        kernel_field = "section" if retired.section == "kernel" else \
+            "name" if _PER_KERNEL.match(retired.name) else None
+        if kernel_field is not None:
+            yield Finding(doc, ("retired_packages", index, kernel_field),
                           "a kernel's packages are retired with the kernel itself (only while another "
                           "kernel runs): list only packages of no kernel here")
 
